@@ -1,0 +1,34 @@
+# Two set-up commands: `make demo` and `make test`. Both need only python3 and make.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test bench lint clean install
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,scann]"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tfrs-logq demo --output-dir demo_output
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_task.py
+	$(PY) benchmarks/bench_frequency.py
+	$(PY) benchmarks/bench_synthetic.py
+
+lint: $(STAMP)
+	$(PY) -m pip install -q -e ".[dev]"
+	$(VENV)/bin/ruff check tfrs_logq pipelines serving tests benchmarks
+
+clean:
+	rm -rf $(VENV) demo_output build *.egg-info

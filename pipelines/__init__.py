@@ -1,0 +1,1 @@
+"""tf.data pipelines (importable as ``tfrs_logq.pipelines``)."""

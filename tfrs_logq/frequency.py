@@ -1,0 +1,319 @@
+"""Item-frequency estimators that give ``log Q(d)`` in-graph.
+
+Each estimator is a `tf.Module` whose state lives in non-trainable
+`tf.Variable`s, so it checkpoints with `tf.train.Checkpoint` and is updated
+inside a `tf.function` training step. ``Q(d)`` is the per-example unigram
+probability of item ``d`` (``#d / N``), the proposal of in-batch sampling.
+
+- `ExactFrequency`: exact counts (the academic setup; built from a dataset).
+- `CountMinSketch`: depth x width counters (Cormode & Muthukrishnan 2005).
+- `StreamingFrequency`: the hashed last-seen / mean-gap estimator of Yi et al.
+  (RecSys 2019, Algorithm 3) for non-stationary streams.
+
+Under a `tf.distribute` strategy the state is created as sync-on-read
+variables: every replica updates its own copy from its shard of the stream
+(no cross-device traffic in the step), estimates read inside a replica use that
+replica's counts, and a read in cross-replica context (checkpoints, `numpy()`)
+merges the replicas: counters are summed, the streaming estimator's arrays
+averaged. Count-min sketches from different workers merge with `merge`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+import tensorflow as tf
+
+_PRIME = (1 << 31) - 1  # Mersenne prime for universal hashing of int64 ids.
+
+
+def _state_variable(initial, name: str, aggregation=tf.VariableAggregation.SUM) -> tf.Variable:
+    return tf.Variable(
+        initial,
+        trainable=False,
+        name=name,
+        synchronization=tf.VariableSynchronization.ON_READ,
+        aggregation=aggregation,
+    )
+
+
+def _as_ids(ids) -> tf.Tensor:
+    ids = tf.convert_to_tensor(ids)
+    if not ids.dtype.is_integer:
+        raise ValueError(f"`ids` must be an integer tensor, received dtype {ids.dtype.name}.")
+    return tf.reshape(tf.cast(ids, tf.int64), [-1])
+
+
+class _UniversalHashes(tf.Module):
+    """``depth`` hash functions ``((a x + b) mod p) mod width`` with fixed seeds."""
+
+    def __init__(self, depth: int, width: int, seed: int, name: str = "hashes") -> None:
+        super().__init__(name=name)
+        rng = np.random.default_rng(seed)
+        self.depth = int(depth)
+        self.width = int(width)
+        self.a = tf.constant(rng.integers(1, _PRIME, size=depth), tf.int64)
+        self.b = tf.constant(rng.integers(0, _PRIME, size=depth), tf.int64)
+
+    def __call__(self, ids: tf.Tensor) -> tf.Tensor:
+        """`[n]` int64 ids -> `[depth, n]` bucket indices in ``[0, width)``."""
+        x = tf.math.floormod(ids, _PRIME)[None, :]
+        h = tf.math.floormod(self.a[:, None] * x + self.b[:, None], _PRIME)
+        return tf.math.floormod(h, self.width)
+
+
+def _row_indices(buckets: tf.Tensor) -> tf.Tensor:
+    """`[depth, n]` buckets -> `[depth * n, 2]` (row, bucket) scatter indices."""
+    depth = tf.shape(buckets)[0]
+    n = tf.shape(buckets)[1]
+    rows = tf.repeat(tf.range(depth, dtype=tf.int64), n)
+    return tf.stack([rows, tf.reshape(buckets, [-1])], axis=1)
+
+
+class ExactFrequency(tf.Module):
+    """Exact item counts: ``Q(d) = #d / N``.
+
+    Args:
+      num_items: int. Size of the id space; ids are in ``[0, num_items)``.
+      min_count: float. Counts are floored at this value before the log so an
+        unseen item gets a finite ``log Q``. Defaults to 1.
+      name: str. Module name.
+    """
+
+    def __init__(self, num_items: int, min_count: float = 1.0, name: str = "exact_frequency"):
+        super().__init__(name=name)
+        if int(num_items) < 1:
+            raise ValueError(f"`num_items` must be a positive int, received {num_items!r}.")
+        if not min_count > 0:
+            raise ValueError(f"`min_count` must be positive, received {min_count!r}.")
+        self.num_items = int(num_items)
+        self.min_count = float(min_count)
+        self.counts = _state_variable(tf.zeros([self.num_items], tf.float64), "counts")
+        self.total = _state_variable(tf.zeros([], tf.float64), "total")
+
+    @classmethod
+    def from_counts(cls, counts, min_count: float = 1.0, name: str = "exact_frequency"):
+        """Builds the estimator from a `[num_items]` vector of counts."""
+        counts = np.asarray(counts, dtype=np.float64).reshape(-1)
+        if counts.size == 0 or (counts < 0).any() or not np.isfinite(counts).all():
+            raise ValueError("`counts` must be a non-empty vector of finite, non-negative counts.")
+        est = cls(counts.size, min_count=min_count, name=name)
+        est.counts.assign(counts)
+        est.total.assign(counts.sum())
+        return est
+
+    @classmethod
+    def from_dataset(
+        cls,
+        dataset: tf.data.Dataset,
+        num_items: int,
+        min_count: float = 1.0,
+        name: str = "exact_frequency",
+    ) -> "ExactFrequency":
+        """Counts every id a dataset of integer ids (any shape per element) yields."""
+        counts = dataset.map(lambda x: _as_ids(x)).reduce(
+            tf.zeros([int(num_items)], tf.int64),
+            lambda acc, ids: acc + _bincount(ids, int(num_items)),
+        )
+        return cls.from_counts(counts.numpy(), min_count=min_count, name=name)
+
+    def update(self, ids) -> None:
+        """Adds one occurrence of every id in ``ids``."""
+        ids = _as_ids(ids)
+        self.counts.assign_add(tf.cast(_bincount(ids, self.num_items), tf.float64))
+        self.total.assign_add(tf.cast(tf.size(ids), tf.float64))
+
+    def count(self, ids) -> tf.Tensor:
+        return tf.gather(self.counts, _as_ids(ids))
+
+    def log_q(self, ids) -> tf.Tensor:
+        """`[n]` float32 ``log Q(d)`` of each id."""
+        counts = tf.maximum(self.count(ids), self.min_count)
+        return tf.cast(tf.math.log(counts) - tf.math.log(tf.maximum(self.total, 1.0)), tf.float32)
+
+
+def _bincount(ids: tf.Tensor, size: int) -> tf.Tensor:
+    in_range = tf.logical_and(ids >= 0, ids < size)
+    tf.debugging.assert_equal(
+        tf.reduce_all(in_range), True, message=f"ids must lie in [0, {size})"
+    )
+    return tf.math.bincount(ids, minlength=size, maxlength=size, dtype=tf.int64)
+
+
+class CountMinSketch(tf.Module):
+    """Count-min sketch of item frequencies, updated and queried in-graph.
+
+    The estimate ``c_hat(d) = min_r C[r, h_r(d)]`` never undercounts, and
+    ``c_hat(d) <= #d + epsilon * N`` with probability at least ``1 - delta``,
+    where ``epsilon = e / width`` and ``delta = exp(-depth)``.
+
+    Args:
+      depth: int. Number of hash rows. Defaults to 4.
+      width: int. Counters per row. Defaults to 2**20.
+      seed: int. Seed of the hash functions; sketches merge only with equal
+        seeds and shapes. Defaults to 0.
+      name: str. Module name.
+    """
+
+    def __init__(self, depth: int = 4, width: int = 1 << 20, seed: int = 0, name: str = "cms"):
+        super().__init__(name=name)
+        if int(depth) < 1 or int(width) < 1:
+            raise ValueError(f"`depth` and `width` must be positive, received {depth}, {width}.")
+        self.depth, self.width, self.seed = int(depth), int(width), int(seed)
+        self._hashes = _UniversalHashes(self.depth, self.width, self.seed)
+        self.counters = _state_variable(tf.zeros([self.depth, self.width], tf.float64), "counters")
+        self.total = _state_variable(tf.zeros([], tf.float64), "total")
+
+    @classmethod
+    def from_error_bound(cls, epsilon: float, delta: float, seed: int = 0, name: str = "cms"):
+        """The smallest sketch with ``c_hat <= c + epsilon N`` w.p. ``>= 1 - delta``."""
+        if not (0 < epsilon < 1 and 0 < delta < 1):
+            raise ValueError(f"need 0 < epsilon, delta < 1, received {epsilon}, {delta}.")
+        return cls(
+            depth=math.ceil(math.log(1.0 / delta)),
+            width=math.ceil(math.e / epsilon),
+            seed=seed,
+            name=name,
+        )
+
+    @property
+    def epsilon(self) -> float:
+        return math.e / self.width
+
+    @property
+    def delta(self) -> float:
+        return math.exp(-self.depth)
+
+    def error_bound(self) -> float:
+        """``epsilon * N``: the additive over-count bound at the current total."""
+        return self.epsilon * float(self.total.numpy())
+
+    def update(self, ids, counts=None) -> None:
+        """Adds ``counts`` (default 1 each) occurrences of every id in ``ids``."""
+        ids = _as_ids(ids)
+        if counts is None:
+            counts = tf.ones_like(ids, tf.float64)
+        else:
+            counts = tf.reshape(tf.cast(counts, tf.float64), [-1])
+        buckets = self._hashes(ids)
+        updates = tf.tile(counts, [self.depth])
+        self.counters.scatter_nd_add(_row_indices(buckets), updates)
+        self.total.assign_add(tf.reduce_sum(counts))
+
+    def count(self, ids) -> tf.Tensor:
+        """`[n]` float64 estimated counts (never below the true count)."""
+        buckets = self._hashes(_as_ids(ids))
+        gathered = tf.gather_nd(self.counters, _row_indices(buckets))
+        return tf.reduce_min(tf.reshape(gathered, tf.shape(buckets)), axis=0)
+
+    def log_q(self, ids) -> tf.Tensor:
+        """`[n]` float32 ``log Q(d)``; an unseen id gets count 1."""
+        counts = tf.maximum(self.count(ids), 1.0)
+        return tf.cast(tf.math.log(counts) - tf.math.log(tf.maximum(self.total, 1.0)), tf.float32)
+
+    def merge(self, other: "CountMinSketch") -> None:
+        """Adds another worker's sketch into this one (same depth, width, seed)."""
+        if (other.depth, other.width, other.seed) != (self.depth, self.width, self.seed):
+            raise ValueError(
+                "can only merge sketches with equal depth, width and seed: "
+                f"{(self.depth, self.width, self.seed)} vs {(other.depth, other.width, other.seed)}."
+            )
+        self.counters.assign_add(tf.convert_to_tensor(other.counters))
+        self.total.assign_add(tf.convert_to_tensor(other.total))
+
+
+class StreamingFrequency(tf.Module):
+    """Streaming frequency estimation of Yi et al. (RecSys 2019), Algorithm 3.
+
+    Keeps, for ``num_hashes`` hash functions, arrays ``A`` (step an id's bucket
+    was last seen) and ``B`` (its estimated mean gap in steps). Each call of
+    `update` is one step ``t``; an id seen in it updates
+    ``B <- (1 - alpha) B + alpha (t - A)`` and ``A <- t``. An id seen ``c`` times
+    in one step is applied ``c`` times in sequence (the later ones with gap 0),
+    which is what streaming the examples one at a time would do. The estimated
+    gap is the max over hashes (collisions only shorten gaps), the per-step
+    probability is ``1 / gap``, and the per-example ``Q(d)`` divides that by the
+    mean number of ids per step.
+
+    Args:
+      num_buckets: int. Size ``H`` of each hashed array. Defaults to 2**20.
+      num_hashes: int. Number of hash functions. Defaults to 2.
+      alpha: float. Learning rate of the gap estimate. Defaults to 0.01.
+      seed: int. Seed of the hash functions. Defaults to 0.
+      name: str. Module name.
+    """
+
+    def __init__(
+        self,
+        num_buckets: int = 1 << 20,
+        num_hashes: int = 2,
+        alpha: float = 0.01,
+        seed: int = 0,
+        name: str = "streaming_frequency",
+    ):
+        super().__init__(name=name)
+        if int(num_buckets) < 1 or int(num_hashes) < 1:
+            raise ValueError(
+                "`num_buckets` and `num_hashes` must be positive, "
+                f"received {num_buckets}, {num_hashes}."
+            )
+        if not 0 < alpha < 1:
+            raise ValueError(f"`alpha` must be in (0, 1), received {alpha!r}.")
+        self.num_buckets, self.num_hashes = int(num_buckets), int(num_hashes)
+        self.alpha = float(alpha)
+        self._hashes = _UniversalHashes(self.num_hashes, self.num_buckets, int(seed))
+        mean = tf.VariableAggregation.MEAN
+        shape = [self.num_hashes, self.num_buckets]
+        self.last_step = _state_variable(tf.zeros(shape, tf.float64), "last_step", mean)
+        self.gap = _state_variable(tf.zeros(shape, tf.float64), "gap", mean)
+        self.step = _state_variable(tf.zeros([], tf.float64), "step", mean)
+        self.num_ids = _state_variable(tf.zeros([], tf.float64), "num_ids", mean)
+
+    def update(self, ids) -> None:
+        """Processes one step's ids."""
+        ids = _as_ids(ids)
+        t = self.step + 1.0
+        self.step.assign(t)
+        self.num_ids.assign_add(tf.cast(tf.size(ids), tf.float64))
+        buckets = self._hashes(ids)  # [hashes, n]
+        # Distinct (row, bucket) pairs and how often each occurs in this step.
+        flat = _row_indices(buckets)
+        key = flat[:, 0] * self.num_buckets + flat[:, 1]
+        unique_keys, _, occurrences = tf.unique_with_counts(key)
+        indices = tf.stack(
+            [unique_keys // self.num_buckets, unique_keys % self.num_buckets], axis=1
+        )
+        c = tf.cast(occurrences, tf.float64)
+        last = tf.gather_nd(self.last_step, indices)
+        gap = tf.gather_nd(self.gap, indices)
+        decay = 1.0 - self.alpha
+        new_gap = tf.pow(decay, c) * gap + tf.pow(decay, c - 1.0) * self.alpha * (t - last)
+        self.gap.scatter_nd_update(indices, new_gap)
+        self.last_step.scatter_nd_update(indices, tf.fill(tf.shape(c), t))
+
+    def estimated_gap(self, ids) -> tf.Tensor:
+        """`[n]` float64 estimated steps between occurrences (max over hashes)."""
+        buckets = self._hashes(_as_ids(ids))
+        gathered = tf.reshape(tf.gather_nd(self.gap, _row_indices(buckets)), tf.shape(buckets))
+        seen = tf.reshape(
+            tf.gather_nd(self.last_step, _row_indices(buckets)) > 0, tf.shape(buckets)
+        )
+        # A bucket never seen: at most once in all steps so far.
+        gathered = tf.where(seen, gathered, tf.maximum(self.step, 1.0))
+        return tf.reduce_max(gathered, axis=0)
+
+    def log_q(self, ids) -> tf.Tensor:
+        """`[n]` float32 per-example ``log Q(d) = -log(gap * ids_per_step)``."""
+        gap = tf.maximum(self.estimated_gap(ids), 1e-12)
+        ids_per_step = tf.maximum(self.num_ids / tf.maximum(self.step, 1.0), 1.0)
+        return tf.cast(-tf.math.log(gap) - tf.math.log(ids_per_step), tf.float32)
+
+
+def counts_from_ids(ids: Iterable[int], num_items: int) -> np.ndarray:
+    """numpy helper: exact `[num_items]` counts of an iterable of ids."""
+    return np.bincount(np.fromiter(ids, dtype=np.int64), minlength=num_items)[:num_items]
+
+
+__all__ = ["CountMinSketch", "ExactFrequency", "StreamingFrequency", "counts_from_ids"]

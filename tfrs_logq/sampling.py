@@ -1,0 +1,198 @@
+"""Negative samplers: in-batch, uniform over a catalog, and mixed.
+
+Every sampler returns `SampledNegatives`: a fixed-size `[k]` vector of ids, the
+``log Q`` to correct them with, and an ``is_valid`` mask (False marks padding
+when fewer than ``k`` distinct in-batch items exist). The negatives are shared
+by every row of the batch, which is how TFRS consumes extra negatives:
+
+    negatives = sampler(positive_ids)
+    loss = task(
+        query_embeddings,
+        tf.concat([positive_embeddings, item_model(negatives.ids)], 0),
+        candidate_ids=tf.concat([positive_ids, negatives.ids], 0),
+        candidate_log_sampling_probability=tf.concat([positive_log_q, negatives.log_q], 0),
+        score_mask=negatives.score_mask(num_queries),
+    )
+
+`score_mask` keeps the row's own positive and the sampled negatives and drops
+the other rows' positives, so the negatives are exactly the sampled ones.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+
+class SampledNegatives(NamedTuple):
+    """Negatives shared by a batch.
+
+    Attributes:
+      ids: `[k]` int64 item ids (padding entries hold ``pad_id``).
+      log_q: `[k]` float32 ``log Q(d)`` to correct each negative with.
+      is_valid: `[k]` bool, False for padding entries.
+    """
+
+    ids: tf.Tensor
+    log_q: tf.Tensor
+    is_valid: tf.Tensor
+
+    def score_mask(self, num_queries) -> tf.Tensor:
+        """`[num_queries, num_queries + k]` mask for candidates ``[positives; ids]``.
+
+        True on the diagonal (each row's own positive) and on valid sampled
+        negatives; False on the other rows' positives and on padding.
+        """
+        eye = tf.cast(tf.eye(num_queries), tf.bool)
+        extra = tf.broadcast_to(self.is_valid[None, :], [num_queries, tf.shape(self.ids)[0]])
+        return tf.concat([eye, extra], axis=1)
+
+
+def _check_positive_int(value, name: str) -> int:
+    if value is None or int(value) != value or int(value) < 1:
+        raise ValueError(f"`{name}` must be a positive int, received {value!r}.")
+    return int(value)
+
+
+def batch_log_frequency(ids: tf.Tensor, batch_ids: tf.Tensor) -> tf.Tensor:
+    """``log(#id in batch / batch size)``: the unigram estimate from one batch."""
+    counts = tf.reduce_sum(tf.cast(tf.equal(ids[:, None], batch_ids[None, :]), tf.float32), 1)
+    size = tf.cast(tf.maximum(tf.size(batch_ids), 1), tf.float32)
+    return tf.math.log(tf.maximum(counts, 1.0) / size)
+
+
+class InBatchSampler:
+    """Negatives drawn from the batch's own positives (a unigram proposal).
+
+    With ``deduplicate=True`` the batch's distinct items are shuffled and the
+    first ``num_negatives`` kept, as the paper's official code does; otherwise
+    ``num_negatives`` positions of the batch are drawn without replacement.
+
+    Args:
+      num_negatives: int. ``k``, the number of negatives returned.
+      deduplicate: bool. Sample from distinct items. Defaults to True.
+      frequency: an estimator from :mod:`tfrs_logq.frequency` (anything with
+        ``log_q(ids)``) giving the unigram ``log Q(d)``. Defaults to None, which
+        uses the batch's own item frequencies.
+      pad_id: int. Id of padding in ``positive_ids`` (ignored) and of padding
+        entries in the output. Defaults to 0.
+      seed: int. Seed for the stateless shuffle; combined with the sampler's
+        call counter so that every call differs. Defaults to 0.
+    """
+
+    def __init__(
+        self,
+        num_negatives: int,
+        deduplicate: bool = True,
+        frequency=None,
+        pad_id: int = 0,
+        seed: int = 0,
+    ) -> None:
+        self.num_negatives = _check_positive_int(num_negatives, "num_negatives")
+        self.deduplicate = bool(deduplicate)
+        self.frequency = frequency
+        self.pad_id = int(pad_id)
+        self._seed = int(seed)
+        self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sampler_calls")
+
+    def _next_seed(self) -> tf.Tensor:
+        self._calls.assign_add(1)
+        return tf.stack([tf.constant(self._seed, tf.int64), self._calls.read_value()])
+
+    def log_q(self, ids: tf.Tensor, batch_ids: tf.Tensor) -> tf.Tensor:
+        if self.frequency is None:
+            return batch_log_frequency(ids, batch_ids)
+        return tf.cast(self.frequency.log_q(ids), tf.float32)
+
+    def __call__(self, positive_ids) -> SampledNegatives:
+        ids = tf.reshape(tf.cast(tf.convert_to_tensor(positive_ids), tf.int64), [-1])
+        ids = tf.boolean_mask(ids, tf.not_equal(ids, self.pad_id))
+        pool = tf.unique(ids).y if self.deduplicate else ids
+        shuffled = tf.random.experimental.stateless_shuffle(pool, seed=self._next_seed())
+        k = self.num_negatives
+        taken = shuffled[:k]
+        num_taken = tf.shape(taken)[0]
+        padded = tf.pad(taken, [[0, k - num_taken]], constant_values=self.pad_id)
+        padded = tf.ensure_shape(padded, [k])
+        is_valid = tf.range(k) < num_taken
+        log_q = tf.where(is_valid, self.log_q(padded, ids), tf.zeros([k], tf.float32))
+        return SampledNegatives(padded, log_q, is_valid)
+
+
+class UniformSampler:
+    """``k`` negatives drawn uniformly, with replacement, from a catalog.
+
+    The catalog is the ``num_items`` ids ``first_id, ..., first_id + num_items - 1``
+    (default ``first_id=1`` keeps id 0 free for padding); ``log Q = -log num_items``.
+
+    Args:
+      num_items: int. Catalog size ``V``.
+      num_negatives: int. ``k``.
+      first_id: int. Smallest catalog id. Defaults to 1.
+      seed: int. Seed of the stateless generator. Defaults to 0.
+    """
+
+    def __init__(self, num_items: int, num_negatives: int, first_id: int = 1, seed: int = 0):
+        self.num_items = _check_positive_int(num_items, "num_items")
+        self.num_negatives = _check_positive_int(num_negatives, "num_negatives")
+        self.first_id = int(first_id)
+        self._seed = int(seed)
+        self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sampler_calls")
+
+    def __call__(self, positive_ids=None) -> SampledNegatives:
+        self._calls.assign_add(1)
+        seed = tf.stack([tf.constant(self._seed, tf.int64), self._calls.read_value()])
+        ids = tf.random.stateless_uniform(
+            [self.num_negatives],
+            seed=seed,
+            minval=self.first_id,
+            maxval=self.first_id + self.num_items,
+            dtype=tf.int64,
+        )
+        log_q = tf.fill([self.num_negatives], -tf.math.log(float(self.num_items)))
+        return SampledNegatives(ids, log_q, tf.ones([self.num_negatives], tf.bool))
+
+
+class MixedSampler:
+    """Mixed negative sampling (Yang et al. 2020): uniform + in-batch negatives.
+
+    Args:
+      uniform: `UniformSampler` for the ``k_uniform`` part.
+      in_batch: `InBatchSampler` for the ``k_in_batch`` part.
+      log_q: str. ``"unigram"`` (the paper: every negative, the uniform ones
+        too, is corrected with the unigram ``log Q`` of the in-batch sampler)
+        or ``"mixture"`` (the proposal of a negative slot of the mixture,
+        ``Q(d) = a / V + (1 - a) Q_unigram(d)`` with ``a = k_uniform / k``).
+        Defaults to ``"unigram"``.
+    """
+
+    LOG_Q_MODES = ("unigram", "mixture")
+
+    def __init__(self, uniform: UniformSampler, in_batch: InBatchSampler, log_q: str = "unigram"):
+        if log_q not in self.LOG_Q_MODES:
+            raise ValueError(f"`log_q` must be one of {self.LOG_Q_MODES}, received {log_q!r}.")
+        self.uniform = uniform
+        self.in_batch = in_batch
+        self.log_q_mode = log_q
+
+    @property
+    def num_negatives(self) -> int:
+        return self.uniform.num_negatives + self.in_batch.num_negatives
+
+    def __call__(self, positive_ids) -> SampledNegatives:
+        ids_all = tf.reshape(tf.cast(tf.convert_to_tensor(positive_ids), tf.int64), [-1])
+        batch_ids = tf.boolean_mask(ids_all, tf.not_equal(ids_all, self.in_batch.pad_id))
+        uni = self.uniform(positive_ids)
+        inb = self.in_batch(positive_ids)
+        ids = tf.concat([uni.ids, inb.ids], 0)
+        is_valid = tf.concat([uni.is_valid, inb.is_valid], 0)
+        unigram = tf.concat([self.in_batch.log_q(uni.ids, batch_ids), inb.log_q], 0)
+        if self.log_q_mode == "unigram":
+            log_q = unigram
+        else:
+            a = self.uniform.num_negatives / self.num_negatives
+            log_q = tf.math.log(a / self.uniform.num_items + (1.0 - a) * tf.exp(unigram))
+        log_q = tf.where(is_valid, log_q, tf.zeros_like(log_q))
+        return SampledNegatives(ids, log_q, is_valid)
+
