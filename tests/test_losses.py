@@ -1,0 +1,212 @@
+"""Specification of `tfrs_logq.losses.sampled_softmax_loss` against numpy references."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from reference import loss_corrected, loss_logq, loss_none
+from tfrs_logq.losses import sampled_softmax_loss
+
+
+def _inputs(seed=0, batch=6, n=9, scale=3.0, mask_rate=0.3):
+    rng = np.random.default_rng(seed)
+    s_p = rng.normal(size=batch) * scale
+    s_n = rng.normal(size=(batch, n)) * scale
+    log_q = np.log(rng.dirichlet(np.ones(n) * 0.5, size=batch) + 1e-4)
+    log_q_p = np.log(rng.uniform(0.001, 0.3, size=batch))
+    mask = rng.uniform(size=(batch, n)) > mask_rate
+    mask[0] = False  # a row with no valid negative
+    mask[1] = True
+    return s_p, s_n, log_q, log_q_p, mask
+
+
+def _loss_and_grads(correction, s_p, s_n, dtype=tf.float32, **kw):
+    p = tf.Variable(tf.constant(s_p, dtype))
+    n = tf.Variable(tf.constant(s_n, dtype))
+    with tf.GradientTape() as tape:
+        loss = sampled_softmax_loss(p, n, correction=correction, **kw)
+        total = tf.reduce_sum(loss)
+    g_p, g_n = tape.gradient(total, [p, n])
+    return loss.numpy(), g_p.numpy(), g_n.numpy()
+
+
+def test_none_matches_formula_values_and_gradients():
+    s_p, s_n, _, _, mask = _inputs()
+    loss, g_p, g_n = _loss_and_grads("none", s_p, s_n, negative_mask=mask)
+    ref, ref_gp, ref_gn = loss_none(s_p, s_n, mask)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g_p, ref_gp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_gn, rtol=1e-5, atol=1e-6)
+    assert loss[0] == pytest.approx(0.0, abs=1e-6)  # no negative: softmax over the positive
+
+
+@pytest.mark.parametrize("with_positive_q", [False, True])
+def test_logq_matches_formula(with_positive_q):
+    s_p, s_n, log_q, log_q_p, mask = _inputs(seed=1)
+    kw = dict(negative_log_q=log_q, negative_mask=mask)
+    if with_positive_q:
+        kw["positive_log_q"] = log_q_p
+    loss, g_p, g_n = _loss_and_grads("logq", s_p, s_n, **kw)
+    ref, ref_gp, ref_gn = loss_logq(s_p, s_n, log_q, mask, log_q_p if with_positive_q else None)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g_p, ref_gp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_gn, rtol=1e-5, atol=1e-6)
+
+
+def test_logq_accepts_shared_log_q_vector():
+    s_p, s_n, log_q, _, mask = _inputs(seed=2)
+    shared = log_q[3]
+    loss, _, _ = _loss_and_grads("logq", s_p, s_n, negative_log_q=shared, negative_mask=mask)
+    ref, _, _ = loss_logq(s_p, s_n, np.broadcast_to(shared, s_n.shape), mask)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_corrected_matches_formula_and_weight_gets_no_gradient():
+    s_p, s_n, log_q, _, mask = _inputs(seed=3)
+    loss, g_p, g_n = _loss_and_grads("corrected", s_p, s_n, negative_log_q=log_q, negative_mask=mask)
+    ref, ref_gp, ref_gn, w = loss_corrected(s_p, s_n, log_q, mask)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    # With w held constant: dL/ds_p = -w and dL/ds_i = w softmax_i. A gradient
+    # flowing through w would add dw/ds terms and break both equalities.
+    np.testing.assert_allclose(g_p, ref_gp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_gn, rtol=1e-5, atol=1e-6)
+    assert (w[1:] > 0).all() and (w < 1).all()
+    # The empty row contributes 0 with finite (zero) gradients.
+    assert loss[0] == 0.0 and g_p[0] == 0.0 and np.all(g_n[0] == 0.0)
+
+
+def test_corrected_positive_not_in_denominator():
+    # Raising s_p by a lot drives the weight to 0, but the log-ratio term keeps
+    # growing linearly: the positive is absent from the normaliser.
+    s_n = np.zeros((1, 4))
+    log_q = np.full((1, 4), np.log(0.25))
+    for s in (0.0, 5.0):
+        loss, _, _ = _loss_and_grads("corrected", np.array([s]), s_n, negative_log_q=log_q)
+        ref, _, _, w = loss_corrected(np.array([s]), s_n, log_q, np.ones((1, 4), bool))
+        np.testing.assert_allclose(loss, ref, rtol=1e-6)
+    # At s_p = 0: sum_i e^{0 - log .25} = 16, P = 1 / (1 + 16/4) = 0.2, w = 0.8.
+    loss, g_p, _ = _loss_and_grads("corrected", np.array([0.0]), s_n, negative_log_q=log_q)
+    np.testing.assert_allclose(g_p, [-0.8], rtol=1e-6)
+    np.testing.assert_allclose(loss, [0.8 * np.log(16.0)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+def test_extreme_logits_are_finite(correction):
+    s_p = np.array([1e4, -1e4, 0.0, 1e4])
+    s_n = np.array([[-1e4, 1e4, 0.0], [1e4, 1e4, -1e4], [0.0, 0.0, 1e4], [1e4, 1e4, 1e4]])
+    log_q = np.log(np.full((4, 3), 0.1))
+    mask = np.array([[1, 1, 1], [1, 0, 1], [1, 1, 0], [0, 1, 1]], bool)
+    kw = dict(negative_mask=mask)
+    if correction != "none":
+        kw["negative_log_q"] = log_q
+    loss, g_p, g_n = _loss_and_grads(correction, s_p, s_n, **kw)
+    assert np.isfinite(loss).all() and np.isfinite(g_p).all() and np.isfinite(g_n).all()
+    if correction == "none":
+        ref = loss_none(s_p, s_n, mask)[0]
+    elif correction == "logq":
+        ref = loss_logq(s_p, s_n, log_q, mask)[0]
+    else:
+        ref = loss_corrected(s_p, s_n, log_q, mask)[0]
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-2)
+
+
+def test_masked_entries_may_hold_inf_and_nan():
+    s_p, s_n, log_q, _, mask = _inputs(seed=4)
+    dirty = s_n.copy()
+    dirty[~mask] = np.inf
+    dirty_q = log_q.copy()
+    dirty_q[~mask] = np.nan
+    loss, g_p, g_n = _loss_and_grads(
+        "corrected", s_p, dirty, negative_log_q=dirty_q, negative_mask=mask
+    )
+    ref, ref_gp, ref_gn, _ = loss_corrected(s_p, s_n, log_q, mask)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_gn, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+def test_half_precision_inputs_compute_in_float32(dtype, correction):
+    s_p, s_n, log_q, _, mask = _inputs(seed=5, scale=2.0)
+    kw = dict(negative_mask=mask)
+    if correction != "none":
+        kw["negative_log_q"] = tf.constant(log_q, dtype)
+    loss, g_p, g_n = _loss_and_grads(correction, s_p, s_n, dtype=dtype, **kw)
+    assert loss.dtype == np.float32
+    # Reference on the half-precision-rounded inputs.
+    sp = tf.cast(tf.constant(s_p, dtype), tf.float64).numpy()
+    sn = tf.cast(tf.constant(s_n, dtype), tf.float64).numpy()
+    lq = tf.cast(tf.constant(log_q, dtype), tf.float64).numpy()
+    ref = {
+        "none": lambda: loss_none(sp, sn, mask)[0],
+        "logq": lambda: loss_logq(sp, sn, lq, mask)[0],
+        "corrected": lambda: loss_corrected(sp, sn, lq, mask)[0],
+    }[correction]()
+    np.testing.assert_allclose(loss, ref, rtol=1e-4, atol=1e-4)
+    assert np.isfinite(g_n.astype(np.float32)).all()
+
+
+def test_float64_inputs_stay_float64():
+    s_p, s_n, log_q, _, mask = _inputs(seed=6)
+    loss = sampled_softmax_loss(
+        tf.constant(s_p), tf.constant(s_n), correction="corrected",
+        negative_log_q=tf.constant(log_q), negative_mask=mask,
+    )
+    assert loss.dtype == tf.float64
+    np.testing.assert_allclose(loss.numpy(), loss_corrected(s_p, s_n, log_q, mask)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_graph_mode_and_xla_match_eager(jit):
+    s_p, s_n, log_q, _, mask = _inputs(seed=7)
+    args = [tf.constant(x, tf.float32) for x in (s_p, s_n, log_q)]
+
+    @tf.function(jit_compile=jit)
+    def f(p, n, q, m):
+        with tf.GradientTape() as tape:
+            tape.watch(n)
+            loss = sampled_softmax_loss(
+                p, n, correction="corrected", negative_log_q=q, negative_mask=m
+            )
+            total = tf.reduce_sum(loss)
+        return loss, tape.gradient(total, n)
+
+    loss, grad = f(*args, tf.constant(mask))
+    ref, _, ref_gn, _ = loss_corrected(s_p, s_n, log_q, mask)
+    np.testing.assert_allclose(loss.numpy(), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad.numpy(), ref_gn, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("correction", ["logq", "corrected"])
+def test_logq_lowers_the_logit_of_a_popular_negative(correction):
+    # Two negatives with equal scores; the popular one (higher Q) must receive a
+    # smaller push-down gradient than the rare one: its effective logit is lower.
+    s_p = np.array([0.5])
+    s_n = np.array([[1.0, 1.0, 0.0]])
+    log_q = np.log(np.array([[0.5, 0.01, 0.1]]))
+    _, _, g_n = _loss_and_grads(correction, s_p, s_n, negative_log_q=log_q)
+    assert g_n[0, 0] < g_n[0, 1]
+    _, _, g_none = _loss_and_grads("none", s_p, s_n)
+    assert g_none[0, 0] == pytest.approx(g_none[0, 1])
+
+
+def test_errors_name_the_argument():
+    s_p, s_n, log_q, _, _ = _inputs()
+    with pytest.raises(ValueError, match="correction"):
+        sampled_softmax_loss(s_p, s_n, correction="bogus")
+    with pytest.raises(ValueError, match="negative_log_q.*required"):
+        sampled_softmax_loss(s_p, s_n, correction="corrected")
+    with pytest.raises(ValueError, match="positive_logits.*rank 1"):
+        sampled_softmax_loss(s_n, s_n, correction="none")
+    with pytest.raises(ValueError, match="negative_logits.*rows"):
+        sampled_softmax_loss(s_p[:3], s_n, correction="none")
+    with pytest.raises(ValueError, match="negative_log_q.*columns"):
+        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q[:, :2])
+    with pytest.raises(ValueError, match="negative_mask.*bool"):
+        sampled_softmax_loss(s_p, s_n, correction="none", negative_mask=np.ones_like(s_n))
+    with pytest.raises(ValueError, match="positive_logits.*floating"):
+        sampled_softmax_loss(np.arange(6), s_n, correction="none")
+    with pytest.raises(ValueError, match="positive_log_q"):
+        sampled_softmax_loss(
+            s_p, s_n, correction="corrected", negative_log_q=log_q, positive_log_q=s_p
+        )
