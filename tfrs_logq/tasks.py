@@ -113,6 +113,9 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             remove_accidental_hits=remove_accidental_hits,
             name=name,
         )
+        # Keep the embeddings' dtype: scores are computed in it (fast half-precision
+        # matmuls under mixed precision) and the loss in float32.
+        self._autocast = False
         self._correction = correction
         self._deduplicate_candidates = bool(deduplicate_candidates)
         self._reduction = reduction
@@ -197,6 +200,9 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         """
         query_embeddings = tf.convert_to_tensor(query_embeddings)
         candidate_embeddings = tf.convert_to_tensor(candidate_embeddings)
+        if query_embeddings.dtype != candidate_embeddings.dtype:
+            query_embeddings = tf.cast(query_embeddings, tf.float32)
+            candidate_embeddings = tf.cast(candidate_embeddings, tf.float32)
         if query_embeddings.shape.rank == 3:
             scores = tf.reduce_max(
                 tf.einsum("qne,ce->qnc", query_embeddings, candidate_embeddings), axis=1

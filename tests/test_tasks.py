@@ -1,0 +1,320 @@
+"""Specification of `tfrs_logq.tasks.CorrectedRetrieval`.
+
+References are computed here in numpy from the paper's formulas; stock
+`tfrs.tasks.Retrieval` is the reference for ``correction="none"``/``"logq"``.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+from reference import loss_corrected
+from tfrs_logq import CorrectedRetrieval
+
+
+def _batch(seed=0, num_queries=8, num_extra=0, dim=5, num_ids=6):
+    rng = np.random.default_rng(seed)
+    num_candidates = num_queries + num_extra
+    q = rng.normal(size=(num_queries, dim)).astype(np.float32)
+    c = rng.normal(size=(num_candidates, dim)).astype(np.float32)
+    ids = rng.integers(0, num_ids, size=num_candidates).astype(np.int64)
+    prob = rng.uniform(0.01, 0.3, size=num_candidates).astype(np.float32)
+    weight = rng.uniform(0.5, 2.0, size=num_queries).astype(np.float32)
+    return q, c, ids, prob, weight
+
+
+def _loss_and_grads(task, q, c, **kwargs):
+    qv, cv = tf.Variable(q), tf.Variable(c)
+    with tf.GradientTape() as tape:
+        loss = task(qv, cv, **kwargs)
+        total = tf.reduce_sum(loss)
+    gq, gc = tape.gradient(total, [qv, cv])
+    return loss.numpy(), gq.numpy(), gc.numpy()
+
+
+def reference_corrected(q, c, ids, prob, *, temperature=1.0, dedup=False, score_mask=None,
+                        sample_weight=None):
+    """Per-row corrected loss from the paper: Q'(d) = Q(d) / (1 - Q(p)), hits masked."""
+    scores = (q.astype(np.float64) @ c.T.astype(np.float64)) / temperature
+    b, n = scores.shape
+    log_q = np.log(prob.astype(np.float64))
+    mask = np.ones((b, n), bool)
+    mask[np.arange(b), np.arange(b)] = False
+    mask &= ids[None, :] != ids[:b, None]
+    if dedup:
+        first = np.array([list(ids).index(x) == j for j, x in enumerate(ids)])
+        mask &= first[None, :]
+    if score_mask is not None:
+        mask &= score_mask
+    log_q_prime = log_q[None, :] - np.log1p(-prob[:b].astype(np.float64))[:, None]
+    s_p = scores[np.arange(b), np.arange(b)]
+    loss = loss_corrected(s_p, scores, log_q_prime, mask)[0]
+    if sample_weight is not None:
+        loss = loss * sample_weight
+    return loss
+
+
+# --- parity with stock TFRS for "none" and "logq" --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"temperature": 0.2},
+        {"remove_accidental_hits": True},
+        {"num_hard_negatives": 3},
+        {"temperature": 0.5, "remove_accidental_hits": True, "num_hard_negatives": 4},
+    ],
+    ids=["plain", "temperature", "hits", "hard", "all"],
+)
+@pytest.mark.parametrize("correction", ["none", "logq"])
+@pytest.mark.parametrize("num_extra", [0, 5])
+def test_matches_stock_tfrs(correction, options, num_extra):
+    q, c, ids, prob, weight = _batch(seed=1, num_extra=num_extra)
+    kwargs = dict(candidate_ids=ids, sample_weight=weight)
+    if correction == "logq":
+        kwargs["candidate_sampling_probability"] = prob
+    ours = _loss_and_grads(CorrectedRetrieval(correction=correction, **options), q, c, **kwargs)
+    stock = _loss_and_grads(tfrs.tasks.Retrieval(**options), q, c, **kwargs)
+    for a, b in zip(ours, stock):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+def test_none_ignores_probabilities_and_matches_tfrs_without_them():
+    q, c, ids, prob, _ = _batch(seed=2)
+    ours = CorrectedRetrieval(correction="none")(q, c, candidate_sampling_probability=prob)
+    stock = tfrs.tasks.Retrieval()(q, c)
+    np.testing.assert_allclose(ours.numpy(), stock.numpy(), rtol=1e-6)
+
+
+# --- the corrected loss ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_extra", [0, 6])
+@pytest.mark.parametrize("dedup", [False, True])
+def test_corrected_equals_reference_values_and_gradients(num_extra, dedup):
+    q, c, ids, prob, weight = _batch(seed=3, num_extra=num_extra)
+    task = CorrectedRetrieval(reduction="none", deduplicate_candidates=dedup, temperature=0.7)
+    loss, gq, gc = _loss_and_grads(
+        task, q, c, candidate_ids=ids, candidate_sampling_probability=prob, sample_weight=weight
+    )
+    ref = reference_corrected(q, c, ids, prob, temperature=0.7, dedup=dedup, sample_weight=weight)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    # Gradient check against central finite differences of the reference with the
+    # weight frozen (what stop_gradient means).
+    eps = 1e-3
+    b = q.shape[0]
+    scores = (q.astype(np.float64) @ c.T) / 0.7
+    s_p = scores[np.arange(b), np.arange(b)]
+    mask = np.ones(scores.shape, bool)
+    mask[np.arange(b), np.arange(b)] = False
+    mask &= ids[None, :] != ids[:b, None]
+    if dedup:
+        first = np.array([list(ids).index(x) == j for j, x in enumerate(ids)])
+        mask &= first[None, :]
+    lqp = np.log(prob.astype(np.float64))[None, :] - np.log1p(-prob[:b].astype(np.float64))[:, None]
+    w = loss_corrected(s_p, scores, lqp, mask)[3]
+
+    def frozen(qq):
+        sc = (qq @ c.T.astype(np.float64)) / 0.7
+        sp = sc[np.arange(b), np.arange(b)]
+        total = 0.0
+        for r in range(b):
+            adj = (sc[r] - lqp[r])[mask[r]]
+            if adj.size:
+                lse = np.log(np.exp(adj - adj.max()).sum()) + adj.max()
+                total += weight[r] * w[r] * (lse - sp[r])
+        return total
+
+    num = np.zeros_like(q, np.float64)
+    for i in range(q.shape[0]):
+        for j in range(q.shape[1]):
+            d = np.zeros_like(q, np.float64)
+            d[i, j] = eps
+            num[i, j] = (frozen(q + d) - frozen(q - d)) / (2 * eps)
+    np.testing.assert_allclose(gq, num, rtol=2e-3, atol=2e-4)
+
+
+def test_corrected_task_is_sum_of_pure_function():
+    q, c, ids, prob, _ = _batch(seed=4, num_extra=3)
+    total = CorrectedRetrieval()(q, c, candidate_ids=ids, candidate_sampling_probability=prob)
+    np.testing.assert_allclose(total.numpy(), reference_corrected(q, c, ids, prob).sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduction,expect", [("sum", "sum"), ("sum_over_batch_size", "mean")])
+def test_reductions(reduction, expect):
+    q, c, ids, prob, weight = _batch(seed=5)
+    loss = CorrectedRetrieval(reduction=reduction)(
+        q, c, candidate_ids=ids, candidate_sampling_probability=prob, sample_weight=weight
+    )
+    ref = reference_corrected(q, c, ids, prob, sample_weight=weight)
+    np.testing.assert_allclose(loss.numpy(), getattr(np, expect)(ref), rtol=1e-5)
+
+
+def test_score_mask_and_log_probabilities():
+    q, c, ids, prob, _ = _batch(seed=6, num_extra=4)
+    rng = np.random.default_rng(0)
+    score_mask = rng.uniform(size=(8, 12)) > 0.3
+    loss = CorrectedRetrieval(reduction="none")(
+        q, c, candidate_ids=ids, candidate_log_sampling_probability=np.log(prob),
+        score_mask=score_mask,
+    )
+    ref = reference_corrected(q, c, ids, prob, score_mask=score_mask)
+    np.testing.assert_allclose(loss.numpy(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_all_candidates_share_the_positive_id_gives_zero_loss_and_finite_grads():
+    q, c, _, prob, _ = _batch(seed=7)
+    ids = np.zeros(8, np.int64)
+    loss, gq, gc = _loss_and_grads(
+        CorrectedRetrieval(reduction="none"), q, c, candidate_ids=ids,
+        candidate_sampling_probability=prob,
+    )
+    assert np.all(loss == 0) and np.isfinite(gq).all() and np.isfinite(gc).all()
+
+
+def test_mixed_precision_embeddings():
+    q, c, ids, prob, _ = _batch(seed=8)
+    for dtype in (tf.float16, tf.bfloat16):
+        loss = CorrectedRetrieval(reduction="none")(
+            tf.constant(q, dtype), tf.constant(c, dtype), candidate_ids=ids,
+            candidate_sampling_probability=prob,
+        )
+        assert loss.dtype == tf.float32
+        qr = tf.cast(tf.constant(q, dtype), tf.float32).numpy()
+        cr = tf.cast(tf.constant(c, dtype), tf.float32).numpy()
+        scores16 = tf.cast(tf.matmul(tf.constant(qr, dtype), tf.constant(cr, dtype),
+                                     transpose_b=True), tf.float64).numpy()
+        assert np.isfinite(loss.numpy()).all()
+        # Within half-precision rounding of the scores.
+        ref = reference_corrected(qr, cr, ids, prob)
+        tol = 0.05 if dtype == tf.bfloat16 else 0.01
+        np.testing.assert_allclose(loss.numpy(), ref, rtol=tol, atol=tol)
+        assert np.abs(scores16).max() > 0
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_graph_and_xla(jit):
+    q, c, ids, prob, _ = _batch(seed=9, num_extra=2)
+    task = CorrectedRetrieval(reduction="none", deduplicate_candidates=not jit)
+    fn = tf.function(
+        lambda q, c, i, p: task(q, c, candidate_ids=i, candidate_sampling_probability=p),
+        jit_compile=jit,
+    )
+    np.testing.assert_allclose(
+        fn(q, c, ids, prob).numpy(),
+        reference_corrected(q, c, ids, prob, dedup=not jit),
+        rtol=1e-5, atol=1e-6,
+    )
+
+
+def test_config_json_round_trip():
+    task = CorrectedRetrieval(
+        correction="corrected", deduplicate_candidates=True, reduction="sum_over_batch_size",
+        temperature=0.3, num_hard_negatives=5, min_sampling_probability=1e-8, name="t",
+    )
+    config = json.loads(json.dumps(task.get_config()))
+    clone = CorrectedRetrieval.from_config(config)
+    assert clone.get_config() == task.get_config()
+    q, c, ids, prob, _ = _batch(seed=10, num_extra=3)
+    kw = dict(candidate_ids=ids, candidate_sampling_probability=prob)
+    np.testing.assert_allclose(task(q, c, **kw).numpy(), clone(q, c, **kw).numpy(), rtol=1e-6)
+
+
+def test_extra_negatives_with_ids_feed_factorized_metrics():
+    # TFRS passes unsliced ids with sliced embeddings; shapes must agree here.
+    q, c, ids, prob, _ = _batch(seed=11, num_extra=4, num_ids=1000)
+    ids = np.arange(12, dtype=np.int64)
+    candidates = tf.data.Dataset.from_tensor_slices((ids[:8], c[:8])).batch(4)
+    metric = tfrs.metrics.FactorizedTopK(
+        candidates=tfrs.layers.factorized_top_k.BruteForce(k=3).index_from_dataset(candidates),
+        ks=(1, 3),
+    )
+    task = CorrectedRetrieval(metrics=metric, batch_metrics=[tf.keras.metrics.AUC()])
+    task(q, c, candidate_ids=ids, candidate_sampling_probability=prob)
+    values = {m.name: m.result().numpy() for m in metric.metrics}
+    # Reference: top-3 by brute-force over the 8 positives.
+    scores = q @ c[:8].T
+    top3 = np.argsort(-scores, axis=1)[:, :3]
+    expected = np.mean([i in top3[i] for i in range(8)])
+    assert values["factorized_top_k/top_3_categorical_accuracy"] == pytest.approx(expected)
+
+
+def test_errors():
+    q, c, ids, prob, _ = _batch()
+    with pytest.raises(ValueError, match="correction"):
+        CorrectedRetrieval(correction="LOGQ")
+    with pytest.raises(ValueError, match="reduction"):
+        CorrectedRetrieval(reduction="mean")
+    with pytest.raises(ValueError, match="candidate_ids.*required"):
+        CorrectedRetrieval()(q, c, candidate_sampling_probability=prob)
+    with pytest.raises(ValueError, match="candidate_sampling_probability"):
+        CorrectedRetrieval()(q, c, candidate_ids=ids)
+    with pytest.raises(ValueError, match="candidate_ids.*entries"):
+        CorrectedRetrieval()(q, c, candidate_ids=ids[:3], candidate_sampling_probability=prob)
+    with pytest.raises(ValueError, match="candidate_sampling_probability.*entries"):
+        CorrectedRetrieval()(q, c, candidate_ids=ids, candidate_sampling_probability=prob[:2])
+    with pytest.raises(ValueError, match="num_candidates >= num_queries"):
+        CorrectedRetrieval(correction="none")(q, c[:3])
+
+
+def test_mirrored_strategy_two_replicas_matches_per_replica_reference():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    assert len(devices) == 2, "conftest should create two logical CPUs"
+    strategy = tf.distribute.MirroredStrategy(devices)
+    q, c, ids, prob, _ = _batch(seed=12, num_queries=16, num_ids=50)
+    with strategy.scope():
+        task = CorrectedRetrieval()
+    data = tf.data.Dataset.from_tensor_slices((q, c, ids, prob)).batch(16)
+    dist = strategy.experimental_distribute_dataset(data)
+
+    @tf.function
+    def step(batch):
+        return strategy.run(
+            lambda q, c, i, p: task(q, c, candidate_ids=i, candidate_sampling_probability=p),
+            args=batch,
+        )
+
+    per_replica = strategy.experimental_local_results(step(next(iter(dist))))
+    expected = [
+        reference_corrected(q[s:s + 8], c[s:s + 8], ids[s:s + 8], prob[s:s + 8]).sum()
+        for s in (0, 8)
+    ]
+    np.testing.assert_allclose([v.numpy() for v in per_replica], expected, rtol=1e-5)
+
+
+def test_model_fit_under_mirrored_strategy_reduces_loss():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    strategy = tf.distribute.MirroredStrategy(devices)
+    rng = np.random.default_rng(0)
+    users = rng.integers(0, 20, 512)
+    items = (users * 3 + rng.integers(0, 2, 512)) % 40
+    freq = np.bincount(items, minlength=40) / len(items)
+
+    class TwoTower(tfrs.Model):
+        def __init__(self):
+            super().__init__()
+            self.user = tf.keras.layers.Embedding(20, 8)
+            self.item = tf.keras.layers.Embedding(40, 8)
+            self.task = CorrectedRetrieval()
+
+        def compute_loss(self, features, training=False):
+            return self.task(
+                self.user(features["user"]), self.item(features["item"]),
+                candidate_ids=features["item"], candidate_sampling_probability=features["q"],
+                compute_metrics=False,
+            )
+
+    with strategy.scope():
+        model = TwoTower()
+        model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
+    ds = tf.data.Dataset.from_tensor_slices(
+        {"user": users, "item": items, "q": freq[items].astype(np.float32)}
+    ).batch(64)
+    history = model.fit(ds, epochs=4, verbose=0)
+    losses = history.history["loss"]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
