@@ -10,12 +10,12 @@ probability of item ``d`` (``#d / N``), the proposal of in-batch sampling.
 - `StreamingFrequency`: the hashed last-seen / mean-gap estimator of Yi et al.
   (RecSys 2019, Algorithm 3) for non-stationary streams.
 
-Under a `tf.distribute` strategy the state is created as sync-on-read
-variables: every replica updates its own copy from its shard of the stream
-(no cross-device traffic in the step), estimates read inside a replica use that
-replica's counts, and a read in cross-replica context (checkpoints, `numpy()`)
-merges the replicas: counters are summed, the streaming estimator's arrays
-averaged. Count-min sketches from different workers merge with `merge`.
+Under a `tf.distribute` strategy the state is mirrored (created in the
+strategy's scope). `update` called inside a replica first all-gathers the ids
+of every replica, so each copy sees the global stream and every replica reads
+the same, global estimate in its step; the update is taken from the first
+replica (``ONLY_FIRST_REPLICA``), so the copies never diverge. Count-min
+sketches kept by independent jobs merge with `CountMinSketch.merge`.
 """
 
 from __future__ import annotations
@@ -29,14 +29,21 @@ import tensorflow as tf
 _PRIME = (1 << 31) - 1  # Mersenne prime for universal hashing of int64 ids.
 
 
-def _state_variable(initial, name: str, aggregation=tf.VariableAggregation.SUM) -> tf.Variable:
+def _state_variable(initial, name: str) -> tf.Variable:
     return tf.Variable(
         initial,
         trainable=False,
         name=name,
-        synchronization=tf.VariableSynchronization.ON_READ,
-        aggregation=aggregation,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
     )
+
+
+def _global_ids(ids: tf.Tensor) -> tf.Tensor:
+    """Inside a replica of a multi-replica strategy: the ids of all replicas."""
+    ctx = tf.distribute.get_replica_context()
+    if ctx is not None and ctx.num_replicas_in_sync > 1:
+        return ctx.all_gather(ids, axis=0)
+    return ids
 
 
 def _as_ids(ids) -> tf.Tensor:
@@ -64,12 +71,10 @@ class _UniversalHashes(tf.Module):
         return tf.math.floormod(h, self.width)
 
 
-def _row_indices(buckets: tf.Tensor) -> tf.Tensor:
-    """`[depth, n]` buckets -> `[depth * n, 2]` (row, bucket) scatter indices."""
-    depth = tf.shape(buckets)[0]
-    n = tf.shape(buckets)[1]
-    rows = tf.repeat(tf.range(depth, dtype=tf.int64), n)
-    return tf.stack([rows, tf.reshape(buckets, [-1])], axis=1)
+def _flat_indices(buckets: tf.Tensor, width: int) -> tf.Tensor:
+    """`[depth, n]` buckets -> `[depth * n]` indices into a flat `[depth * width]` array."""
+    rows = tf.range(tf.shape(buckets)[0], dtype=tf.int64)[:, None] * width
+    return tf.reshape(buckets + rows, [-1])
 
 
 class ExactFrequency(tf.Module):
@@ -121,7 +126,7 @@ class ExactFrequency(tf.Module):
 
     def update(self, ids) -> None:
         """Adds one occurrence of every id in ``ids``."""
-        ids = _as_ids(ids)
+        ids = _global_ids(_as_ids(ids))
         self.counts.assign_add(tf.cast(_bincount(ids, self.num_items), tf.float64))
         self.total.assign_add(tf.cast(tf.size(ids), tf.float64))
 
@@ -163,7 +168,8 @@ class CountMinSketch(tf.Module):
             raise ValueError(f"`depth` and `width` must be positive, received {depth}, {width}.")
         self.depth, self.width, self.seed = int(depth), int(width), int(seed)
         self._hashes = _UniversalHashes(self.depth, self.width, self.seed)
-        self.counters = _state_variable(tf.zeros([self.depth, self.width], tf.float64), "counters")
+        # Flat `[depth * width]`: row r occupies [r * width, (r + 1) * width).
+        self.counters = _state_variable(tf.zeros([self.depth * self.width], tf.float64), "counters")
         self.total = _state_variable(tf.zeros([], tf.float64), "total")
 
     @classmethod
@@ -192,20 +198,19 @@ class CountMinSketch(tf.Module):
 
     def update(self, ids, counts=None) -> None:
         """Adds ``counts`` (default 1 each) occurrences of every id in ``ids``."""
-        ids = _as_ids(ids)
+        ids = _global_ids(_as_ids(ids))
         if counts is None:
             counts = tf.ones_like(ids, tf.float64)
         else:
-            counts = tf.reshape(tf.cast(counts, tf.float64), [-1])
-        buckets = self._hashes(ids)
-        updates = tf.tile(counts, [self.depth])
-        self.counters.scatter_nd_add(_row_indices(buckets), updates)
+            counts = _global_ids(tf.reshape(tf.cast(counts, tf.float64), [-1]))
+        flat = _flat_indices(self._hashes(ids), self.width)
+        self.counters.scatter_add(tf.IndexedSlices(tf.tile(counts, [self.depth]), flat))
         self.total.assign_add(tf.reduce_sum(counts))
 
     def count(self, ids) -> tf.Tensor:
         """`[n]` float64 estimated counts (never below the true count)."""
         buckets = self._hashes(_as_ids(ids))
-        gathered = tf.gather_nd(self.counters, _row_indices(buckets))
+        gathered = tf.gather(self.counters, _flat_indices(buckets, self.width))
         return tf.reduce_min(tf.reshape(gathered, tf.shape(buckets)), axis=0)
 
     def log_q(self, ids) -> tf.Tensor:
@@ -230,9 +235,13 @@ class StreamingFrequency(tf.Module):
     Keeps, for ``num_hashes`` hash functions, arrays ``A`` (step an id's bucket
     was last seen) and ``B`` (its estimated mean gap in steps). Each call of
     `update` is one step ``t``; an id seen in it updates
-    ``B <- (1 - alpha) B + alpha (t - A)`` and ``A <- t``. An id seen ``c`` times
-    in one step is applied ``c`` times in sequence (the later ones with gap 0),
-    which is what streaming the examples one at a time would do. The estimated
+    ``B <- (1 - alpha) B + alpha (t - A)`` and ``A <- t``. An id seen ``c > 1``
+    times in one step counts as ``c`` evenly spaced hits with gap ``(t - A) / c``
+    each: ``B <- (1 - alpha)^c B + (1 - (1 - alpha)^c) (t - A) / c``. (Applying
+    the hits one after another in the batch's arbitrary order, with gaps
+    ``t - A, 0, ..., 0``, biases the gap of items seen several times per step
+    towards 0 unless ``c * alpha`` is small: at ``c = 40``, ``alpha = 0.05`` it
+    doubles their estimated probability.) The estimated
     gap is the max over hashes (collisions only shorten gaps), the per-step
     probability is ``1 / gap``, and the per-example ``Q(d)`` divides that by the
     mean number of ids per step.
@@ -264,42 +273,35 @@ class StreamingFrequency(tf.Module):
         self.num_buckets, self.num_hashes = int(num_buckets), int(num_hashes)
         self.alpha = float(alpha)
         self._hashes = _UniversalHashes(self.num_hashes, self.num_buckets, int(seed))
-        mean = tf.VariableAggregation.MEAN
-        shape = [self.num_hashes, self.num_buckets]
-        self.last_step = _state_variable(tf.zeros(shape, tf.float64), "last_step", mean)
-        self.gap = _state_variable(tf.zeros(shape, tf.float64), "gap", mean)
-        self.step = _state_variable(tf.zeros([], tf.float64), "step", mean)
-        self.num_ids = _state_variable(tf.zeros([], tf.float64), "num_ids", mean)
+        size = [self.num_hashes * self.num_buckets]  # flat, row-major by hash function
+        self.last_step = _state_variable(tf.zeros(size, tf.float64), "last_step")
+        self.gap = _state_variable(tf.zeros(size, tf.float64), "gap")
+        self.step = _state_variable(tf.zeros([], tf.float64), "step")
+        self.num_ids = _state_variable(tf.zeros([], tf.float64), "num_ids")
 
     def update(self, ids) -> None:
         """Processes one step's ids."""
-        ids = _as_ids(ids)
+        ids = _global_ids(_as_ids(ids))
         t = self.step + 1.0
         self.step.assign(t)
         self.num_ids.assign_add(tf.cast(tf.size(ids), tf.float64))
-        buckets = self._hashes(ids)  # [hashes, n]
-        # Distinct (row, bucket) pairs and how often each occurs in this step.
-        flat = _row_indices(buckets)
-        key = flat[:, 0] * self.num_buckets + flat[:, 1]
-        unique_keys, _, occurrences = tf.unique_with_counts(key)
-        indices = tf.stack(
-            [unique_keys // self.num_buckets, unique_keys % self.num_buckets], axis=1
-        )
+        # Distinct (hash, bucket) cells and how often each occurs in this step.
+        flat = _flat_indices(self._hashes(ids), self.num_buckets)
+        indices, _, occurrences = tf.unique_with_counts(flat)
         c = tf.cast(occurrences, tf.float64)
-        last = tf.gather_nd(self.last_step, indices)
-        gap = tf.gather_nd(self.gap, indices)
-        decay = 1.0 - self.alpha
-        new_gap = tf.pow(decay, c) * gap + tf.pow(decay, c - 1.0) * self.alpha * (t - last)
-        self.gap.scatter_nd_update(indices, new_gap)
-        self.last_step.scatter_nd_update(indices, tf.fill(tf.shape(c), t))
+        last = tf.gather(self.last_step, indices)
+        gap = tf.gather(self.gap, indices)
+        keep = tf.pow(tf.constant(1.0 - self.alpha, tf.float64), c)
+        new_gap = keep * gap + (1.0 - keep) * (t - last) / c
+        self.gap.scatter_update(tf.IndexedSlices(new_gap, indices))
+        self.last_step.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(c), t), indices))
 
     def estimated_gap(self, ids) -> tf.Tensor:
         """`[n]` float64 estimated steps between occurrences (max over hashes)."""
         buckets = self._hashes(_as_ids(ids))
-        gathered = tf.reshape(tf.gather_nd(self.gap, _row_indices(buckets)), tf.shape(buckets))
-        seen = tf.reshape(
-            tf.gather_nd(self.last_step, _row_indices(buckets)) > 0, tf.shape(buckets)
-        )
+        flat = _flat_indices(buckets, self.num_buckets)
+        gathered = tf.reshape(tf.gather(self.gap, flat), tf.shape(buckets))
+        seen = tf.reshape(tf.gather(self.last_step, flat) > 0, tf.shape(buckets))
         # A bucket never seen: at most once in all steps so far.
         gathered = tf.where(seen, gathered, tf.maximum(self.step, 1.0))
         return tf.reduce_max(gathered, axis=0)

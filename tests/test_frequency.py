@@ -1,0 +1,154 @@
+"""Specification of the item-frequency estimators in `tfrs_logq.frequency`."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfrs_logq.frequency import CountMinSketch, ExactFrequency, StreamingFrequency
+
+
+def _zipf_stream(num_items, size, seed=0, s=1.1):
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, num_items + 1) ** s
+    p /= p.sum()
+    return rng.choice(num_items, size=size, p=p), p
+
+
+def test_exact_from_dataset_matches_numpy_counts():
+    ids, _ = _zipf_stream(50, 2000)
+    ds = tf.data.Dataset.from_tensor_slices(ids.reshape(-1, 10))
+    est = ExactFrequency.from_dataset(ds, num_items=60)
+    counts = np.bincount(ids, minlength=60)
+    np.testing.assert_allclose(est.counts.numpy(), counts)
+    query = np.array([0, 1, 7, 49, 55])
+    expected = np.log(np.maximum(counts[query], 1.0) / counts.sum())
+    np.testing.assert_allclose(est.log_q(query).numpy(), expected, rtol=1e-6)
+
+
+def test_exact_update_in_graph_and_checkpoint(tmp_path):
+    est = ExactFrequency(10)
+    tf.function(est.update)(tf.constant([1, 1, 2, 9]))
+    np.testing.assert_allclose(est.counts.numpy()[[1, 2, 9]], [2, 1, 1])
+    path = tf.train.Checkpoint(est=est).save(str(tmp_path / "ckpt"))
+    restored = ExactFrequency(10)
+    tf.train.Checkpoint(est=restored).restore(path).assert_consumed()
+    np.testing.assert_allclose(restored.log_q([1, 2]).numpy(), est.log_q([1, 2]).numpy())
+
+
+def test_exact_rejects_bad_input():
+    with pytest.raises(ValueError, match="num_items"):
+        ExactFrequency(0)
+    with pytest.raises(ValueError, match="counts"):
+        ExactFrequency.from_counts([1, -2])
+    with pytest.raises(ValueError, match="ids.*integer"):
+        ExactFrequency(3).log_q([0.5])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ids must lie"):
+        ExactFrequency(3).update([5])
+
+
+def test_count_min_never_undercounts_and_respects_error_bound():
+    ids, _ = _zipf_stream(20000, 200_000, seed=1)
+    sketch = CountMinSketch(depth=4, width=2048, seed=3)
+    update = tf.function(sketch.update)
+    for chunk in np.array_split(ids, 20):
+        update(tf.constant(chunk))
+    true = np.bincount(ids, minlength=20000)
+    est = sketch.count(np.arange(20000)).numpy()
+    assert (est >= true).all()
+    bound = sketch.error_bound()
+    assert bound == pytest.approx(math.e / 2048 * len(ids))
+    # P(est > true + eps N) <= delta = e^-4 ~ 1.8% per item; allow 2x slack.
+    assert np.mean(est > true + bound) <= 2 * sketch.delta
+    # Frequent items are estimated accurately in log space.
+    top = np.argsort(-true)[:20]
+    np.testing.assert_allclose(
+        sketch.log_q(top).numpy(), np.log(true[top] / len(ids)), atol=0.05
+    )
+
+
+def test_count_min_from_error_bound_and_merge():
+    a = CountMinSketch.from_error_bound(epsilon=0.01, delta=0.01, seed=7)
+    assert a.width == math.ceil(math.e / 0.01) and a.depth == math.ceil(math.log(100))
+    b = CountMinSketch.from_error_bound(epsilon=0.01, delta=0.01, seed=7)
+    whole = CountMinSketch.from_error_bound(epsilon=0.01, delta=0.01, seed=7)
+    ids, _ = _zipf_stream(1000, 5000, seed=2)
+    a.update(ids[:2500])
+    b.update(ids[2500:])
+    whole.update(ids)
+    a.merge(b)
+    np.testing.assert_allclose(a.counters.numpy(), whole.counters.numpy())
+    assert float(a.total.numpy()) == 5000
+    with pytest.raises(ValueError, match="merge"):
+        a.merge(CountMinSketch(depth=2, width=10))
+
+
+def test_streaming_converges_on_stationary_stream():
+    num_items, batch = 200, 256
+    ids, p = _zipf_stream(num_items, 1500 * batch, seed=4, s=1.0)
+    est = StreamingFrequency(num_buckets=4096, num_hashes=2, alpha=0.01, seed=1)
+    update = tf.function(est.update)
+    for step in range(1500):
+        update(tf.constant(ids[step * batch:(step + 1) * batch]))
+    top = np.arange(30)  # items seen at least every ~2 steps
+    log_q = est.log_q(top).numpy()
+    # Within 25% of the true probability on popular items.
+    np.testing.assert_allclose(np.exp(log_q), p[top], rtol=0.25)
+    # And the ranking of popularity is preserved.
+    assert np.corrcoef(log_q, np.log(p[top]))[0, 1] > 0.95
+
+
+def test_streaming_tracks_a_popularity_shift():
+    batch = 128
+    rng = np.random.default_rng(5)
+    est = StreamingFrequency(num_buckets=1024, num_hashes=2, alpha=0.02, seed=2)
+    update = tf.function(est.update)
+    # Phase 1: item 1 has probability 0.2, item 2 has 0.01; phase 2: swapped.
+    for phase, (p1, p2) in enumerate([(0.2, 0.01), (0.01, 0.2)]):
+        for _ in range(400):
+            u = rng.uniform(size=batch)
+            ids = np.where(u < p1, 1, np.where(u < p1 + p2, 2, rng.integers(10, 500, batch)))
+            update(tf.constant(ids))
+        q = np.exp(est.log_q([1, 2]).numpy())
+        np.testing.assert_allclose(q, [p1, p2], rtol=0.3, err_msg=f"phase {phase}")
+
+
+def test_streaming_duplicates_in_a_step_are_evenly_spaced_hits():
+    est = StreamingFrequency(num_buckets=64, num_hashes=1, alpha=0.5)
+    est.update([3])  # t=1: gap = 0.5 * 0 + 0.5 * 1
+    est.update([3, 3, 3])  # t=2: 3 hits with gap 1/3 each
+    gap = est.estimated_gap([3]).numpy()[0]
+    g = 0.5
+    for _ in range(3):
+        g = 0.5 * g + 0.5 * (1.0 / 3.0)
+    assert gap == pytest.approx(g)
+    # An id never seen is taken as seen at most once in all steps so far.
+    assert est.estimated_gap([5]).numpy()[0] == pytest.approx(2.0)
+
+
+def test_estimators_under_mirrored_strategy_see_the_global_stream():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    strategy = tf.distribute.MirroredStrategy(devices)
+    with strategy.scope():
+        sketch = CountMinSketch(depth=3, width=256)
+        exact = ExactFrequency(100)
+    ids = np.arange(40, dtype=np.int64) % 20
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices(ids).batch(40)
+    )
+
+    @tf.function
+    def step(batch):
+        def fn(x):
+            sketch.update(x)
+            exact.update(x)
+            return exact.log_q(x)
+
+        return strategy.run(fn, args=(batch,))
+
+    step(next(iter(dist)))
+    np.testing.assert_allclose(exact.counts.numpy()[:20], np.full(20, 2.0))
+    assert float(exact.total.numpy()) == 40
+    assert float(sketch.total.numpy()) == 40
+    assert (sketch.count(np.arange(20)).numpy() >= 2).all()

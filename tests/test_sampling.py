@@ -1,0 +1,111 @@
+"""Specification of the negative samplers in `tfrs_logq.sampling`."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+from tfrs_logq import CorrectedRetrieval
+from tfrs_logq.frequency import ExactFrequency
+from tfrs_logq.sampling import InBatchSampler, MixedSampler, UniformSampler
+
+
+def test_uniform_sampler_is_uniform_over_catalog_excluding_padding():
+    sampler = UniformSampler(num_items=20, num_negatives=500, first_id=1, seed=3)
+    draws = np.concatenate([sampler().ids.numpy() for _ in range(40)])
+    assert draws.min() >= 1 and draws.max() <= 20
+    counts = np.bincount(draws, minlength=21)[1:]
+    assert stats.chisquare(counts).pvalue > 0.001
+    out = sampler()
+    np.testing.assert_allclose(out.log_q.numpy(), np.full(500, -np.log(20.0)), rtol=1e-6)
+    assert out.is_valid.numpy().all()
+
+
+def test_in_batch_dedup_subsamples_distinct_items_uniformly():
+    positives = np.array([5] * 50 + [6] * 3 + [7, 8, 9, 0, 0])  # 0 is padding
+    sampler = InBatchSampler(num_negatives=2, deduplicate=True, pad_id=0, seed=1)
+    draws = []
+    for _ in range(1000):
+        out = sampler(positives)
+        ids = out.ids.numpy()
+        assert len(set(ids)) == 2 and 0 not in ids  # distinct, no padding
+        draws.extend(ids)
+    counts = np.bincount(draws, minlength=10)[[5, 6, 7, 8, 9]]
+    # Each distinct item is equally likely to be kept, whatever its batch count.
+    assert stats.chisquare(counts).pvalue > 0.001
+
+
+def test_in_batch_without_dedup_follows_batch_frequencies():
+    positives = np.array([1] * 30 + [2] * 10 + [3] * 10)
+    sampler = InBatchSampler(num_negatives=5, deduplicate=False, seed=2)
+    draws = np.concatenate([sampler(positives).ids.numpy() for _ in range(600)])
+    counts = np.bincount(draws, minlength=4)[1:]
+    expected = np.array([0.6, 0.2, 0.2]) * len(draws)
+    assert stats.chisquare(counts, expected).pvalue > 0.001
+
+
+def test_in_batch_pads_when_too_few_distinct_items_and_uses_frequency():
+    freq = ExactFrequency.from_counts(np.array([0, 10, 30, 60], float))
+    sampler = InBatchSampler(num_negatives=5, frequency=freq, pad_id=0)
+    out = sampler(np.array([1, 2, 2, 3]))
+    valid = out.is_valid.numpy()
+    assert valid.sum() == 3 and out.ids.shape == (5,)
+    ids = out.ids.numpy()
+    assert (ids[~valid] == 0).all()
+    np.testing.assert_allclose(out.log_q.numpy()[valid], np.log([10, 30, 60])[ids[valid] - 1] -
+                               np.log(100), rtol=1e-6)
+
+
+def test_in_batch_default_log_q_is_batch_frequency():
+    out = InBatchSampler(num_negatives=3)(np.array([4, 4, 4, 7]))
+    got = dict(zip(out.ids.numpy()[out.is_valid.numpy()], out.log_q.numpy()))
+    assert got[4] == pytest.approx(np.log(0.75)) and got[7] == pytest.approx(np.log(0.25))
+
+
+@pytest.mark.parametrize("mode", ["unigram", "mixture"])
+def test_mixed_sampler_log_q(mode):
+    freq = ExactFrequency.from_counts(np.arange(11, dtype=float))  # Q(d) = d / 55
+    sampler = MixedSampler(
+        UniformSampler(num_items=10, num_negatives=4, seed=0),
+        InBatchSampler(num_negatives=4, frequency=freq),
+        log_q=mode,
+    )
+    out = sampler(np.array([1, 2, 3, 4, 5, 6]))
+    ids, log_q = out.ids.numpy(), out.log_q.numpy()
+    assert ids.shape == (8,) and out.is_valid.numpy().all()
+    unigram = np.log(np.maximum(ids, 1) / 55.0)
+    expected = unigram if mode == "unigram" else np.log(0.5 / 10 + 0.5 * np.exp(unigram))
+    np.testing.assert_allclose(log_q, expected, rtol=1e-5)
+
+
+def test_samplers_work_in_tf_function_and_feed_the_task():
+    freq = ExactFrequency.from_counts(np.ones(51))
+    sampler = MixedSampler(
+        UniformSampler(num_items=50, num_negatives=6),
+        InBatchSampler(num_negatives=6, frequency=freq),
+    )
+    emb = tf.keras.layers.Embedding(51, 4)
+    task = CorrectedRetrieval(reduction="none")
+
+    @tf.function
+    def step(positive_ids, queries):
+        neg = sampler(positive_ids)
+        n = tf.shape(queries)[0]
+        ids = tf.concat([positive_ids, neg.ids], 0)
+        log_q = tf.concat([freq.log_q(positive_ids), neg.log_q], 0)
+        return task(queries, emb(ids), candidate_ids=ids,
+                    candidate_log_sampling_probability=log_q, score_mask=neg.score_mask(n))
+
+    first = step(tf.constant([1, 2, 3], tf.int64), tf.random.normal([3, 4]))
+    second = step(tf.constant([1, 2, 3], tf.int64), tf.random.normal([3, 4]))
+    assert first.shape == (3,) and np.isfinite(first.numpy()).all()
+    assert np.isfinite(second.numpy()).all()
+
+
+def test_sampler_errors():
+    with pytest.raises(ValueError, match="num_negatives"):
+        InBatchSampler(num_negatives=0)
+    with pytest.raises(ValueError, match="num_items"):
+        UniformSampler(num_items=0, num_negatives=3)
+    with pytest.raises(ValueError, match="log_q"):
+        MixedSampler(UniformSampler(5, 2), InBatchSampler(2), log_q="exact")
