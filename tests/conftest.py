@@ -14,3 +14,22 @@ try:
     )
 except RuntimeError:  # runtime already initialised by an earlier import
     pass
+
+import pytest  # noqa: E402
+
+_STRATEGY = None
+
+
+@pytest.fixture
+def mirrored_strategy():
+    """One MirroredStrategy over the two logical CPUs, shared by every test.
+
+    Several MirroredStrategy instances in one process share the collective
+    runtime and can collide on collective instance keys; one instance avoids it.
+    """
+    global _STRATEGY
+    if _STRATEGY is None:
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+        assert len(devices) == 2, "conftest should have created two logical CPUs"
+        _STRATEGY = tf.distribute.MirroredStrategy(devices)
+    return _STRATEGY

@@ -127,9 +127,8 @@ def test_streaming_duplicates_in_a_step_are_evenly_spaced_hits():
     assert est.estimated_gap([5]).numpy()[0] == pytest.approx(2.0)
 
 
-def test_estimators_under_mirrored_strategy_see_the_global_stream():
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    strategy = tf.distribute.MirroredStrategy(devices)
+def test_estimators_under_mirrored_strategy_see_the_global_stream(mirrored_strategy):
+    strategy = mirrored_strategy
     with strategy.scope():
         sketch = CountMinSketch(depth=3, width=256)
         exact = ExactFrequency(100)

@@ -262,10 +262,8 @@ def test_errors():
         CorrectedRetrieval(correction="none")(q, c[:3])
 
 
-def test_mirrored_strategy_two_replicas_matches_per_replica_reference():
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    assert len(devices) == 2, "conftest should create two logical CPUs"
-    strategy = tf.distribute.MirroredStrategy(devices)
+def test_mirrored_strategy_two_replicas_matches_per_replica_reference(mirrored_strategy):
+    strategy = mirrored_strategy
     q, c, ids, prob, _ = _batch(seed=12, num_queries=16, num_ids=50)
     with strategy.scope():
         task = CorrectedRetrieval()
@@ -287,9 +285,8 @@ def test_mirrored_strategy_two_replicas_matches_per_replica_reference():
     np.testing.assert_allclose([v.numpy() for v in per_replica], expected, rtol=1e-5)
 
 
-def test_model_fit_under_mirrored_strategy_reduces_loss():
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-    strategy = tf.distribute.MirroredStrategy(devices)
+def test_model_fit_under_mirrored_strategy_reduces_loss(mirrored_strategy):
+    strategy = mirrored_strategy
     rng = np.random.default_rng(0)
     users = rng.integers(0, 20, 512)
     items = (users * 3 + rng.integers(0, 2, 512)) % 40
