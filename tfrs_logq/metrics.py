@@ -1,0 +1,99 @@
+"""Full-catalog retrieval metrics: Recall@k and NDCG@k by exact (brute-force) ranking."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+def target_ranks(
+    query_embeddings,
+    item_embeddings,
+    targets,
+    *,
+    exclude=None,
+    padding_id: Optional[int] = 0,
+    chunk_size: int = 1024,
+) -> np.ndarray:
+    """0-based rank of each target among all catalog items, by dot-product score.
+
+    Ties count against the target (an item scoring exactly the target's score
+    ranks above it), so a constant model gets the worst rank, not the best.
+
+    Args:
+      query_embeddings: `[n, dim]`.
+      item_embeddings: `[num_ids, dim]`, row ``d`` is item ``d``.
+      targets: `[n]` int item ids.
+      exclude: optional `[n, L]` int ids per query to leave out of the ranking
+        (e.g. already-seen items); the target itself and ``padding_id`` entries
+        are never excluded by it.
+      padding_id: int or None. Row of ``item_embeddings`` that is not an item.
+        Defaults to 0.
+      chunk_size: int. Queries scored at once (memory is ``chunk x num_ids``).
+
+    Returns:
+      `[n]` int64 numpy array of ranks.
+    """
+    q = tf.convert_to_tensor(query_embeddings)
+    items = tf.convert_to_tensor(item_embeddings)
+    targets = tf.cast(tf.reshape(tf.convert_to_tensor(targets), [-1]), tf.int64)
+    n, num_ids = int(q.shape[0]), int(items.shape[0])
+    if int(targets.shape[0]) != n:
+        raise ValueError(f"`targets` has {targets.shape[0]} entries for {n} queries.")
+    if exclude is not None:
+        exclude = tf.cast(tf.convert_to_tensor(exclude), tf.int64)
+        if exclude.shape.rank != 2 or int(exclude.shape[0]) != n:
+            raise ValueError(f"`exclude` must be `[{n}, L]`, received {exclude.shape}.")
+    ranks = []
+    for start in range(0, n, chunk_size):
+        stop = min(n, start + chunk_size)
+        ranks.append(
+            _chunk_ranks(
+                q[start:stop],
+                items,
+                targets[start:stop],
+                None if exclude is None else exclude[start:stop],
+                -1 if padding_id is None else int(padding_id),
+                num_ids,
+            ).numpy()
+        )
+    return np.concatenate(ranks) if ranks else np.zeros([0], np.int64)
+
+
+@tf.function(reduce_retracing=True)
+def _chunk_ranks(q, items, targets, exclude, padding_id, num_ids):
+    scores = tf.matmul(tf.cast(q, tf.float32), tf.cast(items, tf.float32), transpose_b=True)
+    target_scores = tf.gather(scores, targets, batch_dims=1)
+    valid = tf.ones_like(scores, tf.bool)
+    if padding_id >= 0:
+        valid = tf.logical_and(valid, tf.not_equal(tf.range(num_ids, dtype=tf.int64), padding_id))
+    if exclude is not None:
+        rows = tf.broadcast_to(tf.range(tf.shape(exclude)[0], dtype=tf.int64)[:, None],
+                               tf.shape(exclude))
+        keep = tf.logical_and(
+            tf.not_equal(exclude, targets[:, None]),
+            tf.logical_and(exclude >= 0, exclude < num_ids),
+        )
+        idx = tf.boolean_mask(tf.stack([rows, exclude], -1), keep)
+        seen = tf.scatter_nd(idx, tf.ones([tf.shape(idx)[0]], tf.bool), tf.shape(scores, tf.int64))
+        valid = tf.logical_and(valid, tf.logical_not(seen))
+    not_target = tf.not_equal(tf.range(num_ids, dtype=tf.int64)[None, :], targets[:, None])
+    above = tf.logical_and(scores >= target_scores[:, None], not_target)
+    return tf.reduce_sum(tf.cast(tf.logical_and(above, valid), tf.int64), axis=1)
+
+
+def recall_ndcg_from_ranks(ranks, ks: Sequence[int] = (10, 20)) -> dict[str, float]:
+    """Recall@k (hit rate of the single target) and NDCG@k from 0-based ranks."""
+    ranks = np.asarray(ranks)
+    out = {}
+    for k in ks:
+        hit = ranks < k
+        out[f"recall@{k}"] = float(hit.mean()) if ranks.size else float("nan")
+        gain = np.where(hit, 1.0 / np.log2(ranks + 2.0), 0.0)
+        out[f"ndcg@{k}"] = float(gain.mean()) if ranks.size else float("nan")
+    return out
+
+
+__all__ = ["recall_ndcg_from_ranks", "target_ranks"]
