@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", default="demo_output")
     demo.add_argument("--num-items", type=_positive_int, default=50_000)
     demo.add_argument("--num-users", type=_positive_int, default=100_000)
-    demo.add_argument("--steps", type=_positive_int, default=2000)
+    demo.add_argument("--steps", type=_positive_int, default=1500)
     demo.add_argument("--batch-size", type=_positive_int, default=1024)
     demo.add_argument("--embedding-dim", type=_positive_int, default=32)
     demo.add_argument("--learning-rate", type=float, default=3e-3)

@@ -33,7 +33,7 @@ class DemoConfig:
     num_items: int = 50_000
     num_users: int = 100_000
     batch_size: int = 1024
-    steps: int = 2000
+    steps: int = 1500
     embedding_dim: int = 32
     learning_rate: float = 3e-3
     num_eval: int = 8192

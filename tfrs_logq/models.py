@@ -84,6 +84,9 @@ class TwoTowerModel(tfrs.Model):
         )
 
     def item_embeddings(self) -> tf.Tensor:
+        """`[num_ids, dim]` item embedding table (row 0 is padding)."""
+        if not self.item_tower.built:
+            self.item_tower(tf.zeros([1], tf.int64))
         return self.item_tower.embeddings
 
 

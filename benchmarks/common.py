@@ -1,0 +1,36 @@
+"""Shared helpers for the benchmark scripts (timing and machine description)."""
+
+import os
+import platform
+import statistics
+import time
+
+import tfrs_logq  # noqa: F401  (selects tf-keras)
+import tensorflow as tf
+
+
+def machine() -> str:
+    gpus = tf.config.list_physical_devices("GPU")
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    dev = f"{len(gpus)} GPU(s): " + ", ".join(
+        tf.config.experimental.get_device_details(g).get("device_name", "?") for g in gpus
+    ) if gpus else "no GPU"
+    return f"{os.cpu_count()} CPU cores ({cpu}), {dev}, TensorFlow {tf.__version__}"
+
+
+def time_fn(fn, *, warmup: int = 3, repeats: int = 20) -> tuple[float, float]:
+    """Median and min seconds per call of ``fn`` (which must block until done)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples), min(samples)
