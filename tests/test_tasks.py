@@ -315,3 +315,32 @@ def test_model_fit_under_mirrored_strategy_reduces_loss(mirrored_strategy):
     history = model.fit(ds, epochs=4, verbose=0)
     losses = history.history["loss"]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("correction", ["none", "logq"])
+@pytest.mark.parametrize("hits", [False, True])
+def test_dedup_and_score_mask_for_none_and_logq_keep_the_positive(correction, hits):
+    # Row i's positive id may occur earlier in the batch: its own column is then a
+    # duplicate, yet it must stay the row's positive.
+    q, c, _, prob, _ = _batch(seed=13, num_extra=3)
+    ids = np.array([4, 4, 7, 4, 9, 7, 1, 2, 4, 3, 9], np.int64)
+    rng = np.random.default_rng(1)
+    score_mask = rng.uniform(size=(8, 11)) > 0.2
+    task = CorrectedRetrieval(correction=correction, deduplicate_candidates=True,
+                              remove_accidental_hits=hits, reduction="none")
+    kw = dict(candidate_ids=ids, score_mask=score_mask)
+    if correction == "logq":
+        kw["candidate_sampling_probability"] = prob
+    loss = task(q, c, **kw).numpy()
+    scores = q.astype(np.float64) @ c.T.astype(np.float64)
+    log_q = np.log(prob.astype(np.float64)) if correction == "logq" else np.zeros(11)
+    first = np.array([list(ids).index(x) == j for j, x in enumerate(ids)])
+    for i in range(8):
+        neg = first & score_mask[i]
+        neg[i] = False
+        if hits:
+            neg &= ids != ids[i]
+        terms = np.concatenate([[scores[i, i] - log_q[i]], (scores[i] - log_q)[neg]])
+        m = terms.max()
+        expected = m + np.log(np.exp(terms - m).sum()) - (scores[i, i] - log_q[i])
+        assert loss[i] == pytest.approx(expected, rel=1e-5, abs=1e-5)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
 CORRECTIONS = ("none", "logq", "corrected")
@@ -56,38 +57,80 @@ def _check_dim(x: tf.Tensor, name: str, axis: int, expected: Optional[int], what
         )
 
 
-def masked_logsumexp(
-    logits: tf.Tensor, mask: tf.Tensor, extra: Optional[tf.Tensor] = None
-) -> tf.Tensor:
-    """``log(sum_{i: mask} e^{logits_i} [+ e^{extra}])`` per row, stable and NaN-free.
+def masked_value(dtype: tf.DType) -> tf.Tensor:
+    """The one "minus infinity" used for masked logits: half the dtype's lowest value.
 
-    Masked entries may hold any value (including inf or NaN): they are replaced
-    before any arithmetic, so they receive exactly zero gradient. A row with no
-    valid entry and no ``extra`` returns ``-inf``.
-
-    Args:
-      logits: `[batch, n]` floating tensor.
-      mask: `[batch, n]` bool, True where the entry counts.
-      extra: optional `[batch]` term included in every row.
+    Finite, so ``0 * masked`` is 0 (no NaN), and ``exp(masked - max)`` is exactly 0
+    for any real row maximum, without overflow in ``masked - max``.
     """
-    neg_inf = tf.constant(float("-inf"), logits.dtype)
-    row_max = tf.reduce_max(tf.where(mask, logits, neg_inf), axis=-1)
-    if extra is not None:
-        row_max = tf.maximum(row_max, extra)
-    has_any = tf.math.is_finite(row_max)
-    shift = tf.stop_gradient(tf.where(has_any, row_max, tf.zeros_like(row_max)))
-    safe = tf.where(mask, logits, shift[:, None])
-    total = tf.reduce_sum(
-        tf.where(mask, tf.exp(safe - shift[:, None]), tf.zeros_like(safe)), axis=-1
-    )
-    if extra is not None:
-        safe_extra = tf.where(tf.math.is_finite(extra), extra, shift)
-        total += tf.where(
-            tf.math.is_finite(extra), tf.exp(safe_extra - shift), tf.zeros_like(extra)
-        )
-    positive_total = total > 0
-    safe_total = tf.where(positive_total, total, tf.ones_like(total))
-    return tf.where(positive_total, shift + tf.math.log(safe_total), tf.fill(tf.shape(total), neg_inf))
+    return tf.constant(np.finfo(dtype.as_numpy_dtype).min / 2, dtype)
+
+
+@tf.custom_gradient
+def row_logsumexp(logits: tf.Tensor):
+    """`[batch, n]` -> `[batch]` ``log sum_j e^{logits_j}``, stable, one kernel pass each way.
+
+    Masked entries must hold `masked_value` (they then contribute exactly 0 and
+    receive zero gradient). A row that is entirely masked returns a finite
+    value near `masked_value`; callers zero such rows.
+    """
+    row_max = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
+    exp = tf.exp(logits - row_max)
+    total = tf.reduce_sum(exp, axis=-1, keepdims=True)
+    lse = tf.squeeze(row_max + tf.math.log(total), axis=-1)
+
+    def grad(upstream):
+        return exp * (upstream[:, None] / total)
+
+    return lse, grad
+
+
+def masked_row_logsumexp(logits: tf.Tensor, exclude: tf.Tensor) -> tf.Tensor:
+    """`row_logsumexp` over the entries where ``exclude`` is False.
+
+    The mask is applied inside the custom gradient, so the backward pass is a
+    single multiply (no select over the masked matrix). Excluded entries may hold
+    anything, inf and NaN included, and receive zero gradient.
+    """
+
+    @tf.custom_gradient
+    def _lse(x):
+        masked = tf.where(exclude, masked_value(x.dtype), x)
+        row_max = tf.reduce_max(masked, axis=-1, keepdims=True)
+        exp = tf.exp(masked - row_max)
+        total = tf.reduce_sum(exp, axis=-1, keepdims=True)
+        lse = tf.squeeze(row_max + tf.math.log(total), axis=-1)
+
+        def grad(upstream):
+            return exp * (upstream[:, None] / total)
+
+        return lse, grad
+
+    return _lse(logits)
+
+
+def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``log(e^a + e^b)`` elementwise, stable."""
+    m = tf.stop_gradient(tf.maximum(a, b))
+    return m + tf.math.log(tf.exp(a - m) + tf.exp(b - m))
+
+
+def corrected_from_logsumexp(
+    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor
+) -> tf.Tensor:
+    """``-w (s_p - lse)`` with ``w = sg(1 - P)``; rows with no valid negative give 0.
+
+    ``lse = log sum_i e^{s_i - log Q'(d_i)}`` over the ``num_valid`` negatives, and
+    ``P = e^{s_p} / (e^{s_p} + e^{lse} / n) = sigmoid(s_p - lse + log n)``, so
+    ``1 - P = sigmoid(lse - log n - s_p)``.
+    """
+    num_valid = tf.cast(num_valid, positive_logits.dtype)
+    has_negative = num_valid > 0
+    safe_lse = tf.where(has_negative, negative_lse, positive_logits)
+    log_n = tf.math.log(tf.maximum(num_valid, 1.0))
+    weight = tf.stop_gradient(tf.sigmoid(safe_lse - log_n - positive_logits))
+    loss = weight * (safe_lse - positive_logits)
+    return tf.where(has_negative, loss, tf.zeros_like(loss))
 
 
 def sampled_softmax_loss(
@@ -153,9 +196,10 @@ def sampled_softmax_loss(
         _check_dim(mask, "negative_mask", 0, batch, "rows")
         _check_dim(mask, "negative_mask", 1, num_neg, "columns (must match `negative_logits`)")
 
+    masked = masked_value(dtype)
     if correction == "none":
-        lse = masked_logsumexp(s_n, mask, extra=s_p)
-        return lse - s_p
+        logits = tf.concat([s_p[:, None], tf.where(mask, s_n, masked)], axis=1)
+        return row_logsumexp(logits) - s_p
 
     if negative_log_q is None:
         raise ValueError(f"`negative_log_q` is required for correction={correction!r}.")
@@ -167,7 +211,8 @@ def sampled_softmax_loss(
     else:
         _check_dim(log_q, "negative_log_q", 0, batch, "rows")
         _check_dim(log_q, "negative_log_q", 1, num_neg, "columns (must match negatives)")
-    adjusted = s_n - log_q
+    # Masked entries may hold anything (inf, NaN): `where` drops them, value and gradient.
+    adjusted = tf.where(mask, s_n - log_q, masked)
 
     if correction == "logq":
         positive_term = s_p
@@ -176,21 +221,80 @@ def sampled_softmax_loss(
             _check_rank(pos_q, "positive_log_q", (1,))
             _check_dim(pos_q, "positive_log_q", 0, batch, "entries (must match batch)")
             positive_term = s_p - pos_q
-        lse = masked_logsumexp(adjusted, mask, extra=positive_term)
-        return lse - s_p
+        return row_logsumexp(tf.concat([positive_term[:, None], adjusted], axis=1)) - s_p
 
     if positive_log_q is not None:
         raise ValueError(
             "`positive_log_q` is only used by correction='logq'; the corrected loss "
             "removes the positive from the denominator."
         )
-    # correction == "corrected"
-    lse = masked_logsumexp(adjusted, mask)  # log sum_i e^{s_i - log Q'(d_i)}
-    num_valid = tf.reduce_sum(tf.cast(mask, dtype), axis=-1)
-    has_negative = num_valid > 0
-    safe_lse = tf.where(has_negative, lse, s_p)
-    # P = sigmoid(s_p - (lse - log n)), so 1 - P = sigmoid(lse - log n - s_p).
-    log_n = tf.math.log(tf.maximum(num_valid, 1.0))
-    weight = tf.stop_gradient(tf.sigmoid(safe_lse - log_n - s_p))
-    loss = weight * (safe_lse - s_p)
-    return tf.where(has_negative, loss, tf.zeros_like(loss))
+    num_valid = tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1)
+    return corrected_from_logsumexp(s_p, row_logsumexp(adjusted), num_valid)
+
+
+def in_batch_softmax_loss(
+    scores: tf.Tensor,
+    *,
+    correction: str,
+    log_q: Optional[tf.Tensor] = None,
+    exclude: Optional[tf.Tensor] = None,
+    exclude_includes_positive: bool = False,
+    num_valid: Optional[tf.Tensor] = None,
+    numerator_log_q: bool = True,
+) -> tf.Tensor:
+    """The same losses on a TFRS-style score matrix, without copying the positive out.
+
+    Row ``i`` of ``scores`` has its positive in column ``i``; every other column
+    is a negative unless ``exclude`` says otherwise. This is the form
+    `CorrectedRetrieval` uses: one masked `[batch, num_candidates]` matrix and
+    one log-sum-exp per row.
+
+    Args:
+      scores: `[batch, num_candidates]` float logits, ``num_candidates >= batch``.
+      correction: ``"none"``, ``"logq"`` or ``"corrected"``.
+      log_q: `[num_candidates]` ``log Q(d)`` of each candidate (``"logq"`` and
+        ``"corrected"``). For ``"corrected"`` ``log Q'(d) = log Q(d) - log(1 - Q(p))``
+        is applied per row here.
+      exclude: `[batch, num_candidates]` bool, True where the column is not a
+        negative of the row (accidental hit, duplicate, masked). Defaults to None.
+      exclude_includes_positive: bool. Whether ``exclude`` is already True on the
+        diagonal (accidental-hit masks are). Defaults to False.
+      num_valid: `[batch]` number of valid negatives per row, if known more
+        cheaply than by counting ``exclude`` (only used by ``"corrected"``).
+      numerator_log_q: bool. For ``"logq"``, subtract ``log Q(p)`` in the
+        numerator as well (TFRS does; a constant with zero gradient). Defaults to True.
+
+    Returns:
+      `[batch]` per-example losses in the scores' dtype.
+    """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
+    dtype = scores.dtype
+    batch = tf.shape(scores)[0]
+    positive_logits = tf.linalg.diag_part(scores[:, :batch])
+    logits = scores
+    if correction != "none":
+        if log_q is None:
+            raise ValueError(f"`log_q` is required for correction={correction!r}.")
+        logits = scores - tf.cast(log_q, dtype)[None, :]
+    diagonal = tf.linalg.diag_part(logits[:, :batch])  # s_p - log Q(p), or s_p
+
+    if exclude is None and correction != "corrected":
+        # No mask: the diagonal already holds the positive's denominator term.
+        lse = row_logsumexp(logits)
+    else:
+        if exclude is None or not exclude_includes_positive:
+            on_diagonal = tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool)
+            exclude = on_diagonal if exclude is None else tf.logical_or(exclude, on_diagonal)
+        negative_lse = masked_row_logsumexp(logits, exclude)  # positive excluded
+        if correction == "corrected":
+            if num_valid is None:
+                num_valid = tf.reduce_sum(tf.cast(tf.logical_not(exclude), tf.int32), axis=-1)
+            # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
+            q_positive = tf.minimum(tf.exp(tf.cast(log_q, dtype)[:batch]), 1.0 - 1e-6)
+            negative_lse = negative_lse + tf.math.log1p(-q_positive)
+            return corrected_from_logsumexp(positive_logits, negative_lse, num_valid)
+        lse = logaddexp(negative_lse, diagonal)
+    if correction == "logq" and numerator_log_q:
+        return lse - diagonal
+    return lse - positive_logits

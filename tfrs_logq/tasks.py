@@ -4,26 +4,28 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
-from tfrs_logq.losses import CORRECTIONS, compute_dtype_for, sampled_softmax_loss
+from tfrs_logq.losses import (
+    CORRECTIONS,
+    compute_dtype_for,
+    corrected_from_logsumexp,
+    in_batch_softmax_loss,
+    masked_value,
+    row_logsumexp,
+)
 
 REDUCTIONS = ("sum", "sum_over_batch_size", "none")
 
 
-def _masked_min(dtype: tf.DType) -> tf.Tensor:
-    """The dtype-aware "minus infinity" used for masked scores given to metrics."""
-    return tf.constant(np.finfo(dtype.as_numpy_dtype).min / 2.0, dtype)
-
-
-def first_occurrence_mask(ids: tf.Tensor) -> tf.Tensor:
-    """`[n]` bool: True at the first position of each distinct id in ``ids``."""
-    _, idx = tf.unique(ids)
+def first_occurrence_mask(ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """`[n]` bool, True at the first position of each distinct id; and the number of ids."""
+    unique, idx = tf.unique(ids)
+    num_unique = tf.size(unique)
     positions = tf.range(tf.shape(ids)[0])
-    first = tf.math.unsorted_segment_min(positions, idx, tf.reduce_max(idx) + 1)
-    return tf.equal(positions, tf.gather(first, idx))
+    first = tf.math.unsorted_segment_min(positions, idx, num_unique)
+    return tf.equal(positions, tf.gather(first, idx)), num_unique
 
 
 class CorrectedRetrieval(tfrs.tasks.Retrieval):
@@ -233,10 +235,6 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         if self._temperature is not None:
             scores = scores / tf.cast(self._temperature, dtype)
 
-        is_positive = tf.cast(tf.eye(num_queries, num_candidates), tf.bool)
-        positive_logits = tf.linalg.diag_part(scores[:, :num_queries])
-        negative_mask = tf.logical_not(is_positive)
-
         needs_ids = (
             self._correction == "corrected"
             or self._remove_accidental_hits
@@ -266,24 +264,45 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             )
             raise ValueError(f"`candidate_ids` is required: {reason}.")
 
+        # `exclude`: True where a column is not a negative of the row. Only the
+        # masks that are asked for are built; each is one [batch, candidates] pass.
+        exclude = None
+        exclude_includes_positive = False
+        num_valid = None
         if candidate_ids is not None and (
             self._correction == "corrected" or self._remove_accidental_hits
         ):
             positive_ids = candidate_ids[:num_queries]
-            hits = tf.equal(positive_ids[:, None], candidate_ids[None, :])
-            negative_mask = tf.logical_and(negative_mask, tf.logical_not(hits))
+            exclude = tf.equal(positive_ids[:, None], candidate_ids[None, :])
+            exclude_includes_positive = True  # a positive always hits itself
+            # Valid negatives per row = candidates minus those sharing the positive's
+            # id, counted by binary search in the sorted ids (XLA-compatible)
+            # instead of another pass over the [batch, candidates] mask.
+            sorted_ids = tf.sort(candidate_ids)[None, :]
+            bounds = [tf.searchsorted(sorted_ids, positive_ids[None, :], side=side)[0]
+                      for side in ("left", "right")]
+            num_valid = num_candidates - tf.cast(bounds[1] - bounds[0], tf.int32)
         if self._deduplicate_candidates:
-            negative_mask = tf.logical_and(
-                negative_mask, first_occurrence_mask(candidate_ids)[None, :]
-            )
+            is_first, num_unique = first_occurrence_mask(candidate_ids)
+            duplicate = tf.logical_not(is_first)[None, :]
+            exclude = duplicate if exclude is None else tf.logical_or(exclude, duplicate)
+            # With hits masked, the valid negatives are the distinct ids but the positive's.
+            num_valid = tf.fill([num_queries], num_unique - 1) if exclude_includes_positive else None
         if score_mask is not None:
             score_mask = tf.convert_to_tensor(score_mask)
             if score_mask.dtype != tf.bool:
                 raise ValueError(f"`score_mask` must be bool, received {score_mask.dtype.name}.")
-            negative_mask = tf.logical_and(negative_mask, score_mask)
+            dropped = tf.logical_not(score_mask)
+            if exclude_includes_positive:
+                exclude = tf.logical_or(exclude, dropped)
+            else:
+                # The positive is unaffected by score_mask.
+                on_diagonal = tf.cast(tf.eye(num_queries, num_candidates), tf.bool)
+                dropped = tf.logical_and(dropped, tf.logical_not(on_diagonal))
+                exclude = dropped if exclude is None else tf.logical_or(exclude, dropped)
+            num_valid = None
 
-        negative_log_q = None
-        positive_log_q = None
+        log_q = None
         if self._correction != "none":
             log_q = self._candidate_log_q(
                 candidate_sampling_probability,
@@ -291,37 +310,18 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 num_candidates_static,
                 dtype,
             )
-            positive_log_q = log_q[:num_queries]
-            if self._correction == "logq":
-                negative_log_q = tf.broadcast_to(log_q[None, :], tf.shape(scores))
-            else:
-                # Q'(d) = Q(d) / (1 - Q(p)): the proposal with the positive removed.
-                q_positive = tf.minimum(tf.exp(positive_log_q), 1.0 - 1e-6)
-                negative_log_q = log_q[None, :] - tf.math.log1p(-q_positive)[:, None]
 
-        negative_logits = scores
-        candidate_mask = negative_mask  # before hard-negative selection, for batch metrics
-        if self._num_hard_negatives is not None:
-            adjusted = scores if negative_log_q is None else scores - negative_log_q
-            ranked = tf.where(negative_mask, adjusted, tf.constant(float("-inf"), dtype))
-            k = tf.minimum(int(self._num_hard_negatives), num_candidates)
-            _, top = tf.math.top_k(ranked, k=k, sorted=False)
-            negative_logits = tf.gather(scores, top, batch_dims=1)
-            negative_mask = tf.gather(negative_mask, top, batch_dims=1)
-            if negative_log_q is not None:
-                negative_log_q = tf.gather(negative_log_q, top, batch_dims=1)
-
-        per_example = sampled_softmax_loss(
-            positive_logits,
-            negative_logits,
-            correction=self._correction,
-            negative_log_q=negative_log_q,
-            positive_log_q=positive_log_q if self._correction == "logq" else None,
-            negative_mask=negative_mask,
-        )
-        if self._correction == "logq":
-            # TFRS also subtracts log Q(p) in the numerator: a constant, kept for parity.
-            per_example = per_example + positive_log_q
+        if self._num_hard_negatives is None:
+            per_example = in_batch_softmax_loss(
+                scores,
+                correction=self._correction,
+                log_q=log_q,
+                exclude=exclude,
+                exclude_includes_positive=exclude_includes_positive,
+                num_valid=num_valid,
+            )
+        else:
+            per_example = self._hard_negative_loss(scores, log_q, exclude, num_candidates)
 
         if sample_weight is not None:
             sample_weight = tf.reshape(tf.cast(sample_weight, dtype), [-1])
@@ -348,13 +348,38 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                     )
                 )
         if compute_batch_metrics and self._batch_metrics:
-            labels = tf.cast(is_positive, dtype)
-            corrected = scores if negative_log_q is None else scores - negative_log_q
-            keep = tf.logical_or(is_positive, candidate_mask)
-            metric_scores = tf.where(keep, corrected, _masked_min(dtype))
+            labels = tf.eye(num_queries, num_candidates, dtype=dtype)
+            metric_scores = scores if log_q is None else scores - log_q[None, :]
+            if exclude is not None:
+                diagonal = tf.linalg.diag_part(metric_scores[:, :num_queries])
+                metric_scores = tf.where(exclude, masked_value(dtype), metric_scores)
+                metric_scores = tf.linalg.set_diag(metric_scores, diagonal)
             for metric in self._batch_metrics:
                 update_ops.append(
                     metric.update_state(labels, metric_scores, sample_weight=sample_weight)
                 )
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
+
+    def _hard_negative_loss(self, scores, log_q, exclude, num_candidates):
+        """Keeps each row's ``num_hard_negatives`` largest corrected negative logits."""
+        dtype = scores.dtype
+        num_queries = tf.shape(scores)[0]
+        adjusted = scores if log_q is None else scores - log_q[None, :]
+        on_diagonal = tf.cast(tf.eye(num_queries, num_candidates), tf.bool)
+        not_negative = on_diagonal if exclude is None else tf.logical_or(exclude, on_diagonal)
+        masked = masked_value(dtype)
+        negatives = tf.where(not_negative, masked, adjusted)
+        k = tf.minimum(int(self._num_hard_negatives), num_candidates)
+        top, _ = tf.math.top_k(negatives, k=k, sorted=False)
+        is_valid = top > masked / 2
+        top = tf.where(is_valid, top, masked)
+        positive_logits = tf.linalg.diag_part(scores[:, :num_queries])
+        if self._correction == "corrected":
+            q_positive = tf.minimum(tf.exp(log_q[:num_queries]), 1.0 - 1e-6)
+            lse = row_logsumexp(top) + tf.math.log1p(-q_positive)
+            num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
+            return corrected_from_logsumexp(positive_logits, lse, num_valid)
+        diagonal = tf.linalg.diag_part(adjusted[:, :num_queries])
+        lse = row_logsumexp(tf.concat([diagonal[:, None], top], axis=1))
+        return lse - (diagonal if self._correction == "logq" else positive_logits)
