@@ -127,7 +127,8 @@ class ExactFrequency(tf.Module):
     def update(self, ids) -> None:
         """Adds one occurrence of every id in ``ids``."""
         ids = _global_ids(_as_ids(ids))
-        self.counts.assign_add(tf.cast(_bincount(ids, self.num_items), tf.float64))
+        _check_range(ids, self.num_items)
+        self.counts.scatter_add(tf.IndexedSlices(tf.ones_like(ids, tf.float64), ids))
         self.total.assign_add(tf.cast(tf.size(ids), tf.float64))
 
     def count(self, ids) -> tf.Tensor:
@@ -139,11 +140,15 @@ class ExactFrequency(tf.Module):
         return tf.cast(tf.math.log(counts) - tf.math.log(tf.maximum(self.total, 1.0)), tf.float32)
 
 
-def _bincount(ids: tf.Tensor, size: int) -> tf.Tensor:
+def _check_range(ids: tf.Tensor, size: int) -> None:
     in_range = tf.logical_and(ids >= 0, ids < size)
     tf.debugging.assert_equal(
         tf.reduce_all(in_range), True, message=f"ids must lie in [0, {size})"
     )
+
+
+def _bincount(ids: tf.Tensor, size: int) -> tf.Tensor:
+    _check_range(ids, size)
     return tf.math.bincount(ids, minlength=size, maxlength=size, dtype=tf.int64)
 
 
