@@ -43,7 +43,61 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated subset of none,logq,corrected")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", action="store_true", help="print the results as one JSON object")
+
+    data = sub.add_parser("data", help="dataset tools")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    stats = data_sub.add_parser("stats", help="users, items, interactions and split sizes")
+    stats.add_argument("--dataset", choices=("ml-1m", "steam"), required=True)
+    stats.add_argument("--split", choices=("loo", "gsasrec", "temporal"), required=True)
+    stats.add_argument("--data-dir", default=None,
+                       help="directory with the dataset files (else $TFRS_LOGQ_DATA_DIR, "
+                            "else download)")
+    stats.add_argument("--format", choices=("ratings", "sasrec"), default=None,
+                       help="ML-1M source: official ratings.dat or SASRec's ml-1m.txt")
+    stats.add_argument("--fraction", type=float, default=None,
+                       help="temporal split: test (and validation) fraction; "
+                            "default 0.1 for ml-1m, 0.01 for steam")
+    stats.add_argument("--skip-bad-lines", action="store_true",
+                       help="skip and count malformed lines instead of failing")
+    stats.add_argument("--no-download", action="store_true")
+    stats.add_argument("--json", action="store_true")
     return parser
+
+
+def _data_stats(args) -> int:
+    import json
+
+    from tfrs_logq.pipelines.datasets import DataNotFoundError, load_dataset
+    from tfrs_logq.pipelines.interactions import DataFormatError
+    from tfrs_logq.pipelines.splits import make_split
+
+    kwargs = {"skip_bad_lines": args.skip_bad_lines, "download_ok": not args.no_download}
+    if args.dataset == "ml-1m" and args.format:
+        kwargs["fmt"] = args.format
+    try:
+        interactions = load_dataset(args.dataset, args.data_dir,
+                                    needs_timestamps=args.split == "temporal", **kwargs)
+        split_kwargs = {}
+        if args.split == "temporal":
+            split_kwargs["fraction"] = args.fraction or (0.1 if args.dataset == "ml-1m" else 0.01)
+        split = make_split(interactions, args.split, **split_kwargs)
+    except (DataNotFoundError, DataFormatError, ValueError) as exc:
+        print(f"tfrs-logq data stats: {exc}", file=sys.stderr)
+        return 2
+    result = {"dataset": args.dataset, "split": args.split, "source": interactions.name,
+              **split.stats()}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    tr = result["time_range"]
+    print(f"{args.dataset} ({interactions.name}), split {args.split}")
+    print(f"  users {result['num_users']:,}  items {result['num_items']:,}  "
+          f"interactions {result['num_interactions']:,}")
+    print(f"  time range: {tr[0]} .. {tr[1]}" if tr else "  time range: none (no timestamps)")
+    print(f"  train: {result['train']['num_interactions']:,} interactions")
+    print(f"  validation: {result['validation']['num_targets']:,} targets")
+    print(f"  test: {result['test']['num_targets']:,} targets")
+    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -68,6 +122,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run_demo(config, args.output_dir, verbose=0 if args.json else verbose,
                  as_json=args.json)
         return 0
+    if args.command == "data" and args.data_command == "stats":
+        return _data_stats(args)
     return 2
 
 

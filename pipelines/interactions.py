@@ -1,0 +1,265 @@
+"""Interaction logs: streamed parsing, the SASRec/gSASRec preprocessing, and a safe cache.
+
+An `Interactions` holds parallel numpy arrays ``user``, ``item`` (contiguous ids,
+items ``1..num_items`` with 0 reserved for padding) and ``timestamp`` (or None when
+the source has no times), in the order ``(user, time, position in the source
+file)``. That order is the documented tie-break: interactions of one user with
+the same timestamp keep the order of the source file (a stable sort), which is
+what SASRec's preprocessing does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from typing import Callable, Iterable, Iterator, Optional
+
+import numpy as np
+
+
+class DataFormatError(ValueError):
+    """A malformed line in an input file (the message names the file and line)."""
+
+
+@dataclasses.dataclass
+class ParseReport:
+    """What a reader saw: lines read and lines skipped as malformed."""
+
+    lines: int = 0
+    skipped: int = 0
+    first_errors: list = dataclasses.field(default_factory=list)
+
+
+def open_text(path: str, member: Optional[str] = None, encoding: str = "latin-1") -> io.TextIOBase:
+    """Opens a plain, ``.gz`` or ``.zip`` (with ``member``) file as text, streamed."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    if path.endswith(".zip"):
+        archive = zipfile.ZipFile(path)
+        names = archive.namelist()
+        if member is None or member not in names:
+            raise FileNotFoundError(f"{path} has no member {member!r} (it has {names[:10]})")
+        return io.TextIOWrapper(archive.open(member), encoding=encoding)
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding=encoding)
+    return open(path, encoding=encoding)
+
+
+def parse_lines(
+    lines: Iterable[str],
+    parse: Callable[[str], Optional[tuple]],
+    source: str,
+    skip_bad_lines: bool = False,
+    report: Optional[ParseReport] = None,
+) -> Iterator[tuple]:
+    """Applies ``parse`` to every line; a malformed line raises `DataFormatError`
+    naming ``source`` and the 1-based line number, or is skipped and counted when
+    ``skip_bad_lines``. ``parse`` returns None for lines to ignore (blank lines)."""
+    report = report if report is not None else ParseReport()
+    for number, line in enumerate(lines, start=1):
+        report.lines += 1
+        try:
+            row = parse(line)
+        except (ValueError, SyntaxError, KeyError, TypeError) as exc:
+            message = f"{source}, line {number}: {exc}: {line.strip()[:200]!r}"
+            if not skip_bad_lines:
+                raise DataFormatError(message) from None
+            report.skipped += 1
+            if len(report.first_errors) < 5:
+                report.first_errors.append(message)
+            continue
+        if row is not None:
+            yield row
+
+
+@dataclasses.dataclass
+class Interactions:
+    """A preprocessed interaction log (see the module docstring for the order).
+
+    Attributes:
+      user: `[n]` int32 contiguous user index ``0..num_users-1``.
+      item: `[n]` int32 item id ``1..num_items`` (0 is padding).
+      timestamp: `[n]` int64 seconds, or None.
+      raw_users: `[num_users]` the source's user ids (index = user).
+      raw_items: `[num_items]` the source's item ids (item ``d`` is ``raw_items[d - 1]``).
+      name: str. Dataset name.
+    """
+
+    user: np.ndarray
+    item: np.ndarray
+    timestamp: Optional[np.ndarray]
+    raw_users: np.ndarray
+    raw_items: np.ndarray
+    name: str = ""
+
+    @property
+    def num_users(self) -> int:
+        return int(len(self.raw_users))
+
+    @property
+    def num_items(self) -> int:
+        return int(len(self.raw_items))
+
+    def __len__(self) -> int:
+        return int(len(self.user))
+
+    def user_offsets(self) -> np.ndarray:
+        """`[num_users + 1]`: user ``u``'s interactions are ``[offsets[u], offsets[u+1])``."""
+        return np.concatenate([[0], np.cumsum(np.bincount(self.user, minlength=self.num_users))])
+
+    def sequences(self) -> list[np.ndarray]:
+        offsets = self.user_offsets()
+        return [self.item[offsets[u]:offsets[u + 1]] for u in range(self.num_users)]
+
+    def item_counts(self, mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """`[num_items + 1]` interaction counts (entry 0, padding, is 0)."""
+        items = self.item if mask is None else self.item[mask]
+        return np.bincount(items, minlength=self.num_items + 1)
+
+    def time_range(self) -> Optional[list[int]]:
+        if self.timestamp is None or len(self.timestamp) == 0:
+            return None
+        return [int(self.timestamp.min()), int(self.timestamp.max())]
+
+
+def build_interactions(
+    raw_user: np.ndarray,
+    raw_item: np.ndarray,
+    timestamp: Optional[np.ndarray],
+    *,
+    min_item_interactions: int = 5,
+    min_user_interactions: int = 0,
+    reindex: bool = True,
+    name: str = "",
+) -> Interactions:
+    """The SASRec/gSASRec preprocessing: implicit feedback (every row counts),
+    items with fewer than ``min_item_interactions`` removed (one pass, counted
+    on the whole log, as SASRec does), then users with fewer than
+    ``min_user_interactions`` removed; ids made contiguous (users by first
+    appearance in the source, items by first appearance too, starting at 1);
+    each user's interactions ordered by time, ties kept in source order.
+
+    With ``reindex=False`` the source ids are kept (users ``1..U`` become
+    indices ``0..U-1``, items stay ``1..N``): for already-preprocessed files such
+    as SASRec's ``ml-1m.txt``, whose ids the published splits refer to."""
+    raw_user = np.asarray(raw_user)
+    raw_item = np.asarray(raw_item)
+    n = len(raw_user)
+    if len(raw_item) != n or (timestamp is not None and len(timestamp) != n):
+        raise ValueError("user, item and timestamp columns must have equal lengths.")
+    keep = np.ones(n, bool)
+    if min_item_interactions > 1:
+        _, inv, counts = np.unique(raw_item, return_inverse=True, return_counts=True)
+        keep &= counts[inv] >= min_item_interactions
+    if min_user_interactions > 1:
+        _, inv, counts = np.unique(raw_user[keep], return_inverse=True, return_counts=True)
+        sub = np.flatnonzero(keep)
+        keep[sub[counts[inv] < min_user_interactions]] = False
+    raw_user, raw_item = raw_user[keep], raw_item[keep]
+    if timestamp is not None:
+        timestamp = np.asarray(timestamp, np.int64)[keep]
+    if reindex:
+        users, user_first = _first_appearance_ids(raw_user)
+        items, item_first = _first_appearance_ids(raw_item)
+    else:
+        users, items = raw_user.astype(np.int64) - 1, raw_item.astype(np.int64) - 1
+        if len(users) and (users.min() < 0 or items.min() < 0):
+            raise ValueError("reindex=False needs user and item ids starting at 1.")
+        user_first = np.arange(1, users.max() + 2 if len(users) else 1)
+        item_first = np.arange(1, items.max() + 2 if len(items) else 1)
+    position = np.arange(len(users))
+    keys = (position, users) if timestamp is None else (position, timestamp, users)
+    order = np.lexsort(keys)  # by user, then time, then source position
+    return Interactions(
+        user=users[order].astype(np.int32),
+        item=(items[order] + 1).astype(np.int32),
+        timestamp=None if timestamp is None else timestamp[order],
+        raw_users=user_first,
+        raw_items=item_first,
+        name=name,
+    )
+
+
+def _first_appearance_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Contiguous ids 0.. in order of first appearance, and the value of each id."""
+    uniq, first_index, inverse = np.unique(values, return_index=True, return_inverse=True)
+    rank = np.empty(len(uniq), np.int64)
+    rank[np.argsort(first_index, kind="stable")] = np.arange(len(uniq))
+    return rank[inverse], uniq[np.argsort(first_index, kind="stable")]
+
+
+# ---------------------------------------------------------------------------- cache
+
+
+def file_fingerprint(path: str) -> str:
+    """sha256 of a file's bytes (streamed)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+CACHE_VERSION = 1
+
+
+def cache_key(source: str, params: dict) -> str:
+    stat = os.stat(source)
+    blob = json.dumps(
+        {"v": CACHE_VERSION, "source": os.path.abspath(source), "size": stat.st_size,
+         "mtime_ns": stat.st_mtime_ns, "params": params},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def save_cache(interactions: Interactions, directory: str, manifest: dict) -> None:
+    """Writes arrays + ``manifest.json`` into a temporary sibling, then renames it
+    into place: a reader sees a complete cache or none. ``manifest.json`` is
+    written last inside it and is what marks the cache complete."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    try:
+        arrays = {"user": interactions.user, "item": interactions.item,
+                  "raw_users": interactions.raw_users, "raw_items": interactions.raw_items}
+        if interactions.timestamp is not None:
+            arrays["timestamp"] = interactions.timestamp
+        np.savez(os.path.join(tmp, "interactions.npz"), **arrays)
+        with open(os.path.join(tmp, "manifest.json"), "w") as f:
+            json.dump({**manifest, "name": interactions.name, "cache_version": CACHE_VERSION}, f)
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_cache(directory: str) -> Optional[Interactions]:
+    manifest_path = os.path.join(directory, "manifest.json")
+    if not os.path.exists(manifest_path):
+        return None
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if manifest.get("cache_version") != CACHE_VERSION:
+            return None
+        with np.load(os.path.join(directory, "interactions.npz"), allow_pickle=False) as z:
+            return Interactions(
+                user=z["user"], item=z["item"],
+                timestamp=z["timestamp"] if "timestamp" in z.files else None,
+                raw_users=z["raw_users"], raw_items=z["raw_items"],
+                name=manifest.get("name", ""),
+            )
+    except (OSError, ValueError, KeyError, json.JSONDecodeError):
+        return None  # unreadable cache: rebuild it

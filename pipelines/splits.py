@@ -1,0 +1,170 @@
+"""The paper's evaluation splits: leave-one-out (plus gSASRec's variant) and global temporal.
+
+A `Split` keeps every user's full time-ordered sequence once, plus for each
+part (train / validation / test):
+
+- ``train_lengths[u]``: user ``u`` trains on ``sequences[u][:train_lengths[u]]``;
+- validation and test: parallel arrays ``users``, ``history_lengths`` and
+  ``targets``: target ``targets[j]`` is predicted from
+  ``sequences[users[j]][:history_lengths[j]]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tfrs_logq.pipelines.interactions import Interactions
+
+SPLITS = ("loo", "gsasrec", "temporal")
+
+
+@dataclasses.dataclass
+class EvalPart:
+    users: np.ndarray
+    history_lengths: np.ndarray
+    targets: np.ndarray
+
+    def __len__(self) -> int:
+        return int(len(self.targets))
+
+
+@dataclasses.dataclass
+class Split:
+    name: str
+    interactions: Interactions
+    sequences: list
+    train_lengths: np.ndarray
+    validation: EvalPart
+    test: EvalPart
+
+    @property
+    def num_items(self) -> int:
+        return self.interactions.num_items
+
+    def train_sequences(self) -> list:
+        return [s[:n] for s, n in zip(self.sequences, self.train_lengths)]
+
+    def train_item_counts(self) -> np.ndarray:
+        """`[num_items + 1]` exact counts over the training interactions only."""
+        counts = np.zeros(self.num_items + 1, np.int64)
+        for seq, n in zip(self.sequences, self.train_lengths):
+            np.add.at(counts, seq[:n], 1)
+        return counts
+
+    def train_log_q(self) -> np.ndarray:
+        """`[num_items + 1]` ``log Q(d) = log(#d / N)`` from training counts (-inf if unseen)."""
+        counts = self.train_item_counts().astype(np.float64)
+        with np.errstate(divide="ignore"):
+            return np.log(counts) - np.log(max(counts.sum(), 1.0))
+
+    def stats(self) -> dict:
+        inter = self.interactions
+        return {
+            "num_users": inter.num_users,
+            "num_items": inter.num_items,
+            "num_interactions": len(inter),
+            "time_range": inter.time_range(),
+            "train": {"num_interactions": int(self.train_lengths.sum()),
+                      "num_users": int((self.train_lengths > 0).sum())},
+            "validation": {"num_targets": len(self.validation),
+                           "num_users": int(len(np.unique(self.validation.users)))},
+            "test": {"num_targets": len(self.test),
+                     "num_users": int(len(np.unique(self.test.users)))},
+        }
+
+
+def _part(users, lengths, sequences) -> EvalPart:
+    users = np.asarray(users, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    targets = np.array([sequences[u][n] for u, n in zip(users, lengths)], np.int64)
+    return EvalPart(users, lengths, targets)
+
+
+def leave_one_out(interactions: Interactions) -> Split:
+    """Last interaction of each user is the test target, the second-to-last the
+    validation target; training uses everything before them. Users with fewer
+    than 3 interactions only train (as in SASRec's split)."""
+    sequences = interactions.sequences()
+    lengths = np.array([len(s) for s in sequences], np.int64)
+    eligible = np.flatnonzero(lengths >= 3)
+    train = np.where(lengths >= 3, lengths - 2, lengths)
+    return Split("loo", interactions, sequences, train,
+                 _part(eligible, lengths[eligible] - 2, sequences),
+                 _part(eligible, lengths[eligible] - 1, sequences))
+
+
+def gsasrec_split(interactions: Interactions, num_validation_users: int = 512,
+                  seed: int = 42) -> Split:
+    """gSASRec's public split: validation on a fixed sample of users.
+
+    ``numpy.random.RandomState(seed).choice(num_users, num_validation_users,
+    replace=False)`` draws ids ``0..U-1`` that are compared against user ids
+    ``1..U`` (as gSASRec's script does); those users train on ``seq[:-3]`` and
+    validate on ``seq[-2]``, the others train on ``seq[:-2]``; every user is
+    tested on ``seq[-1]`` from ``seq[:-1]``. On SASRec's ``ml-1m.txt`` this
+    reproduces gSASRec's ``train/``, ``val/`` and ``test/`` files exactly.
+    """
+    sequences = interactions.sequences()
+    lengths = np.array([len(s) for s in sequences], np.int64)
+    drawn = np.random.RandomState(seed).choice(interactions.num_users, num_validation_users,
+                                               replace=False)
+    user_ids = np.arange(1, interactions.num_users + 1)  # the file's 1-based ids
+    is_val = np.isin(user_ids, drawn) & (lengths >= 3)
+    train = np.where(is_val, lengths - 3, lengths - 2).clip(min=0)
+    val_users = np.flatnonzero(is_val)
+    test_users = np.flatnonzero(lengths >= 2)
+    return Split("gsasrec", interactions, sequences, train,
+                 _part(val_users, lengths[val_users] - 2, sequences),
+                 _part(test_users, lengths[test_users] - 1, sequences))
+
+
+def temporal_split(interactions: Interactions, fraction: float = 0.1) -> Split:
+    """Global temporal split: all interactions ordered by time across the dataset
+    (ties: by user index, then the user's own order); the last ``fraction`` are
+    test targets and the ``fraction`` before them validation targets. Each target
+    is predicted from all of its user's interactions before it; training uses
+    only interactions before the validation period.
+
+    Raises:
+      ValueError: if the interactions have no timestamps.
+    """
+    if interactions.timestamp is None:
+        raise ValueError(
+            f"a temporal split needs timestamps, and {interactions.name or 'this data'} has "
+            "none (SASRec's ml-1m.txt keeps only the order). Use the official ratings.dat "
+            "(fmt='ratings') or a leave-one-out split.")
+    if not 0 < fraction < 0.5:
+        raise ValueError(f"`fraction` must be in (0, 0.5), received {fraction!r}.")
+    n = len(interactions)
+    offsets = interactions.user_offsets()
+    within = np.arange(n) - offsets[interactions.user]  # position in the user's sequence
+    order = np.lexsort((within, interactions.user, interactions.timestamp))
+    n_test = int(round(n * fraction))
+    n_val = int(round(n * fraction))
+    val_idx = order[n - n_test - n_val:n - n_test]
+    test_idx = order[n - n_test:]
+    train_idx = order[:n - n_test - n_val]
+    train = np.bincount(interactions.user[train_idx], minlength=interactions.num_users)
+    sequences = interactions.sequences()
+
+    def part(idx):
+        idx = np.sort(idx)
+        return EvalPart(interactions.user[idx].astype(np.int64), within[idx].astype(np.int64),
+                        interactions.item[idx].astype(np.int64))
+
+    # Training per user is a prefix: every training interaction precedes, in the
+    # user's own order, all of that user's validation and test interactions.
+    return Split("temporal", interactions, sequences, train.astype(np.int64),
+                 part(val_idx), part(test_idx))
+
+
+def make_split(interactions: Interactions, name: str, **kwargs) -> Split:
+    if name == "loo":
+        return leave_one_out(interactions)
+    if name == "gsasrec":
+        return gsasrec_split(interactions, **kwargs)
+    if name == "temporal":
+        return temporal_split(interactions, **kwargs)
+    raise ValueError(f"unknown split {name!r}; expected one of {SPLITS}.")

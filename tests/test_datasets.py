@@ -1,0 +1,362 @@
+"""Specification of the dataset loaders, preprocessing, splits and sequential pipelines.
+
+Fixtures are written by the tests. Tests on the real files in ../shared/data skip
+cleanly when that directory is absent.
+"""
+
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfrs_logq.pipelines import datasets as ds_mod
+from tfrs_logq.pipelines.datasets import (
+    DataNotFoundError,
+    load_movielens_1m,
+    load_steam,
+    read_ratings_dat,
+    read_steam_reviews,
+)
+from tfrs_logq.pipelines.interactions import DataFormatError, ParseReport, build_interactions
+from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
+from tfrs_logq.pipelines.splits import gsasrec_split, leave_one_out, temporal_split
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+needs_shared = pytest.mark.skipif(not os.path.isdir(SHARED), reason="../shared/data absent")
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TFRS_LOGQ_DATA_DIR", raising=False)
+
+
+def _ratings_rows(seed=0, users=30, items=25, per_user=(4, 12)):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(1, users + 1):
+        n = rng.integers(*per_user)
+        for i in rng.choice(items, size=n, replace=False) + 1:
+            rows.append((u, int(i * 7), int(rng.integers(1, 5)),
+                         int(1_000_000 + rng.integers(0, 50) * 100)))  # many time ties
+    return rows
+
+
+def _write_ratings(path, rows, compress=False):
+    text = "".join(f"{u}::{i}::{r}::{t}\n" for u, i, r, t in rows)
+    if compress:
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def _reference_preprocess(rows, min_item=5):
+    """numpy/dict reference: drop items with < min_item, order each user's rows by
+    (timestamp, file order), map ids by first appearance."""
+    counts = defaultdict(int)
+    for _, i, _, _ in rows:
+        counts[i] += 1
+    kept = [(pos, r) for pos, r in enumerate(rows) if counts[r[1]] >= min_item]
+    user_ids, item_ids = {}, {}
+    for _, (u, i, _, _) in kept:
+        user_ids.setdefault(u, len(user_ids))
+        item_ids.setdefault(i, len(item_ids) + 1)
+    seqs = defaultdict(list)
+    for pos, (u, i, _, t) in sorted(kept, key=lambda x: (user_ids[x[1][0]], x[1][3], x[0])):
+        seqs[user_ids[u]].append((item_ids[i], t))
+    return seqs, user_ids, item_ids
+
+
+@pytest.mark.parametrize("form", ["plain", "gz", "zip"])
+def test_movielens_ratings_loading_matches_reference(tmp_path, form):
+    rows = _ratings_rows()
+    data = tmp_path / "data"
+    data.mkdir()
+    if form == "zip":
+        with zipfile.ZipFile(data / "ml-1m.zip", "w") as z:
+            z.writestr("ml-1m/ratings.dat", "".join(f"{u}::{i}::{r}::{t}\n" for u, i, r, t in rows))
+    else:
+        _write_ratings(data / ("ratings.dat.gz" if form == "gz" else "ratings.dat"), rows,
+                       compress=form == "gz")
+    inter = load_movielens_1m(str(data), download_ok=False)
+    seqs, user_ids, item_ids = _reference_preprocess(rows)
+    assert inter.num_users == len(user_ids) and inter.num_items == len(item_ids)
+    got = inter.sequences()
+    offsets = inter.user_offsets()
+    for u, expected in seqs.items():
+        np.testing.assert_array_equal(got[u], [i for i, _ in expected])
+        np.testing.assert_array_equal(inter.timestamp[offsets[u]:offsets[u + 1]],
+                                      [t for _, t in expected])
+    assert inter.item.min() >= 1  # 0 is padding
+    np.testing.assert_array_equal(inter.raw_items[[v - 1 for v in item_ids.values()]],
+                                  list(item_ids.keys()))
+
+
+def test_cache_makes_second_run_fast_and_is_atomic(tmp_path, monkeypatch):
+    data = tmp_path / "d"
+    data.mkdir()
+    _write_ratings(data / "ratings.dat", _ratings_rows())
+    first = load_movielens_1m(str(data), download_ok=False)
+    calls = []
+    with monkeypatch.context() as patch:
+        patch.setattr(ds_mod, "read_ratings_dat", lambda *a, **k: calls.append(1))
+        second = load_movielens_1m(str(data), download_ok=False)
+    assert not calls  # served from the cache
+    np.testing.assert_array_equal(first.item, second.item)
+    # An interrupted write leaves nothing a later run trusts.
+    cache_root = tmp_path / "cache" / "preprocessed"
+    for entry in cache_root.iterdir():
+        for f in entry.iterdir():
+            f.unlink()
+        entry.rmdir()
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", boom)
+    with pytest.raises(KeyboardInterrupt):
+        load_movielens_1m(str(data), download_ok=False)
+    assert list(cache_root.iterdir()) == []  # temp dir removed, no half cache
+
+
+def test_malformed_lines_error_with_file_and_line_or_are_counted(tmp_path):
+    path = tmp_path / "ratings.dat"
+    path.write_text("1::10::5::100\n2::20::oops::200\n3::30\n4::40::1::400\n")
+    with pytest.raises(DataFormatError, match=r"ratings\.dat, line 3"):
+        read_ratings_dat(str(path))
+    report = ParseReport()
+    users, items, times = read_ratings_dat(str(path), skip_bad_lines=True, report=report)
+    # "oops" sits in the rating column, which implicit feedback ignores: line 2 is valid.
+    assert report.skipped == 1 and report.lines == 4
+    np.testing.assert_array_equal(users, [1, 2, 4])
+
+
+def test_offline_without_files_names_what_to_fetch(tmp_path):
+    with pytest.raises(DataNotFoundError, match=r"ml-1m\.zip.*--data-dir"):
+        load_movielens_1m(str(tmp_path), download_ok=False)
+    with pytest.raises(DataNotFoundError, match=r"steam_reviews\.json\.gz"):
+        load_steam(str(tmp_path), download_ok=False)
+
+
+def _write_steam(path, rows):
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for user, item, date in rows:
+            record = {"username": user, "hours": 1.5, "products": 3, "product_id": item,
+                      "page_order": 0, "date": date, "text": "a 'quoted' review",
+                      "early_access": False, "page": 1}
+            f.write(repr(record) + "\n")
+
+
+def test_steam_reviews_and_csv_loaders(tmp_path):
+    rng = np.random.default_rng(3)
+    rows = []
+    for u in range(20):
+        for _ in range(rng.integers(3, 9)):
+            rows.append((f"user {u}", str(int(rng.integers(0, 8)) + 1000),
+                         f"2017-0{int(rng.integers(1, 9))}-1{int(rng.integers(0, 9))}"))
+    data = tmp_path / "steam"
+    data.mkdir()
+    _write_steam(data / "steam_reviews.json.gz", rows)
+    inter = load_steam(str(data), download_ok=False)
+    users, items, times = read_steam_reviews(str(data / "steam_reviews.json.gz"))
+    assert list(users[:2]) == [rows[0][0], rows[1][0]] and times.dtype == np.int64
+    assert len(inter) == sum(1 for r in rows if sum(x[1] == r[1] for x in rows) >= 5)
+    # Same data as a user,item,timestamp CSV gives the same preprocessing.
+    csv_dir = tmp_path / "csv"
+    csv_dir.mkdir()
+    with open(csv_dir / "steam.csv", "w") as f:
+        f.write("user,item,timestamp\n")
+        for u, i, t in zip(users, items, times):
+            f.write(f"{u},{i},{t}\n")
+    from_csv = load_steam(str(csv_dir), download_ok=False)
+    np.testing.assert_array_equal(inter.item, from_csv.item)
+    np.testing.assert_array_equal(inter.timestamp, from_csv.timestamp)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with gzip.open(bad / "steam_reviews.json.gz", "wt") as f:
+        f.write("{'username': 'a', 'product_id': '1', 'date': '2017-01-01'}\nnot a dict\n")
+    with pytest.raises(DataFormatError, match="line 2"):
+        load_steam(str(bad), download_ok=False)
+
+
+def _toy_interactions():
+    rows = _ratings_rows(seed=5, users=12, items=6, per_user=(2, 7))
+    u, i, _, t = map(np.array, zip(*rows))
+    return build_interactions(u, i, t, min_item_interactions=1), rows
+
+
+def test_leave_one_out_split():
+    inter, _ = _toy_interactions()
+    split = leave_one_out(inter)
+    seqs = inter.sequences()
+    for j, u in enumerate(split.test.users):
+        assert split.test.targets[j] == seqs[u][-1] and split.test.history_lengths[j] == len(seqs[u]) - 1
+    for j, u in enumerate(split.validation.users):
+        assert split.validation.targets[j] == seqs[u][-2]
+    for u, s in enumerate(seqs):
+        assert split.train_lengths[u] == (len(s) - 2 if len(s) >= 3 else len(s))
+    counts = split.train_item_counts()
+    expected = np.bincount(np.concatenate([s[:n] for s, n in zip(seqs, split.train_lengths)]),
+                           minlength=inter.num_items + 1)
+    np.testing.assert_array_equal(counts, expected)
+
+
+def test_temporal_split_properties():
+    inter, _ = _toy_interactions()
+    split = temporal_split(inter, fraction=0.2)
+    n = len(inter)
+    assert len(split.test) == round(0.2 * n) and len(split.validation) == round(0.2 * n)
+    offsets = inter.user_offsets()
+    t_of = lambda u, k: inter.timestamp[offsets[u] + k]  # noqa: E731
+    val_start = min(t_of(u, k) for u, k in zip(split.validation.users,
+                                                split.validation.history_lengths))
+    test_start = min(t_of(u, k) for u, k in zip(split.test.users, split.test.history_lengths))
+    assert test_start >= max(t_of(u, k) for u, k in zip(split.validation.users,
+                                                        split.validation.history_lengths))
+    for u, n_train in enumerate(split.train_lengths):
+        if n_train:
+            assert t_of(u, n_train - 1) <= val_start  # training only before validation
+    for u, k, target in zip(split.test.users, split.test.history_lengths, split.test.targets):
+        assert inter.sequences()[u][k] == target  # history = everything before the target
+    assert test_start >= val_start
+    no_times = build_interactions(np.array([1, 1]), np.array([1, 2]), None,
+                                  min_item_interactions=1)
+    with pytest.raises(ValueError, match="needs timestamps"):
+        temporal_split(no_times)
+
+
+def test_training_dataset_windows_and_masks():
+    inter, _ = _toy_interactions()
+    split = leave_one_out(inter)
+    batches = list(training_dataset(split, batch_size=4, max_length=5, seed=1))
+    seen = set()
+    train = split.train_sequences()
+    for b in batches:
+        for row in range(len(b["user"])):
+            u = int(b["user"][row])
+            seen.add(u)
+            window = np.concatenate([[0] * 6, train[u]])[-6:]
+            np.testing.assert_array_equal(b["input_ids"][row], window[:-1])
+            np.testing.assert_array_equal(b["target_ids"][row], window[1:])
+            np.testing.assert_array_equal(b["is_target"][row], window[1:] != 0)
+    assert seen == {u for u, s in enumerate(train) if len(s) >= 2}
+    again = [b["user"].numpy().tolist() for b in training_dataset(split, 4, 5, seed=1)]
+    assert again == [b["user"].numpy().tolist() for b in batches]  # deterministic by seed
+
+
+def test_evaluate_matches_numpy_full_catalog_with_seen_items_excluded():
+    inter, _ = _toy_interactions()
+    split = leave_one_out(inter)
+    rng = np.random.default_rng(0)
+    items = rng.normal(size=(inter.num_items + 1, 4)).astype(np.float32)
+    proj = rng.normal(size=(4, 4)).astype(np.float32)
+
+    def query_fn(history):
+        return tf.reduce_sum(tf.gather(items, history), axis=1) @ proj
+
+    arrays = evaluation_arrays(split, split.test, max_length=3)
+    ranks = []
+    metrics = evaluate(query_fn, items, arrays, ks=(1, 3), per_target=ranks)
+    seqs = inter.sequences()
+    expected = []
+    for u, k, target in zip(split.test.users, split.test.history_lengths, split.test.targets):
+        hist = seqs[u][:k]
+        q = items[np.concatenate([[0] * 3, hist])[-3:]].sum(0) @ proj
+        s = items @ q
+        valid = np.ones(len(items), bool)
+        valid[0] = False
+        valid[hist] = False
+        valid[target] = False
+        expected.append(int((s[valid] >= s[target]).sum()))
+    np.testing.assert_array_equal(ranks, expected)
+    r = np.array(expected)
+    assert metrics["recall@3"] == pytest.approx(np.mean(r < 3))
+    assert metrics["ndcg@3"] == pytest.approx(np.mean(np.where(r < 3, 1 / np.log2(r + 2), 0)))
+
+
+# ----------------------------------------------------------------------- real data (shared/)
+
+
+@needs_shared
+def test_sasrec_ml1m_counts_and_gsasrec_split_reproduced():
+    inter = load_movielens_1m(os.path.join(SHARED, "ml-1m-sasrec"), fmt="sasrec",
+                              download_ok=False)
+    assert (len(inter), inter.num_users, inter.num_items) == (999_611, 6040, 3416)
+    split = gsasrec_split(inter)
+    seqs = split.sequences
+    # gSASRec's test/input.txt: git blob 009c2fef..., 4,205,164 bytes (shared/data/README.md).
+    test_input = "".join(" ".join(map(str, seqs[u][:n])) + "\n"
+                         for u, n in zip(split.test.users, split.test.history_lengths))
+    blob = test_input.encode()
+    assert len(blob) == 4_205_164
+    assert hashlib.sha1(b"blob %d\0" % len(blob) + blob).hexdigest().startswith("009c2fef")
+    # gSASRec's val/output.txt: 512 targets, 2,196 bytes, starting 139, 1176, 938, 14, 921.
+    val_output = "".join(f"{t}\n" for t in split.validation.targets)
+    assert len(split.validation) == 512 and len(val_output) == 2196
+    assert list(split.validation.targets[:5]) == [139, 1176, 938, 14, 921]
+    # Training: val users lose 3 items, others 2.
+    assert split.train_lengths.sum() == 999_611 - 2 * 6040 - 512
+
+
+@needs_shared
+def test_time_order_tie_break_matches_sasrec_on_timestamped_users():
+    partial = os.path.join(SHARED, "ml-1m-partial", "ratings.dat.gz")
+    users, items, times = read_ratings_dat(partial)
+    sas = load_movielens_1m(os.path.join(SHARED, "ml-1m-sasrec"), fmt="sasrec",
+                            download_ok=False)
+    with gzip.open(os.path.join(SHARED, "ml-1m-sasrec", "sas_to_original_items.txt.gz"), "rt") as f:
+        item_map = dict(tuple(map(int, line.split())) for line in f)
+    with gzip.open(os.path.join(SHARED, "ml-1m-sasrec", "sas_to_original_users.txt.gz"), "rt") as f:
+        user_map = dict(tuple(map(int, line.split())) for line in f)
+    keep = np.isin(items, list(item_map.values()))
+    ours = build_interactions(users[keep], items[keep], times[keep], min_item_interactions=1)
+    ours_seqs = {int(ours.raw_users[u]): ours.raw_items[s - 1] for u, s in
+                 enumerate(ours.sequences())}
+    sas_seqs = sas.sequences()
+    checked = 0
+    for sas_user, original in user_map.items():
+        if original in ours_seqs:
+            expected = [item_map[i] for i in sas_seqs[sas_user - 1]]
+            np.testing.assert_array_equal(ours_seqs[original], expected)
+            checked += 1
+    assert checked == 2999
+
+
+@needs_shared
+def test_partial_ratings_temporal_stats_via_cli():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrs_logq.cli", "data", "stats", "--dataset", "ml-1m",
+         "--split", "temporal", "--data-dir", os.path.join(SHARED, "ml-1m-partial"),
+         "--no-download", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (stats["num_users"], stats["num_items"], stats["num_interactions"]) == \
+        (2999, 3266, 486_907)
+    assert stats["time_range"] == [970620734, 1046388675]
+    assert stats["test"]["num_targets"] == round(0.1 * 486_907)
+    assert stats["validation"]["num_targets"] == round(0.1 * 486_907)
+    assert stats["train"]["num_interactions"] == 486_907 - 2 * round(0.1 * 486_907)
+
+
+def test_cli_temporal_without_timestamps_is_a_clear_error(tmp_path):
+    (tmp_path / "ml-1m.txt").write_text("1 1\n1 2\n1 3\n2 1\n2 2\n2 3\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrs_logq.cli", "data", "stats", "--dataset", "ml-1m",
+         "--split", "temporal", "--format", "sasrec", "--data-dir", str(tmp_path),
+         "--no-download"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TFRS_LOGQ_CACHE_DIR": str(tmp_path / "c")},
+    )
+    assert proc.returncode == 2 and "needs timestamps" in proc.stderr
