@@ -14,11 +14,8 @@ import os
 import time
 
 import numpy as np
-
-from common import machine
-
 import tensorflow as tf  # noqa: E402
-
+from common import machine
 from tfrs_logq.pipelines.datasets import load_movielens_1m  # noqa: E402
 from tfrs_logq.pipelines.interactions import build_interactions  # noqa: E402
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset  # noqa

@@ -6,10 +6,8 @@
 import argparse
 
 import numpy as np
-
-from common import machine, time_fn
-
 import tensorflow as tf  # noqa: E402
+from common import machine, time_fn
 
 from tfrs_logq import CountMinSketch, ExactFrequency, StreamingFrequency  # noqa: E402
 

@@ -10,13 +10,12 @@ on a smaller catalog; the ratio says whether the input could be a bottleneck.
 import argparse
 import time
 
-from common import machine
-
 import tensorflow as tf  # noqa: E402
+from common import machine
+from tfrs_logq.pipelines.synthetic import SyntheticStream  # noqa: E402
 
 from tfrs_logq import CorrectedRetrieval, CountMinSketch  # noqa: E402
 from tfrs_logq.models import TwoTowerModel  # noqa: E402
-from tfrs_logq.pipelines.synthetic import SyntheticStream  # noqa: E402
 
 
 def main():

@@ -11,11 +11,9 @@ import argparse
 import statistics
 
 import numpy as np
-
-from common import machine, time_fn
-
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders as tfrs  # noqa: E402
+from common import machine, time_fn
 
 from tfrs_logq import CorrectedRetrieval  # noqa: E402
 

@@ -5,8 +5,11 @@ import platform
 import statistics
 import time
 
-import tfrs_logq  # noqa: F401  (selects tf-keras)
-import tensorflow as tf
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRS needs Keras 2 (tf-keras)
+
+import tensorflow as tf  # noqa: E402
+
+import tfrs_logq  # noqa: E402,F401
 
 
 def machine() -> str:

@@ -31,7 +31,6 @@ import urllib.request
 from typing import Optional
 
 import numpy as np
-
 from tfrs_logq.pipelines.interactions import (
     Interactions,
     ParseReport,

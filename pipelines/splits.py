@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-
 from tfrs_logq.pipelines.interactions import Interactions
 
 SPLITS = ("loo", "gsasrec", "temporal")

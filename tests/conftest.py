@@ -3,9 +3,11 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRS needs Keras 2; tfrs_logq sets it too
 
-import tfrs_logq  # noqa: E402,F401  (selects tf-keras before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
+
+import tfrs_logq  # noqa: E402,F401
 
 _cpus = tf.config.list_physical_devices("CPU")
 try:

@@ -16,7 +16,6 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from tfrs_logq.pipelines import datasets as ds_mod
 from tfrs_logq.pipelines.datasets import (
     DataNotFoundError,
@@ -200,7 +199,8 @@ def test_leave_one_out_split():
     split = leave_one_out(inter)
     seqs = inter.sequences()
     for j, u in enumerate(split.test.users):
-        assert split.test.targets[j] == seqs[u][-1] and split.test.history_lengths[j] == len(seqs[u]) - 1
+        assert split.test.targets[j] == seqs[u][-1]
+        assert split.test.history_lengths[j] == len(seqs[u]) - 1
     for j, u in enumerate(split.validation.users):
         assert split.validation.targets[j] == seqs[u][-2]
     for u, s in enumerate(seqs):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from reference import loss_corrected, loss_logq, loss_none
+
 from tfrs_logq.losses import sampled_softmax_loss
 
 
@@ -63,7 +63,9 @@ def test_logq_accepts_shared_log_q_vector():
 
 def test_corrected_matches_formula_and_weight_gets_no_gradient():
     s_p, s_n, log_q, _, mask = _inputs(seed=3)
-    loss, g_p, g_n = _loss_and_grads("corrected", s_p, s_n, negative_log_q=log_q, negative_mask=mask)
+    loss, g_p, g_n = _loss_and_grads(
+        "corrected", s_p, s_n, negative_log_q=log_q, negative_mask=mask
+    )
     ref, ref_gp, ref_gn, w = loss_corrected(s_p, s_n, log_q, mask)
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
     # With w held constant: dL/ds_p = -w and dL/ds_i = w softmax_i. A gradient

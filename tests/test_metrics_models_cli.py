@@ -47,8 +47,9 @@ def test_public_api_names_import():
 
 
 def test_two_tower_model_trains_on_the_stream_and_beats_untrained(tmp_path):
-    from tfrs_logq.models import TwoTowerModel
     from tfrs_logq.pipelines.synthetic import SyntheticStream
+
+    from tfrs_logq.models import TwoTowerModel
 
     stream = SyntheticStream(num_items=2000, num_users=500, num_topics=10, seed=0)
     eval_batch = next(iter(stream.dataset(1024, num_batches=1, start_batch=10**6)))

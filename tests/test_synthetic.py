@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from scipy import stats
-
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
 
 

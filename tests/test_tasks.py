@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
-
 from reference import loss_corrected
+
 from tfrs_logq import CorrectedRetrieval
 
 

@@ -228,7 +228,8 @@ class CountMinSketch(tf.Module):
         if (other.depth, other.width, other.seed) != (self.depth, self.width, self.seed):
             raise ValueError(
                 "can only merge sketches with equal depth, width and seed: "
-                f"{(self.depth, self.width, self.seed)} vs {(other.depth, other.width, other.seed)}."
+                f"{(self.depth, self.width, self.seed)} vs "
+                f"{(other.depth, other.width, other.seed)}."
             )
         self.counters.assign_add(tf.convert_to_tensor(other.counters))
         self.total.assign_add(tf.convert_to_tensor(other.total))

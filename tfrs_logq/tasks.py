@@ -287,7 +287,9 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             duplicate = tf.logical_not(is_first)[None, :]
             exclude = duplicate if exclude is None else tf.logical_or(exclude, duplicate)
             # With hits masked, the valid negatives are the distinct ids but the positive's.
-            num_valid = tf.fill([num_queries], num_unique - 1) if exclude_includes_positive else None
+            num_valid = (
+                tf.fill([num_queries], num_unique - 1) if exclude_includes_positive else None
+            )
         if score_mask is not None:
             score_mask = tf.convert_to_tensor(score_mask)
             if score_mask.dtype != tf.bool:
