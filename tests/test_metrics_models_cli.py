@@ -96,3 +96,22 @@ def test_demo_cli_rejects_bad_corrections():
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2 and "bogus" in proc.stderr
+
+
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_import_selects_tf_keras_even_after_tensorflow_if_keras_untouched():
+    proc = _fresh_python("import tensorflow as tf\nimport tfrs_logq\n"
+                         "print(tf.keras.__name__ if hasattr(tf.keras, '__name__') else '')")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tf_keras" in proc.stdout
+
+
+def test_import_after_keras3_was_loaded_fails_with_instructions():
+    proc = _fresh_python("import tensorflow as tf\n_ = tf.keras.layers\nimport tfrs_logq\n")
+    assert proc.returncode != 0
+    assert "TF_USE_LEGACY_KERAS=1" in proc.stderr and "Keras 3" in proc.stderr

@@ -14,19 +14,20 @@ from tfrs_logq._version import __version__
 
 
 def _select_legacy_keras() -> None:
-    if "tensorflow" in sys.modules:
-        flag = os.environ.get("TF_USE_LEGACY_KERAS", "")
-        if flag.lower() not in ("1", "true", "yes"):
-            import tensorflow as _tf  # already imported, costs nothing
-
-            if not str(getattr(_tf.keras, "__version__", "2")).startswith("2"):
-                raise ImportError(
-                    "tfrs_logq needs Keras 2 (tf-keras) but TensorFlow was already imported "
-                    f"with Keras {_tf.keras.__version__}. Import tfrs_logq before tensorflow, "
-                    "or set the environment variable TF_USE_LEGACY_KERAS=1 before Python "
-                    "starts (export TF_USE_LEGACY_KERAS=1)."
-                )
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    if "tensorflow" in sys.modules:
+        # TensorFlow resolves `tf.keras` lazily, on first access: if nothing has
+        # touched it yet, the variable set above still selects tf-keras.
+        import tensorflow as _tf
+
+        version = str(getattr(_tf.keras, "__version__", "2"))
+        if not version.startswith("2"):
+            raise ImportError(
+                "tfrs_logq needs Keras 2 (tf-keras) but TensorFlow was already imported "
+                f"with Keras {version}. Import tfrs_logq before tensorflow, or set the "
+                "environment variable TF_USE_LEGACY_KERAS=1 before Python starts "
+                "(export TF_USE_LEGACY_KERAS=1)."
+            )
 
 
 _select_legacy_keras()
