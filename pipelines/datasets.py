@@ -294,11 +294,13 @@ def load_movielens_1m_tfds(data_dir: Optional[str] = None, min_item_interactions
         raise ImportError("install the `data` extra (pip install 'tfrs-logq[data]') to load "
                           "MovieLens through tensorflow-datasets") from exc
     ds = tfds.load("movielens/1m-ratings", split="train", data_dir=data_dir)
+    ds = ds.map(lambda x: (x["user_id"], x["movie_id"], x["timestamp"]))
     users, items, times = [], [], []
-    for batch in ds.batch(65536):
-        users.append(batch["user_id"].numpy().astype(np.int64))
-        items.append(batch["movie_id"].numpy().astype(np.int64))
-        times.append(batch["timestamp"].numpy().astype(np.int64))
+    for user, item, time in ds.batch(65536).as_numpy_iterator():
+        # TFDS stores the official ids as strings ("138"); kept as such.
+        users.append(user.astype(str))
+        items.append(item.astype(str))
+        times.append(time.astype(np.int64))
     return build_interactions(np.concatenate(users), np.concatenate(items),
                               np.concatenate(times),
                               min_item_interactions=min_item_interactions, name="ml-1m (tfds)")

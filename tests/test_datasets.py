@@ -360,3 +360,57 @@ def test_cli_temporal_without_timestamps_is_a_clear_error(tmp_path):
         env={**os.environ, "TFRS_LOGQ_CACHE_DIR": str(tmp_path / "c")},
     )
     assert proc.returncode == 2 and "needs timestamps" in proc.stderr
+
+
+def test_tfds_loader_reads_movielens_1m_ratings_features():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from tfrs_logq.pipelines.datasets import load_movielens_1m_tfds
+
+    with tfds.testing.mock_data(num_examples=200):
+        inter = load_movielens_1m_tfds(min_item_interactions=1)
+    assert len(inter) == 200 and inter.timestamp is not None
+    assert inter.item.min() >= 1
+
+
+def test_download_verifies_checksum_over_loopback_http(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    payload = b"1::10::5::100\n" * 50
+    (served / "ml-1m.zip").write_bytes(payload)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/ml-1m.zip"
+        dest = tmp_path / "dl" / "ml-1m.zip"
+        with pytest.raises(OSError, match="checksum mismatch"):
+            ds_mod.download(url, "0" * 64, str(dest))
+        assert not dest.exists() and list(dest.parent.iterdir()) == []  # nothing half-written
+        ds_mod.download(url, hashlib.sha256(payload).hexdigest(), str(dest))
+        assert dest.read_bytes() == payload
+    finally:
+        server.shutdown()
+
+
+def test_training_counts_are_the_reference_for_the_estimators():
+    from tfrs_logq import CountMinSketch, ExactFrequency
+
+    inter, _ = _toy_interactions()
+    split = temporal_split(inter, fraction=0.2)
+    counts = split.train_item_counts()
+    train_items = np.concatenate(split.train_sequences())
+    np.testing.assert_array_equal(counts, np.bincount(train_items, minlength=len(counts)))
+    # No leakage: validation/test targets after the cut are not counted.
+    assert counts.sum() == len(inter) - len(split.validation) - len(split.test)
+    exact = ExactFrequency.from_counts(counts)
+    seen = np.flatnonzero(counts)
+    np.testing.assert_allclose(exact.log_q(seen).numpy(), split.train_log_q()[seen], rtol=1e-6)
+    sketch = CountMinSketch(depth=4, width=4096)
+    sketch.update(train_items)
+    np.testing.assert_allclose(sketch.count(seen).numpy(), counts[seen])  # no collisions here
