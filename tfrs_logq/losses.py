@@ -298,3 +298,62 @@ def in_batch_softmax_loss(
     if correction == "logq" and numerator_log_q:
         return lse - diagonal
     return lse - positive_logits
+
+
+def gbce_loss(
+    positive_logits,
+    negative_logits,
+    *,
+    sampling_rate: float,
+    t: float,
+    negative_mask=None,
+) -> tf.Tensor:
+    """gSASRec's generalised binary cross-entropy (Petrov & Macdonald, RecSys 2023).
+
+    ``-log(sigmoid(s_p)^beta) - sum_i log(1 - sigmoid(s_i))`` with
+    ``beta = alpha (t (1 - 1/alpha) + 1/alpha)``, ``alpha`` the negative sampling
+    rate ``k / (|I| - 1)``. ``t = 0`` gives ``beta = 1``: plain BCE (SASRec).
+
+    Args:
+      positive_logits: `[batch]`.
+      negative_logits: `[batch, k]`.
+      sampling_rate: float. ``alpha`` in (0, 1].
+      t: float. Calibration parameter in [0, 1].
+      negative_mask: `[batch, k]` bool, False drops a negative (accidental hit).
+
+    Returns:
+      `[batch]` float32 losses.
+    """
+    if not 0 < sampling_rate <= 1:
+        raise ValueError(f"`sampling_rate` must be in (0, 1], received {sampling_rate!r}.")
+    if not 0 <= t <= 1:
+        raise ValueError(f"`t` must be in [0, 1], received {t!r}.")
+    s_p = tf.cast(positive_logits, tf.float32)
+    s_n = tf.cast(negative_logits, tf.float32)
+    alpha = float(sampling_rate)
+    beta = alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+    positive = beta * tf.nn.softplus(-s_p)  # -beta log sigmoid(s_p)
+    negative = tf.nn.softplus(s_n)  # -log(1 - sigmoid(s_i))
+    if negative_mask is not None:
+        negative = tf.where(negative_mask, negative, tf.zeros_like(negative))
+    return positive + tf.reduce_sum(negative, axis=-1)
+
+
+def full_softmax_loss(logits, targets, *, exclude=None) -> tf.Tensor:
+    """``-log softmax(logits)[target]`` over the whole catalog.
+
+    Args:
+      logits: `[batch, num_ids]` scores of every id.
+      targets: `[batch]` int target ids.
+      exclude: optional `[batch, num_ids]` or `[num_ids]` bool, True for ids that
+        are not classes (padding). The target must not be excluded.
+    """
+    logits = tf.cast(logits, tf.float32)
+    targets = tf.cast(targets, tf.int32)
+    target_logits = tf.gather(logits, targets, batch_dims=1)
+    if exclude is None:
+        lse = row_logsumexp(logits)
+    else:
+        exclude = tf.broadcast_to(tf.convert_to_tensor(exclude), tf.shape(logits))
+        lse = masked_row_logsumexp(logits, exclude)
+    return lse - target_logits
