@@ -12,16 +12,14 @@ import statistics
 import time
 
 import numpy as np
-
-from common import machine
-
 import tensorflow as tf  # noqa: E402
-
-from tfrs_logq.objectives import OBJECTIVES  # noqa: E402
+from common import machine
 from tfrs_logq.pipelines.datasets import load_movielens_1m  # noqa: E402
 from tfrs_logq.pipelines.interactions import build_interactions  # noqa: E402
 from tfrs_logq.pipelines.sequential import training_dataset  # noqa: E402
 from tfrs_logq.pipelines.splits import leave_one_out  # noqa: E402
+
+from tfrs_logq.objectives import OBJECTIVES  # noqa: E402
 from tfrs_logq.training import build_model, resolve_config  # noqa: E402
 
 

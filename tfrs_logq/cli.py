@@ -61,7 +61,112 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip and count malformed lines instead of failing")
     stats.add_argument("--no-download", action="store_true")
     stats.add_argument("--json", action="store_true")
+
+    from tfrs_logq.objectives import OBJECTIVES
+
+    def add_training_flags(p) -> None:
+        p.add_argument("--data-dir", default=None)
+        p.add_argument("--data-format", choices=("ratings", "sasrec"), default=None)
+        p.add_argument("--preset", choices=("smoke", "cpu", "paper"), default=None,
+                       help="smoke: minutes on 2 CPU cores; cpu: a fixed CPU step budget; "
+                            "paper: the paper's protocol (gSASRec defaults), for a GPU")
+        p.add_argument("--config", default=None,
+                       help="JSON file of training options (flags override it)")
+        for flag, kind in (("max-length", int), ("embedding-dim", int), ("num-blocks", int),
+                           ("num-heads", int), ("dropout", float), ("num-negatives", int),
+                           ("batch-size", int), ("learning-rate", float),
+                           ("steps-per-epoch", int), ("max-epochs", int), ("patience", int),
+                           ("max-validation-users", int), ("temporal-fraction", float)):
+            p.add_argument(f"--{flag}", type=kind, default=None)
+        p.add_argument("--strategy", choices=("auto", "default", "mirrored", "multi-worker",
+                                               "tpu"), default=None)
+        p.add_argument("--cross-replica-negatives", action="store_true", default=None,
+                       help="draw in-batch negatives from the targets of all replicas")
+        p.add_argument("--mixed-precision", action="store_true", default=None)
+        p.add_argument("--xla", dest="jit_compile", action="store_true", default=None)
+        p.add_argument("--json", action="store_true")
+
+    train = sub.add_parser("train", help="train SASRec with one of the paper's losses")
+    train.add_argument("--dataset", choices=("ml-1m", "steam"), default=None)
+    train.add_argument("--split", choices=("loo", "gsasrec", "temporal"), default=None)
+    train.add_argument("--loss", choices=OBJECTIVES, default=None)
+    train.add_argument("--model-dir", required=True)
+    train.add_argument("--seed", type=int, default=None)
+    add_training_flags(train)
+
+    exp = sub.add_parser("experiment", help="run the paper's grid and write its Table 1")
+    exp.add_argument("--output-dir", required=True)
+    exp.add_argument("--datasets", default="ml-1m")
+    exp.add_argument("--splits", default="temporal")
+    exp.add_argument("--losses", default="inbatch-none,inbatch-logq,inbatch-corrected,"
+                                         "mns-none,mns-logq,mns-corrected,full-softmax")
+    exp.add_argument("--seeds", default="0,1,2")
+    add_training_flags(exp)
     return parser
+
+
+_TRAIN_FIELDS = ("max_length", "embedding_dim", "num_blocks", "num_heads", "dropout",
+                 "num_negatives", "batch_size", "learning_rate", "steps_per_epoch",
+                 "max_epochs", "patience", "max_validation_users", "temporal_fraction",
+                 "strategy", "cross_replica_negatives", "mixed_precision", "jit_compile",
+                 "data_dir", "data_format")
+
+
+def _training_overrides(args) -> dict:
+    import json
+
+    overrides = {}
+    if args.config:
+        with open(args.config) as f:
+            overrides.update(json.load(f))
+    preset = overrides.pop("preset", None)
+    if args.preset:
+        preset = args.preset
+    for name in _TRAIN_FIELDS:
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return {"preset": preset, **overrides}
+
+
+def _train(args) -> int:
+    import json
+
+    from tfrs_logq.pipelines.datasets import DataNotFoundError
+    from tfrs_logq.training import resolve_config, train
+
+    overrides = _training_overrides(args)
+    for name in ("dataset", "split", "loss", "seed"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    try:
+        config = resolve_config(**overrides)
+        result = train(config, args.model_dir, verbose=0 if args.json else "auto")
+    except (DataNotFoundError, ValueError) as exc:
+        print(f"tfrs-logq train: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    return 0
+
+
+def _experiment(args) -> int:
+    from tfrs_logq.experiment import run_grid
+    from tfrs_logq.objectives import OBJECTIVES
+
+    overrides = _training_overrides(args)
+    preset = overrides.pop("preset", None) or "cpu"
+    data_dir = overrides.pop("data_dir", None)
+    losses = [x for x in args.losses.split(",") if x]
+    bad = [x for x in losses if x not in OBJECTIVES]
+    if bad:
+        print(f"tfrs-logq experiment: unknown losses {bad}; expected some of {OBJECTIVES}",
+              file=sys.stderr)
+        return 2
+    run_grid(args.output_dir, args.datasets.split(","), args.splits.split(","), losses,
+             [int(s) for s in args.seeds.split(",")], preset, data_dir=data_dir,
+             verbose=0 if args.json else 2, **overrides)
+    print(f"wrote {args.output_dir}/results.csv, table.md and table.png")
+    return 0
 
 
 def _data_stats(args) -> int:
@@ -124,6 +229,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.command == "data" and args.data_command == "stats":
         return _data_stats(args)
+    if args.command == "train":
+        return _train(args)
+    if args.command == "experiment":
+        return _experiment(args)
     return 2
 
 
