@@ -133,6 +133,10 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
                                    num_negatives=config.num_negatives, seed=config.seed,
                                    cross_replica_negatives=config.cross_replica_negatives)
         model = SequentialRetrievalModel(encoder, objective)
+        # Create every weight now (a forward pass) so checkpoints and
+        # BackupAndRestore can restore into a built model.
+        encoder(tf.zeros([1, config.max_length], tf.int32))
+        model.built = True
         model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate),
                       jit_compile=config.jit_compile)
     return model
@@ -167,6 +171,11 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
 
     model = build_model(config, split, strategy)
     replicas = strategy.num_replicas_in_sync
+    trainable_users = int(sum(len(s) >= 2 for s in split.train_sequences()))
+    if replicas > 1 and trainable_users < config.batch_size * replicas:
+        raise ValueError(
+            f"{trainable_users} users have training sequences, fewer than one global batch "
+            f"({config.batch_size} x {replicas} replicas); lower --batch-size.")
     data = training_dataset(split, config.batch_size * replicas, config.max_length,
                             seed=config.seed, drop_remainder=replicas > 1).repeat()
     val_arrays = _subsample(evaluation_arrays(split, split.validation, config.max_length),

@@ -1,0 +1,120 @@
+"""Specification of the sequence objectives (`tfrs_logq.objectives`) and their losses."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from reference import logsumexp, loss_corrected
+from tfrs_logq.losses import full_softmax_loss, gbce_loss
+from tfrs_logq.objectives import OBJECTIVES, make_objective, objective_spec
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("t", [0.0, 0.75, 1.0])
+def test_gbce_matches_formula(t):
+    rng = np.random.default_rng(0)
+    s_p, s_n = rng.normal(size=5) * 3, rng.normal(size=(5, 7)) * 3
+    mask = rng.uniform(size=(5, 7)) > 0.2
+    alpha = 7 / 99
+    beta = alpha * (t * (1 - 1 / alpha) + 1 / alpha)
+    ref = -np.log(_sigmoid(s_p) ** beta) - np.sum(np.where(mask, np.log(1 - _sigmoid(s_n)), 0), 1)
+    got = gbce_loss(s_p, s_n, sampling_rate=alpha, t=t, negative_mask=mask).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    if t == 0.0:
+        assert beta == pytest.approx(1.0)  # plain BCE
+
+
+def test_full_softmax_matches_formula_and_excludes_padding():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(4, 9)) * 4
+    targets = np.array([1, 8, 3, 3])
+    exclude = np.arange(9) == 0
+    got = full_softmax_loss(logits, targets, exclude=exclude).numpy()
+    ref = [logsumexp(row[1:]) - row[t] for row, t in zip(logits, targets)]
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+def _batch(seed=0, batch=3, length=5, dim=4, num_items=12):
+    rng = np.random.default_rng(seed)
+    queries = rng.normal(size=(batch, length, dim)).astype(np.float32)
+    table = rng.normal(size=(num_items + 1, dim)).astype(np.float32)
+    targets = rng.integers(1, 7, size=(batch, length))  # few distinct: all become negatives
+    targets[0, :2] = 0  # padding positions
+    is_target = targets > 0
+    counts = rng.integers(1, 50, size=num_items + 1)
+    counts[0] = 0
+    return queries, table, targets, is_target, counts
+
+
+@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+def test_in_batch_objective_matches_the_paper_formulas(correction):
+    queries, table, targets, is_target, counts = _batch()
+    objective = make_objective(f"inbatch-{correction}", 12, counts, num_negatives=64)
+    loss = objective(queries, targets, is_target, table).numpy()
+    q = queries.reshape(-1, 4).astype(np.float64)
+    t = targets.reshape(-1)
+    valid = is_target.reshape(-1)
+    negatives = np.unique(t[valid])  # k exceeds the distinct targets: all are used
+    s_p = np.einsum("nd,nd->n", q, table[t])
+    s_n = q @ table[negatives].T
+    mask = negatives[None, :] != t[:, None]
+    total_count = counts.sum()
+    if correction == "none":
+        per = [logsumexp(np.concatenate([[s_p[i]], s_n[i][mask[i]]])) - s_p[i]
+               for i in range(len(t))]
+    elif correction == "logq":  # official-code variant: positive uncorrected
+        lq = np.log(counts[negatives] / total_count)
+        per = [logsumexp(np.concatenate([[s_p[i]], (s_n[i] - lq)[mask[i]]])) - s_p[i]
+               for i in range(len(t))]
+    else:  # Q'(d) = #d / (N - #p)
+        lq = np.log(counts[negatives][None, :] / (total_count - counts[t])[:, None])
+        per = loss_corrected(s_p, s_n, lq, mask)[0]
+    expected = np.sum(np.asarray(per)[valid]) / valid.sum()
+    assert loss == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_every_objective_is_finite_and_trains_the_table(name):
+    queries, table, targets, is_target, counts = _batch(seed=2)
+    objective = make_objective(name, 12, counts, num_negatives=8)
+    q, tbl = tf.Variable(queries), tf.Variable(table)
+    with tf.GradientTape() as tape:
+        loss = objective(q, targets, is_target, tbl)
+    gq, gt = tape.gradient(loss, [q, tbl])
+    assert np.isfinite(loss.numpy())
+    gt = tf.convert_to_tensor(gt).numpy()
+    assert np.isfinite(gt).all() and np.abs(gt).sum() > 0
+    # Padding positions contribute nothing.
+    np.testing.assert_array_equal(gq.numpy()[0, :2], 0.0)
+
+
+def test_objective_names_and_errors():
+    assert objective_spec("mns-corrected").num_uniform == 128
+    assert objective_spec("mns-corrected").num_in_batch == 128
+    assert objective_spec("gbce").gbce_t == 0.75
+    with pytest.raises(ValueError, match="unknown loss"):
+        objective_spec("softmax")
+    with pytest.raises(ValueError, match="item_counts"):
+        make_objective("inbatch-corrected", 10, None)
+
+
+def test_cross_replica_negatives_pool_targets_of_all_replicas(mirrored_strategy):
+    strategy = mirrored_strategy
+    _, _, _, _, counts = _batch()
+    with strategy.scope():
+        objective = make_objective("inbatch-corrected", 12, counts, num_negatives=16,
+                                   cross_replica_negatives=True)
+    data = tf.data.Dataset.from_tensor_slices(np.array([[1, 2], [3, 4]], np.int32)).batch(2)
+    dist = strategy.experimental_distribute_dataset(
+        data.map(lambda x: tf.reshape(x, [-1])).unbatch().batch(4))
+
+    @tf.function
+    def step(targets):
+        return strategy.run(lambda t: objective._in_batch(t, 16)[0], args=(targets,))
+
+    per_replica = strategy.experimental_local_results(step(next(iter(dist))))
+    for ids in per_replica:  # each replica drew from all four targets
+        assert set(ids.numpy().tolist()) - {0} == {1, 2, 3, 4}
