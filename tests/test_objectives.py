@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from reference import logsumexp, loss_corrected
+
 from tfrs_logq.losses import full_softmax_loss, gbce_loss
 from tfrs_logq.objectives import OBJECTIVES, make_objective, objective_spec
 

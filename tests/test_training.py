@@ -8,9 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-
-from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import temporal_split
+
 from tfrs_logq.training import build_model, make_strategy, resolve_config, train
 
 
