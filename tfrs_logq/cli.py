@@ -102,7 +102,120 @@ def build_parser() -> argparse.ArgumentParser:
                                          "mns-none,mns-logq,mns-corrected,full-softmax")
     exp.add_argument("--seeds", default="0,1,2")
     add_training_flags(exp)
+
+    export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel")
+    export.add_argument("--model-dir", required=True, help="the output of `tfrs-logq train`")
+    export.add_argument("--model_base_path", "--model-base-path", dest="model_base_path",
+                        required=True)
+    export.add_argument("--model_name", "--model-name", dest="model_name", required=True)
+    export.add_argument("--version", type=_positive_int, default=None,
+                        help="integer version (default: the next free one)")
+    export.add_argument("--index", choices=("scann", "brute-force"), default="scann")
+    export.add_argument("--k", type=_positive_int, default=100,
+                        help="results of serving_default (top_k takes k per request)")
+
+    serve = sub.add_parser("serve", help="serve exports with TF Serving's gRPC and REST APIs")
+    serve.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free port)")
+    serve.add_argument("--rest_api_port", "--rest-api-port", dest="rest_api_port", type=int,
+                       default=8501)
+    serve.add_argument("--model_name", "--model-name", dest="model_name", required=True)
+    serve.add_argument("--model_base_path", "--model-base-path", dest="model_base_path",
+                       required=True, help="directory of integer versions (BASE/NAME)")
+    serve.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default loopback only)")
+    serve.add_argument("--max_batch_size", type=_positive_int, default=256)
+    serve.add_argument("--batch_timeout_micros", type=int, default=2000)
+
+    ev = sub.add_parser("evaluate", help="Recall@k through a TF Serving endpoint")
+    ev.add_argument("--server", required=True, help="HOST:PORT of the gRPC endpoint")
+    ev.add_argument("--model_name", "--model-name", dest="model_name", required=True)
+    ev.add_argument("--model-dir", required=True,
+                    help="the training output, for the exact in-process figures")
+    ev.add_argument("--dataset", choices=("ml-1m", "steam"), default=None)
+    ev.add_argument("--split", choices=("loo", "gsasrec", "temporal"), default=None)
+    ev.add_argument("--data-dir", default=None)
+    ev.add_argument("--max-targets", type=_positive_int, default=None,
+                    help="evaluate a seeded sample of the test targets")
+    ev.add_argument("--json", action="store_true")
     return parser
+
+
+def _export(args) -> int:
+    from tfrs_logq.serving.export import export
+
+    try:
+        path = export(args.model_dir, args.model_base_path, args.model_name,
+                      version=args.version, index=args.index, default_k=args.k)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"tfrs-logq export: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+def _serve(args) -> int:
+    import logging
+
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    options = ServerOptions(
+        model_name=args.model_name, model_base_path=args.model_base_path, port=args.port,
+        rest_api_port=args.rest_api_port, host=args.host,
+        file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
+        max_batch_size=args.max_batch_size, batch_timeout_micros=args.batch_timeout_micros)
+    server = ModelServer(options).start()
+    print(f"serving {args.model_name} from {args.model_base_path}: gRPC {args.host}:"
+          f"{server.port}, REST {args.host}:{server.rest_port}", flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        server.stop()
+    return 0
+
+
+def _evaluate(args) -> int:
+    import json
+
+    import numpy as np
+
+    from tfrs_logq.metrics import target_ranks
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
+    from tfrs_logq.serving.client import predict_stub, ranks_through_server, recall_ndcg
+    from tfrs_logq.serving.export import load_trained
+    from tfrs_logq.training import load_split, resolve_config
+
+    encoder, config, raw_ids = load_trained(args.model_dir)
+    train_config = resolve_config(
+        dataset=args.dataset or config["dataset"], split=args.split or config["split"],
+        data_dir=args.data_dir or config.get("data_dir"), data_format=config.get("data_format"),
+        temporal_fraction=config.get("temporal_fraction"))
+    split = load_split(train_config)
+    part = split.test
+    idx = np.arange(len(part))
+    if args.max_targets and len(idx) > args.max_targets:
+        idx = np.sort(np.random.default_rng(0).choice(len(idx), args.max_targets, replace=False))
+    recall_ks, ndcg_ks = (10, 100, 1000), (20,)
+    max_k = max(recall_ks + ndcg_ks)
+    arrays = evaluation_arrays(split, part, config["max_length"])
+    arrays = {k: (None if v is None else v[idx]) for k, v in arrays.items()}
+    full = [split.sequences[u][:n] for u, n in zip(part.users[idx], part.history_lengths[idx])]
+    sent_raw = [raw_ids[h[-config["max_length"]:] - 1] for h in full]
+    seen_raw = [raw_ids[h - 1] for h in full]
+    targets_raw = raw_ids[arrays["targets"] - 1]
+    stub, channel = predict_stub(args.server)
+    served = ranks_through_server(stub, args.model_name, sent_raw, targets_raw, max_k,
+                                  num_items=len(raw_ids), seen_raw=seen_raw)
+    channel.close()
+    queries = encoder.last_query(arrays["history"], training=False)
+    exact = target_ranks(queries, encoder.item_embeddings(), arrays["targets"],
+                         exclude=arrays["exclude"])
+    result = {"server": args.server, "model_name": args.model_name, "num_targets": len(idx),
+              "served": recall_ndcg(served, recall_ks, ndcg_ks),
+              "exact": recall_ndcg(np.minimum(exact, max_k), recall_ks, ndcg_ks)}
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    return 0
 
 
 _TRAIN_FIELDS = ("max_length", "embedding_dim", "num_blocks", "num_heads", "dropout",
@@ -233,6 +346,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _train(args)
     if args.command == "experiment":
         return _experiment(args)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "evaluate":
+        return _evaluate(args)
     return 2
 
 

@@ -1,0 +1,226 @@
+"""`tfrs-logq export`: a trained model as a TF Serving SavedModel with a retrieval index.
+
+Layout: ``MODEL_BASE_PATH/NAME/VERSION/`` (an integer version per SavedModel), as
+``tensorflow_model_server --model_base_path=MODEL_BASE_PATH/NAME`` expects. A
+version is written under a hidden temporary name in the same directory and
+renamed into place, so a server polling the directory never sees half of one.
+
+Signatures (history in the dataset's own item ids, ``[batch, length]`` with
+``length <= max_length``; padding is 0 for integer ids and ``""`` for string ids,
+anywhere in the row; unknown ids are ignored like padding):
+
+- ``serving_default``: ``history`` -> ``item_ids``, ``scores`` `[batch, default_k]`;
+- ``top_k``: ``history``, ``k`` (int32 scalar) -> ``item_ids``, ``scores`` `[batch, k]`;
+- ``query_embedding``: ``history`` -> ``query_embedding`` `[batch, dim]`.
+
+Index: ``scann`` (ScaNN ops; loads where ``import scann`` registered them, e.g. the
+``google/tf-serving-scann`` image) or ``brute-force`` (stock TensorFlow ops only:
+runs in a stock ``tensorflow_model_server``). ``assets/export.json`` records the
+index parameters, the vocabulary size, the padding value and the model config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tfrs_logq.models import SASRecEncoder, SequentialRetrievalModel
+from tfrs_logq.objectives import make_objective
+
+INDEXES = ("scann", "brute-force")
+
+
+def scann_parameters(num_items: int, k: int) -> dict:
+    """ScaNN settings by catalog size.
+
+    Small catalogs (< 20,000 items) are scored exhaustively with asymmetric
+    hashing and reordered exactly; larger ones use a partitioning tree with about
+    ``sqrt(n)`` leaves, search ~1/16 of them and reorder the best ``max(10 k, 500)``
+    candidates with exact dot products.
+    """
+    reorder = max(10 * k, 500)
+    if num_items < 20_000:
+        return {"tree": False, "dims_per_block": 2, "anisotropic_threshold": 0.2,
+                "reorder": min(num_items, reorder), "k": k}
+    leaves = int(round(math.sqrt(num_items)))
+    return {"tree": True, "num_leaves": leaves,
+            "num_leaves_to_search": max(1, leaves // 16),
+            "training_sample_size": min(num_items, 250_000), "dims_per_block": 2,
+            "anisotropic_threshold": 0.2, "reorder": min(num_items, reorder), "k": k}
+
+
+def build_scann_searcher(embeddings: np.ndarray, params: dict):
+    from scann import scann_ops
+
+    builder = scann_ops.builder(embeddings, params["k"], "dot_product")
+    if params["tree"]:
+        builder = builder.tree(num_leaves=params["num_leaves"],
+                               num_leaves_to_search=params["num_leaves_to_search"],
+                               training_sample_size=params["training_sample_size"])
+    builder = builder.score_ah(params["dims_per_block"],
+                               anisotropic_quantization_threshold=params["anisotropic_threshold"])
+    return builder.reorder(params["reorder"]).build()
+
+
+class RetrievalModule(tf.Module):
+    """Query encoder + vocabulary + index, with the three serving signatures."""
+
+    def __init__(self, encoder: SASRecEncoder, raw_item_ids: np.ndarray, index: str,
+                 default_k: int = 100, scann_params: Optional[dict] = None) -> None:
+        super().__init__(name="retrieval")
+        if index not in INDEXES:
+            raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
+        self.encoder = encoder
+        self.max_length = encoder.max_length
+        self.num_items = len(raw_item_ids)
+        self.default_k = int(min(default_k, self.num_items))
+        self.string_ids = raw_item_ids.dtype.kind in ("U", "S", "O")
+        key_dtype = tf.string if self.string_ids else tf.int64
+        keys = tf.constant(raw_item_ids.astype(str if self.string_ids else np.int64), key_dtype)
+        self.vocabulary = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(keys, tf.range(1, self.num_items + 1,
+                                                               dtype=tf.int64)),
+            default_value=0)
+        self.raw_ids = tf.Variable(keys, trainable=False, name="raw_item_ids")
+        table = encoder.item_embeddings().numpy()[1:].astype(np.float32)  # row 0 is padding
+        self.index_kind = index
+        self.scann_params = None
+        if index == "scann":
+            self.scann_params = scann_params or scann_parameters(self.num_items, self.default_k)
+            self.scann_index = build_scann_searcher(table, self.scann_params).serialize_to_module()
+        else:
+            self.item_table = tf.Variable(table, trainable=False, name="item_embeddings")
+        history_spec = tf.TensorSpec([None, None], key_dtype, name="history")
+        self.serving_default = tf.function(self._serve, input_signature=[history_spec])
+        self.top_k = tf.function(
+            self._serve_k, input_signature=[history_spec, tf.TensorSpec([], tf.int32, name="k")])
+        self.query_embedding = tf.function(self._query, input_signature=[history_spec])
+
+    def _aligned(self, history: tf.Tensor) -> tf.Tensor:
+        """Raw ids -> internal ids, padding/unknown dropped, right-aligned in [batch, L]."""
+        tf.debugging.assert_less_equal(
+            tf.shape(history)[1], self.max_length,
+            message=f"history is longer than the model takes ({self.max_length} items)")
+        ids = self.vocabulary.lookup(history)
+        valid = ids > 0
+        from_right = tf.cumsum(tf.cast(valid, tf.int32), axis=1, reverse=True)
+        keep = tf.logical_and(valid, from_right <= self.max_length)
+        rows = tf.cast(tf.where(keep)[:, 0], tf.int32)
+        cols = self.max_length - tf.boolean_mask(from_right, keep)
+        batch = tf.shape(history)[0]
+        return tf.scatter_nd(tf.stack([rows, cols], axis=1), tf.boolean_mask(ids, keep),
+                             tf.stack([batch, self.max_length]))
+
+    def _query(self, history):
+        query = self.encoder.last_query(tf.cast(self._aligned(history), tf.int32), training=False)
+        return {"query_embedding": tf.cast(query, tf.float32)}
+
+    def _search(self, history, k):
+        query = self._query(history)["query_embedding"]
+        tf.debugging.assert_greater(k, 0, message="k must be positive")
+        tf.debugging.assert_less_equal(k, self.num_items,
+                                       message=f"k must be at most {self.num_items}")
+        if self.index_kind == "scann":
+            from scann import scann_ops
+
+            searcher = scann_ops.searcher_from_module(self.scann_index)
+            # Reorder at least k candidates exactly, however large a k is asked for.
+            reorder = tf.maximum(k, self.scann_params["reorder"])
+            idx, scores = searcher.search_batched(query, final_num_neighbors=k,
+                                                  pre_reorder_num_neighbors=reorder)
+            idx = tf.cast(idx, tf.int64)
+        else:
+            scores, idx = tf.math.top_k(tf.matmul(query, self.item_table, transpose_b=True), k)
+            idx = tf.cast(idx, tf.int64)
+        return {"item_ids": tf.gather(self.raw_ids, idx), "scores": scores}
+
+    def _serve(self, history):
+        return self._search(history, tf.constant(self.default_k, tf.int32))
+
+    def _serve_k(self, history, k):
+        return self._search(history, k)
+
+
+def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
+    """The encoder with its best weights, its config and the item vocabulary."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(model_dir, "vocabulary.json")) as f:
+        raw = json.load(f)["raw_items"]
+    raw_ids = np.asarray(raw)
+    if all(x.lstrip("-").isdigit() for x in raw):
+        raw_ids = raw_ids.astype(np.int64)
+    encoder = SASRecEncoder(config["num_items"] + 1, config["max_length"],
+                            config["embedding_dim"], config["num_blocks"], config["num_heads"],
+                            config["dropout"])
+    objective = make_objective(config["loss"], config["num_items"],
+                               np.ones(config["num_items"] + 1),
+                               num_negatives=config["num_negatives"])
+    model = SequentialRetrievalModel(encoder, objective)
+    encoder(tf.zeros([1, config["max_length"]], tf.int32))
+    weights = os.path.join(model_dir, "best.weights")
+    if not os.path.exists(weights + ".index"):
+        raise FileNotFoundError(f"{model_dir} has no best.weights: train it with "
+                                "`tfrs-logq train --model-dir` first.")
+    model.load_weights(weights).expect_partial()
+    return encoder, config, raw_ids
+
+
+def next_version(base: str) -> int:
+    versions = [int(d) for d in os.listdir(base) if d.isdigit()] if os.path.isdir(base) else []
+    return max(versions, default=0) + 1
+
+
+def export(model_dir: str, model_base_path: str, model_name: str, version: Optional[int] = None,
+           index: str = "scann", default_k: int = 100, scann_params: Optional[dict] = None,
+           module: Optional[RetrievalModule] = None) -> str:
+    """Writes ``model_base_path/model_name/version`` atomically; returns its path."""
+    if index not in INDEXES:
+        raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
+    config = {}
+    if module is None:
+        encoder, config, raw_ids = load_trained(model_dir)
+        module = RetrievalModule(encoder, raw_ids, index, default_k, scann_params)
+    base = os.path.join(model_base_path, model_name)
+    os.makedirs(base, exist_ok=True)
+    version = next_version(base) if version is None else int(version)
+    if version < 1:
+        raise ValueError(f"`version` must be a positive integer, received {version}.")
+    final = os.path.join(base, str(version))
+    if os.path.exists(final):
+        raise FileExistsError(f"{final} exists; versions are immutable, choose another.")
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=base)
+    try:
+        signatures = {
+            tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: module.serving_default,
+            "top_k": module.top_k,
+            "query_embedding": module.query_embedding,
+        }
+        options = tf.saved_model.SaveOptions(namespace_whitelist=["Scann"])
+        tf.saved_model.save(module, tmp, signatures=signatures, options=options)
+        meta = {
+            "index": module.index_kind, "scann": module.scann_params,
+            "num_items": module.num_items, "max_length": module.max_length,
+            "default_k": module.default_k,
+            "history_dtype": "string" if module.string_ids else "int64",
+            "padding": "" if module.string_ids else 0,
+            "model": config,
+        }
+        os.makedirs(os.path.join(tmp, "assets"), exist_ok=True)
+        with open(os.path.join(tmp, "assets", "export.json"), "w") as f:
+            json.dump(meta, f, indent=2)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+__all__ = ["INDEXES", "RetrievalModule", "export", "load_trained", "scann_parameters"]
