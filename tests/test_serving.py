@@ -1,0 +1,302 @@
+"""Export, model server and client end to end, on a model the tests train.
+
+The server runs for real on ephemeral loopback ports; clients are the official
+`PredictionServiceStub` / `ModelServiceStub` and plain HTTP.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+)
+from tfrs_logq.serving.client import make_request, predict_stub, ranks_through_server
+from tfrs_logq.serving.export import export, load_trained, scann_parameters
+from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+from tfrs_logq.metrics import target_ranks
+from tfrs_logq.training import resolve_config, train
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serving")
+    os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
+    rng = np.random.default_rng(0)
+    lines = []
+    for u in range(1, 61):
+        for k in range(int(rng.integers(8, 16))):
+            item = 100 + int(rng.zipf(1.4) % 40)  # raw ids 100..139
+            lines.append(f"{u}::{item}::4::{1_000_000 + 1000 * k + u}\n")
+    data = root / "data"
+    data.mkdir()
+    (data / "ratings.dat").write_text("".join(lines))
+    config = resolve_config("smoke", loss="mns-corrected", split="loo", data_dir=str(data),
+                            max_epochs=2)
+    model_dir = str(root / "model")
+    train(config, model_dir, verbose=0)
+    return {"root": root, "model_dir": model_dir, "data": str(data)}
+
+
+@pytest.fixture(scope="module")
+def exports(trained):
+    base = trained["root"] / "exports"
+    paths = {index: export(trained["model_dir"], str(base), index.replace("-", "_"),
+                           index=index, default_k=10)
+             for index in ("brute-force", "scann")}
+    return {"base": base, "paths": paths}
+
+
+def _histories():
+    return np.array([[101, 102, 103, 0], [0, 0, 0, 110], [104, 999_999, 105, 106]], np.int64)
+
+
+def test_export_layout_assets_and_atomic_versions(trained, exports):
+    for index, path in exports["paths"].items():
+        assert os.path.basename(path) == "1"
+        meta = json.load(open(os.path.join(path, "assets", "export.json")))
+        assert meta["index"] == index and meta["history_dtype"] == "int64"
+        assert meta["max_length"] == 30 and meta["padding"] == 0
+        siblings = os.listdir(os.path.dirname(path))
+        assert siblings == ["1"]  # no temporary directory left behind
+    second = export(trained["model_dir"], str(exports["base"]), "brute_force",
+                    index="brute-force", default_k=10)
+    assert os.path.basename(second) == "2"
+    with pytest.raises(FileExistsError):
+        export(trained["model_dir"], str(exports["base"]), "brute_force", version=2,
+               index="brute-force")
+    assert scann_parameters(1_000_000, 100)["tree"] and not scann_parameters(5000, 100)["tree"]
+
+
+def test_scann_equals_brute_force_and_both_equal_exact_ranking(trained, exports):
+    encoder, config, raw_ids = load_trained(trained["model_dir"])
+    loaded = {i: tf.saved_model.load(p) for i, p in exports["paths"].items()}
+    h = tf.constant(_histories())
+    outs = {i: m.signatures["top_k"](history=h, k=tf.constant(8)) for i, m in loaded.items()}
+    np.testing.assert_array_equal(outs["scann"]["item_ids"], outs["brute-force"]["item_ids"])
+    np.testing.assert_allclose(outs["scann"]["scores"], outs["brute-force"]["scores"], rtol=1e-4)
+    # Reference: map raw -> internal ids, right-align, encode, exact dot products.
+    lookup = {int(r): i + 1 for i, r in enumerate(raw_ids)}
+    aligned = np.zeros((3, config["max_length"]), np.int32)
+    for row, hist in enumerate(_histories()):
+        ids = [lookup[x] for x in hist if x in lookup]
+        aligned[row, config["max_length"] - len(ids):] = ids
+    q = encoder.last_query(aligned).numpy()
+    scores = q @ encoder.item_embeddings().numpy()[1:].T
+    top = np.argsort(-scores, axis=1)[:, :8]
+    np.testing.assert_array_equal(outs["brute-force"]["item_ids"].numpy(), raw_ids[top])
+    emb = loaded["scann"].signatures["query_embedding"](history=h)["query_embedding"]
+    np.testing.assert_allclose(emb.numpy(), q, rtol=1e-4, atol=1e-5)
+
+
+FRESH = r"""
+import sys, json
+import numpy as np
+import tensorflow as tf
+import scann  # registers the ScaNN ops
+m = tf.saved_model.load(sys.argv[1])
+out = m.signatures["serving_default"](history=tf.constant([[101, 102, 0]], tf.int64))
+assert not any(name.startswith("tfrs_logq") for name in sys.modules), "project code imported"
+print(json.dumps(out["item_ids"].numpy().tolist()))
+"""
+
+
+@pytest.mark.parametrize("index", ["brute-force", "scann"])
+def test_export_loads_in_fresh_process_with_only_tensorflow_and_scann(exports, index):
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    proc = subprocess.run([sys.executable, "-c", FRESH, exports["paths"][index]],
+                          capture_output=True, text=True, timeout=300, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(json.loads(proc.stdout.strip().splitlines()[-1])[0]) == 10
+
+
+@pytest.fixture(scope="module")
+def server(exports):
+    options = ServerOptions(model_name="ml", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "scann"),
+                            file_system_poll_wait_seconds=0.2, max_request_bytes=200_000)
+    srv = ModelServer(options).start()
+    yield srv
+    srv.stop()
+
+
+def _http(server, method, path, body=None):
+    url = f"http://127.0.0.1:{server.rest_port}{path}"
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_grpc_and_rest_predict_equal_the_in_process_savedmodel(server, exports):
+    local = tf.saved_model.load(exports["paths"]["scann"])
+    expected = local.signatures["serving_default"](history=tf.constant(_histories()))
+    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
+    response = stub.Predict(make_request("ml", _histories()), timeout=30)
+    np.testing.assert_array_equal(tf.make_ndarray(response.outputs["item_ids"]),
+                                  expected["item_ids"].numpy())
+    assert response.model_spec.version.value == 1
+    k_response = stub.Predict(make_request("ml", _histories(), k=4), timeout=30)
+    np.testing.assert_array_equal(tf.make_ndarray(k_response.outputs["item_ids"]),
+                                  expected["item_ids"].numpy()[:, :4])
+    status, body = _http(server, "POST", "/v1/models/ml:predict",
+                         {"instances": _histories().tolist()})
+    assert status == 200
+    assert [p["item_ids"] for p in body["predictions"]] == expected["item_ids"].numpy().tolist()
+    status, body = _http(server, "POST", "/v1/models/ml/versions/1:predict",
+                         {"signature_name": "top_k",
+                          "inputs": {"history": _histories().tolist(), "k": 3}})
+    assert status == 200
+    assert body["outputs"]["item_ids"] == expected["item_ids"].numpy()[:, :3].tolist()
+    status, body = _http(server, "POST", "/v1/models/ml:predict",
+                         {"signature_name": "top_k",
+                          "instances": [{"history": r, "k": 2} for r in _histories().tolist()]})
+    assert status == 200 and len(body["predictions"][0]["item_ids"]) == 2
+    channel.close()
+
+
+def test_status_and_metadata(server):
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "ml"}), timeout=30)
+    assert status.model_version_status[0].state == get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    stub, _ = predict_stub(f"127.0.0.1:{server.port}")
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    request.model_spec.name = "ml"
+    meta = stub.GetModelMetadata(request, timeout=30)
+    sigs = get_model_metadata_pb2.SignatureDefMap()
+    meta.metadata["signature_def"].Unpack(sigs)
+    assert {"serving_default", "top_k", "query_embedding"} <= set(sigs.signature_def)
+    code, body = _http(server, "GET", "/v1/models/ml")
+    assert code == 200 and body["model_version_status"][0]["state"] == "AVAILABLE"
+    code, body = _http(server, "GET", "/v1/models/ml/metadata")
+    assert code == 200 and "serving_default" in body["metadata"]["signature_def"]["signature_def"]
+    channel.close()
+
+
+@pytest.mark.parametrize("case", [
+    "float_history", "rank_one", "unknown_model", "unknown_version", "too_long",
+    "missing_input", "bad_k", "unknown_signature"])
+def test_grpc_bad_input_gets_a_clear_status_and_server_keeps_serving(server, case):
+    from tensorflow_serving.apis import predict_pb2
+
+    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
+    request = make_request("ml", _histories())
+    expected = grpc.StatusCode.INVALID_ARGUMENT
+    if case == "float_history":
+        request.inputs["history"].CopyFrom(tf.make_tensor_proto(np.array([[1.5, 2.0]])))
+    elif case == "rank_one":
+        request.inputs["history"].CopyFrom(tf.make_tensor_proto(np.array([101, 102])))
+    elif case == "unknown_model":
+        request.model_spec.name, expected = "other", grpc.StatusCode.NOT_FOUND
+    elif case == "unknown_version":
+        request.model_spec.version.value, expected = 99, grpc.StatusCode.NOT_FOUND
+    elif case == "too_long":
+        request.inputs["history"].CopyFrom(tf.make_tensor_proto(np.ones((1, 31), np.int64)))
+    elif case == "missing_input":
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "ml"
+    elif case == "bad_k":
+        request = make_request("ml", _histories(), k=10_000)
+    elif case == "unknown_signature":
+        request.model_spec.signature_name = "nope"
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Predict(request, timeout=30)
+    assert info.value.code() == expected
+    assert info.value.details()  # says what was wrong
+    ok = stub.Predict(make_request("ml", _histories()), timeout=30)
+    assert ok.outputs["item_ids"].tensor_shape.dim[0].size == 3
+    channel.close()
+
+
+@pytest.mark.parametrize("body,status,fragment", [
+    (b'{"instances": [[1, 2', 400, "JSON"),
+    ({"instances": [[1.5, 2]]}, 400, "int64"),
+    ({"instances": [[1, 2], [3]]}, 400, "rectangular"),
+    ({"instances": [[1]], "inputs": [[1]]}, 400, "exactly one"),
+    ({"instances": [list(range(31))]}, 400, "at most 30"),
+    ({"instances": [[1] * 30] * 3000}, 400, "exceeds the limit"),
+])
+def test_rest_bad_input(server, body, status, fragment):
+    code, reply = _http(server, "POST", "/v1/models/ml:predict", body)
+    assert code == status and fragment in reply["error"]
+    assert _http(server, "POST", "/v1/models/nope:predict", {"instances": [[1]]})[0] == 404
+    assert _http(server, "GET", "/v1/models/ml/versions/7")[0] == 404
+    assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
+
+
+def test_version_swap_under_load_drops_nothing(trained, exports):
+    base = exports["base"] / "swap"
+    export(trained["model_dir"], str(exports["base"]), "swap", index="brute-force", version=1)
+    options = ServerOptions(model_name="swap", port=0, rest_api_port=0,
+                            model_base_path=str(base), file_system_poll_wait_seconds=0.1)
+    srv = ModelServer(options).start()
+    stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
+    versions, errors = [], []
+    stop = threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                r = stub.Predict(make_request("swap", _histories()), timeout=30)
+                versions.append(r.model_spec.version.value)
+            except grpc.RpcError as exc:  # pragma: no cover - the assertion reports it
+                errors.append(exc)
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    export(trained["model_dir"], str(exports["base"]), "swap", index="brute-force", version=2)
+    deadline = time.time() + 30
+    while time.time() < deadline and (not versions or versions[-1] != 2):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    srv.stop()
+    channel.close()
+    assert not errors, errors[:1]
+    assert 1 in versions and versions[-1] == 2
+    assert len(versions) > 20
+
+
+def test_ranks_through_server_equal_exact_for_brute_force(trained, exports):
+    options = ServerOptions(model_name="bf", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"))
+    srv = ModelServer(options).start()
+    encoder, config, raw_ids = load_trained(trained["model_dir"])
+    rng = np.random.default_rng(1)
+    internal = [rng.choice(np.arange(1, len(raw_ids) + 1), size=int(n), replace=False)
+                for n in rng.integers(1, 8, size=40)]
+    targets = rng.integers(1, len(raw_ids) + 1, size=40)
+    histories_raw = [raw_ids[h - 1] for h in internal]
+    stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
+    served = ranks_through_server(stub, "bf", histories_raw, raw_ids[targets - 1], max_k=20,
+                                  batch_size=7, num_items=len(raw_ids))
+    channel.close()
+    srv.stop()
+    padded = np.zeros((40, config["max_length"]), np.int32)
+    exclude = np.zeros((40, 8), np.int64)
+    for row, h in enumerate(internal):
+        padded[row, -len(h):] = h
+        exclude[row, :len(h)] = h
+    exact = target_ranks(encoder.last_query(padded), encoder.item_embeddings(), targets,
+                         exclude=exclude)
+    np.testing.assert_array_equal(served, np.minimum(exact, 20))
