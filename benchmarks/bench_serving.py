@@ -1,0 +1,155 @@
+"""ScaNN vs brute force, and the model server vs calling the SavedModel in process.
+
+1. Top-100 over N synthetic item embeddings (default 1M, d=64, clustered like
+   learned embeddings: a Gaussian mixture of 1,000 components): queries/s of
+   ScaNN (the export's parameters for that catalog size) and of exact brute force
+   (a TensorFlow matmul + top_k), and ScaNN's recall@100 against the exact top-100.
+2. A two-tower-sized export (SASRec encoder, the given catalog) served by
+   `tfrs-logq serve` on loopback: throughput and p50/p99 latency of concurrent gRPC
+   clients (official stub), beside calling the same SavedModel signature in process.
+
+    python benchmarks/bench_serving.py [--num-items 1000000 --queries 2000 --clients 8]
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from common import machine
+
+import tensorflow as tf  # noqa: E402
+
+from tfrs_logq.models import SASRecEncoder  # noqa: E402
+from tfrs_logq.serving.client import make_request, predict_stub  # noqa: E402
+from tfrs_logq.serving.export import (  # noqa: E402
+    RetrievalModule,
+    build_scann_searcher,
+    export,
+    scann_parameters,
+)
+from tfrs_logq.serving.server import ModelServer, ServerOptions  # noqa: E402
+
+
+def clustered(n, d, rng, components=1000):
+    centers = rng.normal(size=(components, d)).astype(np.float32)
+    which = rng.integers(0, components, n)
+    return centers[which] + 0.5 * rng.normal(size=(n, d)).astype(np.float32)
+
+
+def ann_benchmark(args, rng):
+    items = clustered(args.num_items, args.dim, rng)
+    queries = clustered(args.queries, args.dim, rng)
+    k = 100
+    params = scann_parameters(args.num_items, k)
+    start = time.perf_counter()
+    searcher = build_scann_searcher(items, params)
+    build_s = time.perf_counter() - start
+    q = tf.constant(queries)
+    table = tf.constant(items)
+
+    @tf.function
+    def brute(qb):
+        return tf.math.top_k(tf.matmul(qb, table, transpose_b=True), k)[1]
+
+    def timed(fn, batch):
+        fn(q[:batch])
+        start = time.perf_counter()
+        out = [fn(q[i:i + batch]) for i in range(0, args.queries, batch)]
+        return args.queries / (time.perf_counter() - start), np.concatenate(
+            [np.asarray(o) for o in out])
+
+    exact_qps, exact = timed(lambda x: brute(x).numpy(), 256)
+    scann_qps, approx = timed(
+        lambda x: searcher.search_batched(x, final_num_neighbors=k)[0].numpy(), 256)
+    recall = np.mean([len(set(a) & set(e)) / k for a, e in zip(approx, exact)])
+    print(f"top-{k} over {args.num_items:,} items, d={args.dim}, {args.queries:,} queries "
+          f"in batches of 256 (ScaNN built in {build_s:.0f} s with {params}):")
+    print(f"| index       | queries/s | recall@{k} vs exact |")
+    print("|-------------|-----------|-------------------|")
+    print(f"| brute force | {exact_qps:9,.0f} | 1.000             |")
+    print(f"| ScaNN       | {scann_qps:9,.0f} | {recall:.3f}             |")
+    print(f"ScaNN / brute force queries/s = {scann_qps / exact_qps:.1f}x")
+
+
+def server_benchmark(args, rng):
+    num_items = args.server_items
+    encoder = SASRecEncoder(num_items + 1, 50, 64, 2, 1, 0.0)
+    encoder(tf.zeros([1, 50], tf.int32))
+    module = RetrievalModule(encoder, np.arange(1, num_items + 1), "brute-force", 100)
+    base = tempfile.mkdtemp()
+    export("", base, "bench", index="brute-force", module=module)
+    saved = tf.saved_model.load(os.path.join(base, "bench", "1"))
+    signature = saved.signatures["serving_default"]
+    requests = [rng.integers(1, num_items + 1, size=(1, 50)).astype(np.int64)
+                for _ in range(args.requests)]
+
+    def run(call, clients):
+        latencies = []
+        lock = threading.Lock()
+        per_client = args.requests // clients
+
+        def worker(offset):
+            for i in range(per_client):
+                t0 = time.perf_counter()
+                call(requests[offset + i])
+                dt = time.perf_counter() - t0
+                with lock:
+                    latencies.append(dt)
+
+        threads = [threading.Thread(target=worker, args=(c * per_client,))
+                   for c in range(clients)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+        latencies.sort()
+        return (len(latencies) / elapsed, statistics.median(latencies) * 1e3,
+                latencies[int(0.99 * (len(latencies) - 1))] * 1e3)
+
+    in_process = lambda h: signature(history=tf.constant(h))["item_ids"].numpy()  # noqa: E731
+    run(in_process, 1)
+    local = run(in_process, args.clients)
+    srv = ModelServer(ServerOptions("bench", os.path.join(base, "bench"), port=0,
+                                    rest_api_port=0)).start()
+    stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
+    remote_call = lambda h: stub.Predict(make_request("bench", h), timeout=30)  # noqa: E731
+    run(remote_call, 1)
+    remote = run(remote_call, args.clients)
+    channel.close()
+    srv.stop()
+    print(f"serving top-100 of {num_items:,} items (SASRec encoder L=50, d=64, brute force), "
+          f"{args.requests:,} single-user requests from {args.clients} concurrent clients:")
+    print("| path                      | requests/s | p50 ms | p99 ms |")
+    print("|---------------------------|------------|--------|--------|")
+    print(f"| SavedModel in process     | {local[0]:10,.0f} | {local[1]:6.1f} | {local[2]:6.1f} |")
+    print(f"| tfrs-logq serve, gRPC     | {remote[0]:10,.0f} | {remote[1]:6.1f} | "
+          f"{remote[2]:6.1f} |")
+    print(f"server / in-process throughput = {remote[0] / local[0]:.2f}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--num-items", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--server-items", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--skip-ann", action="store_true")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"machine: {machine()}")
+    if not args.skip_ann:
+        ann_benchmark(args, rng)
+    server_benchmark(args, rng)
+
+
+if __name__ == "__main__":
+    main()
