@@ -4,28 +4,27 @@
    learned embeddings: a Gaussian mixture of 1,000 components): queries/s of
    ScaNN (the export's parameters for that catalog size) and of exact brute force
    (a TensorFlow matmul + top_k), and ScaNN's recall@100 against the exact top-100.
-2. A two-tower-sized export (SASRec encoder, the given catalog) served by
-   `tfrs-logq serve` on loopback: throughput and p50/p99 latency of concurrent gRPC
-   clients (official stub), beside calling the same SavedModel signature in process.
+2. A SASRec export (brute force over the given catalog) served by the model server
+   on loopback: throughput and p50/p99 latency of concurrent gRPC clients (the
+   official stub, in a separate process), beside threads calling the same
+   SavedModel signature in process.
 
     python benchmarks/bench_serving.py [--num-items 1000000 --queries 2000 --clients 8]
 """
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 
 import numpy as np
-
-from common import machine
-
 import tensorflow as tf  # noqa: E402
-
-from tfrs_logq.models import SASRecEncoder  # noqa: E402
-from tfrs_logq.serving.client import make_request, predict_stub  # noqa: E402
+from common import machine
 from tfrs_logq.serving.export import (  # noqa: E402
     RetrievalModule,
     build_scann_searcher,
@@ -33,6 +32,8 @@ from tfrs_logq.serving.export import (  # noqa: E402
     scann_parameters,
 )
 from tfrs_logq.serving.server import ModelServer, ServerOptions  # noqa: E402
+
+from tfrs_logq.models import SASRecEncoder  # noqa: E402
 
 
 def clustered(n, d, rng, components=1000):
@@ -117,13 +118,17 @@ def server_benchmark(args, rng):
     run(in_process, 1)
     local = run(in_process, args.clients)
     srv = ModelServer(ServerOptions("bench", os.path.join(base, "bench"), port=0,
-                                    rest_api_port=0)).start()
-    stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
-    remote_call = lambda h: stub.Predict(make_request("bench", h), timeout=30)  # noqa: E731
-    run(remote_call, 1)
-    remote = run(remote_call, args.clients)
-    channel.close()
+                                    rest_api_port=0, max_batch_size=args.max_batch_size,
+                                    batch_timeout_micros=args.batch_timeout_micros)).start()
+    # The load comes from another process, as real clients do (and so that the
+    # clients' Python does not share the server's interpreter lock).
+    proc = subprocess.run(
+        [sys.executable, "-c", CLIENT, str(srv.port), str(num_items), str(args.requests),
+         str(args.clients)], capture_output=True, text=True, timeout=600)
     srv.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    remote = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"serving top-100 of {num_items:,} items (SASRec encoder L=50, d=64, brute force), "
           f"{args.requests:,} single-user requests from {args.clients} concurrent clients:")
     print("| path                      | requests/s | p50 ms | p99 ms |")
@@ -132,6 +137,41 @@ def server_benchmark(args, rng):
     print(f"| tfrs-logq serve, gRPC     | {remote[0]:10,.0f} | {remote[1]:6.1f} | "
           f"{remote[2]:6.1f} |")
     print(f"server / in-process throughput = {remote[0] / local[0]:.2f}")
+
+
+CLIENT = r"""
+import json, statistics, sys, threading, time
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+import grpc
+port, num_items, total, clients = map(int, sys.argv[1:])
+stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+rng = np.random.default_rng(1)
+protos = []
+for _ in range(total):
+    r = predict_pb2.PredictRequest()
+    r.model_spec.name = "bench"
+    r.inputs["history"].CopyFrom(tf.make_tensor_proto(rng.integers(1, num_items + 1, (1, 50))))
+    protos.append(r)
+for r in protos[:20]:
+    stub.Predict(r, timeout=30)
+latencies, lock = [], threading.Lock()
+def worker(offset, n):
+    for r in protos[offset:offset + n]:
+        t0 = time.perf_counter(); stub.Predict(r, timeout=30); dt = time.perf_counter() - t0
+        with lock:
+            latencies.append(dt)
+per = total // clients
+threads = [threading.Thread(target=worker, args=(c * per, per)) for c in range(clients)]
+start = time.perf_counter()
+for t in threads: t.start()
+for t in threads: t.join()
+elapsed = time.perf_counter() - start
+latencies.sort()
+print(json.dumps([len(latencies) / elapsed, statistics.median(latencies) * 1e3,
+                  latencies[int(0.99 * (len(latencies) - 1))] * 1e3]))
+"""
 
 
 def main():
@@ -143,6 +183,8 @@ def main():
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--skip-ann", action="store_true")
+    parser.add_argument("--max-batch-size", type=int, default=256)
+    parser.add_argument("--batch-timeout-micros", type=int, default=500)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(f"machine: {machine()}")

@@ -56,7 +56,7 @@ class ServerOptions:
     host: str = "127.0.0.1"
     file_system_poll_wait_seconds: float = 1.0
     max_batch_size: int = 256
-    batch_timeout_micros: int = 2000
+    batch_timeout_micros: int = 500
     max_request_rows: int = 1024
     max_request_bytes: int = 16 * 1024 * 1024
     num_threads: int = 16

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default loopback only)")
     serve.add_argument("--max_batch_size", type=_positive_int, default=256)
-    serve.add_argument("--batch_timeout_micros", type=int, default=2000)
+    serve.add_argument("--batch_timeout_micros", type=int, default=500)
 
     ev = sub.add_parser("evaluate", help="Recall@k through a TF Serving endpoint")
     ev.add_argument("--server", required=True, help="HOST:PORT of the gRPC endpoint")
