@@ -62,7 +62,7 @@ class TrainConfig:
 PRESETS = {
     "paper": {},
     "cpu": {"max_length": 200, "embedding_dim": 64, "batch_size": 64, "steps_per_epoch": 50,
-            "max_epochs": 12, "patience": 4, "max_validation_users": 2048},
+            "max_epochs": 12, "patience": 12, "max_validation_users": 2048},
     "smoke": {"max_length": 30, "embedding_dim": 16, "num_blocks": 1, "batch_size": 32,
               "num_negatives": 32, "steps_per_epoch": 5, "max_epochs": 2, "patience": 2,
               "max_validation_users": 256, "dropout": 0.2},
