@@ -10,37 +10,23 @@ embeddings, so the evaluation figure is the ranking cost, not a model's.
 """
 
 import argparse
-import os
 import time
 
-import numpy as np
 import tensorflow as tf  # noqa: E402
-from common import machine
-from tfrs_logq.pipelines.datasets import load_movielens_1m  # noqa: E402
-from tfrs_logq.pipelines.interactions import build_interactions  # noqa: E402
+from common import DEFAULT_ML1M, machine, ml1m_or_stand_in
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset  # noqa
 from tfrs_logq.pipelines.splits import leave_one_out  # noqa: E402
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser()
-    parser.add_argument("--data-dir", default=os.path.join(here, "..", "..", "shared", "data",
-                                                           "ml-1m-sasrec"))
+    parser.add_argument("--data-dir", default=DEFAULT_ML1M)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--max-length", type=int, default=200)
     parser.add_argument("--dim", type=int, default=128)
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    if os.path.isdir(args.data_dir):
-        inter = load_movielens_1m(args.data_dir, fmt="sasrec", download_ok=False)
-        source = f"ML-1M (SASRec ml-1m.txt, {len(inter):,} interactions)"
-    else:
-        rng = np.random.default_rng(0)
-        n = 1_000_000
-        inter = build_interactions(rng.integers(0, 6000, n), rng.zipf(1.2, n) % 3400 + 1,
-                                   np.arange(n), min_item_interactions=1)
-        source = "synthetic stand-in (../shared/data absent)"
+    inter, source = ml1m_or_stand_in(args.data_dir)
     split = leave_one_out(inter)
 
     start = time.perf_counter()

@@ -7,15 +7,11 @@ Interleaves the losses round-robin (machine noise hits all alike) on ML-1M
 """
 
 import argparse
-import os
 import statistics
 import time
 
-import numpy as np
 import tensorflow as tf  # noqa: E402
-from common import machine
-from tfrs_logq.pipelines.datasets import load_movielens_1m  # noqa: E402
-from tfrs_logq.pipelines.interactions import build_interactions  # noqa: E402
+from common import DEFAULT_ML1M, machine, ml1m_or_stand_in
 from tfrs_logq.pipelines.sequential import training_dataset  # noqa: E402
 from tfrs_logq.pipelines.splits import leave_one_out  # noqa: E402
 
@@ -24,7 +20,6 @@ from tfrs_logq.training import build_model, resolve_config  # noqa: E402
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser()
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--rounds", type=int, default=3)
@@ -32,20 +27,11 @@ def main():
     parser.add_argument("--losses", default=",".join(OBJECTIVES))
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--mixed-precision", action="store_true")
-    parser.add_argument("--data-dir", default=os.path.join(here, "..", "..", "shared", "data",
-                                                           "ml-1m-sasrec"))
+    parser.add_argument("--data-dir", default=DEFAULT_ML1M)
     args = parser.parse_args()
     if args.mixed_precision:
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
-    if os.path.isdir(args.data_dir):
-        inter = load_movielens_1m(args.data_dir, fmt="sasrec", download_ok=False)
-        source = "ML-1M (ml-1m.txt)"
-    else:
-        rng = np.random.default_rng(0)
-        n = 1_000_000
-        inter = build_interactions(rng.integers(0, 6000, n), rng.zipf(1.2, n) % 3400 + 1,
-                                   np.arange(n), min_item_interactions=1)
-        source = "synthetic stand-in"
+    inter, source = ml1m_or_stand_in(args.data_dir)
     split = leave_one_out(inter)
     losses = args.losses.split(",")
     runs = {}

@@ -66,14 +66,7 @@ def masked_value(dtype: tf.DType) -> tf.Tensor:
     return tf.constant(np.finfo(dtype.as_numpy_dtype).min / 2, dtype)
 
 
-@tf.custom_gradient
-def row_logsumexp(logits: tf.Tensor):
-    """`[batch, n]` -> `[batch]` ``log sum_j e^{logits_j}``, stable, one kernel pass each way.
-
-    Masked entries must hold `masked_value` (they then contribute exactly 0 and
-    receive zero gradient). A row that is entirely masked returns a finite
-    value near `masked_value`; callers zero such rows.
-    """
+def _logsumexp_with_gradient(logits: tf.Tensor):
     row_max = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
     exp = tf.exp(logits - row_max)
     total = tf.reduce_sum(exp, axis=-1, keepdims=True)
@@ -83,6 +76,17 @@ def row_logsumexp(logits: tf.Tensor):
         return exp * (upstream[:, None] / total)
 
     return lse, grad
+
+
+@tf.custom_gradient
+def row_logsumexp(logits: tf.Tensor):
+    """`[batch, n]` -> `[batch]` ``log sum_j e^{logits_j}``, stable, one kernel pass each way.
+
+    Masked entries must hold `masked_value` (they then contribute exactly 0 and
+    receive zero gradient). A row that is entirely masked returns a finite
+    value near `masked_value`; callers zero such rows.
+    """
+    return _logsumexp_with_gradient(logits)
 
 
 def masked_row_logsumexp(logits: tf.Tensor, exclude: tf.Tensor) -> tf.Tensor:
@@ -95,16 +99,7 @@ def masked_row_logsumexp(logits: tf.Tensor, exclude: tf.Tensor) -> tf.Tensor:
 
     @tf.custom_gradient
     def _lse(x):
-        masked = tf.where(exclude, masked_value(x.dtype), x)
-        row_max = tf.reduce_max(masked, axis=-1, keepdims=True)
-        exp = tf.exp(masked - row_max)
-        total = tf.reduce_sum(exp, axis=-1, keepdims=True)
-        lse = tf.squeeze(row_max + tf.math.log(total), axis=-1)
-
-        def grad(upstream):
-            return exp * (upstream[:, None] / total)
-
-        return lse, grad
+        return _logsumexp_with_gradient(tf.where(exclude, masked_value(x.dtype), x))
 
     return _lse(logits)
 
