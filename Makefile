@@ -25,6 +25,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_task.py
 	$(PY) benchmarks/bench_frequency.py
 	$(PY) benchmarks/bench_synthetic.py
+	$(PY) benchmarks/bench_data.py
+	$(PY) benchmarks/bench_sasrec.py
+	$(PY) benchmarks/bench_serving.py
 
 lint: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev]"
