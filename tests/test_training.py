@@ -160,3 +160,26 @@ def test_multi_worker_mirrored_strategy_two_processes_on_loopback(data_dir, tmp_
                 proc.kill()
     results = [json.loads(o.split("RESULT", 1)[1]) for o in outputs]
     assert results[0] == results[1]  # both workers hold the same model
+
+
+def test_interrupted_training_resumes_from_its_backup(data_dir, tmp_path):
+    import tensorflow as tf
+
+    class Interrupt(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise KeyboardInterrupt
+
+    seen = []
+
+    class Record(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append(epoch)
+
+    config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data_dir,
+                            max_epochs=4)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Interrupt()])
+    assert (tmp_path / "m" / "backup").exists()
+    train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Record()])
+    assert seen == [2, 3]  # epochs 0 and 1 were not run again

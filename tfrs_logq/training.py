@@ -156,7 +156,7 @@ def load_split(config: TrainConfig) -> Split:
 
 
 def train(config: TrainConfig, model_dir: str, verbose="auto",
-          split: Optional[Split] = None) -> dict:
+          split: Optional[Split] = None, extra_callbacks: Optional[list] = None) -> dict:
     """Trains, restores the best epoch, evaluates validation and test; returns metrics."""
     tf.keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
@@ -189,6 +189,7 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
                                            save_best_only=True, save_weights_only=True),
         tf.keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup")),
         tf.keras.callbacks.TensorBoard(os.path.join(model_dir, "logs"), update_freq="epoch"),
+        *(extra_callbacks or []),
     ]
     start = time.perf_counter()
     history = model.fit(data, epochs=config.max_epochs, steps_per_epoch=config.steps_per_epoch,
