@@ -165,7 +165,10 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
     strategy = make_strategy(config.strategy)
     os.makedirs(model_dir, exist_ok=True)
     with open(os.path.join(model_dir, "config.json"), "w") as f:
-        json.dump({**dataclasses.asdict(config), "num_items": split.num_items}, f, indent=2)
+        saved = dataclasses.asdict(config)
+        if saved["data_dir"]:
+            saved["data_dir"] = os.path.abspath(saved["data_dir"])
+        json.dump({**saved, "num_items": split.num_items}, f, indent=2)
     with open(os.path.join(model_dir, "vocabulary.json"), "w") as f:
         json.dump({"raw_items": [str(x) for x in split.interactions.raw_items]}, f)
 
