@@ -300,3 +300,24 @@ def test_ranks_through_server_equal_exact_for_brute_force(trained, exports):
     exact = target_ranks(encoder.last_query(padded), encoder.item_embeddings(), targets,
                          exclude=exclude)
     np.testing.assert_array_equal(served, np.minimum(exact, 20))
+
+
+def test_evaluate_cli_reports_served_and_exact_figures(trained, exports):
+    options = ServerOptions(model_name="bf_cli", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"))
+    srv = ModelServer(options).start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tfrs_logq.cli", "evaluate", "--server",
+             f"127.0.0.1:{srv.port}", "--model_name", "bf_cli", "--model-dir",
+             trained["model_dir"], "--json"],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "TFRS_LOGQ_CACHE_DIR": str(trained["root"] / "cache")})
+    finally:
+        srv.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["num_targets"] == 60
+    # A brute-force index loses nothing: served figures equal the exact ones.
+    assert result["served"] == result["exact"]
+    assert set(result["served"]) == {"recall@10", "recall@100", "recall@1000", "ndcg@20"}
