@@ -1,1 +1,1 @@
-"""tf.data pipelines (importable as ``tfrs_logq.pipelines``)."""
+"""Data pipelines (importable as ``tfrs_logq.pipelines``): ``synthetic``, ``datasets``, ``interactions``, ``splits``, ``sequential``."""

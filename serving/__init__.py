@@ -1,1 +1,1 @@
-"""Export, model server and client (importable as ``tfrs_logq.serving``). Not built yet."""
+"""Export, model server and client (importable as ``tfrs_logq.serving``): ``export``, ``server``, ``client``."""
