@@ -1,1 +1,4 @@
-"""Data pipelines (importable as ``tfrs_logq.pipelines``): ``synthetic``, ``datasets``, ``interactions``, ``splits``, ``sequential``."""
+"""Data pipelines (importable as ``tfrs_logq.pipelines``).
+
+Modules: ``synthetic``, ``datasets``, ``interactions``, ``splits``, ``sequential``.
+"""

@@ -1,1 +1,4 @@
-"""Export, model server and client (importable as ``tfrs_logq.serving``): ``export``, ``server``, ``client``."""
+"""Export, model server and client (importable as ``tfrs_logq.serving``).
+
+Modules: ``export``, ``server``, ``client``.
+"""
