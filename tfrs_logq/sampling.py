@@ -62,6 +62,39 @@ def batch_log_frequency(ids: tf.Tensor, batch_ids: tf.Tensor) -> tf.Tensor:
     return tf.math.log(tf.maximum(counts, 1.0) / size)
 
 
+def distinct_in_random_order(ids, k: int, seed, pad_id: int = 0):
+    """The distinct values of ``ids`` (``pad_id`` excluded) in uniformly random order,
+    the first ``k`` kept: ``(ids_out [k], is_valid [k])``, padded with ``pad_id``
+    (``is_valid`` False) when fewer than ``k`` distinct values exist.
+
+    Static shapes only (sort, first occurrences, random keys, top-k), so it
+    compiles under XLA (`tf.function(jit_compile=True)`), unlike `tf.unique`
+    and `stateless_shuffle`.
+
+    Args:
+      ids: integer tensor of any shape (flattened).
+      k: int. Number of ids returned.
+      seed: `[2]` int seed of the stateless random keys.
+      pad_id: int. Value ignored in ``ids`` and used for padding. Defaults to 0.
+    """
+    k = _check_positive_int(k, "k")
+    flat = tf.reshape(tf.convert_to_tensor(ids), [-1])
+    if not flat.dtype.is_integer:
+        raise ValueError(f"`ids` must be an integer tensor, received dtype {flat.dtype.name}.")
+    size = tf.size(flat)
+    ordered = tf.sort(flat)
+    first = tf.concat([tf.ones([1], tf.bool), ordered[1:] != ordered[:-1]], 0)[:size]
+    keep = tf.logical_and(first, ordered != tf.cast(pad_id, flat.dtype))
+    keys = tf.random.stateless_uniform(tf.shape(ordered), seed=seed, dtype=tf.float32)
+    keys = tf.where(keep, keys, 2.0 * tf.ones_like(keys))  # kept keys are in [0, 1)
+    padded_keys = tf.concat([keys, 3.0 * tf.ones([k], tf.float32)], 0)
+    padded_ids = tf.concat([ordered, tf.fill([k], tf.cast(pad_id, flat.dtype))], 0)
+    _, order = tf.math.top_k(-padded_keys, k=k)
+    is_valid = tf.gather(padded_keys, order) < 1.0
+    out = tf.where(is_valid, tf.gather(padded_ids, order), tf.cast(pad_id, flat.dtype))
+    return tf.ensure_shape(out, [k]), tf.ensure_shape(is_valid, [k])
+
+
 class InBatchSampler:
     """Negatives drawn from the batch's own positives (a unigram proposal).
 
