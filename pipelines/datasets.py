@@ -1,16 +1,27 @@
-"""MovieLens-1M and Steam loaders: local files first, official download otherwise.
+"""MovieLens-1M and Steam loaders: one explicit data directory, or the official download.
 
-Where the files are looked for, in order:
+Where the files are looked for (one place, never a fallback from one to the next):
 
-1. ``data_dir`` (the ``--data-dir`` flag), else the ``TFRS_LOGQ_DATA_DIR`` variable;
-2. the download cache ``~/.cache/tfrs_logq`` (``TFRS_LOGQ_CACHE_DIR``), where an
-   official archive is downloaded with a progress bar and checked against its
-   published checksum when the machine is online.
+1. ``data_dir`` (the ``--data-dir`` flag), when given: it must be an existing
+   directory, and only it is searched;
+2. else ``$TFRS_LOGQ_DATA_DIR``, when set (the same rules);
+3. else the download cache ``~/.cache/tfrs_logq`` (``$TFRS_LOGQ_CACHE_DIR``), where
+   an official archive (``ml-1m.zip``, ``steam_reviews.json.gz``) is downloaded with
+   a progress bar and checked against its published checksum.
 
-Offline with no local copy, the error names the file to fetch and where to put it.
-Every source is parsed streamed, line by line, and the preprocessed result is
-cached (``interactions.npz`` + ``manifest.json``, written atomically) so a
-second run starts in about a second.
+In that directory a file is looked for at the top level and one level down
+(``DIR/ratings.dat`` or ``DIR/ml-1m/ratings.dat``). When more than one file
+qualifies the loader does not guess: the error names the candidates and the flag
+that picks one (``--data-format`` between MovieLens's ``ratings.dat`` and SASRec's
+``ml-1m.txt``; a narrower ``--data-dir`` between two files of one format).
+SASRec's ``ml-1m.txt`` has no official download and is never downloaded; a
+temporal split needs timestamps, which it does not have.
+
+Every source is parsed streamed, line by line; the result records the file, its
+format, the rows read and the malformed lines skipped, and the loader logs them
+(logger ``tfrs_logq.data``). The preprocessed result is cached
+(``interactions.npz`` + ``manifest.json``, written atomically, checked on every
+read, rebuilt when damaged) so a second run starts in about a second.
 
 Data terms: MovieLens and Steam are licensed for research use and may not be
 redistributed; nothing here ships any of it.
@@ -24,6 +35,7 @@ import csv
 import datetime
 import glob
 import hashlib
+import logging
 import os
 import tempfile
 import urllib.error
@@ -32,6 +44,7 @@ from typing import Optional
 
 import numpy as np
 from tfrs_logq.pipelines.interactions import (
+    DataFormatError,
     Interactions,
     ParseReport,
     build_interactions,
@@ -41,16 +54,39 @@ from tfrs_logq.pipelines.interactions import (
     parse_lines,
     save_cache,
 )
+from tfrs_logq.pipelines.splits import Split, make_split
+
+log = logging.getLogger("tfrs_logq.data")
 
 DATASETS = ("ml-1m", "steam")
+ML1M_FORMATS = ("ratings", "sasrec")  # MovieLens's ratings.dat, SASRec's ml-1m.txt
+# The test (and validation) fraction of the temporal split, per dataset (the paper's).
+DEFAULT_TEMPORAL_FRACTION = {"ml-1m": 0.1, "steam": 0.01}
 ML1M_URL = "https://files.grouplens.org/datasets/movielens/ml-1m.zip"
 ML1M_SHA256 = "a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20"
 STEAM_URL = "https://cseweb.ucsd.edu/~wckang/steam_reviews.json.gz"
 STEAM_SHA256 = "40c6343deedf488689987749c5f8435233da48c163fbaa2a7766c215d584bc61"
+SASREC_ML1M = "data/ml-1m.txt of the SASRec repository (github.com/kang205/SASRec)"
+
+# File names per source format, looked for in the data directory and one level down.
+_PATTERNS = {
+    "ratings": ["ml-1m.zip", "ratings.dat", "ratings.dat.gz"],
+    "sasrec": ["ml-1m.txt", "ml-1m.txt.gz"],
+    "steam": ["steam_reviews.json.gz", "steam_reviews.json", "steam.csv", "steam.csv.gz"],
+}
+_DESCRIPTION = {
+    "ratings": "MovieLens's ratings.dat",
+    "sasrec": "SASRec's ml-1m.txt",
+    "steam": "Steam reviews",
+}
 
 
 class DataNotFoundError(FileNotFoundError):
-    """No local copy and no way to download one; the message says what to fetch."""
+    """No usable local copy and no way to download one; the message says what to fetch."""
+
+
+class AmbiguousDataError(ValueError):
+    """Several files could be the data; the message names them and the flag that picks."""
 
 
 def cache_dir() -> str:
@@ -59,15 +95,70 @@ def cache_dir() -> str:
     )
 
 
-def _candidates(data_dir: Optional[str], patterns: list[str]) -> list[str]:
-    roots = [d for d in (data_dir, os.environ.get("TFRS_LOGQ_DATA_DIR"), cache_dir()) if d]
-    found = []
-    for root in roots:
-        for pattern in patterns:
-            found.extend(sorted(glob.glob(os.path.join(root, pattern))))
-        if found:
-            break  # the first root with a match wins (a local path beats the cache)
-    return found
+def _checked_cache_dir() -> str:
+    root = cache_dir()
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise NotADirectoryError(
+            f"the cache directory {root} (TFRS_LOGQ_CACHE_DIR, default ~/.cache/tfrs_logq) is "
+            "not a directory: point TFRS_LOGQ_CACHE_DIR at a directory, or pass --no-cache "
+            "(use_cache=False) with --data-dir.")
+    return root
+
+
+def data_root(data_dir: Optional[str] = None) -> tuple[str, str]:
+    """The one directory searched and how it was chosen: ``(directory, origin)``,
+    ``origin`` one of ``"--data-dir"``, ``"TFRS_LOGQ_DATA_DIR"``, ``"cache"``.
+
+    Raises:
+      ValueError: ``data_dir`` is the empty string.
+      DataNotFoundError: the directory given does not exist.
+      NotADirectoryError: it is a file.
+    """
+    if data_dir is not None:
+        if not str(data_dir).strip():
+            raise ValueError("--data-dir is empty: give the directory that holds the data, or "
+                             "leave the flag out to use $TFRS_LOGQ_DATA_DIR or the download "
+                             "cache.")
+        root, origin = str(data_dir), "--data-dir"
+    elif os.environ.get("TFRS_LOGQ_DATA_DIR", "").strip():
+        root, origin = os.environ["TFRS_LOGQ_DATA_DIR"], "TFRS_LOGQ_DATA_DIR"
+    else:
+        return _checked_cache_dir(), "cache"
+    flag = "--data-dir" if origin == "--data-dir" else "$TFRS_LOGQ_DATA_DIR"
+    if not os.path.exists(root):
+        raise DataNotFoundError(f"{flag} {root} does not exist.")
+    if not os.path.isdir(root):
+        raise NotADirectoryError(f"{flag} {root} is a file; give the directory that holds it.")
+    return root, origin
+
+
+def _candidates(root: str, kind: str) -> list[str]:
+    """Files of one source format in ``root`` and one level below, sorted by path."""
+    found = {}
+    for pattern in _PATTERNS[kind]:
+        for sub in ("", "*"):
+            for path in glob.glob(os.path.join(root, sub, pattern)):
+                if os.path.isfile(path):
+                    found.setdefault(os.path.realpath(path), path)
+    return sorted(found.values())
+
+
+def _where(root: str, origin: str) -> str:
+    return {"--data-dir": f"--data-dir {root}", "TFRS_LOGQ_DATA_DIR":
+            f"$TFRS_LOGQ_DATA_DIR ({root})", "cache": f"the download cache {root}"}[origin]
+
+
+def _one(paths: list[str], kind: str, root: str, origin: str) -> str:
+    if len(paths) > 1:
+        raise AmbiguousDataError(
+            f"several {_DESCRIPTION[kind]} files in {_where(root, origin)}: "
+            f"{', '.join(paths)}; point --data-dir at the directory that holds the one to use.")
+    return paths[0]
+
+
+def _looked_for(kind: str) -> str:
+    names = _PATTERNS[kind]
+    return ", ".join(names) + " (at the top level or one directory down)"
 
 
 def download(url: str, sha256: str, destination: str) -> str:
@@ -97,12 +188,21 @@ def download(url: str, sha256: str, destination: str) -> str:
         raise
 
 
-def _fetch_or_explain(url: str, sha256: str, filename: str, what: str, download_ok: bool) -> str:
-    destination = os.path.join(cache_dir(), filename)
+def _fetch_or_explain(url: str, sha256: str, filename: str, kind: str, root: str, origin: str,
+                      download_ok: bool) -> str:
+    """Downloads ``filename`` into the cache when that is where data is looked for;
+    otherwise (or offline) explains what to fetch and where to put it."""
+    what = _DESCRIPTION[kind]
+    if origin != "cache":
+        raise DataNotFoundError(
+            f"no {what} in {_where(root, origin)} (looked for {_looked_for(kind)}). Put "
+            f"{filename} (from {url}) there, or leave out --data-dir and $TFRS_LOGQ_DATA_DIR "
+            f"to download it into the cache {cache_dir()}.")
+    destination = os.path.join(root, filename)
     hint = (f"{what} not found. Put {filename} (from {url}) in a directory and pass "
             f"--data-dir DIR (or set TFRS_LOGQ_DATA_DIR=DIR), or place it at {destination}.")
     if not download_ok:
-        raise DataNotFoundError(hint)
+        raise DataNotFoundError(f"{hint} (downloading is off: --no-download)")
     try:
         return download(url, sha256, destination)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
@@ -215,33 +315,110 @@ def read_interactions_csv(path: str, *, skip_bad_lines: bool = False,
 # ---------------------------------------------------------------------------- loaders
 
 
-def _cached(source: str, params: dict, build) -> Interactions:
-    directory = os.path.join(cache_dir(), "preprocessed", cache_key(source, params))
+def _build(path: str, fmt: str, read, make, skip_bad_lines: bool) -> Interactions:
+    """Reads ``path`` with ``read`` and preprocesses with ``make``; the result records
+    its provenance, and any error names the file."""
+    report = ParseReport()
+    columns = read(path, skip_bad_lines=skip_bad_lines, report=report)
+    if len(columns[0]) == 0:
+        raise DataFormatError(f"{path}: no interactions ({report.lines} lines read, "
+                              f"{report.skipped} skipped as malformed).")
+    try:
+        interactions = make(*columns)
+    except ValueError as exc:
+        raise DataFormatError(f"{path}: {exc}") from None
+    if len(interactions) == 0:
+        raise DataFormatError(f"{path}: no interactions left after preprocessing ({report.rows} "
+                              "rows read; every item has fewer interactions than the minimum).")
+    interactions.source = os.path.abspath(path)
+    interactions.data_format = fmt
+    interactions.num_rows = report.rows
+    interactions.skipped_lines = report.skipped
+    return interactions
+
+
+def _load(path: str, fmt: str, params: dict, build, use_cache: bool) -> Interactions:
+    if not use_cache:
+        return build()
+    directory = os.path.join(_checked_cache_dir(), "preprocessed", cache_key(path, params))
     cached = load_cache(directory)
     if cached is not None:
         return cached
     interactions = build()
-    save_cache(interactions, directory, {"source": os.path.abspath(source), "params": params})
+    try:
+        save_cache(interactions, directory, {"params": params})
+    except OSError as exc:  # the data is fine; only the next start is slower
+        log.warning("could not write the cache %s (%s); continuing without it", directory, exc)
     return interactions
+
+
+def describe(interactions: Interactions, skip_bad_lines: bool = False) -> str:
+    """One line: the file used, its format and the rows read (and skipped)."""
+    rows = f"{interactions.num_rows:,} rows"
+    if skip_bad_lines or interactions.skipped_lines:
+        n = interactions.skipped_lines
+        rows += f", {n:,} malformed line{'' if n == 1 else 's'} skipped"
+    label = _DESCRIPTION.get(interactions.data_format, interactions.data_format)
+    return (f"{interactions.name}: {interactions.source} ({label}): {rows}; "
+            f"{len(interactions):,} interactions, {interactions.num_users:,} users, "
+            f"{interactions.num_items:,} items after preprocessing")
+
+
+def resolve_ml1m(data_dir: Optional[str] = None, fmt: Optional[str] = None, *,
+                 needs_timestamps: bool = False, download_ok: bool = True) -> tuple[str, str]:
+    """The ML-1M file to read and its format, ``(path, fmt)``.
+
+    ``fmt`` None picks the format from what the data directory holds: with
+    ``needs_timestamps`` only ``ratings`` qualifies; otherwise either does, and a
+    directory holding both is an `AmbiguousDataError`.
+
+    Raises:
+      ValueError: the temporal split (``needs_timestamps``) asked of SASRec's file.
+      AmbiguousDataError: several files qualify.
+      DataNotFoundError: none does (and none can be downloaded).
+    """
+    if fmt is not None and fmt not in ML1M_FORMATS:
+        raise ValueError(f"--data-format must be one of {ML1M_FORMATS} for ml-1m, received "
+                         f"{fmt!r}.")
+    if fmt == "sasrec" and needs_timestamps:
+        raise ValueError("the temporal split needs timestamps; SASRec's ml-1m.txt "
+                         "(--data-format sasrec) has none: use --split loo or --split gsasrec, "
+                         "or --data-format ratings with MovieLens's ratings.dat.")
+    root, origin = data_root(data_dir)
+    found = {kind: _candidates(root, kind) for kind in ML1M_FORMATS}
+    if fmt is None:
+        if needs_timestamps:
+            if not found["ratings"] and found["sasrec"]:
+                raise ValueError(
+                    f"the temporal split needs timestamps; {', '.join(found['sasrec'])} "
+                    "(SASRec's ml-1m.txt) has none: use --split loo or --split gsasrec, or give "
+                    "ratings.dat (a --data-dir holding ratings.dat or ml-1m.zip).")
+            fmt = "ratings"
+        elif found["ratings"] and found["sasrec"]:
+            raise AmbiguousDataError(
+                f"{_where(root, origin)} holds both MovieLens's ratings "
+                f"({', '.join(found['ratings'])}) and SASRec's ml-1m.txt "
+                f"({', '.join(found['sasrec'])}), and this split can use either: choose one "
+                "with --data-format ratings or --data-format sasrec.")
+        else:
+            fmt = "ratings" if found["ratings"] else "sasrec"
+    if found[fmt]:
+        return _one(found[fmt], fmt, root, origin), fmt
+    if fmt == "sasrec":
+        raise DataNotFoundError(
+            f"no SASRec ml-1m.txt in {_where(root, origin)} (looked for "
+            f"{_looked_for('sasrec')}). It has no official download, so it is never "
+            f"downloaded: copy {SASREC_ML1M} into a directory and pass --data-dir DIR, or pass "
+            "--data-format ratings to build the split from MovieLens's ratings.dat "
+            "(ml-1m.zip, downloaded when no --data-dir is given; the same preprocessing, "
+            "MovieLens's own ids).")
+    return _fetch_or_explain(ML1M_URL, ML1M_SHA256, "ml-1m.zip", "ratings", root, origin,
+                             download_ok), fmt
 
 
 def find_ml1m(data_dir: Optional[str], fmt: str, download_ok: bool = True) -> str:
     """Path of the ML-1M file of format ``ratings`` or ``sasrec``."""
-    if fmt == "sasrec":
-        found = _candidates(data_dir, ["ml-1m.txt", "ml-1m.txt.gz", "ml-1m-sasrec/ml-1m.txt*",
-                                       "*/ml-1m.txt", "*/ml-1m.txt.gz"])
-        if not found:
-            raise DataNotFoundError(
-                "SASRec's ml-1m.txt not found: put ml-1m.txt (from the SASRec repository, "
-                "data/ml-1m.txt) in DIR and pass --data-dir DIR (or set TFRS_LOGQ_DATA_DIR).")
-        return found[0]
-    found = _candidates(data_dir, ["ml-1m.zip", "ratings.dat", "ratings.dat.gz",
-                                   "ml-1m/ratings.dat", "ml-1m/ratings.dat.gz",
-                                   "*/ratings.dat", "*/ratings.dat.gz"])
-    if found:
-        return found[0]
-    return _fetch_or_explain(ML1M_URL, ML1M_SHA256, "ml-1m.zip", "MovieLens-1M ratings.dat",
-                             download_ok)
+    return resolve_ml1m(data_dir, fmt, download_ok=download_ok)[0]
 
 
 def load_movielens_1m(
@@ -257,33 +434,39 @@ def load_movielens_1m(
 
     Args:
       data_dir: directory holding ``ml-1m.zip``, ``ratings.dat[.gz]`` or (for
-        ``fmt="sasrec"``) ``ml-1m.txt[.gz]``.
+        ``fmt="sasrec"``) ``ml-1m.txt[.gz]``, at its top level or one level down.
+        Defaults to ``$TFRS_LOGQ_DATA_DIR``, else the download cache.
       fmt: ``"ratings"`` (the official file, with timestamps) or ``"sasrec"``
         (SASRec's preprocessed ``ml-1m.txt``: its ids and order kept, no times;
-        the file gSASRec and BERT4Rec results were produced on).
+        the file gSASRec and BERT4Rec results were produced on). Defaults to
+        ``"ratings"``.
       min_item_interactions: items with fewer interactions are removed.
         Defaults to 5 (SASRec's preprocessing; a no-op on ``ml-1m.txt``).
       skip_bad_lines: skip and count malformed lines instead of failing.
-      download_ok: download the official archive when no local copy exists.
-      use_cache: read/write the preprocessed cache.
+        Defaults to False.
+      download_ok: download the official archive when no local copy exists (only
+        when neither ``data_dir`` nor ``$TFRS_LOGQ_DATA_DIR`` is given). Defaults to True.
+      use_cache: read/write the preprocessed cache. Defaults to True.
     """
-    if fmt not in ("ratings", "sasrec"):
-        raise ValueError(f"`fmt` must be 'ratings' or 'sasrec', received {fmt!r}.")
-    path = find_ml1m(data_dir, fmt, download_ok)
+    path, fmt = resolve_ml1m(data_dir, fmt, download_ok=download_ok)
+    return _load_ml1m(path, fmt, min_item_interactions, skip_bad_lines, use_cache)
+
+
+def _load_ml1m(path: str, fmt: str, min_item_interactions: int, skip_bad_lines: bool,
+               use_cache: bool) -> Interactions:
     params = {"dataset": "ml-1m", "fmt": fmt, "min_item": min_item_interactions,
               "skip": skip_bad_lines}
 
     def build():
         if fmt == "sasrec":
-            users, items = read_sasrec_txt(path, skip_bad_lines=skip_bad_lines)
-            return build_interactions(users, items, None, reindex=False,
-                                      min_item_interactions=min_item_interactions,
-                                      name="ml-1m (SASRec ml-1m.txt)")
-        users, items, times = read_ratings_dat(path, skip_bad_lines=skip_bad_lines)
-        return build_interactions(users, items, times,
-                                  min_item_interactions=min_item_interactions, name="ml-1m")
+            return _build(path, fmt, read_sasrec_txt, lambda users, items: build_interactions(
+                users, items, None, reindex=False, min_item_interactions=min_item_interactions,
+                name="ml-1m"), skip_bad_lines)
+        return _build(path, fmt, read_ratings_dat, lambda users, items, times: build_interactions(
+            users, items, times, min_item_interactions=min_item_interactions, name="ml-1m"),
+            skip_bad_lines)
 
-    return _cached(path, params, build) if use_cache else build()
+    return _load(path, fmt, params, build, use_cache)
 
 
 def load_movielens_1m_tfds(data_dir: Optional[str] = None, min_item_interactions: int = 5):
@@ -315,38 +498,69 @@ def load_steam(
     use_cache: bool = True,
 ) -> Interactions:
     """Steam (Kang & McAuley 2018) from ``steam_reviews.json.gz`` or a
-    ``user,item,timestamp`` CSV (``steam.csv``) in ``data_dir``."""
-    found = _candidates(data_dir, ["steam_reviews.json.gz", "steam_reviews.json",
-                                   "steam.csv", "steam.csv.gz", "*/steam_reviews.json.gz"])
-    path = found[0] if found else _fetch_or_explain(
-        STEAM_URL, STEAM_SHA256, "steam_reviews.json.gz", "Steam steam_reviews.json.gz",
-        download_ok)
+    ``user,item,timestamp`` CSV (``steam.csv``) in ``data_dir`` (resolved as for
+    `load_movielens_1m`; arguments as there)."""
+    root, origin = data_root(data_dir)
+    found = _candidates(root, "steam")
+    path = _one(found, "steam", root, origin) if found else _fetch_or_explain(
+        STEAM_URL, STEAM_SHA256, "steam_reviews.json.gz", "steam", root, origin, download_ok)
+    is_csv = ".csv" in os.path.basename(path)
+    fmt = "csv" if is_csv else "steam"
     params = {"dataset": "steam", "min_item": min_item_interactions, "skip": skip_bad_lines}
 
     def build():
-        reader = read_interactions_csv if ".csv" in os.path.basename(path) else \
-            read_steam_reviews
-        users, items, times = reader(path, skip_bad_lines=skip_bad_lines)
-        return build_interactions(users, items, times,
-                                  min_item_interactions=min_item_interactions, name="steam")
+        return _build(path, fmt, read_interactions_csv if is_csv else read_steam_reviews,
+                      lambda users, items, times: build_interactions(
+                          users, items, times, min_item_interactions=min_item_interactions,
+                          name="steam"), skip_bad_lines)
 
-    return _cached(path, params, build) if use_cache else build()
+    return _load(path, fmt, params, build, use_cache)
 
 
 def load_dataset(name: str, data_dir: Optional[str] = None, *, needs_timestamps: bool = False,
-                 **kwargs) -> Interactions:
-    """``ml-1m`` or ``steam``. For ML-1M without timestamps needed, the SASRec file is
-    used when it is the one present."""
+                 fmt: Optional[str] = None, skip_bad_lines: bool = False,
+                 download_ok: bool = True, use_cache: bool = True,
+                 min_item_interactions: int = 5) -> Interactions:
+    """``ml-1m`` or ``steam``, resolved as the module docstring says, and logged (the
+    file, its format and the rows read) to the ``tfrs_logq.data`` logger.
+
+    Args:
+      name: one of `DATASETS`.
+      data_dir: the data directory (``--data-dir``). Defaults to
+        ``$TFRS_LOGQ_DATA_DIR``, else the download cache.
+      needs_timestamps: only sources with timestamps qualify (the temporal split).
+        Defaults to False.
+      fmt: ML-1M's source format, one of `ML1M_FORMATS` (``--data-format``).
+        Defaults to None: whichever the data directory holds.
+      skip_bad_lines, download_ok, use_cache, min_item_interactions: as in
+        `load_movielens_1m`.
+    """
     if name == "ml-1m":
-        fmt = kwargs.pop("fmt", None)
-        if fmt is None:
-            fmt = "ratings"
-            if not needs_timestamps:
-                try:
-                    find_ml1m(data_dir, "ratings", download_ok=False)
-                except DataNotFoundError:
-                    fmt = "sasrec"
-        return load_movielens_1m(data_dir, fmt=fmt, **kwargs)
-    if name == "steam":
-        return load_steam(data_dir, **kwargs)
-    raise ValueError(f"unknown dataset {name!r}; expected one of {DATASETS}.")
+        path, fmt = resolve_ml1m(data_dir, fmt, needs_timestamps=needs_timestamps,
+                                 download_ok=download_ok)
+        interactions = _load_ml1m(path, fmt, min_item_interactions, skip_bad_lines, use_cache)
+    elif name == "steam":
+        if fmt is not None:
+            raise ValueError(f"--data-format chooses between ML-1M's files {ML1M_FORMATS}; "
+                             f"steam has no such choice (received {fmt!r}).")
+        interactions = load_steam(data_dir, min_item_interactions=min_item_interactions,
+                                  skip_bad_lines=skip_bad_lines, download_ok=download_ok,
+                                  use_cache=use_cache)
+    else:
+        raise ValueError(f"unknown dataset {name!r}; expected one of {DATASETS}.")
+    log.info("%s", describe(interactions, skip_bad_lines))
+    return interactions
+
+
+def load_split(dataset: str, split: str, data_dir: Optional[str] = None, *,
+               data_format: Optional[str] = None, temporal_fraction: Optional[float] = None,
+               **load_options) -> Split:
+    """`load_dataset` then `make_split`, with the dataset's default temporal fraction
+    (`DEFAULT_TEMPORAL_FRACTION`) when ``temporal_fraction`` is None; ``load_options``
+    go to `load_dataset` (``skip_bad_lines``, ``download_ok``, ``use_cache``)."""
+    interactions = load_dataset(dataset, data_dir, needs_timestamps=split == "temporal",
+                                fmt=data_format, **load_options)
+    split_kwargs = {}
+    if split == "temporal":
+        split_kwargs["fraction"] = temporal_fraction or DEFAULT_TEMPORAL_FRACTION[dataset]
+    return make_split(interactions, split, **split_kwargs)

@@ -5,7 +5,13 @@ items ``1..num_items`` with 0 reserved for padding) and ``timestamp`` (or None w
 the source has no times), in the order ``(user, time, position in the source
 file)``. That order is the documented tie-break: interactions of one user with
 the same timestamp keep the order of the source file (a stable sort), which is
-what SASRec's preprocessing does.
+what SASRec's preprocessing does. It also says where it came from: the file, the
+file's format, the rows read and the malformed lines skipped.
+
+Errors name the file: a malformed line (`DataFormatError`, with its line number),
+a truncated or corrupt ``.gz``/``.zip``, a file with no interactions. The cache
+(`save_cache`/`load_cache`) is checked against its manifest (checksum, sizes, id
+ranges) and a damaged one is reported and rebuilt, never trusted.
 """
 
 from __future__ import annotations
@@ -15,24 +21,34 @@ import gzip
 import hashlib
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
 import zipfile
+import zlib
 from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
+log = logging.getLogger("tfrs_logq.data")
+
 
 class DataFormatError(ValueError):
-    """A malformed line in an input file (the message names the file and line)."""
+    """A malformed or damaged input file (the message names the file, and the line
+    where there is one)."""
+
+
+# What reading a damaged compressed file raises, line by line.
+_DAMAGED = (EOFError, zlib.error, gzip.BadGzipFile, zipfile.BadZipFile, UnicodeDecodeError)
 
 
 @dataclasses.dataclass
 class ParseReport:
-    """What a reader saw: lines read and lines skipped as malformed."""
+    """What a reader saw: lines read, rows parsed and lines skipped as malformed."""
 
     lines: int = 0
+    rows: int = 0
     skipped: int = 0
     first_errors: list = dataclasses.field(default_factory=list)
 
@@ -42,7 +58,11 @@ def open_text(path: str, member: Optional[str] = None, encoding: str = "latin-1"
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
     if path.endswith(".zip"):
-        archive = zipfile.ZipFile(path)
+        try:
+            archive = zipfile.ZipFile(path)
+        except zipfile.BadZipFile as exc:
+            raise DataFormatError(f"{path} is not a readable zip archive ({exc}); download or "
+                                  "copy it again.") from None
         names = archive.namelist()
         if member is None or member not in names:
             raise FileNotFoundError(f"{path} has no member {member!r} (it has {names[:10]})")
@@ -63,21 +83,37 @@ def parse_lines(
 ) -> Iterator[tuple]:
     """Applies ``parse`` to every line; a malformed line raises `DataFormatError`
     naming ``source`` and the 1-based line number, or is skipped and counted when
-    ``skip_bad_lines``. ``parse`` returns None for lines to ignore (blank lines)."""
+    ``skip_bad_lines``. ``parse`` returns None for lines to ignore (blank lines).
+    A file that ends early or does not decompress (truncated or corrupt ``.gz``)
+    raises `DataFormatError` naming ``source`` too."""
     report = report if report is not None else ParseReport()
-    for number, line in enumerate(lines, start=1):
+    iterator = iter(lines)
+    number = 0
+    while True:
+        try:
+            line = next(iterator)
+        except StopIteration:
+            return
+        except _DAMAGED as exc:
+            raise DataFormatError(
+                f"{source}: the file is truncated or corrupt (after line {number}: "
+                f"{type(exc).__name__}: {exc}); download or copy it again.") from None
+        number += 1
         report.lines += 1
         try:
             row = parse(line)
         except (ValueError, SyntaxError, KeyError, TypeError) as exc:
             message = f"{source}, line {number}: {exc}: {line.strip()[:200]!r}"
             if not skip_bad_lines:
-                raise DataFormatError(message) from None
+                raise DataFormatError(
+                    f"{message} (--skip-bad-lines, or skip_bad_lines=True, skips and counts "
+                    "malformed lines)") from None
             report.skipped += 1
             if len(report.first_errors) < 5:
                 report.first_errors.append(message)
             continue
         if row is not None:
+            report.rows += 1
             yield row
 
 
@@ -92,6 +128,10 @@ class Interactions:
       raw_users: `[num_users]` the source's user ids (index = user).
       raw_items: `[num_items]` the source's item ids (item ``d`` is ``raw_items[d - 1]``).
       name: str. Dataset name.
+      source: str. The file read (empty when built in memory).
+      data_format: str. The file's format (``"ratings"``, ``"sasrec"``, ...).
+      num_rows: int. Rows read from the file, before any filtering.
+      skipped_lines: int. Malformed lines skipped (``skip_bad_lines``).
     """
 
     user: np.ndarray
@@ -100,6 +140,10 @@ class Interactions:
     raw_users: np.ndarray
     raw_items: np.ndarray
     name: str = ""
+    source: str = ""
+    data_format: str = ""
+    num_rows: int = 0
+    skipped_lines: int = 0
 
     @property
     def num_users(self) -> int:
@@ -173,7 +217,8 @@ def build_interactions(
     else:
         users, items = raw_user.astype(np.int64) - 1, raw_item.astype(np.int64) - 1
         if len(users) and (users.min() < 0 or items.min() < 0):
-            raise ValueError("reindex=False needs user and item ids starting at 1.")
+            raise ValueError("with reindex=False user and item ids must start at 1; found "
+                             f"user {users.min() + 1} and item {items.min() + 1}.")
         user_first = np.arange(1, users.max() + 2 if len(users) else 1)
         item_first = np.arange(1, items.max() + 2 if len(items) else 1)
     position = np.arange(len(users))
@@ -209,7 +254,8 @@ def file_fingerprint(path: str) -> str:
     return digest.hexdigest()
 
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+_PROVENANCE = ("name", "source", "data_format", "num_rows", "skipped_lines")
 
 
 def cache_key(source: str, params: dict) -> str:
@@ -222,10 +268,28 @@ def cache_key(source: str, params: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def check_interactions(interactions: Interactions) -> None:
+    """Raises ValueError unless the arrays are consistent: equal lengths, users in
+    ``0..num_users-1`` and in order, items in ``1..num_items``."""
+    n = len(interactions.user)
+    if len(interactions.item) != n or (interactions.timestamp is not None
+                                       and len(interactions.timestamp) != n):
+        raise ValueError("user, item and timestamp columns differ in length")
+    if n == 0:
+        return
+    if interactions.user.min() < 0 or interactions.user.max() >= interactions.num_users:
+        raise ValueError(f"user ids outside 0..{interactions.num_users - 1}")
+    if interactions.item.min() < 1 or interactions.item.max() > interactions.num_items:
+        raise ValueError(f"item ids outside 1..{interactions.num_items}")
+    if np.any(np.diff(interactions.user) < 0):
+        raise ValueError("interactions are not grouped by user")
+
+
 def save_cache(interactions: Interactions, directory: str, manifest: dict) -> None:
     """Writes arrays + ``manifest.json`` into a temporary sibling, then renames it
     into place: a reader sees a complete cache or none. ``manifest.json`` is
-    written last inside it and is what marks the cache complete."""
+    written last inside it and is what marks the cache complete; it records the
+    checksum of ``interactions.npz``, the sizes and the provenance."""
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
@@ -234,9 +298,17 @@ def save_cache(interactions: Interactions, directory: str, manifest: dict) -> No
                   "raw_users": interactions.raw_users, "raw_items": interactions.raw_items}
         if interactions.timestamp is not None:
             arrays["timestamp"] = interactions.timestamp
-        np.savez(os.path.join(tmp, "interactions.npz"), **arrays)
+        npz = os.path.join(tmp, "interactions.npz")
+        np.savez(npz, **arrays)
+        record = {
+            **manifest, "cache_version": CACHE_VERSION, "npz_sha256": file_fingerprint(npz),
+            "num_interactions": len(interactions), "num_users": interactions.num_users,
+            "num_items": interactions.num_items,
+            "has_timestamps": interactions.timestamp is not None,
+            **{k: getattr(interactions, k) for k in _PROVENANCE},
+        }
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
-            json.dump({**manifest, "name": interactions.name, "cache_version": CACHE_VERSION}, f)
+            json.dump(record, f)
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.replace(tmp, directory)
@@ -245,21 +317,51 @@ def save_cache(interactions: Interactions, directory: str, manifest: dict) -> No
         raise
 
 
+class CacheError(ValueError):
+    """A cache entry that does not match its manifest."""
+
+
+def _read_cache(directory: str) -> Interactions:
+    with open(os.path.join(directory, "manifest.json")) as f:
+        manifest = json.load(f)
+    if not isinstance(manifest, dict) or manifest.get("cache_version") != CACHE_VERSION:
+        raise CacheError("written by another version")
+    npz = os.path.join(directory, "interactions.npz")
+    if file_fingerprint(npz) != manifest.get("npz_sha256"):
+        raise CacheError("interactions.npz does not match the checksum in manifest.json")
+    with np.load(npz, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    has_timestamps = "timestamp" in arrays
+    interactions = Interactions(
+        user=arrays["user"], item=arrays["item"],
+        timestamp=arrays["timestamp"] if has_timestamps else None,
+        raw_users=arrays["raw_users"], raw_items=arrays["raw_items"],
+        **{k: manifest[k] for k in _PROVENANCE},
+    )
+    expected = (manifest["num_interactions"], manifest["num_users"], manifest["num_items"],
+                manifest["has_timestamps"])
+    found = (len(interactions), interactions.num_users, interactions.num_items, has_timestamps)
+    if found != expected:
+        raise CacheError(f"sizes {found} differ from the manifest's {expected}")
+    try:
+        check_interactions(interactions)
+    except ValueError as exc:
+        raise CacheError(str(exc)) from None
+    return interactions
+
+
 def load_cache(directory: str) -> Optional[Interactions]:
-    manifest_path = os.path.join(directory, "manifest.json")
-    if not os.path.exists(manifest_path):
+    """The cached interactions, or None when there is no complete cache entry. An
+    entry that fails its checks (unreadable, checksum or sizes differ from the
+    manifest, ids out of range) is logged, removed and reported as None, so the
+    caller rebuilds it."""
+    if not os.path.exists(os.path.join(directory, "manifest.json")):
         return None
     try:
-        with open(manifest_path) as f:
-            manifest = json.load(f)
-        if manifest.get("cache_version") != CACHE_VERSION:
-            return None
-        with np.load(os.path.join(directory, "interactions.npz"), allow_pickle=False) as z:
-            return Interactions(
-                user=z["user"], item=z["item"],
-                timestamp=z["timestamp"] if "timestamp" in z.files else None,
-                raw_users=z["raw_users"], raw_items=z["raw_items"],
-                name=manifest.get("name", ""),
-            )
-    except (OSError, ValueError, KeyError, json.JSONDecodeError):
-        return None  # unreadable cache: rebuild it
+        return _read_cache(directory)
+    except (CacheError, OSError, ValueError, KeyError, TypeError, EOFError,
+            zipfile.BadZipFile, zlib.error) as exc:
+        log.warning("the cache %s is damaged (%s: %s); rebuilding it", directory,
+                    type(exc).__name__, exc)
+        shutil.rmtree(directory, ignore_errors=True)
+        return None

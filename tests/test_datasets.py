@@ -414,3 +414,201 @@ def test_training_counts_are_the_reference_for_the_estimators():
     sketch = CountMinSketch(depth=4, width=4096)
     sketch.update(train_items)
     np.testing.assert_allclose(sketch.count(seen).numpy(), counts[seen])  # no collisions here
+
+
+# ------------------------------------------------------ resolution, errors and the cache (#12)
+
+
+def _sasrec_dir(root, name="sasrec"):
+    directory = root / name
+    directory.mkdir(parents=True)
+    (directory / "ml-1m.txt").write_text(
+        "".join(f"{u} {i}\n" for u in range(1, 9) for i in range(1, 7)))
+    return directory
+
+
+def _no_download(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("nothing may be downloaded here")
+
+    monkeypatch.setattr(ds_mod, "download", refuse)
+
+
+def test_temporal_on_a_sasrec_only_directory_says_timestamps_are_missing(tmp_path, monkeypatch):
+    _no_download(monkeypatch)
+    data = _sasrec_dir(tmp_path)
+    with pytest.raises(ValueError, match=r"temporal split needs timestamps.*ml-1m\.txt.*"
+                                         r"--split loo.*ratings\.dat"):
+        ds_mod.load_dataset("ml-1m", str(data), needs_timestamps=True)
+    with pytest.raises(ValueError, match="temporal split needs timestamps"):
+        ds_mod.load_dataset("ml-1m", str(data), needs_timestamps=True, fmt="sasrec")
+
+
+def test_data_dir_always_wins_and_is_checked(tmp_path, monkeypatch):
+    _no_download(monkeypatch)
+    elsewhere = tmp_path / "env"
+    elsewhere.mkdir()
+    _write_ratings(elsewhere / "ratings.dat", _ratings_rows())
+    monkeypatch.setenv("TFRS_LOGQ_DATA_DIR", str(elsewhere))
+    with pytest.raises(ValueError, match="--data-dir is empty"):
+        ds_mod.load_dataset("ml-1m", "")
+    missing = tmp_path / "nope"
+    with pytest.raises(DataNotFoundError, match=r"--data-dir .*nope.* does not exist"):
+        ds_mod.load_dataset("ml-1m", str(missing))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataNotFoundError, match=r"empty"):  # not the env directory's file
+        ds_mod.load_dataset("ml-1m", str(empty), needs_timestamps=True)
+    monkeypatch.setenv("TFRS_LOGQ_DATA_DIR", str(missing))
+    with pytest.raises(DataNotFoundError, match=r"TFRS_LOGQ_DATA_DIR.*nope.*does not exist"):
+        ds_mod.load_dataset("ml-1m")
+
+
+def test_several_candidate_files_are_an_error_naming_them_and_the_flag(tmp_path, monkeypatch):
+    _no_download(monkeypatch)
+    data = tmp_path / "data"
+    (data / "partial").mkdir(parents=True)
+    _write_ratings(data / "partial" / "ratings.dat", _ratings_rows())
+    _sasrec_dir(data, "sasrec")
+    with pytest.raises(ds_mod.AmbiguousDataError,
+                       match=r"partial/ratings\.dat.*sasrec/ml-1m\.txt.*--data-format"):
+        ds_mod.load_dataset("ml-1m", str(data))  # loo/gsasrec: either format would do
+    sas = ds_mod.load_dataset("ml-1m", str(data), fmt="sasrec")
+    assert sas.source.endswith("ml-1m.txt") and sas.timestamp is None
+    temporal = ds_mod.load_dataset("ml-1m", str(data), needs_timestamps=True)
+    assert temporal.source.endswith("ratings.dat") and temporal.timestamp is not None
+    # Two files of the same format: name both and the flag that narrows the choice.
+    _write_ratings(data / "ratings.dat.gz", _ratings_rows(), compress=True)
+    with pytest.raises(ds_mod.AmbiguousDataError, match=r"ratings\.dat.*ratings\.dat\.gz.*"
+                                                        r"--data-dir"):
+        ds_mod.load_dataset("ml-1m", str(data), needs_timestamps=True)
+
+
+def test_sasrec_file_has_no_download_and_the_error_says_so(tmp_path, monkeypatch):
+    _no_download(monkeypatch)
+    with pytest.raises(DataNotFoundError, match=r"no official download.*--data-format ratings"):
+        ds_mod.load_dataset("ml-1m", str(tmp_path))
+    with pytest.raises(DataNotFoundError, match=r"no official download"):
+        ds_mod.load_dataset("ml-1m", str(tmp_path), fmt="sasrec")
+
+
+def test_loaded_data_names_its_file_rows_and_skipped_lines_also_from_the_cache(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    rows = _ratings_rows()
+    _write_ratings(data / "ratings.dat", rows)
+    with open(data / "ratings.dat", "a") as f:
+        f.write("broken line\n")
+    for _ in range(2):  # built, then read from the cache
+        inter = load_movielens_1m(str(data), download_ok=False, skip_bad_lines=True)
+        assert inter.source == str(data / "ratings.dat")
+        assert (inter.num_rows, inter.skipped_lines) == (len(rows), 1)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_a_damaged_gzip_is_a_data_error_naming_the_file(tmp_path, damage):
+    data = tmp_path / "d"
+    data.mkdir()
+    path = data / "ratings.dat.gz"
+    _write_ratings(path, _ratings_rows(users=300), compress=True)
+    blob = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(blob[:len(blob) // 2])
+    else:
+        path.write_bytes(blob[:20] + bytes(range(256)) * 4 + blob[20 + 1024:])
+    with pytest.raises(DataFormatError, match=r"ratings\.dat\.gz.*(truncated|corrupt)"):
+        load_movielens_1m(str(data), download_ok=False)
+
+
+def _cache_entry(tmp_path):
+    (entry,) = (tmp_path / "cache" / "preprocessed").iterdir()
+    return entry
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "ids out of range"])
+def test_a_damaged_cache_is_rebuilt_not_trusted(tmp_path, damage):
+    data = tmp_path / "d"
+    data.mkdir()
+    _write_ratings(data / "ratings.dat", _ratings_rows())
+    first = load_movielens_1m(str(data), download_ok=False)
+    npz = _cache_entry(tmp_path) / "interactions.npz"
+    if damage == "garbage":
+        npz.write_bytes(b"not a zip file at all" * 10)
+    elif damage == "truncated":
+        npz.write_bytes(npz.read_bytes()[:-200])
+    else:
+        with np.load(npz) as z:
+            arrays = dict(z)
+        arrays["item"] = arrays["item"] + 1000  # past num_items
+        np.savez(npz, **arrays)
+        manifest_path = npz.parent / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        if "npz_sha256" in manifest:  # a consistent manifest: only the range check can tell
+            manifest["npz_sha256"] = hashlib.sha256(npz.read_bytes()).hexdigest()
+            manifest_path.write_text(json.dumps(manifest))
+    again = load_movielens_1m(str(data), download_ok=False)
+    np.testing.assert_array_equal(again.item, first.item)
+    np.testing.assert_array_equal(again.user, first.user)
+    third = load_movielens_1m(str(data), download_ok=False)  # the rebuilt cache is good
+    np.testing.assert_array_equal(third.item, first.item)
+
+
+def test_no_cache_neither_reads_nor_writes_it(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    _write_ratings(data / "ratings.dat", _ratings_rows())
+    load_movielens_1m(str(data), download_ok=False, use_cache=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_cache_directory_that_is_a_file_is_a_clear_error(tmp_path, monkeypatch):
+    data = tmp_path / "d"
+    data.mkdir()
+    _write_ratings(data / "ratings.dat", _ratings_rows())
+    blocker = tmp_path / "cache-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(blocker))
+    with pytest.raises(NotADirectoryError, match=r"cache-file.*TFRS_LOGQ_CACHE_DIR.*--no-cache"):
+        load_movielens_1m(str(data), download_ok=False)
+    assert len(load_movielens_1m(str(data), download_ok=False, use_cache=False)) > 0
+
+
+def test_every_data_error_names_its_file(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "ratings.dat").write_text("")
+    with pytest.raises(DataFormatError, match=r"empty/ratings\.dat.*no interactions"):
+        load_movielens_1m(str(empty), download_ok=False)
+    zero = tmp_path / "zero"
+    zero.mkdir()
+    (zero / "ml-1m.txt").write_text("".join(f"{u} 1\n" for u in range(6)))
+    with pytest.raises(DataFormatError, match=r"zero/ml-1m\.txt.*start at 1"):
+        load_movielens_1m(str(zero), fmt="sasrec", download_ok=False)
+    rare = tmp_path / "rare"
+    rare.mkdir()
+    (rare / "ml-1m.txt").write_text("1 1\n1 2\n2 3\n")  # every item below 5 interactions
+    with pytest.raises(DataFormatError, match=r"rare/ml-1m\.txt.*no interactions left"):
+        load_movielens_1m(str(rare), fmt="sasrec", download_ok=False)
+    bad_zip = tmp_path / "zip"
+    bad_zip.mkdir()
+    (bad_zip / "ml-1m.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(DataFormatError, match=r"ml-1m\.zip"):
+        load_movielens_1m(str(bad_zip), download_ok=False)
+
+
+def test_load_split_uses_each_dataset_default_temporal_fraction(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    _write_ratings(data / "ratings.dat", _ratings_rows())
+    split = ds_mod.load_split("ml-1m", "temporal", str(data), download_ok=False)
+    n = len(split.interactions)
+    assert len(split.test) == round(ds_mod.DEFAULT_TEMPORAL_FRACTION["ml-1m"] * n)
+    assert ds_mod.load_split("ml-1m", "loo", str(data), data_format="ratings").name == "loo"
+
+
+@needs_shared
+def test_shared_data_root_is_ambiguous_for_loo_and_resolves_with_data_format():
+    with pytest.raises(ds_mod.AmbiguousDataError, match=r"ml-1m-partial.*ml-1m-sasrec"):
+        ds_mod.load_dataset("ml-1m", SHARED, download_ok=False)
+    inter = ds_mod.load_dataset("ml-1m", SHARED, fmt="sasrec", download_ok=False)
+    assert inter.source.endswith("ml-1m-sasrec/ml-1m.txt.gz") and inter.num_rows == 999_611
