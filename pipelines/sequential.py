@@ -3,7 +3,9 @@
 Training examples are users: the last ``max_length + 1`` items of the user's
 training sequence, left-padded with 0, give ``input_ids`` (all but the last)
 and ``target_ids`` (all but the first), so position ``t`` predicts the next
-item. ``is_target`` marks positions whose target is a real item (not padding).
+item. ``is_target`` marks positions whose input *and* target are real items, as
+the paper's official code does: a user's first item is never a target (nothing
+precedes it), so no query is trained from padding alone.
 The padded matrix is built once in numpy; the pipeline is slicing, a seeded
 shuffle, batching and prefetching, with no Python in the loop.
 """
@@ -49,7 +51,7 @@ def training_dataset(
     data = {
         "input_ids": windows[:, :-1],
         "target_ids": windows[:, 1:],
-        "is_target": windows[:, 1:] != 0,
+        "is_target": (windows[:, :-1] != 0) & (windows[:, 1:] != 0),
         "user": users,
     }
     ds = tf.data.Dataset.from_tensor_slices(data)

@@ -92,8 +92,14 @@ def test_experiment_grid_writes_table(data_dir, tmp_path):
     assert len((out / "results.csv").read_text().strip().splitlines()) == 1 + 4
     # A finished grid is not run again.
     again = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                 data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--json")
+                 data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "1",
+                 "--json")
     assert again.returncode == 0 and "Epoch" not in again.stdout
+    # A grid asking for another config never relabels the finished runs.
+    other = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
+                 data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "2",
+                 "--json")
+    assert other.returncode != 0 and "another config" in other.stderr
 
 
 def test_mirrored_strategy_training_with_cross_replica_negatives(data_dir, mirrored_strategy):
@@ -182,4 +188,100 @@ def test_interrupted_training_resumes_from_its_backup(data_dir, tmp_path):
         train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Interrupt()])
     assert (tmp_path / "m" / "backup").exists()
     train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Record()])
-    assert seen == [2, 3]  # epochs 0 and 1 were not run again
+    # Epoch 0 finished and is not run again; epoch 1 was interrupted before its end
+    # was recorded, so it is the one epoch lost.
+    assert seen == [1, 2, 3]
+
+
+class _ScriptedValidation:
+    """Replaces val_ndcg@10 with a scripted sequence (so the best epoch is known)."""
+
+    def __new__(cls, values, interrupt_after=None):
+        import tensorflow as tf
+
+        class Scripted(tf.keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                logs["val_ndcg@10"] = values[epoch]
+                if interrupt_after is not None and epoch == interrupt_after:
+                    raise KeyboardInterrupt
+
+        return Scripted()
+
+
+def test_resume_keeps_best_epoch_patience_and_counts(data_dir, tmp_path):
+    """kill -> resume gives the same best epoch, stop epoch and epoch count as an
+    uninterrupted run (Keras' EarlyStopping/ModelCheckpoint would restart their
+    best value and patience on resume and save epoch 3 as the best)."""
+    values = [0.1, 0.5, 0.2, 0.3, 0.25, 0.9, 0.95]  # best 1; patience 3 stops after 4
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                            max_epochs=7, patience=3, steps_per_epoch=2)
+    whole = train(config, str(tmp_path / "whole"), verbose=0,
+                  extra_callbacks=[_ScriptedValidation(values)])
+    assert whole["best_epoch"] == 1 and whole["epochs"] == 5
+    # Killed at the end of epoch 3 (after epochs 0-2 were recorded), then resumed.
+    interrupted = str(tmp_path / "interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        train(config, interrupted, verbose=0,
+              extra_callbacks=[_ScriptedValidation(values, interrupt_after=3)])
+    resumed = train(config, interrupted, verbose=0,
+                    extra_callbacks=[_ScriptedValidation(values)])
+    for key in ("best_epoch", "epochs", "steps", "validation_curve"):
+        assert resumed[key] == whole[key], key
+    assert resumed["validation_curve"] == values[:5]
+    saved = json.loads((tmp_path / "interrupted" / "metrics.json").read_text())
+    assert saved["epochs"] == 5
+
+
+def test_run_directory_refuses_other_or_finished_runs(data_dir, tmp_path):
+    from tfrs_logq.training import RunDirectoryError
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                            max_epochs=1, steps_per_epoch=2)
+    model_dir = str(tmp_path / "m")
+    train(config, model_dir, verbose=0)
+    other = resolve_config("smoke", loss="mns-none", split="loo", data_dir=data_dir,
+                           max_epochs=1, steps_per_epoch=2)
+    with pytest.raises(RunDirectoryError, match="another config"):
+        train(other, model_dir, verbose=0)
+    with pytest.raises(RunDirectoryError, match="finished"):
+        train(config, model_dir, verbose=0)
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["loss"] == "inbatch-none"
+    result = train(other, model_dir, verbose=0, overwrite=True)
+    assert result["loss"] == "mns-none"
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("x")
+    with pytest.raises(RunDirectoryError, match="not empty"):
+        train(config, str(tmp_path / "junk"), verbose=0)
+    with pytest.raises(RunDirectoryError, match="is a file"):
+        train(config, str(tmp_path / "junk" / "notes.txt"), verbose=0)
+
+
+@pytest.mark.parametrize("loss", ["inbatch-corrected", "mns-logq", "gbce"])
+def test_xla_training_runs(data_dir, tmp_path, loss):
+    config = resolve_config("smoke", loss=loss, split="loo", data_dir=data_dir, max_epochs=1,
+                            steps_per_epoch=3, jit_compile=True)
+    result = train(config, str(tmp_path / "m"), verbose=0)
+    assert np.isfinite(result["validation"]["ndcg@10"])
+
+
+@pytest.mark.parametrize("policy", ["bfloat16", "float16"])
+def test_mixed_precision_training_runs_and_resets_the_policy(data_dir, tmp_path, policy):
+    import tensorflow as tf
+
+    seen = {}
+
+    class Inspect(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen["policy"] = tf.keras.mixed_precision.global_policy().name
+            seen["loss"] = logs["loss"]
+            seen["optimizer"] = type(self.model.optimizer).__name__
+
+    config = resolve_config("smoke", loss="mns-corrected", split="loo", data_dir=data_dir,
+                            max_epochs=1, steps_per_epoch=3, mixed_precision=policy)
+    result = train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Inspect()])
+    assert seen["policy"] == f"mixed_{policy}" and np.isfinite(seen["loss"])
+    assert ("LossScale" in seen["optimizer"]) == (policy == "float16")
+    assert np.isfinite(result["test"]["ndcg@20"])
+    assert tf.keras.mixed_precision.global_policy().name == "float32"
+    with pytest.raises(ValueError, match="mixed_precision"):
+        resolve_config("smoke", mixed_precision="float8")

@@ -1,9 +1,11 @@
 """`tfrs-logq experiment`: a grid of datasets x splits x losses x seeds, as the paper's Table 1.
 
-Each run is `tfrs_logq.training.train` in its own model directory (a finished
-run, one whose ``metrics.json`` exists, is not run again, so an interrupted grid
-resumes). Results go to ``results.csv`` (one row per run), ``table.md`` (mean and
-standard deviation over seeds of Recall@20 and NDCG@20 on the test split, losses
+Each run is `tfrs_logq.training.train` in its own model directory. A finished
+run (its ``metrics.json`` exists) is reused only when its saved ``config.json``
+equals the requested config; an interrupted one resumes from its last epoch; a
+directory holding a run of another config is an error (choose another
+``--output-dir``), so results are never relabelled. Results go to ``results.csv``
+(one row per run), ``table.md`` (mean and standard deviation over seeds of Recall@20 and NDCG@20 on the test split, losses
 as rows and dataset/split as columns, like the paper's Table 1) and ``table.png``.
 """
 
@@ -17,7 +19,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tfrs_logq.training import resolve_config, train
+from tfrs_logq.training import resolve_config, same_run, train
 
 ROW_LABELS = {
     "bce": "BCE (1 uniform negative)",
@@ -42,12 +44,12 @@ def run_grid(output_dir: str, datasets: Sequence[str], splits: Sequence[str],
     for seed, dataset, split, loss in itertools.product(seeds, datasets, splits, losses):
         run_dir = os.path.join(output_dir, "runs", f"{dataset}_{split}_{loss}_seed{seed}")
         metrics_path = os.path.join(run_dir, "metrics.json")
-        if os.path.exists(metrics_path):
+        config = resolve_config(preset, dataset=dataset, split=split, loss=loss, seed=seed,
+                                data_dir=data_dir, **overrides)
+        if os.path.exists(metrics_path) and same_run(config, run_dir):
             with open(metrics_path) as f:
                 result = json.load(f)
-        else:
-            config = resolve_config(preset, dataset=dataset, split=split, loss=loss, seed=seed,
-                                    data_dir=data_dir, **overrides)
+        else:  # new, or interrupted (resumes); another config raises RunDirectoryError
             result = train(config, run_dir, verbose=verbose)
         row = {"dataset": dataset, "split": split, "loss": loss, "seed": seed,
                "preset": preset, "epochs": result["epochs"], "steps": result["steps"],

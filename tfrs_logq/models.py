@@ -92,41 +92,128 @@ class TwoTowerModel(tfrs.Model):
 
 
 
-class SASRecBlock(tf.keras.layers.Layer):
-    """One causal self-attention block (pre-layer-norm, as SASRec's code does)."""
+def gsasrec_initializer() -> tf.keras.initializers.Initializer:
+    """gSASRec's weight initialisation: truncated normal, std 0.02, cut at 2 std."""
+    return tf.keras.initializers.TruncatedNormal(stddev=0.02)
+
+
+def _dense(units: int, name: str, activation=None) -> tf.keras.layers.Dense:
+    # A new initializer per layer: one unseeded instance reused draws identical values.
+    return tf.keras.layers.Dense(units, activation=activation, name=name,
+                                 kernel_initializer=gsasrec_initializer(),
+                                 bias_initializer="zeros")
+
+
+def _embedding(rows: int, dim: int, name: str) -> tf.keras.layers.Embedding:
+    return tf.keras.layers.Embedding(rows, dim, embeddings_initializer=gsasrec_initializer(),
+                                     name=name)
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class SASRecAttention(tf.keras.layers.Layer):
+    """SASRec's causal self-attention, as gSASRec's PyTorch code computes it.
+
+    Queries come from the layer-normalised state, keys and values from the raw
+    state; query, key and value projections have a bias; the heads split the
+    ``dim`` channels and there is no output projection (unlike
+    `tf.keras.layers.MultiHeadAttention`). Key ``j`` is visible to query ``i``
+    when ``j <= i`` and position ``j`` holds an item; a query that sees no key
+    (a padding position of a left-padded sequence) outputs 0. Dropout acts on
+    the attention weights.
+
+    Args:
+      dim: int. Model width; must be divisible by ``num_heads``.
+      num_heads: int.
+      dropout: float. Attention-weight dropout rate.
+    """
 
     def __init__(self, dim: int, num_heads: int, dropout: float, **kwargs) -> None:
         super().__init__(**kwargs)
+        if int(dim) % int(num_heads):
+            raise ValueError(f"`dim` ({dim}) must be divisible by `num_heads` ({num_heads}).")
         self.dim, self.num_heads, self.dropout = int(dim), int(num_heads), float(dropout)
-        self.attention_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
-        self.attention = tf.keras.layers.MultiHeadAttention(
-            num_heads=self.num_heads, key_dim=self.dim // self.num_heads, dropout=self.dropout)
-        self.ffn_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
-        self.ffn_in = tf.keras.layers.Dense(self.dim, activation="relu")
-        self.ffn_out = tf.keras.layers.Dense(self.dim)
-        self.ffn_dropout = tf.keras.layers.Dropout(self.dropout)
+        self.query, self.key, self.value = (_dense(self.dim, name) for name in
+                                            ("query", "key", "value"))
+        self.weight_dropout = tf.keras.layers.Dropout(self.dropout)
 
-    def call(self, x, is_item, training=False):
-        length = tf.shape(x)[1]
+    def _heads(self, x: tf.Tensor) -> tf.Tensor:
+        batch, length = tf.shape(x)[0], tf.shape(x)[1]
+        x = tf.reshape(x, [batch, length, self.num_heads, self.dim // self.num_heads])
+        return tf.transpose(x, [0, 2, 1, 3])  # [batch, heads, L, dim / heads]
+
+    def call(self, queries, keys, is_item, training=False):
+        """`[b, L, dim]` normalised queries, `[b, L, dim]` keys/values, `[b, L]`
+        bool ``is_item`` -> `[b, L, dim]`."""
+        q, k, v = (self._heads(layer(x)) for layer, x in
+                   ((self.query, queries), (self.key, keys), (self.value, keys)))
+        scores = tf.matmul(q, k, transpose_b=True)
+        scores /= tf.sqrt(tf.cast(self.dim // self.num_heads, scores.dtype))
+        length = tf.shape(is_item)[1]
         causal = tf.linalg.band_part(tf.ones([length, length], tf.bool), -1, 0)
-        mask = tf.logical_and(causal[None], is_item[:, None, :])
-        q = self.attention_norm(x)
-        x = q + self.attention(q, x, attention_mask=mask, training=training)
-        h = self.ffn_norm(x)
-        h = self.ffn_dropout(self.ffn_out(self.ffn_dropout(self.ffn_in(h), training=training)),
-                             training=training)
-        x = x + h
-        return x * tf.cast(is_item, x.dtype)[..., None]
+        visible = tf.logical_and(causal[None, None], is_item[:, None, None, :])
+        scores = tf.where(visible, scores, tf.cast(-1e4 if scores.dtype == tf.float16 else -1e9,
+                                                   scores.dtype))
+        weights = tf.nn.softmax(scores, axis=-1)
+        sees_any = tf.reduce_any(visible, axis=-1, keepdims=True)
+        weights = tf.where(sees_any, weights, tf.zeros_like(weights))
+        weights = self.weight_dropout(weights, training=training)
+        out = tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3])
+        return tf.reshape(out, tf.shape(queries))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
                 "dropout": self.dropout}
 
 
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class SASRecBlock(tf.keras.layers.Layer):
+    """One SASRec block as in gSASRec's code::
+
+        q = LN1(x);  h = LN2(q + Attention(q, x));  x' = (h + FFN(h)) * is_item
+
+    with ``FFN(h) = Dropout(Dense(Dropout(relu(Dense(h)))))`` (hidden width =
+    ``dim``). Note that both residuals start from normalised states (SASRec's
+    original design), not from ``x``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, dropout: float,
+                 layer_norm_epsilon: float = 1e-5, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dim, self.num_heads, self.dropout = int(dim), int(num_heads), float(dropout)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.attention_norm = tf.keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="attention_norm")
+        self.attention = SASRecAttention(self.dim, self.num_heads, self.dropout, name="attention")
+        self.ffn_norm = tf.keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="ffn_norm")
+        self.ffn_in = _dense(self.dim, "ffn_in", activation="relu")
+        self.ffn_out = _dense(self.dim, "ffn_out")
+        self.ffn_dropout = tf.keras.layers.Dropout(self.dropout)
+
+    def call(self, x, is_item, training=False):
+        q = self.attention_norm(x)
+        h = self.ffn_norm(q + self.attention(q, x, is_item, training=training))
+        f = self.ffn_dropout(self.ffn_in(h), training=training)
+        f = self.ffn_dropout(self.ffn_out(f), training=training)
+        return (h + f) * tf.cast(is_item, h.dtype)[..., None]
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
+                "dropout": self.dropout, "layer_norm_epsilon": self.layer_norm_epsilon}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class SASRecEncoder(tf.keras.layers.Layer):
-    """SASRec (Kang & McAuley 2018): item + learned position embeddings, causal
-    self-attention blocks; the output at every position is a query embedding,
-    scored against the same item embeddings.
+    """SASRec (Kang & McAuley 2018) exactly as gSASRec's code (the paper's
+    backbone) builds it: item + learned absolute position embeddings (no
+    ``sqrt(dim)`` scaling), dropout, causal self-attention blocks
+    (`SASRecBlock`), a final layer norm. The output at every position is a
+    query embedding, scored against a separate output item table
+    (`item_embeddings`).
+
+    Every kernel and embedding starts from a truncated normal (std 0.02, cut at
+    2 std), biases at 0, layer-norm scales at 1; layer norms use epsilon 1e-5
+    (PyTorch's default), as in gSASRec.
 
     Args:
       num_ids: int. Item id space, ``num_items + 1`` (0 is padding).
@@ -135,25 +222,40 @@ class SASRecEncoder(tf.keras.layers.Layer):
       num_blocks: int. Defaults to 2.
       num_heads: int. Defaults to 1.
       dropout: float. Defaults to 0.5 (the paper's runs).
+      share_item_embeddings: bool. Score against the input item table instead
+        of a separate output table (gSASRec's ``reuse_item_embeddings=True``,
+        SASRec's original choice): half the item parameters, which matters for
+        very large catalogs, but on ML-1M it learns markedly more slowly.
+        Defaults to False (gSASRec's default, the paper's runs).
     """
 
     def __init__(self, num_ids: int, max_length: int, dim: int = 128, num_blocks: int = 2,
-                 num_heads: int = 1, dropout: float = 0.5, **kwargs) -> None:
+                 num_heads: int = 1, dropout: float = 0.5, share_item_embeddings: bool = False,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.num_ids, self.max_length, self.dim = int(num_ids), int(max_length), int(dim)
-        self.num_blocks, self.num_heads, self.dropout = int(num_blocks), int(num_heads), dropout
-        self.item_embedding = tf.keras.layers.Embedding(self.num_ids, self.dim, name="items")
-        self.position_embedding = tf.keras.layers.Embedding(self.max_length, self.dim,
-                                                            name="positions")
-        self.input_dropout = tf.keras.layers.Dropout(dropout)
-        self.blocks = [SASRecBlock(self.dim, self.num_heads, dropout, name=f"block_{i}")
+        self.num_blocks, self.num_heads = int(num_blocks), int(num_heads)
+        self.dropout = float(dropout)
+        self.share_item_embeddings = bool(share_item_embeddings)
+        self.item_embedding = _embedding(self.num_ids, self.dim, "items")
+        self.position_embedding = _embedding(self.max_length, self.dim, "positions")
+        self.output_embedding = None if self.share_item_embeddings else (
+            _embedding(self.num_ids, self.dim, "output_items"))
+        self.input_dropout = tf.keras.layers.Dropout(self.dropout)
+        self.blocks = [SASRecBlock(self.dim, self.num_heads, self.dropout, name=f"block_{i}")
                        for i in range(self.num_blocks)]
-        self.final_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8)
+        self.final_norm = tf.keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
+
+    def build(self, input_shape=None):
+        for table in (self.item_embedding, self.output_embedding):
+            if table is not None and not table.built:
+                table.build([None])
+        super().build(input_shape)
 
     def call(self, input_ids, training=False):
         """`[batch, L]` item ids (0 = padding, left-padded) -> `[batch, L, dim]`."""
         is_item = tf.not_equal(input_ids, 0)
-        x = self.item_embedding(input_ids) * tf.sqrt(tf.cast(self.dim, self.compute_dtype))
+        x = self.item_embedding(input_ids)
         positions = tf.range(tf.shape(input_ids)[1])
         x = x + self.position_embedding(positions)[None]
         x = self.input_dropout(x, training=training) * tf.cast(is_item, x.dtype)[..., None]
@@ -162,9 +264,11 @@ class SASRecEncoder(tf.keras.layers.Layer):
         return self.final_norm(x)
 
     def item_embeddings(self) -> tf.Tensor:
-        if not self.item_embedding.built:
-            self.item_embedding(tf.zeros([1], tf.int32))
-        return self.item_embedding.embeddings
+        """`[num_ids, dim]`: the table queries are scored against (row 0 is padding)."""
+        if not self.built:
+            self.build()
+        table = self.item_embedding if self.output_embedding is None else self.output_embedding
+        return table.embeddings
 
     def last_query(self, input_ids, training=False) -> tf.Tensor:
         """`[batch, dim]`: the output at the last position (inputs are left-padded)."""
@@ -173,7 +277,7 @@ class SASRecEncoder(tf.keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "num_ids": self.num_ids, "max_length": self.max_length,
                 "dim": self.dim, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
-                "dropout": self.dropout}
+                "dropout": self.dropout, "share_item_embeddings": self.share_item_embeddings}
 
 
 class SequentialRetrievalModel(tfrs.Model):
@@ -188,6 +292,25 @@ class SequentialRetrievalModel(tfrs.Model):
         self.encoder = encoder
         self.objective = objective
 
+    def train_step(self, inputs):
+        """`tfrs.Model.train_step`, plus loss scaling when the optimizer is a
+        `LossScaleOptimizer` (mixed float16)."""
+        scaling = isinstance(self.optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(inputs, training=True)
+            regularization_loss = tf.add_n([tf.cast(x, loss.dtype) for x in self.losses]) \
+                if self.losses else tf.zeros([], loss.dtype)
+            total_loss = loss + regularization_loss
+            scaled = self.optimizer.get_scaled_loss(total_loss) if scaling else total_loss
+        gradients = tape.gradient(scaled, self.trainable_variables)
+        if scaling:
+            gradients = self.optimizer.get_unscaled_gradients(gradients)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        metrics = {metric.name: metric.result() for metric in self.metrics}
+        metrics.update(loss=loss, regularization_loss=regularization_loss,
+                       total_loss=total_loss)
+        return metrics
+
     def compute_loss(self, features, training: bool = False) -> tf.Tensor:
         queries = self.encoder(features["input_ids"], training=training)
         return self.objective(queries, features["target_ids"], features["is_target"],
@@ -198,5 +321,5 @@ class SequentialRetrievalModel(tfrs.Model):
         return self.encoder.last_query(history, training=False)
 
 
-__all__ = ["HistoryQueryTower", "SASRecBlock", "SASRecEncoder", "SequentialRetrievalModel",
-           "TwoTowerModel"]
+__all__ = ["HistoryQueryTower", "SASRecAttention", "SASRecBlock", "SASRecEncoder",
+           "SequentialRetrievalModel", "TwoTowerModel", "gsasrec_initializer"]

@@ -7,10 +7,10 @@ table to one scalar loss: the mean over target positions. Names:
 | name | loss | negatives |
 | --- | --- | --- |
 | ``bce`` | BCE (SASRec) | 1 uniform per position |
-| ``gbce`` | gBCE, t = 0.75 (gSASRec) | 256 uniform per sequence |
-| ``uniform`` | sampled softmax | 256 uniform per sequence |
+| ``gbce`` | gBCE, t = 0.75 (gSASRec) | 256 uniform per position |
+| ``uniform`` | sampled softmax | 256 uniform per position |
 | ``inbatch-{none,logq,corrected}`` | sampled softmax | 256 distinct in-batch items |
-| ``mns-{none,logq,corrected}`` | sampled softmax | 128 uniform per sequence + 128 in-batch |
+| ``mns-{none,logq,corrected}`` | sampled softmax | 128 uniform per position + 128 in-batch |
 | ``full-softmax`` | softmax over the catalog | all items |
 
 In-batch negatives follow the paper's official code: the distinct targets of the
@@ -18,22 +18,27 @@ batch, shuffled, first k, shared by every position; ``log Q`` is the exact
 unigram frequency of the training data, ``log Q'(d) = log(#d / (N - #p))`` for
 ``corrected``; ``logq`` leaves the positive's denominator term uncorrected, as the
 official code does. For MNS every negative, uniform ones too, is corrected with
-the unigram ``log Q`` (the paper). Accidental hits are always masked. Uniform
-negatives are drawn per sequence (shared by its positions), not per position as
-the PyTorch code does, which keeps the `[batch, L, k, dim]` gather off the CPU.
+the unigram ``log Q`` (the paper). Accidental hits are always masked (the
+official gBCE/BCE scripts do not mask them; a uniform negative equals the
+positive with probability ``1/|I|``). Uniform negatives are drawn independently
+for every position, as the official code does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, masked_value, sampled_softmax_loss
+from tfrs_logq.sampling import distinct_in_random_order
 
 CORRECTED_NAMES = ("none", "logq", "corrected")
+# Score per-position uniform negatives against the whole catalog (one matmul and a
+# gather) when the catalog has at most this many ids per negative.
+DENSE_UNIFORM_FACTOR = 32
 OBJECTIVES = (
     "bce", "gbce", "uniform",
     *(f"inbatch-{c}" for c in CORRECTED_NAMES),
@@ -50,7 +55,6 @@ class ObjectiveSpec:
     num_in_batch: int = 0
     correction: str = "none"
     gbce_t: float = 0.0
-    per_position_uniform: bool = False
 
 
 def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) -> ObjectiveSpec:
@@ -59,7 +63,7 @@ def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) ->
     if name not in OBJECTIVES:
         raise ValueError(f"unknown loss {name!r}; expected one of {OBJECTIVES}.")
     if name == "bce":
-        return ObjectiveSpec(name, "bce", num_uniform=1, per_position_uniform=True)
+        return ObjectiveSpec(name, "bce", num_uniform=1)
     if name == "gbce":
         return ObjectiveSpec(name, "gbce", num_uniform=num_negatives, gbce_t=gbce_t)
     if name == "uniform":
@@ -74,8 +78,29 @@ def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) ->
                          correction=correction)
 
 
+class SampledIds(NamedTuple):
+    """The negatives of one step.
+
+    Attributes:
+      uniform: `[batch * L, k_u]` int32 ids drawn uniformly per position, or None.
+      in_batch: `[k_b]` int32 distinct in-batch ids shared by every position, or None.
+      in_batch_valid: `[k_b]` bool, False for padding (fewer distinct targets than
+        ``k_b``), or None.
+    """
+
+    uniform: Optional[tf.Tensor]
+    in_batch: Optional[tf.Tensor]
+    in_batch_valid: Optional[tf.Tensor]
+
+
 class SequenceObjective(tf.Module):
     """Computes an objective's loss for a batch of sequences.
+
+    Negatives follow the paper's official code: uniform negatives are drawn
+    independently for every position (ids ``1..num_items``), in-batch negatives
+    are the batch's distinct targets in random order, first ``k``, shared by
+    every position. `sample` draws them and `loss` computes the objective for
+    given negatives, so both can be checked separately.
 
     Args:
       spec: `ObjectiveSpec` (see `objective_spec`).
@@ -109,6 +134,10 @@ class SequenceObjective(tf.Module):
             self._total = float(counts.sum())
         else:
             self._counts = None
+        # Per-position uniform negatives are scored by one matmul against the whole
+        # catalog and a gather when that is cheaper than gathering a
+        # [positions, k, dim] block of embeddings (small catalogs such as ML-1M).
+        self._dense_uniform = self.num_items + 1 <= DENSE_UNIFORM_FACTOR * max(spec.num_uniform, 1)
 
     def _seed(self) -> tf.Tensor:
         self._calls.assign_add(1)
@@ -119,19 +148,24 @@ class SequenceObjective(tf.Module):
         ctx = tf.distribute.get_replica_context()
         if self.cross_replica_negatives and ctx is not None and ctx.num_replicas_in_sync > 1:
             pool = ctx.all_gather(pool, axis=0)
-        pool = tf.boolean_mask(pool, pool > 0)
-        unique = tf.unique(pool).y
-        shuffled = tf.random.experimental.stateless_shuffle(unique, seed=self._seed())[:k]
-        n = tf.shape(shuffled)[0]
-        ids = tf.ensure_shape(tf.pad(shuffled, [[0, k - n]]), [k])
-        return ids, tf.range(k) < n
+        ids, valid = distinct_in_random_order(pool, k, self._seed(), pad_id=0)
+        return ids, valid
 
-    def _uniform(self, shape) -> tf.Tensor:
-        return tf.random.stateless_uniform(shape, seed=self._seed(), minval=1,
-                                           maxval=self.num_items + 1, dtype=tf.int32)
+    def sample(self, targets: tf.Tensor) -> SampledIds:
+        """Draws the negatives for `[batch, L]` next-item ``targets``."""
+        spec = self.spec
+        flat_t = tf.reshape(tf.cast(targets, tf.int32), [-1])
+        uniform = in_batch = valid = None
+        if spec.num_uniform:
+            uniform = tf.random.stateless_uniform(
+                [tf.size(flat_t), spec.num_uniform], seed=self._seed(), minval=1,
+                maxval=self.num_items + 1, dtype=tf.int32)
+        if spec.num_in_batch:
+            in_batch, valid = self._in_batch(flat_t, spec.num_in_batch)
+        return SampledIds(uniform, in_batch, valid)
 
     def __call__(self, queries, targets, is_target, item_embeddings) -> tf.Tensor:
-        """Mean loss over target positions.
+        """Mean loss over target positions, with freshly drawn negatives.
 
         Args:
           queries: `[batch, L, dim]`.
@@ -139,12 +173,18 @@ class SequenceObjective(tf.Module):
           is_target: `[batch, L]` bool.
           item_embeddings: `[num_items + 1, dim]`.
         """
+        negatives = None if self.spec.loss == "full" else self.sample(targets)
+        return self.loss(queries, targets, is_target, item_embeddings, negatives)
+
+    def loss(self, queries, targets, is_target, item_embeddings,
+             negatives: Optional[SampledIds]) -> tf.Tensor:
+        """Mean loss over target positions for the given ``negatives`` (see `sample`)."""
         spec = self.spec
         queries = tf.cast(queries, tf.float32)
         table = tf.cast(item_embeddings, tf.float32)
         targets = tf.cast(targets, tf.int32)
-        batch, length = tf.shape(targets)[0], tf.shape(targets)[1]
-        flat_q = tf.reshape(queries, [batch * length, -1])
+        dim = tf.shape(queries)[-1]
+        flat_q = tf.reshape(queries, [-1, dim])
         flat_t = tf.reshape(targets, [-1])
         weight = tf.cast(tf.reshape(is_target, [-1]), tf.float32)
 
@@ -155,28 +195,24 @@ class SequenceObjective(tf.Module):
             return self._reduce(per_position, weight)
 
         positive = tf.reduce_sum(flat_q * tf.gather(table, flat_t), axis=-1)
-        neg_ids, neg_valid = [], []
-        neg_logits = []
-        if spec.num_uniform:
-            if spec.per_position_uniform:
-                ids = self._uniform([batch * length, spec.num_uniform])
-                logits = tf.einsum("nd,nkd->nk", flat_q, tf.gather(table, ids))
+        n = tf.size(flat_t)
+        neg_ids, neg_valid, neg_logits = [], [], []
+        if negatives.uniform is not None:
+            ids = negatives.uniform
+            if self._dense_uniform:
+                all_logits = tf.matmul(flat_q, table, transpose_b=True)
+                logits = tf.gather(all_logits, ids, batch_dims=1)
             else:
-                ids_seq = self._uniform([batch, spec.num_uniform])
-                logits = tf.einsum("bld,bkd->blk", queries, tf.gather(table, ids_seq))
-                logits = tf.reshape(logits, [batch * length, spec.num_uniform])
-                ids = tf.reshape(tf.repeat(ids_seq[:, None, :], length, axis=1),
-                                 [batch * length, spec.num_uniform])
+                logits = tf.einsum("nd,nkd->nk", flat_q, tf.gather(table, ids))
             neg_ids.append(ids)
             neg_valid.append(tf.ones_like(ids, tf.bool))
             neg_logits.append(logits)
-        if spec.num_in_batch:
-            ids, valid = self._in_batch(flat_t, spec.num_in_batch)
-            logits = tf.matmul(flat_q, tf.gather(table, ids), transpose_b=True)
-            n = batch * length
-            neg_ids.append(tf.broadcast_to(ids[None, :], [n, spec.num_in_batch]))
-            neg_valid.append(tf.broadcast_to(valid[None, :], [n, spec.num_in_batch]))
-            neg_logits.append(logits)
+        if negatives.in_batch is not None:
+            ids, valid = negatives.in_batch, negatives.in_batch_valid
+            k = spec.num_in_batch
+            neg_ids.append(tf.broadcast_to(ids[None, :], [n, k]))
+            neg_valid.append(tf.broadcast_to(valid[None, :], [n, k]))
+            neg_logits.append(tf.matmul(flat_q, tf.gather(table, ids), transpose_b=True))
         ids = tf.concat(neg_ids, axis=1)
         logits = tf.concat(neg_logits, axis=1)
         mask = tf.logical_and(tf.concat(neg_valid, axis=1), tf.not_equal(ids, flat_t[:, None]))

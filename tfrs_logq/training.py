@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Optional
 
@@ -27,6 +28,10 @@ from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training
 from tfrs_logq.pipelines.splits import Split, make_split
 
 STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
+# "bfloat16": mixed_bfloat16 (CPU, TPU); "float16": mixed_float16 with dynamic loss
+# scaling (GPU). The policy is set for one `train` call and reset afterwards.
+MIXED_PRECISION_POLICIES = ("none", "bfloat16", "float16")
+MONITOR = "val_ndcg@10"
 
 
 @dataclasses.dataclass
@@ -52,9 +57,19 @@ class TrainConfig:
     seed: int = 0
     strategy: str = "auto"
     cross_replica_negatives: bool = False
-    mixed_precision: bool = False
+    mixed_precision: str = "none"
     jit_compile: bool = False
+    share_item_embeddings: bool = False
     preset: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mixed_precision, bool):  # configs written before 0.2
+            self.mixed_precision = "none" if not self.mixed_precision else "float16"
+        if self.mixed_precision not in MIXED_PRECISION_POLICIES:
+            raise ValueError(f"`mixed_precision` must be one of {MIXED_PRECISION_POLICIES}, "
+                             f"received {self.mixed_precision!r}.")
+        if int(self.seed) < 0:
+            raise ValueError(f"`seed` (--seed) must be >= 0, received {self.seed}.")
 
 
 # The paper's protocol (gSASRec defaults) for a GPU; a fixed CPU step budget; and a
@@ -117,6 +132,95 @@ class ValidationCallback(tf.keras.callbacks.Callback):
             logs["val_recall@10"] = metrics["recall@10"]
 
 
+def _atomic_json(path: str, value) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=2)
+    os.replace(tmp, path)
+
+
+class BestEpochKeeper(tf.keras.callbacks.Callback):
+    """Early stopping and the best checkpoint, with state that survives a resume.
+
+    After every epoch it appends the epoch's logs to ``state_path`` (JSON), saves
+    the weights to ``best_path`` when ``monitor`` improved, and stops training
+    after ``patience`` epochs without improvement; at the end it restores the
+    best weights. Unlike Keras' `EarlyStopping` + `ModelCheckpoint`, whose best
+    value and patience restart when `BackupAndRestore` resumes a run, the best
+    value, its epoch and the patience count are rebuilt from the saved epochs,
+    so an interrupted and resumed run keeps the same best epoch as an
+    uninterrupted one, and ``history`` holds every epoch.
+
+    Args:
+      state_path: str. JSON file of the run's epochs.
+      best_path: str. Weights prefix of the best epoch (TensorFlow format).
+      patience: int. Epochs without improvement before stopping.
+      monitor: str. Log key to maximise. Defaults to ``val_ndcg@10``.
+    """
+
+    def __init__(self, state_path: str, best_path: str, patience: int,
+                 monitor: str = MONITOR) -> None:
+        super().__init__()
+        self.state_path, self.best_path = state_path, best_path
+        self.patience, self.monitor = int(patience), monitor
+        self.history: list = []
+        self._started = False
+
+    @property
+    def best_epoch(self) -> Optional[int]:
+        if not self.history:
+            return None
+        return max(self.history, key=lambda e: (e[self.monitor], -e["epoch"]))["epoch"]
+
+    def on_train_begin(self, logs=None):
+        self._started = False
+        if os.path.exists(self.state_path):
+            with open(self.state_path) as f:
+                self.history = json.load(f)["epochs"]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.perf_counter()
+        if not self._started:
+            # Resumed at `epoch`: epochs from it on (if saved before the backup was) rerun.
+            self.history = [e for e in self.history if e["epoch"] < epoch]
+            self._started = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if self.monitor not in logs:
+            raise ValueError(f"`{self.monitor}` missing from the epoch logs: the validation "
+                             f"callback must run first.")
+        previous_best = self.best_epoch
+        previous_value = (None if previous_best is None else
+                          next(e[self.monitor] for e in self.history
+                               if e["epoch"] == previous_best))
+        self.history.append({"epoch": int(epoch),
+                             "seconds": round(time.perf_counter() - self._epoch_start, 2),
+                             **{k: float(v) for k, v in logs.items()}})
+        if previous_value is None or logs[self.monitor] > previous_value:
+            self._save_best()
+        _atomic_json(self.state_path, {"monitor": self.monitor, "best_epoch": self.best_epoch,
+                                       "epochs": self.history})
+        if epoch - self.best_epoch >= self.patience:
+            self.model.stop_training = True
+
+    def _save_best(self) -> None:
+        tmp = self.best_path + ".tmp"
+        self.model.save_weights(tmp)
+        directory = os.path.dirname(tmp) or "."
+        base = os.path.basename(tmp)
+        data = [n for n in os.listdir(directory) if n.startswith(base + ".data-")]
+        for name in data:  # the data shards first, the index last
+            os.replace(os.path.join(directory, name),
+                       os.path.join(directory, name.replace(base, os.path.basename(
+                           self.best_path), 1)))
+        os.replace(tmp + ".index", self.best_path + ".index")
+
+    def on_train_end(self, logs=None):
+        if os.path.exists(self.best_path + ".index"):
+            self.model.load_weights(self.best_path)
+
+
 def _subsample(arrays: dict, limit: Optional[int], seed: int) -> dict:
     n = len(arrays["targets"])
     if limit is None or n <= limit:
@@ -127,8 +231,7 @@ def _subsample(arrays: dict, limit: Optional[int], seed: int) -> dict:
 
 def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrievalModel:
     with strategy.scope():
-        encoder = SASRecEncoder(split.num_items + 1, config.max_length, config.embedding_dim,
-                                config.num_blocks, config.num_heads, config.dropout)
+        encoder = build_encoder(config, split.num_items)
         objective = make_objective(config.loss, split.num_items, split.train_item_counts(),
                                    num_negatives=config.num_negatives, seed=config.seed,
                                    cross_replica_negatives=config.cross_replica_negatives)
@@ -137,9 +240,22 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
         # BackupAndRestore can restore into a built model.
         encoder(tf.zeros([1, config.max_length], tf.int32))
         model.built = True
-        model.compile(optimizer=tf.keras.optimizers.Adam(config.learning_rate),
-                      jit_compile=config.jit_compile)
+        # epsilon 1e-8 as PyTorch's Adam (the official code); Keras adds it before the
+        # bias correction, which differs from PyTorch only in the first few hundred steps.
+        optimizer = tf.keras.optimizers.Adam(config.learning_rate, epsilon=1e-8)
+        if config.mixed_precision == "float16":
+            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, jit_compile=config.jit_compile)
     return model
+
+
+def build_encoder(config, num_items: int) -> SASRecEncoder:
+    """The `SASRecEncoder` a `TrainConfig` (or its saved ``config.json`` dict) describes."""
+    get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else (
+        lambda k, d=None: getattr(config, k, d))
+    return SASRecEncoder(int(num_items) + 1, get("max_length"), get("embedding_dim"),
+                         get("num_blocks"), get("num_heads"), get("dropout"),
+                         share_item_embeddings=bool(get("share_item_embeddings", False)))
 
 
 def load_split(config: TrainConfig) -> Split:
@@ -155,22 +271,102 @@ def load_split(config: TrainConfig) -> Split:
     return make_split(interactions, config.split, **split_kwargs)
 
 
+def saved_config(config: TrainConfig, num_items: Optional[int] = None) -> dict:
+    """``config.json`` of a run: the config (data_dir made absolute) and the catalog size."""
+    saved = dataclasses.asdict(config)
+    if saved["data_dir"]:
+        saved["data_dir"] = os.path.abspath(saved["data_dir"])
+    if num_items is not None:
+        saved["num_items"] = int(num_items)
+    return saved
+
+
+class RunDirectoryError(ValueError):
+    """A model directory holds a different or a finished run."""
+
+
+def same_run(config: TrainConfig, model_dir: str) -> Optional[bool]:
+    """None if ``model_dir`` holds no run; else whether its ``config.json`` is ``config``."""
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            existing = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return False
+    existing.pop("num_items", None)
+    try:
+        existing = saved_config(TrainConfig(**existing))
+    except (TypeError, ValueError):
+        return False
+    return existing == saved_config(config)
+
+
+def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool = False) -> str:
+    """Decides what ``train`` does with ``model_dir``: ``"new"``, ``"resume"`` (the same
+    config, interrupted) or, with ``overwrite``, clears it first.
+
+    Raises:
+      RunDirectoryError: the directory holds another run, or this run finished
+        (its ``metrics.json`` exists), and ``overwrite`` is False.
+    """
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
+    if overwrite and os.path.isdir(model_dir):
+        shutil.rmtree(model_dir)
+    same = same_run(config, model_dir)
+    if same is None:
+        if os.path.isdir(model_dir) and os.listdir(model_dir):
+            raise RunDirectoryError(
+                f"--model-dir {model_dir} is not empty and holds no tfrs-logq run; choose "
+                f"another directory or pass --overwrite to clear it.")
+        return "new"
+    if not same:
+        raise RunDirectoryError(
+            f"--model-dir {model_dir} holds a run with another config (its config.json); "
+            f"choose another directory, or pass --overwrite to replace it.")
+    if os.path.exists(os.path.join(model_dir, "metrics.json")):
+        raise RunDirectoryError(
+            f"--model-dir {model_dir} holds this run, finished (metrics.json); pass "
+            f"--overwrite to train it again.")
+    return "resume"
+
+
+def _set_policy(name: str) -> None:
+    policy = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[name]
+    tf.keras.mixed_precision.set_global_policy(policy)
+
+
 def train(config: TrainConfig, model_dir: str, verbose="auto",
-          split: Optional[Split] = None, extra_callbacks: Optional[list] = None) -> dict:
-    """Trains, restores the best epoch, evaluates validation and test; returns metrics."""
+          split: Optional[Split] = None, extra_callbacks: Optional[list] = None,
+          overwrite: bool = False) -> dict:
+    """Trains, restores the best epoch, evaluates validation and test; returns metrics.
+
+    A ``model_dir`` holding an interrupted run of the same config resumes it from
+    its last finished epoch (weights, optimizer, best epoch and patience); one
+    holding another run or a finished one is refused unless ``overwrite``.
+    """
+    mode = prepare_run_directory(config, model_dir, overwrite)
+    previous_policy = tf.keras.mixed_precision.global_policy()
+    _set_policy(config.mixed_precision)
+    try:
+        return _train(config, model_dir, verbose, split, extra_callbacks, mode)
+    finally:
+        tf.keras.mixed_precision.set_global_policy(previous_policy)
+
+
+def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     tf.keras.utils.set_random_seed(config.seed)
-    if config.mixed_precision:
-        tf.keras.mixed_precision.set_global_policy("mixed_float16")
     split = split if split is not None else load_split(config)
     strategy = make_strategy(config.strategy)
     os.makedirs(model_dir, exist_ok=True)
-    with open(os.path.join(model_dir, "config.json"), "w") as f:
-        saved = dataclasses.asdict(config)
-        if saved["data_dir"]:
-            saved["data_dir"] = os.path.abspath(saved["data_dir"])
-        json.dump({**saved, "num_items": split.num_items}, f, indent=2)
-    with open(os.path.join(model_dir, "vocabulary.json"), "w") as f:
-        json.dump({"raw_items": [str(x) for x in split.interactions.raw_items]}, f)
+    if mode == "new":
+        with open(os.path.join(model_dir, "vocabulary.json"), "w") as f:
+            json.dump({"raw_items": [str(x) for x in split.interactions.raw_items]}, f)
+        # config.json last: it marks the directory as this run's.
+        _atomic_json(os.path.join(model_dir, "config.json"),
+                     saved_config(config, split.num_items))
 
     model = build_model(config, split, strategy)
     replicas = strategy.num_replicas_in_sync
@@ -184,35 +380,34 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
     val_arrays = _subsample(evaluation_arrays(split, split.validation, config.max_length),
                             config.max_validation_users, config.seed)
     best_path = os.path.join(model_dir, "best.weights")
+    keeper = BestEpochKeeper(os.path.join(model_dir, "epochs.json"), best_path,
+                             patience=config.patience)
+    # Order matters at the end of an epoch: validation, then the caller's callbacks
+    # (they see the validation metrics), then the run state, then the backup.
     callbacks = [
         ValidationCallback(model, val_arrays),
-        tf.keras.callbacks.EarlyStopping(monitor="val_ndcg@10", mode="max",
-                                         patience=config.patience, restore_best_weights=True),
-        tf.keras.callbacks.ModelCheckpoint(best_path, monitor="val_ndcg@10", mode="max",
-                                           save_best_only=True, save_weights_only=True),
+        *(extra_callbacks or []),
+        keeper,
         tf.keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup")),
         tf.keras.callbacks.TensorBoard(os.path.join(model_dir, "logs"), update_freq="epoch"),
-        *(extra_callbacks or []),
     ]
-    start = time.perf_counter()
-    history = model.fit(data, epochs=config.max_epochs, steps_per_epoch=config.steps_per_epoch,
-                        callbacks=callbacks, verbose=verbose)
-    train_seconds = time.perf_counter() - start
-    if os.path.exists(best_path + ".index"):
-        model.load_weights(best_path)
+    model.fit(data, epochs=config.max_epochs, steps_per_epoch=config.steps_per_epoch,
+              callbacks=callbacks, verbose=verbose)
+    train_seconds = sum(e["seconds"] for e in keeper.history)  # resumed runs: all epochs
     ks = (10, 20)
     val_full = evaluate(model.query, model.encoder.item_embeddings(),
                         evaluation_arrays(split, split.validation, config.max_length), ks=ks)
     test = evaluate(model.query, model.encoder.item_embeddings(),
                     evaluation_arrays(split, split.test, config.max_length), ks=ks)
-    epochs = len(history.history.get("loss", []))
+    epochs = len(keeper.history)
     result = {
         "dataset": config.dataset, "split": config.split, "loss": config.loss,
         "seed": config.seed, "preset": config.preset,
         "epochs": epochs, "steps": epochs * config.steps_per_epoch,
+        "best_epoch": keeper.best_epoch,
         "train_seconds": round(train_seconds, 1),
+        "validation_curve": [round(e[MONITOR], 6) for e in keeper.history],
         "validation": val_full, "test": test,
     }
-    with open(os.path.join(model_dir, "metrics.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    _atomic_json(os.path.join(model_dir, "metrics.json"), result)
     return result

@@ -1,0 +1,128 @@
+"""`SASRecEncoder` is gSASRec's model: the forward pass against a numpy reference of
+gSASRec's equations, its initialisation, its output table, and its config."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfrs_logq.models import SASRecEncoder
+
+
+def _layer_norm(x, gamma, beta, eps=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def _reference_forward(encoder: SASRecEncoder, ids: np.ndarray) -> np.ndarray:
+    """gSASRec's forward pass (gsasrec.py / transformer_decoder.py), written from its
+    equations: x = (E[ids] + P) * m; per block q = LN1(x), attention with queries from
+    q and keys/values from x, h = LN2(q + a), x = (h + FFN(h)) * m; output LN(x)."""
+    w = lambda layer: [v.numpy().astype(np.float64) for v in layer.weights]  # noqa: E731
+    is_item = ids != 0
+    (items,), (positions,) = w(encoder.item_embedding), w(encoder.position_embedding)
+    x = (items[ids] + positions[None, : ids.shape[1]]) * is_item[..., None]
+    heads = encoder.num_heads
+    length = ids.shape[1]
+    causal = np.tril(np.ones((length, length), bool))
+    for block in encoder.blocks:
+        q = _layer_norm(x, *w(block.attention_norm))
+        (wq, bq), (wk, bk), (wv, bv) = (w(block.attention.query), w(block.attention.key),
+                                        w(block.attention.value))
+        split = lambda t: np.stack(np.split(t, heads, axis=-1), 1)  # noqa: E731  [b,h,L,dh]
+        qh, kh, vh = split(q @ wq + bq), split(x @ wk + bk), split(x @ wv + bv)
+        scores = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(qh.shape[-1])
+        visible = causal[None, None] & is_item[:, None, None, :]
+        scores = np.where(visible, scores, -np.inf)
+        with np.errstate(invalid="ignore"):
+            weights = np.exp(scores - scores.max(-1, keepdims=True))
+            weights = weights / weights.sum(-1, keepdims=True)
+        weights = np.nan_to_num(weights)  # a query that sees no key outputs 0
+        attended = np.concatenate(list((weights @ vh).transpose(1, 0, 2, 3)), axis=-1)
+        h = _layer_norm(q + attended, *w(block.ffn_norm))
+        (w1, b1), (w2, b2) = w(block.ffn_in), w(block.ffn_out)
+        x = (h + np.maximum(h @ w1 + b1, 0) @ w2 + b2) * is_item[..., None]
+    return _layer_norm(x, *w(encoder.final_norm))
+
+
+def _ids(seed=0, batch=4, length=7, num_ids=30):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, num_ids, size=(batch, length)).astype(np.int32)
+    ids[0, :3] = 0  # left padding
+    ids[1, :6] = 0  # a single item
+    return ids
+
+
+@pytest.mark.parametrize("num_heads", [1, 2])
+def test_forward_matches_gsasrec_equations(num_heads):
+    tf.keras.utils.set_random_seed(0)
+    encoder = SASRecEncoder(30, 7, dim=8, num_blocks=2, num_heads=num_heads, dropout=0.5)
+    ids = _ids()
+    encoder(ids)
+    # Random biases and layer-norm parameters, so every term of the equations counts.
+    rng = np.random.default_rng(1)
+    for v in encoder.weights:
+        if "bias" in v.name or "gamma" in v.name or "beta" in v.name:
+            v.assign(rng.normal(size=v.shape).astype(np.float32) * 0.3 + (
+                1.0 if "gamma" in v.name else 0.0))
+    got = encoder(ids, training=False).numpy()
+    np.testing.assert_allclose(got, _reference_forward(encoder, ids), atol=2e-5)
+    # Dropout is active in training, inactive at inference.
+    assert not np.allclose(encoder(ids, training=True).numpy(), got)
+
+
+def test_initialisation_is_gsasrecs():
+    tf.keras.utils.set_random_seed(0)
+    encoder = SASRecEncoder(500, 50, dim=64, num_blocks=2, num_heads=1)
+    encoder(_ids(num_ids=500, length=50))
+    seen = []
+    for v in encoder.weights:
+        x = v.numpy()
+        if "gamma" in v.name:
+            np.testing.assert_array_equal(x, 1.0)
+        elif "beta" in v.name or "bias" in v.name:
+            np.testing.assert_array_equal(x, 0.0)
+        else:  # kernels and embeddings: truncated normal, std 0.02, cut at 2 std
+            assert np.abs(x).max() <= 0.04 + 1e-7, v.name
+            # std of a N(0, 0.02) truncated at 2 std is 0.02 * 0.8796
+            assert x.std() == pytest.approx(0.02 * 0.8796, rel=0.1), v.name
+            seen.append(x.ravel()[:64])
+    # Every table and kernel is drawn separately (no two start identical).
+    for i in range(len(seen)):
+        for j in range(i):
+            assert not np.array_equal(seen[i], seen[j])
+
+
+def test_output_table_is_separate_unless_shared():
+    encoder = SASRecEncoder(20, 5, dim=4)
+    assert encoder.item_embeddings() is encoder.output_embedding.embeddings
+    assert encoder.item_embeddings() is not encoder.item_embedding.embeddings
+    with tf.GradientTape() as tape:
+        score = tf.reduce_sum(encoder(_ids(num_ids=20, length=5))[:, -1] *
+                              tf.gather(encoder.item_embeddings(), [3]))
+    grads = tape.gradient(score, [encoder.item_embedding.embeddings,
+                                  encoder.output_embedding.embeddings])
+    assert all(g is not None for g in grads)
+    shared = SASRecEncoder(20, 5, dim=4, share_item_embeddings=True)
+    assert shared.item_embeddings() is shared.item_embedding.embeddings
+    assert shared.output_embedding is None
+    n_separate = sum(int(np.prod(v.shape)) for v in encoder.weights)
+    shared(_ids(num_ids=20, length=5))
+    n_shared = sum(int(np.prod(v.shape)) for v in shared.weights)
+    assert n_separate - n_shared == 20 * 4
+
+
+def test_config_round_trip_gives_the_same_outputs():
+    encoder = SASRecEncoder(30, 7, dim=8, num_blocks=1, num_heads=2, dropout=0.2,
+                            share_item_embeddings=True)
+    ids = _ids()
+    out = encoder(ids).numpy()
+    config = json.loads(json.dumps(encoder.get_config()))
+    clone = SASRecEncoder.from_config(config)
+    clone(ids)
+    clone.set_weights(encoder.get_weights())
+    np.testing.assert_allclose(clone(ids).numpy(), out, rtol=1e-6)
+    with pytest.raises(ValueError, match="divisible"):
+        SASRecEncoder(30, 7, dim=6, num_heads=4)(ids)
