@@ -246,10 +246,9 @@ def table(records: list[dict]) -> str:
         def cell(s, key):
             return _mean_std([r[key] for r in side[s]]) if side[s] else "-"
 
-        lines.append(f"| {loss} | {','.join(map(str, seeds))} | "
-                     f"{cell('official', 'test_recall@20')} | {cell('ours', 'test_recall@20')} | {cell('official', 'test_ndcg@20')} | "
-                     f"{cell('ours', 'test_ndcg@20')} | {cell('official', 'seconds')} | "
-                     f"{cell('ours', 'seconds')} |")
+        cells = [cell(s, key) for key in ("test_recall@20", "test_ndcg@20", "seconds")
+                 for s in ("official", "ours")]
+        lines.append(f"| {loss} | {','.join(map(str, seeds))} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

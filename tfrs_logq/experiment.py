@@ -5,8 +5,9 @@ run (its ``metrics.json`` exists) is reused only when its saved ``config.json``
 equals the requested config; an interrupted one resumes from its last epoch; a
 directory holding a run of another config is an error (choose another
 ``--output-dir``), so results are never relabelled. Results go to ``results.csv``
-(one row per run), ``table.md`` (mean and standard deviation over seeds of Recall@20 and NDCG@20 on the test split, losses
-as rows and dataset/split as columns, like the paper's Table 1) and ``table.png``.
+(one row per run), ``table.md`` (mean and standard deviation over seeds of
+Recall@20 and NDCG@20 on the test split, losses as rows and dataset/split as
+columns, like the paper's Table 1) and ``table.png``.
 """
 
 from __future__ import annotations
