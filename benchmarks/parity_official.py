@@ -102,6 +102,32 @@ with open(out_json, "w") as f:
     json.dump({str(k): float(v) for k, v in test.items()}, f)
 '''
 
+# Runs inside the official checkout: builds gSASRec with its own initialisation and
+# writes its weights, an input batch (official ids) and its outputs to an npz.
+_FORWARD = r'''
+import sys
+import numpy as np, torch
+from gsasrec import GSASRec
+num_items, length, dim, heads, blocks, seed, out = sys.argv[1:8]
+num_items, length, dim, heads, blocks, seed = map(int, (num_items, length, dim, heads, blocks, seed))
+torch.manual_seed(seed)
+model = GSASRec(num_items, sequence_length=length, embedding_dim=dim, num_heads=heads,
+                num_blocks=blocks, dropout_rate=0.5)
+with torch.no_grad():  # random biases and norms, so every term counts
+    for name, p in model.named_parameters():
+        if "bias" in name or "norm" in name:
+            p.add_(0.3 * torch.randn_like(p))
+model.eval()
+rng = np.random.default_rng(seed)
+ids = rng.integers(1, num_items + 1, size=(8, length))
+for row, n in enumerate(rng.integers(1, length + 1, size=8)):
+    ids[row, : length - n] = num_items + 1  # left padding with the official padding id
+with torch.no_grad():
+    hidden, _ = model(torch.tensor(ids))
+np.savez(out, ids=ids, hidden=hidden.numpy(),
+         **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+'''
+
 _EPOCH_LINE = re.compile(r"Epoch (\d+) evaluation result: (.*)")
 
 
@@ -227,6 +253,47 @@ def _ours_child(args) -> None:
                    "test_ndcg@20": result["test"]["ndcg@20"]}, f)
 
 
+def check_forward(code: str, python: str, num_items: int = 50, length: int = 20, dim: int = 16,
+                  heads: int = 2, blocks: int = 2, seed: int = 0) -> float:
+    """Max |difference| between the official gSASRec's outputs and `SASRecEncoder`'s
+    with the official weights copied in (same input, inference mode)."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+
+    from tfrs_logq.models import SASRecEncoder
+
+    script = os.path.join(code, "parity_forward.py")
+    with open(script, "w") as f:
+        f.write(_FORWARD)
+    out = os.path.join(code, "parity_forward.npz")
+    subprocess.run([python, script, *map(str, (num_items, length, dim, heads, blocks, seed)),
+                    out], cwd=code, check=True)
+    w = dict(np.load(out))
+    official_ids = w["ids"]
+    ids = np.where(official_ids == num_items + 1, 0, official_ids).astype(np.int32)
+    encoder = SASRecEncoder(num_items + 1, length, dim, blocks, heads, dropout=0.5)
+    encoder(tf.zeros([1, length], tf.int32))
+
+    def table(rows):  # official rows 0..N+1 (N+1 = padding) -> ours 0..N (0 = padding)
+        return np.concatenate([rows[num_items + 1:num_items + 2], rows[1:num_items + 1]])
+
+    encoder.item_embedding.embeddings.assign(table(w["item_embedding.weight"]))
+    encoder.output_embedding.embeddings.assign(table(w["output_embedding.weight"]))
+    encoder.position_embedding.embeddings.assign(w["position_embedding.weight"])
+    for i, block in enumerate(encoder.blocks):
+        p = f"transformer_blocks.{i}."
+        for norm, name in ((block.attention_norm, "first_norm"), (block.ffn_norm, "second_norm")):
+            norm.set_weights([w[p + name + ".weight"], w[p + name + ".bias"]])
+        for dense, name in ((block.attention.query, "multihead_attention.query_proj"),
+                            (block.attention.key, "multihead_attention.key_proj"),
+                            (block.attention.value, "multihead_attention.val_proj"),
+                            (block.ffn_in, "dense1"), (block.ffn_out, "dense2")):
+            dense.set_weights([w[p + name + ".weight"].T, w[p + name + ".bias"]])
+    encoder.final_norm.set_weights([w["seq_norm.weight"], w["seq_norm.bias"]])
+    ours = encoder(ids, training=False).numpy()
+    return float(np.abs(ours - w["hidden"]).max())
+
+
 def _mean_std(values) -> str:
     values = np.asarray(values, np.float64)
     if len(values) == 1:
@@ -274,7 +341,16 @@ def main(argv=None) -> int:
     parser.add_argument("--sides", default="official,ours")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads per run")
     parser.add_argument("--output", default="results/parity-cpu")
+    parser.add_argument("--check-forward", action="store_true",
+                        help="only compare the forward pass with the official weights copied "
+                             "into SASRecEncoder (2 blocks, 2 heads, random biases/norms)")
     args = parser.parse_args(argv)
+    if args.check_forward:
+        code, python = prepare_official(args)
+        diff = check_forward(code, python)
+        print(f"forward pass, official gSASRec vs SASRecEncoder with its weights: "
+              f"max |difference| {diff:.2e}")
+        return 0 if diff < 1e-4 else 1
     losses = args.losses.split(",")
     unknown = set(losses) - set(OFFICIAL_SCRIPTS)
     if unknown:
