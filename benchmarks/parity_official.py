@@ -108,8 +108,8 @@ _FORWARD = r'''
 import sys
 import numpy as np, torch
 from gsasrec import GSASRec
-num_items, length, dim, heads, blocks, seed, out = sys.argv[1:8]
-num_items, length, dim, heads, blocks, seed = map(int, (num_items, length, dim, heads, blocks, seed))
+num_items, length, dim, heads, blocks, seed = map(int, sys.argv[1:7])
+out = sys.argv[7]
 torch.manual_seed(seed)
 model = GSASRec(num_items, sequence_length=length, embedding_dim=dim, num_heads=heads,
                 num_blocks=blocks, dropout_rate=0.5)
