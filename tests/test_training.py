@@ -285,3 +285,17 @@ def test_mixed_precision_training_runs_and_resets_the_policy(data_dir, tmp_path,
     assert tf.keras.mixed_precision.global_policy().name == "float32"
     with pytest.raises(ValueError, match="mixed_precision"):
         resolve_config("smoke", mixed_precision="float8")
+
+
+def test_experiment_runs_in_parallel_processes(data_dir, tmp_path):
+    from tfrs_logq.experiment import run_grid
+
+    out = str(tmp_path / "grid")
+    rows = run_grid(out, ["ml-1m"], ["loo"], ["inbatch-none", "mns-corrected"], [0], "smoke",
+                    data_dir=data_dir, parallel=2, max_epochs=1, steps_per_epoch=2)
+    assert [r["loss"] for r in rows] == ["inbatch-none", "mns-corrected"]
+    for row in rows:
+        assert 0.0 <= row["test_ndcg@20"] <= 1.0 and row["epochs"] == 1
+    assert len(open(os.path.join(out, "results.csv")).read().strip().splitlines()) == 3
+    with pytest.raises(ValueError, match="parallel"):
+        run_grid(out, ["ml-1m"], ["loo"], ["inbatch-none"], [0], "smoke", parallel=0)

@@ -12,9 +12,12 @@ columns, like the paper's Table 1) and ``table.png``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import csv
+import dataclasses
 import itertools
 import json
+import multiprocessing
 import os
 from typing import Optional, Sequence
 
@@ -37,30 +40,70 @@ ROW_LABELS = {
 METRICS = ("recall@20", "ndcg@20")
 
 
+def _row(config, preset: str, result: dict) -> dict:
+    return {"dataset": config.dataset, "split": config.split, "loss": config.loss,
+            "seed": config.seed, "preset": preset, "epochs": result["epochs"],
+            "steps": result["steps"], "train_seconds": result["train_seconds"],
+            **{f"test_{m}": result["test"][m] for m in METRICS},
+            **{f"val_{m}": result["validation"][m] for m in METRICS}}
+
+
+def _train_in_subprocess(config_fields: dict, run_dir: str, verbose) -> dict:
+    # A worker process of `run_grid(parallel > 1)`: several runs share one GPU.
+    os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    from tfrs_logq.training import TrainConfig
+
+    return train(TrainConfig(**config_fields), run_dir, verbose=verbose)
+
+
 def run_grid(output_dir: str, datasets: Sequence[str], splits: Sequence[str],
              losses: Sequence[str], seeds: Sequence[int], preset: str,
-             data_dir: Optional[str] = None, verbose=0, **overrides) -> list[dict]:
-    rows = []
+             data_dir: Optional[str] = None, verbose=0, parallel: int = 1,
+             **overrides) -> list[dict]:
+    """Runs the grid and writes its outputs after every finished run.
+
+    Args:
+      parallel: int. Runs trained at once, each in its own process (one process
+        per run, GPU memory growth on): a model as small as the paper's SASRec
+        leaves most of a GPU idle, so several runs share it. Defaults to 1 (in
+        this process).
+    """
+    if int(parallel) < 1:
+        raise ValueError(f"`parallel` (--parallel) must be >= 1, received {parallel}.")
     # Seed-major: an interrupted grid still has every loss for the first seeds.
+    jobs = []
     for seed, dataset, split, loss in itertools.product(seeds, datasets, splits, losses):
         run_dir = os.path.join(output_dir, "runs", f"{dataset}_{split}_{loss}_seed{seed}")
-        metrics_path = os.path.join(run_dir, "metrics.json")
         config = resolve_config(preset, dataset=dataset, split=split, loss=loss, seed=seed,
                                 data_dir=data_dir, **overrides)
+        jobs.append((config, run_dir))
+    results: dict = {}
+
+    def finished(index: int, result: dict) -> None:
+        results[index] = _row(jobs[index][0], preset, result)
+        print(json.dumps(results[index]), flush=True)
+        write_outputs([results[i] for i in sorted(results)], output_dir)
+
+    pending = []
+    for index, (config, run_dir) in enumerate(jobs):
+        metrics_path = os.path.join(run_dir, "metrics.json")
         if os.path.exists(metrics_path) and same_run(config, run_dir):
             with open(metrics_path) as f:
-                result = json.load(f)
+                finished(index, json.load(f))
         else:  # new, or interrupted (resumes); another config raises RunDirectoryError
-            result = train(config, run_dir, verbose=verbose)
-        row = {"dataset": dataset, "split": split, "loss": loss, "seed": seed,
-               "preset": preset, "epochs": result["epochs"], "steps": result["steps"],
-               "train_seconds": result["train_seconds"],
-               **{f"test_{m}": result["test"][m] for m in METRICS},
-               **{f"val_{m}": result["validation"][m] for m in METRICS}}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        write_outputs(rows, output_dir)
-    return rows
+            pending.append(index)
+    if int(parallel) == 1:
+        for index in pending:
+            finished(index, train(jobs[index][0], jobs[index][1], verbose=verbose))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(int(parallel), mp_context=context,
+                                                    max_tasks_per_child=1) as pool:
+            futures = {pool.submit(_train_in_subprocess, dataclasses.asdict(jobs[i][0]),
+                                   jobs[i][1], verbose): i for i in pending}
+            for future in concurrent.futures.as_completed(futures):
+                finished(futures[future], future.result())
+    return [results[i] for i in sorted(results)]
 
 
 def write_outputs(rows: list[dict], output_dir: str) -> None:
