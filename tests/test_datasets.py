@@ -251,7 +251,7 @@ def test_training_dataset_windows_and_masks():
             # A target needs a real input before it: the first item is never one.
             np.testing.assert_array_equal(b["is_target"][row],
                                           (window[:-1] != 0) & (window[1:] != 0))
-            assert int(b["is_target"][row].sum()) == min(len(train[u]), 6) - 1
+            assert int(np.sum(b["is_target"][row])) == min(len(train[u]), 6) - 1
     assert seen == {u for u, s in enumerate(train) if len(s) >= 2}
     again = [b["user"].numpy().tolist() for b in training_dataset(split, 4, 5, seed=1)]
     assert again == [b["user"].numpy().tolist() for b in batches]  # deterministic by seed

@@ -1,171 +1,752 @@
-"""The `tfrs-logq` command line."""
+"""The `tfrs-logq` command line.
+
+Flags are built from the config dataclasses (`TrainConfig` for ``train`` and
+``experiment``, `DemoConfig` for ``demo``, `ServerOptions` for ``serve``) and the
+module constants (presets, losses, datasets, splits, data formats, strategies,
+precision policies), so help, defaults and code cannot drift apart; ``--help``
+shows every default. Every flag takes both spellings, ``--data-dir`` and
+``--data_dir``; help shows one: dashes, except TF Serving's own names
+(``--model_base_path``, ``--model_name``, ``--port``, ``--rest_api_port``, ...).
+
+Building the parser imports no TensorFlow: a command's flags are added when that
+command is parsed or its help printed, and TensorFlow's start-up logs are
+silenced before anything imports it (``--verbose`` keeps them). Errors a user
+can fix (bad flags, data, files, ports, servers) end the command with one line,
+``tfrs-logq: error: ...`` on stderr, and exit status 2; ``--verbose`` adds the
+traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import logging
 import os
 import sys
-from typing import Optional, Sequence
+import traceback
+import typing
+from typing import Callable, Optional, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+PROG = "tfrs-logq"
+# TF Serving's flag names, kept as its model server spells them.
+TF_SERVING_STYLE = "_"
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+# ------------------------------------------------------------------------ value types
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < low:
+            kind = "a positive" if low == 1 else "a non-negative" if low == 0 else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {kind} integer, got {text}")
+        return value
+
+    convert.__name__ = "integer"
+    return convert
+
+
+def _float_in(low: float, high: Optional[float] = None, low_inclusive: bool = False):
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        ok = (value >= low if low_inclusive else value > low) and (high is None or value < high)
+        if not ok:
+            left = "[" if low_inclusive else "("
+            right = f"{high})" if high is not None else "inf)"
+            raise argparse.ArgumentTypeError(f"must be in {left}{low}, {right}, got {text}")
+        return value
+
+    convert.__name__ = "number"
+    return convert
+
+
+def _comma_list(choices: Optional[Sequence[str]] = None, item=str):
+    def convert(text: str) -> list:
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError("must name at least one value")
+        out = []
+        for part in parts:
+            if choices is not None and part not in choices:
+                raise argparse.ArgumentTypeError(
+                    f"{part!r} is not one of {', '.join(choices)}")
+            try:
+                out.append(item(part))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{part}: {exc}") from None
+        return out
+
+    convert.__name__ = "list"
+    return convert
+
+
+# ------------------------------------------------------------------- parser machinery
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows every default, and one spelling of each flag."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=34, width=100)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("%(default)" in text or "default:" in text or action.default is None
+                or action.default is argparse.SUPPRESS):
+            return text
+        if isinstance(action.default, (list, tuple)):
+            return f"{text} (default: {','.join(map(str, action.default))})"
+        return f"{text} (default: %(default)s)"
+
+    def _format_action_invocation(self, action):
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        shown = [s for s in action.option_strings if s not in getattr(action, "hidden", ())]
+        if action.nargs == 0:
+            return ", ".join(shown)
+        return f"{', '.join(shown)} {self._format_args(action, action.dest.upper())}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose arguments are added on first use by ``populate``,
+    so building the command tree imports nothing a command's flags need."""
+
+    def __init__(self, *args, populate: Optional[Callable] = None, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def _ensure_populated(self) -> None:
+        if self._populate is not None:
+            populate, self._populate = self._populate, None
+            populate(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._ensure_populated()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self):
+        self._ensure_populated()
+        return super().format_help()
+
+    def format_usage(self):
+        self._ensure_populated()
+        return super().format_usage()
+
+
+class _Switch(argparse.Action):
+    """``--x`` / ``--no-x`` in every spelling; the value is None when neither is given,
+    so a config file or preset still applies."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        strings = []
+        for flag in option_strings:
+            body = flag[2:]
+            seps = "_" if "_" in body else "-" if "-" in body else "-_"
+            strings += [flag, *(f"--no{sep}{body}" for sep in seps)]
+        kwargs["nargs"] = 0
+        super().__init__(strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, not option_string[2:].startswith(("no-", "no_")))
+
+    def format_usage(self):
+        return " | ".join(s for s in self.option_strings if s not in getattr(self, "hidden", ()))
+
+
+def _add(parser, name: str, *, style: str = "-", aliases: Sequence[str] = (), **kwargs):
+    """Adds ``--name`` spelt in ``style`` (shown), its other spelling and ``aliases``
+    with their other spellings (accepted, not shown)."""
+    body = name.lstrip("-").replace("-", style).replace("_", style)
+    canonical = f"--{body}"
+    names = [canonical]
+    for alias in (canonical, *aliases):
+        a = alias.lstrip("-")
+        for spelt in (a.replace("_", "-"), a.replace("-", "_")):
+            if f"--{spelt}" not in names:
+                names.append(f"--{spelt}")
+    action = parser.add_argument(*names, **kwargs)
+    shown = {canonical}
+    if isinstance(action, _Switch):
+        shown.add(f"--no{style}{body}")
+    action.hidden = set(action.option_strings) - shown
+    return action
+
+
+def _add_verbose(parser, top: bool = False) -> None:
+    _add(parser, "verbose", action="store_true",
+         default=False if top else argparse.SUPPRESS,
+         help="show tracebacks and TensorFlow's start-up logs (default: off)")
+
+
+# ----------------------------------------------------------- flags from the dataclasses
+
+
+def _field_types(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _base_type(hint):
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is typing.Union and len(args) == 1:
+        return args[0]
+    return hint
+
+
+def _show(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+_TRAIN_HELP = {
+    "dataset": "dataset to train on",
+    "split": "evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) "
+             "or global temporal (needs timestamps)",
+    "loss": "training objective: the paper's losses",
+    "data_dir": "directory holding the data files, searched at its top level and one level "
+                "down; never falls back elsewhere",
+    "data_format": "ML-1M source: MovieLens's ratings.dat (timestamps) or SASRec's "
+                   "ml-1m.txt (order only; no download exists)",
+    "max_length": "longest history the model reads",
+    "embedding_dim": "embedding size",
+    "num_blocks": "self-attention blocks",
+    "num_heads": "attention heads",
+    "dropout": "dropout rate",
+    "num_negatives": "sampled negatives per target",
+    "batch_size": "users per batch (per replica)",
+    "learning_rate": "Adam's learning rate",
+    "steps_per_epoch": "training steps between validations",
+    "max_epochs": "most epochs",
+    "patience": "epochs without a better validation NDCG@10 before stopping",
+    "max_validation_users": "validate each epoch on a seeded sample of this many users",
+    "temporal_fraction": "temporal split: fraction of interactions for test, and again for "
+                         "validation",
+    "seed": "random seed",
+    "strategy": "tf.distribute strategy (auto: TPU, multi-worker, several GPUs, else default)",
+    "cross_replica_negatives": "draw in-batch negatives from the targets of all replicas",
+    "mixed_precision": "mixed-precision policy",
+    "jit_compile": "compile the training step with XLA",
+    "share_item_embeddings": "score with the input item embeddings (weight tying)",
+    "preset": "a set of defaults: smoke (minutes on 2 CPU cores), cpu (a fixed CPU budget), "
+              "paper (the paper's protocol, for a GPU); flags and --config override it",
+}
+_TRAIN_FLAG_NAMES = {"jit_compile": ("xla", ("jit-compile",))}
+_NON_NEGATIVE = {"seed", "patience"}
+_FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "temporal_fraction": (0.0, 0.5, False)}
+_DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction")
+
+
+def _train_modules():
+    """`tfrs_logq.training` and the losses: what train/experiment flags are built from."""
+    from tfrs_logq import training
+    from tfrs_logq.objectives import OBJECTIVES
+
+    return training, OBJECTIVES
+
+
+def _train_choices() -> dict:
+    from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+    from tfrs_logq.pipelines.splits import SPLITS
+
+    training, objectives = _train_modules()
+    choices = {"dataset": DATASETS, "split": SPLITS, "loss": objectives,
+               "data_format": ML1M_FORMATS, "strategy": training.STRATEGIES,
+               "preset": tuple(training.PRESETS)}
+    policies = getattr(training, "MIXED_PRECISION_POLICIES", None)
+    if policies is not None:
+        choices["mixed_precision"] = policies
+    return choices
+
+
+def _field_spec(name: str, hint, choices: dict) -> dict:
+    """argparse keywords (type, choices, action) for one dataclass field."""
+    kind = _base_type(hint)
+    if kind is bool:
+        return {"action": _Switch}
+    if name in choices:
+        return {"choices": tuple(choices[name]), "metavar": "{" + ",".join(choices[name]) + "}"}
+    if kind is int:
+        return {"type": _int_at_least(0 if name in _NON_NEGATIVE else 1), "metavar": "N"}
+    if kind is float:
+        low, high, inclusive = _FLOAT_RANGES.get(name, (0.0, None, False))
+        return {"type": _float_in(low, high, inclusive), "metavar": "X"}
+    return {"type": str, "metavar": name.split("_")[-1].upper()}
+
+
+def _train_default_text(name: str, default, presets: dict, experiment: bool) -> str:
+    from tfrs_logq.pipelines.datasets import DEFAULT_TEMPORAL_FRACTION
+
+    special = {
+        "data_dir": "$TFRS_LOGQ_DATA_DIR, else the download cache",
+        "data_format": "whichever the data directory holds",
+        "temporal_fraction": ", ".join(f"{v} for {k}" for k, v in
+                                       DEFAULT_TEMPORAL_FRACTION.items()),
+        "max_validation_users": "all",
+        "preset": "cpu" if experiment else "none (the defaults shown)",
+    }
+    if isinstance(default, bool):
+        text = "on" if default else "off"
+    elif default is None and name in special:
+        text = special[name]
+    else:
+        text = _show(default)
+    by_preset = [f"{p}: {_show(v[name])}" for p, v in presets.items() if name in v]
+    if by_preset:
+        text += "; " + ", ".join(by_preset)
+    return f"(default: {text})".replace("%", "%%")
+
+
+def _add_train_fields(parser, experiment: bool) -> None:
+    training, _ = _train_modules()
+    choices = _train_choices()
+    hints = _field_types(training.TrainConfig)
+    groups = {"data": parser.add_argument_group("data"),
+              "model": parser.add_argument_group("model and training")}
+    skip = {"dataset", "split", "loss", "seed"} if experiment else set()
+    for field in dataclasses.fields(training.TrainConfig):
+        if field.name in skip:
+            continue
+        default = field.default if field.default is not dataclasses.MISSING else None
+        flag, aliases = _TRAIN_FLAG_NAMES.get(field.name, (field.name, ()))
+        if flag != field.name:
+            aliases = (*aliases, field.name)
+        help_text = _TRAIN_HELP.get(field.name, f"TrainConfig.{field.name}")
+        group = groups["data" if field.name in _DATA_FIELDS else "model"]
+        default_text = _train_default_text(field.name, default, training.PRESETS, experiment)
+        _add(group, flag, aliases=aliases, dest=field.name, default=None,
+             help=f"{help_text} {default_text}",
+             **_field_spec(field.name, hints[field.name], choices))
+    _add_load_options(groups["data"])
+    _add(parser, "config", default=None, metavar="FILE",
+         help="JSON object of TrainConfig fields (and \"preset\"); flags override it "
+              "(default: none)")
+
+
+def _add_load_options(group) -> None:
+    _add(group, "skip-bad-lines", action="store_true",
+         help="skip malformed lines of the data file and report how many")
+    _add(group, "no-cache", action="store_true",
+         help="neither read nor write the preprocessed-data cache ($TFRS_LOGQ_CACHE_DIR)")
+    _add(group, "no-download", action="store_true",
+         help="never download; fail when no local copy exists")
+
+
+def _add_data_flags(parser, dataset_default_text: str, split_default_text: str):
+    """Data flags of commands without TrainConfig flags (data stats, evaluate)."""
+    from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+    from tfrs_logq.pipelines.splits import SPLITS
+
+    group = parser.add_argument_group("data")
+    _add(group, "dataset", choices=DATASETS, default=None,
+         help=f"dataset (default: {dataset_default_text})")
+    _add(group, "split", choices=SPLITS, default=None,
+         help=f"{_TRAIN_HELP['split']} (default: {split_default_text})")
+    _add(group, "data-dir", default=None, metavar="DIR",
+         help=f"{_TRAIN_HELP['data_dir']} (default: $TFRS_LOGQ_DATA_DIR, else the download "
+              "cache)")
+    _add(group, "data-format", aliases=("format",), choices=ML1M_FORMATS, default=None,
+         help=f"{_TRAIN_HELP['data_format']} (default: whichever the data directory holds)")
+    _add_load_options(group)
+    return group
+
+
+# ----------------------------------------------------------------------- the commands
+
+
+def _populate_demo(p) -> None:
+    from tfrs_logq.demo import DemoConfig
+    from tfrs_logq.losses import CORRECTIONS
+
+    help_text = {
+        "num_items": "catalog size of the synthetic stream",
+        "num_users": "users of the synthetic stream",
+        "batch_size": "in-batch negatives per step",
+        "steps": "training steps per correction",
+        "embedding_dim": "embedding size",
+        "learning_rate": "Adam's learning rate",
+        "num_eval": "held-out targets for Recall@k",
+        "frequency": "where log Q comes from: an in-graph count-min sketch updated while "
+                     "training, or the generator's true unigram Q",
+        "corrections": "comma-separated corrections to compare",
+        "seed": "random seed",
+    }
+    choices = {"frequency": ("count-min", "true")}
+    hints = _field_types(DemoConfig)
+    _add(p, "output-dir", default="demo_output", metavar="DIR",
+         help="where results.csv and recall.png go")
+    for field in dataclasses.fields(DemoConfig):
+        spec = _field_spec(field.name, hints[field.name], choices)
+        if field.name == "corrections":
+            spec = {"type": _comma_list(CORRECTIONS), "metavar": "LIST"}
+        _add(p, field.name, dest=field.name, default=field.default,
+             help=help_text.get(field.name, f"DemoConfig.{field.name}"), **spec)
+    _add(p, "json", action="store_true", help="print the results as one JSON object")
+    _add_verbose(p)
+    p.set_defaults(run=_demo)
+
+
+def _populate_data_stats(p) -> None:
+    training, _ = _train_modules()
+    defaults = training.TrainConfig()
+    group = _add_data_flags(p, defaults.dataset, defaults.split)
+    from tfrs_logq.pipelines.datasets import DEFAULT_TEMPORAL_FRACTION
+
+    _add(group, "temporal-fraction", aliases=("fraction",), dest="temporal_fraction",
+         type=_float_in(0.0, 0.5), default=None, metavar="X",
+         help=f"{_TRAIN_HELP['temporal_fraction']} (default: "
+              + ", ".join(f"{v} for {k}" for k, v in DEFAULT_TEMPORAL_FRACTION.items()) + ")")
+    _add(p, "json", action="store_true", help="print one JSON object")
+    _add_verbose(p)
+    p.set_defaults(run=_data_stats, train_defaults=(defaults.dataset, defaults.split))
+
+
+def _populate_train(p) -> None:
+    _add(p, "model-dir", required=True, metavar="DIR",
+         help="where the run goes (config.json, best weights, metrics.json, logs)")
+    _add_train_fields(p, experiment=False)
+    _add(p, "overwrite", action="store_true",
+         help="replace a run of another config (or a finished one) in --model-dir; without "
+              "it such a directory is refused, and an interrupted run of the same config "
+              "resumes")
+    _add(p, "json", action="store_true", help="print the metrics as one JSON object")
+    _add_verbose(p)
+    p.set_defaults(run=_train)
+
+
+def _populate_experiment(p) -> None:
+    from tfrs_logq.pipelines.datasets import DATASETS
+    from tfrs_logq.pipelines.splits import SPLITS
+
+    training, objectives = _train_modules()
+    defaults = training.TrainConfig()
+    _add(p, "output-dir", required=True, metavar="DIR",
+         help="where runs/, results.csv, table.md and table.png go")
+    _add(p, "datasets", type=_comma_list(DATASETS), default=defaults.dataset, metavar="LIST",
+         help="comma-separated datasets")
+    _add(p, "splits", type=_comma_list(SPLITS), default=defaults.split, metavar="LIST",
+         help="comma-separated splits")
+    _add(p, "losses", type=_comma_list(objectives), metavar="LIST",
+         default="inbatch-none,inbatch-logq,inbatch-corrected,mns-none,mns-logq,"
+                 "mns-corrected,full-softmax",
+         help="comma-separated losses")
+    _add(p, "seeds", type=_comma_list(item=_int_at_least(0)), default="0,1,2", metavar="LIST",
+         help="comma-separated non-negative seeds")
+    _add_train_fields(p, experiment=True)
+    _add(p, "json", action="store_true", help="print one JSON line per run, no progress bars")
+    _add_verbose(p)
+    p.set_defaults(run=_experiment)
+
+
+def _populate_export(p) -> None:
+    from tfrs_logq.serving.export import INDEXES
+
+    _add(p, "model-dir", required=True, metavar="DIR", help="the output of `tfrs-logq train`")
+    _add(p, "model_base_path", style=TF_SERVING_STYLE, required=True, metavar="DIR",
+         help="TF Serving's base path: the directory of integer versions this export adds to")
+    _add(p, "model_name", style=TF_SERVING_STYLE, required=True, metavar="NAME",
+         help="the servable's name")
+    _add(p, "version", type=_int_at_least(1), default=None, metavar="N",
+         help="integer version (default: the next free one)")
+    _add(p, "index", choices=INDEXES, default=INDEXES[0],
+         help="scann: ScaNN index (needs the ScaNN ops to serve); brute-force: exact, stock "
+              "TensorFlow ops only")
+    _add(p, "k", type=_int_at_least(1), default=100, metavar="N",
+         help="results of serving_default (top_k takes k per request)")
+    _add_verbose(p)
+    p.set_defaults(run=_export)
+
+
+_SERVE_HELP = {
+    "model_name": "the servable's name, as clients ask for it",
+    "model_base_path": "TF Serving's base path: the directory of integer versions",
+    "port": "gRPC port (0: any free port)",
+    "rest_api_port": "REST port (0: any free port)",
+    "host": "address to bind (loopback only unless told)",
+    "file_system_poll_wait_seconds": "seconds between looks for a new version",
+    "max_batch_size": "most rows batched into one model call",
+    "batch_timeout_micros": "longest wait for a batch to fill",
+    "max_request_rows": "most rows in one request",
+    "max_request_bytes": "largest request body",
+    "num_threads": "gRPC worker threads",
+}
+_SERVE_NON_NEGATIVE = {"port", "rest_api_port", "batch_timeout_micros"}
+
+
+def _populate_serve(p) -> None:
+    from tfrs_logq.serving.server import ServerOptions
+
+    hints = _field_types(ServerOptions)
+    for field in dataclasses.fields(ServerOptions):
+        required = field.default is dataclasses.MISSING and \
+            field.default_factory is dataclasses.MISSING
+        spec = _field_spec(field.name, hints[field.name], {})
+        if field.name in _SERVE_NON_NEGATIVE:
+            spec["type"] = _int_at_least(0)
+        kwargs = {"required": True} if required else {"default": field.default}
+        _add(p, field.name, style=TF_SERVING_STYLE, dest=field.name,
+             help=_SERVE_HELP.get(field.name, f"ServerOptions.{field.name}"), **spec, **kwargs)
+    _add_verbose(p)
+    p.set_defaults(run=_serve, server_fields=[f.name for f in dataclasses.fields(ServerOptions)])
+
+
+def _populate_evaluate(p) -> None:
+    _add(p, "server", required=True, metavar="HOST:PORT", help="the gRPC endpoint")
+    _add(p, "model_name", style=TF_SERVING_STYLE, required=True, metavar="NAME",
+         help="the servable's name")
+    _add(p, "model-dir", required=True, metavar="DIR",
+         help="the training output of the served model (its data, and the exact figures)")
+    _add_data_flags(p, "the model's", "the model's")
+    _add(p, "max-targets", type=_int_at_least(1), default=None, metavar="N",
+         help="evaluate a seeded sample of this many test targets (default: all)")
+    _add(p, "timeout", type=_float_in(0.0), default=10.0, metavar="SECONDS",
+         help="how long to wait for the server to answer at start")
+    _add(p, "json", action="store_true", help="print one JSON object")
+    _add_verbose(p)
+    p.set_defaults(run=_evaluate)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tfrs-logq",
+    """The `tfrs-logq` parser; each command's flags are added when first used."""
+    from tfrs_logq._version import __version__
+
+    parser = _Parser(
+        prog=PROG,
         description="Corrected logQ correction of sampled softmax for TFRS retrieval.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    demo = sub.add_parser(
-        "demo",
-        help="train none/logq/corrected on the synthetic stream and compare Recall@k",
-    )
-    demo.add_argument("--output-dir", default="demo_output")
-    demo.add_argument("--num-items", type=_positive_int, default=50_000)
-    demo.add_argument("--num-users", type=_positive_int, default=100_000)
-    demo.add_argument("--steps", type=_positive_int, default=1500)
-    demo.add_argument("--batch-size", type=_positive_int, default=1024)
-    demo.add_argument("--embedding-dim", type=_positive_int, default=32)
-    demo.add_argument("--learning-rate", type=float, default=3e-3)
-    demo.add_argument("--num-eval", type=_positive_int, default=8192)
-    demo.add_argument("--frequency", choices=("count-min", "true"), default="count-min",
-                      help="where log Q comes from: an in-graph count-min sketch updated "
-                           "while training, or the generator's true unigram Q")
-    demo.add_argument("--corrections", default="none,logq,corrected",
-                      help="comma-separated subset of none,logq,corrected")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--json", action="store_true", help="print the results as one JSON object")
-
+        epilog="Every flag also takes its other spelling (--data-dir or --data_dir). "
+               "`tfrs-logq COMMAND --help` lists a command's flags and their defaults.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_verbose(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+    sub.add_parser("demo", populate=_populate_demo,
+                   help="train none/logq/corrected on the synthetic stream; compare Recall@k")
     data = sub.add_parser("data", help="dataset tools")
-    data_sub = data.add_subparsers(dest="data_command", required=True)
-    stats = data_sub.add_parser("stats", help="users, items, interactions and split sizes")
-    stats.add_argument("--dataset", choices=("ml-1m", "steam"), required=True)
-    stats.add_argument("--split", choices=("loo", "gsasrec", "temporal"), required=True)
-    stats.add_argument("--data-dir", default=None,
-                       help="directory with the dataset files (else $TFRS_LOGQ_DATA_DIR, "
-                            "else download)")
-    stats.add_argument("--format", choices=("ratings", "sasrec"), default=None,
-                       help="ML-1M source: official ratings.dat or SASRec's ml-1m.txt")
-    stats.add_argument("--fraction", type=float, default=None,
-                       help="temporal split: test (and validation) fraction; "
-                            "default 0.1 for ml-1m, 0.01 for steam")
-    stats.add_argument("--skip-bad-lines", action="store_true",
-                       help="skip and count malformed lines instead of failing")
-    stats.add_argument("--no-download", action="store_true")
-    stats.add_argument("--json", action="store_true")
-
-    from tfrs_logq.objectives import OBJECTIVES
-
-    def add_training_flags(p) -> None:
-        p.add_argument("--data-dir", default=None)
-        p.add_argument("--data-format", choices=("ratings", "sasrec"), default=None)
-        p.add_argument("--preset", choices=("smoke", "cpu", "paper"), default=None,
-                       help="smoke: minutes on 2 CPU cores; cpu: a fixed CPU step budget; "
-                            "paper: the paper's protocol (gSASRec defaults), for a GPU")
-        p.add_argument("--config", default=None,
-                       help="JSON file of training options (flags override it)")
-        for flag, kind in (("max-length", int), ("embedding-dim", int), ("num-blocks", int),
-                           ("num-heads", int), ("dropout", float), ("num-negatives", int),
-                           ("batch-size", int), ("learning-rate", float),
-                           ("steps-per-epoch", int), ("max-epochs", int), ("patience", int),
-                           ("max-validation-users", int), ("temporal-fraction", float)):
-            p.add_argument(f"--{flag}", type=kind, default=None)
-        p.add_argument("--strategy", choices=("auto", "default", "mirrored", "multi-worker",
-                                               "tpu"), default=None)
-        p.add_argument("--cross-replica-negatives", action="store_true", default=None,
-                       help="draw in-batch negatives from the targets of all replicas")
-        p.add_argument("--mixed-precision", action="store_true", default=None)
-        p.add_argument("--xla", dest="jit_compile", action="store_true", default=None)
-        p.add_argument("--json", action="store_true")
-
-    train = sub.add_parser("train", help="train SASRec with one of the paper's losses")
-    train.add_argument("--dataset", choices=("ml-1m", "steam"), default=None)
-    train.add_argument("--split", choices=("loo", "gsasrec", "temporal"), default=None)
-    train.add_argument("--loss", choices=OBJECTIVES, default=None)
-    train.add_argument("--model-dir", required=True)
-    train.add_argument("--seed", type=int, default=None)
-    add_training_flags(train)
-
-    exp = sub.add_parser("experiment", help="run the paper's grid and write its Table 1")
-    exp.add_argument("--output-dir", required=True)
-    exp.add_argument("--datasets", default="ml-1m")
-    exp.add_argument("--splits", default="temporal")
-    exp.add_argument("--losses", default="inbatch-none,inbatch-logq,inbatch-corrected,"
-                                         "mns-none,mns-logq,mns-corrected,full-softmax")
-    exp.add_argument("--seeds", default="0,1,2")
-    add_training_flags(exp)
-
-    export = sub.add_parser("export", help="export a trained model as a TF Serving SavedModel")
-    export.add_argument("--model-dir", required=True, help="the output of `tfrs-logq train`")
-    export.add_argument("--model_base_path", "--model-base-path", dest="model_base_path",
-                        required=True)
-    export.add_argument("--model_name", "--model-name", dest="model_name", required=True)
-    export.add_argument("--version", type=_positive_int, default=None,
-                        help="integer version (default: the next free one)")
-    export.add_argument("--index", choices=("scann", "brute-force"), default="scann")
-    export.add_argument("--k", type=_positive_int, default=100,
-                        help="results of serving_default (top_k takes k per request)")
-
-    serve = sub.add_parser("serve", help="serve exports with TF Serving's gRPC and REST APIs")
-    serve.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free port)")
-    serve.add_argument("--rest_api_port", "--rest-api-port", dest="rest_api_port", type=int,
-                       default=8501)
-    serve.add_argument("--model_name", "--model-name", dest="model_name", required=True)
-    serve.add_argument("--model_base_path", "--model-base-path", dest="model_base_path",
-                       required=True, help="directory of integer versions (BASE/NAME)")
-    serve.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0)
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default loopback only)")
-    serve.add_argument("--max_batch_size", type=_positive_int, default=256)
-    serve.add_argument("--batch_timeout_micros", type=int, default=500)
-
-    ev = sub.add_parser("evaluate", help="Recall@k through a TF Serving endpoint")
-    ev.add_argument("--server", required=True, help="HOST:PORT of the gRPC endpoint")
-    ev.add_argument("--model_name", "--model-name", dest="model_name", required=True)
-    ev.add_argument("--model-dir", required=True,
-                    help="the training output, for the exact in-process figures")
-    ev.add_argument("--dataset", choices=("ml-1m", "steam"), default=None)
-    ev.add_argument("--split", choices=("loo", "gsasrec", "temporal"), default=None)
-    ev.add_argument("--data-dir", default=None)
-    ev.add_argument("--max-targets", type=_positive_int, default=None,
-                    help="evaluate a seeded sample of the test targets")
-    ev.add_argument("--json", action="store_true")
+    _add_verbose(data)
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND",
+                                   parser_class=_Parser)
+    data_sub.add_parser("stats", populate=_populate_data_stats,
+                        help="the file used, users, items, interactions and split sizes")
+    sub.add_parser("train", populate=_populate_train,
+                   help="train SASRec with one of the paper's losses")
+    sub.add_parser("experiment", populate=_populate_experiment,
+                   help="run the paper's grid and write its Table 1")
+    sub.add_parser("export", populate=_populate_export,
+                   help="export a trained model as a TF Serving SavedModel")
+    sub.add_parser("serve", populate=_populate_serve,
+                   help="serve exports with TF Serving's gRPC and REST APIs")
+    sub.add_parser("evaluate", populate=_populate_evaluate,
+                   help="Recall@k through a TF Serving endpoint, beside the exact figures")
     return parser
 
 
+# --------------------------------------------------------------------------- handlers
+
+
+def _load_options(args) -> dict:
+    return {"skip_bad_lines": args.skip_bad_lines, "use_cache": not args.no_cache,
+            "download_ok": not args.no_download}
+
+
+def _data_record(interactions) -> dict:
+    return {"source": interactions.source, "data_format": interactions.data_format,
+            "rows": interactions.num_rows, "skipped_lines": interactions.skipped_lines}
+
+
+def _demo(args) -> int:
+    from tfrs_logq.demo import DemoConfig, run_demo
+
+    config = DemoConfig(**{f.name: getattr(args, f.name)
+                           for f in dataclasses.fields(DemoConfig)})
+    config.corrections = tuple(config.corrections)
+    verbose = 2 if args.json or not sys.stdout.isatty() else 1
+    run_demo(config, args.output_dir, verbose=0 if args.json else verbose, as_json=args.json)
+    return 0
+
+
+def _data_stats(args) -> int:
+    from tfrs_logq.pipelines.datasets import load_split
+
+    dataset = args.dataset or args.train_defaults[0]
+    split_name = args.split or args.train_defaults[1]
+    split = load_split(dataset, split_name, args.data_dir, data_format=args.data_format,
+                       temporal_fraction=args.temporal_fraction, **_load_options(args))
+    inter = split.interactions
+    result = {"dataset": dataset, "split": split_name, **_data_record(inter), **split.stats()}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    tr = result["time_range"]
+    skipped = f", {inter.skipped_lines:,} malformed lines skipped" \
+        if args.skip_bad_lines or inter.skipped_lines else ""
+    print(f"{dataset}, split {split_name}")
+    print(f"  source: {inter.source} ({inter.data_format}), {inter.num_rows:,} rows{skipped}")
+    print(f"  users {result['num_users']:,}  items {result['num_items']:,}  "
+          f"interactions {result['num_interactions']:,}")
+    print(f"  time range: {tr[0]} .. {tr[1]}" if tr else "  time range: none (no timestamps)")
+    print(f"  train: {result['train']['num_interactions']:,} interactions")
+    print(f"  validation: {result['validation']['num_targets']:,} targets")
+    print(f"  test: {result['test']['num_targets']:,} targets")
+    return 0
+
+
+def _config_file(path: str, fields: dict, choices: dict) -> dict:
+    """The ``--config`` JSON object, checked field by field as the flags are."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--config {path}: no such file") from None
+    except OSError as exc:
+        raise OSError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--config {path} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--config {path} must be a JSON object of training options, got "
+                         f"{type(value).__name__}")
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise ValueError(f"--config {path}: unknown options {unknown}; expected some of "
+                         f"{sorted(fields)}")
+    for name, item in value.items():
+        if item is None:
+            continue
+        kind = _base_type(fields[name])
+        spec = _field_spec(name, fields[name], choices)
+        ok = (isinstance(item, bool) if kind is bool else
+              isinstance(item, int) and not isinstance(item, bool) if kind is int else
+              isinstance(item, (int, float)) and not isinstance(item, bool) if kind is float
+              else isinstance(item, str))
+        problem = None if ok else f"must be {kind.__name__}, got {json.dumps(item)}"
+        if ok and "choices" in spec and item not in spec["choices"]:
+            problem = f"must be one of {list(spec['choices'])}, got {json.dumps(item)}"
+        if ok and problem is None and "type" in spec and kind in (int, float):
+            try:
+                spec["type"](str(item))
+            except argparse.ArgumentTypeError as exc:
+                problem = str(exc)
+        if problem:
+            raise ValueError(f"--config {path}: {name} {problem}")
+    return value
+
+
+def _training_overrides(args) -> dict:
+    """``--config`` then the flags given, over the preset (resolved by `resolve_config`)."""
+    training, _ = _train_modules()
+    fields = _field_types(training.TrainConfig)
+    overrides = {}
+    if args.config:
+        overrides.update(_config_file(args.config, fields, _train_choices()))
+    for name in fields:
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return overrides
+
+
+def _train(args) -> int:
+    from tfrs_logq.pipelines.datasets import load_split
+
+    training, _ = _train_modules()
+    config = training.resolve_config(**_training_overrides(args))
+    split = load_split(config.dataset, config.split, config.data_dir,
+                       data_format=config.data_format,
+                       temporal_fraction=config.temporal_fraction, **_load_options(args))
+    if config.dataset == "ml-1m":  # record the file format used, for export and evaluate
+        config = dataclasses.replace(config, data_format=split.interactions.data_format)
+    kwargs = {"overwrite": True} if args.overwrite else {}
+    result = training.train(config, args.model_dir, verbose=0 if args.json else "auto",
+                            split=split, **kwargs)
+    result = {**result, "data": _data_record(split.interactions)}
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    return 0
+
+
+def _experiment(args) -> int:
+    import inspect
+
+    from tfrs_logq.experiment import run_grid
+
+    overrides = _training_overrides(args)
+    preset = overrides.pop("preset", None) or "cpu"
+    data_dir = overrides.pop("data_dir", None)
+    unchanged = {"skip_bad_lines": False, "use_cache": True, "download_ok": True}
+    load_options = {k: v for k, v in _load_options(args).items() if v != unchanged[k]}
+    if load_options:
+        if "load_options" not in inspect.signature(run_grid).parameters:
+            raise ValueError("experiment does not take --skip-bad-lines, --no-cache or "
+                             "--no-download yet; run `tfrs-logq data stats` or `train` with "
+                             "them, or fix the data file.")
+        overrides["load_options"] = load_options
+    run_grid(args.output_dir, args.datasets, args.splits, args.losses, args.seeds, preset,
+             data_dir=data_dir, verbose=0 if args.json else 2, **overrides)
+    print(f"wrote {os.path.join(args.output_dir, 'results.csv')}, table.md and table.png")
+    return 0
+
+
 def _export(args) -> int:
+    base = args.model_base_path
+    if os.path.exists(base) and not os.path.isdir(base):
+        raise NotADirectoryError(
+            f"--model_base_path {base} is a file, not a directory: give the directory that "
+            "holds (or will hold) the model's integer versions.")
+    _read_model_config(args.model_dir)
     from tfrs_logq.serving.export import export
 
-    try:
-        path = export(args.model_dir, args.model_base_path, args.model_name,
-                      version=args.version, index=args.index, default_k=args.k)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
-        print(f"tfrs-logq export: {exc}", file=sys.stderr)
-        return 2
+    path = export(args.model_dir, base, args.model_name, version=args.version,
+                  index=args.index, default_k=args.k)
     print(path)
     return 0
 
 
-def _serve(args) -> int:
-    import logging
+def _check_port(host: str, port: int, flag: str) -> None:
+    """Fails when something listens on ``host:port`` (a second server would share it)."""
+    import errno
+    import socket
 
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(errno.EADDRINUSE,
+                              f"{flag} {port} is already in use on {host}: stop the server "
+                              "that holds it, or choose another port (0 picks a free one)"
+                              ) from None
+            raise OSError(exc.errno, f"{flag} {port}: cannot bind {host}:{port} "
+                                     f"({exc.strerror})") from None
+
+
+def _serve(args) -> int:
+    _check_port(args.host, args.port, "--port")
+    _check_port(args.host, args.rest_api_port, "--rest_api_port")
     from tfrs_logq.serving.server import ModelServer, ServerOptions
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    options = ServerOptions(
-        model_name=args.model_name, model_base_path=args.model_base_path, port=args.port,
-        rest_api_port=args.rest_api_port, host=args.host,
-        file_system_poll_wait_seconds=args.file_system_poll_wait_seconds,
-        max_batch_size=args.max_batch_size, batch_timeout_micros=args.batch_timeout_micros)
-    server = ModelServer(options).start()
+    _log_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    options = ServerOptions(**{name: getattr(args, name) for name in args.server_fields})
+    try:
+        server = ModelServer(options)
+    except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
+        if "bind" not in str(exc).lower():
+            raise
+        raise OSError(f"--port {args.port}: cannot bind {args.host}:{args.port} ({exc})") \
+            from None
+    server.start()
     print(f"serving {args.model_name} from {args.model_base_path}: gRPC {args.host}:"
           f"{server.port}, REST {args.host}:{server.rest_port}", flush=True)
     try:
@@ -175,23 +756,87 @@ def _serve(args) -> int:
     return 0
 
 
-def _evaluate(args) -> int:
-    import json
+def _read_model_config(model_dir: str) -> dict:
+    if not os.path.isdir(model_dir):
+        raise FileNotFoundError(f"--model-dir {model_dir} does not exist: give the directory "
+                                "`tfrs-logq train --model-dir` wrote.")
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--model-dir {model_dir} holds no config.json: it is not a "
+                                "training output (give the directory `tfrs-logq train "
+                                "--model-dir` wrote).")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}): the training output is "
+                         "damaged; train again.") from None
 
+
+def _connect(address: str, model_name: str, timeout: float):
+    """A channel to a TF Serving endpoint that answers and serves ``model_name``."""
+    import grpc
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
+    channel = grpc.insecure_channel(address, options=[
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        channel.close()
+        raise ConnectionError(
+            f"no TF Serving endpoint answers at {address} (--server) within {timeout:g} s: "
+            "start one (`tfrs-logq serve --model_name NAME --model_base_path DIR`) or fix "
+            "the address.") from None
+    request = get_model_status_pb2.GetModelStatusRequest()
+    request.model_spec.name = model_name
+    try:
+        model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(request,
+                                                                        timeout=timeout)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            channel.close()
+            raise ValueError(f"the server at {address} serves no model named {model_name!r} "
+                             f"(--model_name): {exc.details()}") from None
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            channel.close()
+            raise
+    return channel
+
+
+def _evaluate(args) -> int:
     import numpy as np
+
+    from tfrs_logq.pipelines.datasets import load_split
+
+    config = _read_model_config(args.model_dir)
+    dataset = args.dataset or config["dataset"]
+    split_name = args.split or config["split"]
+    data_format = args.data_format or config.get("data_format")
+    if split_name == "temporal" and data_format == "sasrec":
+        raise ValueError(
+            "the temporal split needs timestamps; this model was trained on SASRec's "
+            f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
+            "evaluate it with --split loo or --split gsasrec.")
+    split = load_split(dataset, split_name, args.data_dir or config.get("data_dir"),
+                       data_format=data_format, temporal_fraction=config.get("temporal_fraction"),
+                       **_load_options(args))
+    with open(os.path.join(args.model_dir, "vocabulary.json")) as f:
+        vocabulary = json.load(f)["raw_items"]
+    if vocabulary != [str(x) for x in split.interactions.raw_items]:
+        raise ValueError(
+            f"{split.interactions.source} ({split.num_items:,} items) is not the data the "
+            f"model at --model-dir was trained on ({len(vocabulary):,} items): evaluate with "
+            "its data (--data-dir, --data-format).")
+    channel = _connect(args.server, args.model_name, args.timeout)
 
     from tfrs_logq.metrics import target_ranks
     from tfrs_logq.pipelines.sequential import evaluation_arrays
     from tfrs_logq.serving.client import predict_stub, ranks_through_server, recall_ndcg
     from tfrs_logq.serving.export import load_trained
-    from tfrs_logq.training import load_split, resolve_config
 
+    channel.close()
     encoder, config, raw_ids = load_trained(args.model_dir)
-    train_config = resolve_config(
-        dataset=args.dataset or config["dataset"], split=args.split or config["split"],
-        data_dir=args.data_dir or config.get("data_dir"), data_format=config.get("data_format"),
-        temporal_fraction=config.get("temporal_fraction"))
-    split = load_split(train_config)
     part = split.test
     idx = np.arange(len(part))
     if args.max_targets and len(idx) > args.max_targets:
@@ -205,154 +850,108 @@ def _evaluate(args) -> int:
     seen_raw = [raw_ids[h - 1] for h in full]
     targets_raw = raw_ids[arrays["targets"] - 1]
     stub, channel = predict_stub(args.server)
-    served = ranks_through_server(stub, args.model_name, sent_raw, targets_raw, max_k,
-                                  num_items=len(raw_ids), seen_raw=seen_raw)
-    channel.close()
+    try:
+        served = ranks_through_server(stub, args.model_name, sent_raw, targets_raw, max_k,
+                                      num_items=len(raw_ids), seen_raw=seen_raw)
+    finally:
+        channel.close()
     queries = encoder.last_query(arrays["history"], training=False)
     exact = target_ranks(queries, encoder.item_embeddings(), arrays["targets"],
                          exclude=arrays["exclude"])
     result = {"server": args.server, "model_name": args.model_name, "num_targets": len(idx),
               "served": recall_ndcg(served, recall_ks, ndcg_ks),
-              "exact": recall_ndcg(np.minimum(exact, max_k), recall_ks, ndcg_ks)}
+              "exact": recall_ndcg(np.minimum(exact, max_k), recall_ks, ndcg_ks),
+              "data": _data_record(split.interactions)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
 
 
-_TRAIN_FIELDS = ("max_length", "embedding_dim", "num_blocks", "num_heads", "dropout",
-                 "num_negatives", "batch_size", "learning_rate", "steps_per_epoch",
-                 "max_epochs", "patience", "max_validation_users", "temporal_fraction",
-                 "strategy", "cross_replica_negatives", "mixed_precision", "jit_compile",
-                 "data_dir", "data_format")
+# ------------------------------------------------------------------- output and errors
 
 
-def _training_overrides(args) -> dict:
-    import json
+class _StderrHandler(logging.Handler):
+    """Writes to the current ``sys.stderr`` (which tests and callers may replace)."""
 
-    overrides = {}
-    if args.config:
-        with open(args.config) as f:
-            overrides.update(json.load(f))
-    preset = overrides.pop("preset", None)
-    if args.preset:
-        preset = args.preset
-    for name in _TRAIN_FIELDS:
-        value = getattr(args, name, None)
-        if value is not None:
-            overrides[name] = value
-    return {"preset": preset, **overrides}
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(self.format(record), file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 (logging must not raise)
+            self.handleError(record)
 
 
-def _train(args) -> int:
-    import json
-
-    from tfrs_logq.pipelines.datasets import DataNotFoundError
-    from tfrs_logq.training import resolve_config, train
-
-    overrides = _training_overrides(args)
-    for name in ("dataset", "split", "loss", "seed"):
-        if getattr(args, name) is not None:
-            overrides[name] = getattr(args, name)
-    try:
-        config = resolve_config(**overrides)
-        result = train(config, args.model_dir, verbose=0 if args.json else "auto")
-    except (DataNotFoundError, ValueError) as exc:
-        print(f"tfrs-logq train: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
-    return 0
+_log_handler = _StderrHandler()
 
 
-def _experiment(args) -> int:
-    from tfrs_logq.experiment import run_grid
-    from tfrs_logq.objectives import OBJECTIVES
-
-    overrides = _training_overrides(args)
-    preset = overrides.pop("preset", None) or "cpu"
-    data_dir = overrides.pop("data_dir", None)
-    losses = [x for x in args.losses.split(",") if x]
-    bad = [x for x in losses if x not in OBJECTIVES]
-    if bad:
-        print(f"tfrs-logq experiment: unknown losses {bad}; expected some of {OBJECTIVES}",
-              file=sys.stderr)
-        return 2
-    run_grid(args.output_dir, args.datasets.split(","), args.splits.split(","), losses,
-             [int(s) for s in args.seeds.split(",")], preset, data_dir=data_dir,
-             verbose=0 if args.json else 2, **overrides)
-    print(f"wrote {args.output_dir}/results.csv, table.md and table.png")
-    return 0
+def _quiet_tensorflow(verbose: bool) -> None:
+    """Silences TensorFlow's (and gRPC's) start-up logs; must run before TF is imported."""
+    if verbose:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # C++ INFO, WARNING and ERROR
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    for name in ("tensorflow", "absl", "h5py"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _data_stats(args) -> int:
-    import json
+def _configure_logging(verbose: bool) -> None:
+    _log_handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+    logger = logging.getLogger("tfrs_logq")
+    if _log_handler not in logger.handlers:
+        logger.addHandler(_log_handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
 
-    from tfrs_logq.pipelines.datasets import DataNotFoundError, load_dataset
-    from tfrs_logq.pipelines.interactions import DataFormatError
-    from tfrs_logq.pipelines.splits import make_split
 
-    kwargs = {"skip_bad_lines": args.skip_bad_lines, "download_ok": not args.no_download}
-    if args.dataset == "ml-1m" and args.format:
-        kwargs["fmt"] = args.format
-    try:
-        interactions = load_dataset(args.dataset, args.data_dir,
-                                    needs_timestamps=args.split == "temporal", **kwargs)
-        split_kwargs = {}
-        if args.split == "temporal":
-            split_kwargs["fraction"] = args.fraction or (0.1 if args.dataset == "ml-1m" else 0.01)
-        split = make_split(interactions, args.split, **split_kwargs)
-    except (DataNotFoundError, DataFormatError, ValueError) as exc:
-        print(f"tfrs-logq data stats: {exc}", file=sys.stderr)
-        return 2
-    result = {"dataset": args.dataset, "split": args.split, "source": interactions.name,
-              **split.stats()}
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    tr = result["time_range"]
-    print(f"{args.dataset} ({interactions.name}), split {args.split}")
-    print(f"  users {result['num_users']:,}  items {result['num_items']:,}  "
-          f"interactions {result['num_interactions']:,}")
-    print(f"  time range: {tr[0]} .. {tr[1]}" if tr else "  time range: none (no timestamps)")
-    print(f"  train: {result['train']['num_interactions']:,} interactions")
-    print(f"  validation: {result['validation']['num_targets']:,} targets")
-    print(f"  test: {result['test']['num_targets']:,} targets")
-    return 0
+_EXTRAS = {"scann": "scann", "tensorflow_serving": "serving", "grpc": "serving",
+           "tensorflow_datasets": "data"}
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    """Errors with a message a user can act on (not bugs)."""
+    known: list = [ValueError, OSError, ImportError]
+    server = sys.modules.get("tfrs_logq.serving.server")
+    if server is not None:
+        known.append(server.ServingError)
+    grpc = sys.modules.get("grpc")
+    if grpc is not None:
+        known.append(grpc.RpcError)
+    return isinstance(exc, tuple(known))
+
+
+def _one_line(exc: BaseException) -> str:
+    grpc = sys.modules.get("grpc")
+    if grpc is not None and isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return f"the server answered {exc.code().name}: {exc.details()}"
+    if isinstance(exc, ImportError):
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra:
+            return f"{exc}: install it with pip install 'tfrs-logq[{extra}]'"
+    if isinstance(exc, OSError) and exc.strerror and exc.filename and len(exc.args) == 2:
+        return f"{exc.strerror}: {exc.filename}"
+    if isinstance(exc, OSError) and exc.strerror and len(exc.args) == 2:
+        return str(exc.strerror)
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split("\n")).strip()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    _quiet_tensorflow(verbose)  # before any command imports TensorFlow
     args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        from tfrs_logq.demo import DemoConfig, run_demo
-        from tfrs_logq.losses import CORRECTIONS
-
-        corrections = tuple(c.strip() for c in args.corrections.split(",") if c.strip())
-        bad = [c for c in corrections if c not in CORRECTIONS]
-        if bad or not corrections:
-            print(f"tfrs-logq demo: --corrections must name some of {CORRECTIONS}, "
-                  f"got {args.corrections!r}", file=sys.stderr)
-            return 2
-        config = DemoConfig(
-            num_items=args.num_items, num_users=args.num_users, batch_size=args.batch_size,
-            steps=args.steps, embedding_dim=args.embedding_dim,
-            learning_rate=args.learning_rate, num_eval=args.num_eval,
-            frequency=args.frequency, corrections=corrections, seed=args.seed,
-        )
-        verbose = 2 if args.json or not sys.stdout.isatty() else 1
-        run_demo(config, args.output_dir, verbose=0 if args.json else verbose,
-                 as_json=args.json)
-        return 0
-    if args.command == "data" and args.data_command == "stats":
-        return _data_stats(args)
-    if args.command == "train":
-        return _train(args)
-    if args.command == "experiment":
-        return _experiment(args)
-    if args.command == "export":
-        return _export(args)
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "evaluate":
-        return _evaluate(args)
-    return 2
+    verbose = bool(getattr(args, "verbose", False))
+    _configure_logging(verbose)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not _is_user_error(exc):
+            raise
+        if verbose:
+            traceback.print_exc()
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,404 @@
+"""Specification of the `tfrs-logq` command line: flags and their defaults, data resolution
+through the flags, and one-line errors instead of tracebacks.
+
+Most tests call `tfrs_logq.cli.main` in process; the ones about start-up (what the
+parser imports, what TensorFlow prints) run a fresh interpreter.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfrs_logq import cli
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+needs_shared = pytest.mark.skipif(not os.path.isdir(SHARED), reason="../shared/data absent")
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TFRS_LOGQ_DATA_DIR", raising=False)
+
+
+def run(capsys, *argv):
+    """``main(argv)`` in process: (exit code, stdout, stderr)."""
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code, err, *fragments):
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]  # data lines may come before it
+    assert last.startswith("tfrs-logq: error: ") or "error: argument" in last, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def _parsers(parser, path=()):
+    """Every (sub)parser, fully built, with its command path."""
+    parser.format_help()  # builds a lazily populated parser
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, path + (name,))
+
+
+def _options(parser):
+    return [a for a in parser._actions if a.option_strings
+            and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]
+
+
+def _write_ratings(directory, users=40, items=30, seed=0, bad_lines=0):
+    rng = np.random.default_rng(seed)
+    lines = []
+    for u in range(1, users + 1):
+        for k in range(int(rng.integers(6, 14))):
+            item = int(rng.zipf(1.5) % items) + 1
+            lines.append(f"{u}::{item}::5::{1_000_000 + 1000 * k + u}\n")
+    lines += ["this is not a rating\n"] * bad_lines
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "ratings.dat"), "w") as f:
+        f.writelines(lines)
+    return len(lines) - bad_lines
+
+
+def _write_sasrec(directory, users=20):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "ml-1m.txt"), "w") as f:
+        f.writelines(f"{u} {1 + (u + k) % 7}\n" for u in range(1, users + 1) for k in range(6))
+
+
+def _fake_model_dir(root, data_dir, data_format, split="loo"):
+    """A training output's config.json and vocabulary.json (no weights): enough for every
+    check `evaluate` makes before it loads the model."""
+    from tfrs_logq.pipelines.datasets import load_dataset
+
+    inter = load_dataset("ml-1m", data_dir, fmt=data_format, download_ok=False)
+    model_dir = root / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({
+        "dataset": "ml-1m", "split": split, "loss": "mns-corrected", "data_dir": data_dir,
+        "data_format": data_format, "max_length": 5, "embedding_dim": 4, "num_blocks": 1,
+        "num_heads": 1, "dropout": 0.1, "num_negatives": 4, "temporal_fraction": None,
+        "num_items": inter.num_items}))
+    (model_dir / "vocabulary.json").write_text(json.dumps(
+        {"raw_items": [str(x) for x in inter.raw_items]}))
+    return model_dir
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------- flags
+
+
+def test_every_option_shows_its_default_in_help():
+    missing = []
+    for path, parser in _parsers(cli.build_parser()):
+        formatter = parser._get_formatter()
+        for action in _options(parser):
+            if not action.required and "default" not in formatter._expand_help(action):
+                missing.append((" ".join(path), action.option_strings[0]))
+    assert not missing
+
+
+def test_every_flag_takes_both_spellings_and_help_shows_one():
+    lacking = []
+    for path, parser in _parsers(cli.build_parser()):
+        for action in _options(parser):
+            for flag in action.option_strings:
+                body = flag[2:]
+                other = "--" + (body.replace("-", "_") if "-" in body else body.replace("_", "-"))
+                if other != flag and other not in action.option_strings:
+                    lacking.append((" ".join(path), flag))
+    assert not lacking
+    help_text = {path: p.format_help() for path, p in _parsers(cli.build_parser())}
+    assert "--data-dir" in help_text[("train",)] and "--data_dir" not in help_text[("train",)]
+    serve = help_text[("serve",)]  # TF Serving's own flag names
+    assert "--model_base_path" in serve and "--model-base-path" not in serve
+    args = cli.build_parser().parse_args(["data", "stats", "--format", "sasrec",
+                                          "--data_dir", "d", "--fraction", "0.2"])
+    assert (args.data_format, args.data_dir, args.temporal_fraction) == ("sasrec", "d", 0.2)
+
+
+def test_flags_are_built_from_the_config_dataclasses_and_module_constants():
+    from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+    from tfrs_logq.pipelines.splits import SPLITS
+    from tfrs_logq.serving.server import ServerOptions
+
+    from tfrs_logq.objectives import OBJECTIVES
+    from tfrs_logq.training import PRESETS, STRATEGIES, TrainConfig
+
+    parsers = {path: p for path, p in _parsers(cli.build_parser())}
+    by_dest = {path: {a.dest: a for a in _options(p)} for path, p in parsers.items()}
+    train = by_dest[("train",)]
+    for field in dataclasses.fields(TrainConfig):
+        assert field.name in train, field.name
+    assert tuple(train["loss"].choices) == tuple(OBJECTIVES)
+    assert tuple(train["strategy"].choices) == tuple(STRATEGIES)
+    assert tuple(train["preset"].choices) == tuple(PRESETS)
+    assert tuple(train["split"].choices) == tuple(SPLITS)
+    assert tuple(train["dataset"].choices) == tuple(DATASETS)
+    assert tuple(train["data_format"].choices) == tuple(ML1M_FORMATS)
+    help_max_length = parsers[("train",)]._get_formatter()._expand_help(train["max_length"])
+    assert str(TrainConfig.max_length) in help_max_length
+    assert f"smoke: {PRESETS['smoke']['max_length']}" in help_max_length
+    experiment = by_dest[("experiment",)]
+    for field in dataclasses.fields(TrainConfig):
+        if field.name not in ("dataset", "split", "loss", "seed"):
+            assert field.name in experiment, field.name
+    for field in dataclasses.fields(ServerOptions):
+        assert field.name in by_dest[("serve",)], field.name
+    stats = by_dest[("data", "stats")]
+    assert stats["split"].default is None  # TrainConfig's default applies (temporal)
+    for path in (("train",), ("experiment",), ("evaluate",), ("data", "stats")):
+        assert {"skip_bad_lines", "no_cache", "data_dir"} <= set(by_dest[path]), path
+
+
+def test_seed_must_be_non_negative_and_the_error_names_the_flag(capsys, tmp_path):
+    code, _, err = run(capsys, "train", "--model-dir", tmp_path / "m", "--seed", "-1")
+    assert_one_line_error(code, err, "argument --seed", "-1")
+    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--seeds", "0,-1")
+    assert_one_line_error(code, err, "argument --seeds", "-1")
+
+
+# ----------------------------------------------------------------------- start-up cost
+
+
+def _fresh(code, env=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def _skip_if_package_imports_tensorflow():
+    proc = _fresh("import sys, tfrs_logq; print('tensorflow' in sys.modules)")
+    if proc.stdout.strip() != "False":
+        pytest.skip("`import tfrs_logq` imports TensorFlow itself (tfrs_logq/__init__.py)")
+
+
+def test_building_the_parser_and_top_level_help_import_no_tensorflow():
+    _skip_if_package_imports_tensorflow()
+    proc = _fresh("import sys\nfrom tfrs_logq import cli\n"
+                  "p = cli.build_parser()\nhelp_text = p.format_help()\n"
+                  "p.parse_args(['data', 'stats', '--split', 'loo'])\n"
+                  "print('tensorflow' in sys.modules)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
+
+
+def test_tensorflow_start_up_logs_are_silenced_unless_verbose(tmp_path):
+    _skip_if_package_imports_tensorflow()
+    code = ("import sys\nfrom tfrs_logq import cli\n"
+            "try:\n    cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "import tensorflow as tf\ntf.constant(1.0) + 1.0\n")
+    quiet = subprocess.run([sys.executable, "-c", code, "train", "--help"],
+                           capture_output=True, text=True, timeout=300,
+                           env={k: v for k, v in os.environ.items()
+                                if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert "--model-dir" in quiet.stdout
+    tf_lines = [line for line in quiet.stderr.splitlines()
+                if "cuda" in line.lower() or "cpu_feature_guard" in line or "cuInit" in line]
+    assert not tf_lines, quiet.stderr
+
+
+# ------------------------------------------------------------------------------- data
+
+
+def test_data_stats_and_train_default_to_temporal_and_say_the_file_has_no_timestamps(
+        capsys, tmp_path):
+    data = tmp_path / "sasrec"
+    _write_sasrec(data)
+    code, _, err = run(capsys, "data", "stats", "--data-dir", data)
+    assert_one_line_error(code, err, "temporal split needs timestamps", "ml-1m.txt",
+                          "--split loo", "ratings.dat")
+    model_dir = tmp_path / "model"
+    code, _, err = run(capsys, "train", "--data-dir", data, "--model-dir", model_dir)
+    assert_one_line_error(code, err, "temporal split needs timestamps", "--split loo")
+    assert not model_dir.exists()  # nothing written before the data is known to be usable
+
+
+def test_data_dir_is_checked_and_never_falls_back(capsys, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "env"
+    _write_ratings(elsewhere)
+    monkeypatch.setenv("TFRS_LOGQ_DATA_DIR", str(elsewhere))
+    code, _, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", "")
+    assert_one_line_error(code, err, "--data-dir is empty")
+    code, _, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir",
+                       tmp_path / "missing")
+    assert_one_line_error(code, err, "missing", "does not exist")
+
+
+def test_several_candidates_fail_naming_them_and_data_format_picks_one(capsys, tmp_path):
+    data = tmp_path / "data"
+    _write_ratings(data / "partial")
+    _write_sasrec(data / "sasrec")
+    code, _, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", data)
+    assert_one_line_error(code, err, "partial/ratings.dat", "sasrec/ml-1m.txt", "--data-format")
+    code, out, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", data,
+                         "--data-format", "sasrec", "--json")
+    assert code == 0, err
+    stats = json.loads(out.strip().splitlines()[-1])
+    assert stats["source"] == str(data / "sasrec" / "ml-1m.txt") and stats["rows"] == 120
+    assert "sasrec/ml-1m.txt" in err and "120 rows" in err  # which file, always said
+
+
+def test_skipped_lines_are_counted_printed_and_in_json(capsys, tmp_path):
+    data = tmp_path / "data"
+    rows = _write_ratings(data, bad_lines=2)
+    code, _, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", data)
+    assert_one_line_error(code, err, "ratings.dat, line", "--skip-bad-lines")
+    code, out, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", data,
+                         "--skip-bad-lines", "--json")
+    assert code == 0, err
+    stats = json.loads(out.strip().splitlines()[-1])
+    assert (stats["rows"], stats["skipped_lines"]) == (rows, 2)
+    assert "2 malformed lines skipped" in err
+    code, out, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", data,
+                         "--skip-bad-lines", "--no-cache")
+    assert code == 0 and "2 malformed lines skipped" in out + err
+
+
+def test_train_skips_bad_lines_and_reports_the_count(capsys, tmp_path):
+    data = tmp_path / "data"
+    rows = _write_ratings(data, bad_lines=1)
+    code, out, err = run(capsys, "train", "--preset", "smoke", "--split", "loo",
+                         "--max-epochs", "1", "--data-dir", data, "--model-dir",
+                         tmp_path / "m", "--skip-bad-lines", "--json")
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["data"]["skipped_lines"] == 1 and result["data"]["rows"] == rows
+    saved = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert saved["data_format"] == "ratings"  # the resolved source is recorded
+
+
+def test_a_cache_directory_that_is_a_file_is_a_one_line_error(capsys, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    _write_ratings(data)
+    blocker = tmp_path / "cache-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(blocker))
+    code, _, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", data)
+    assert_one_line_error(code, err, "cache-file", "TFRS_LOGQ_CACHE_DIR", "--no-cache")
+    code, _, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", data,
+                       "--no-cache")
+    assert code == 0, err
+
+
+@needs_shared
+def test_shared_data_root_needs_data_format_for_loo(capsys):
+    code, _, err = run(capsys, "data", "stats", "--split", "loo", "--data-dir", SHARED,
+                       "--no-download")
+    assert_one_line_error(code, err, "ml-1m-partial/ratings.dat.gz",
+                          "ml-1m-sasrec/ml-1m.txt.gz", "--data-format")
+
+
+# ------------------------------------------------------------------------ one-line errors
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (None, "no such file"),
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"lossy": 1}', "lossy"),
+    ('{"seed": -1}', "seed"),
+])
+def test_bad_or_missing_config_json(capsys, tmp_path, content, fragment):
+    path = tmp_path / "config.json"
+    if content is not None:
+        path.write_text(content)
+    code, _, err = run(capsys, "train", "--model-dir", tmp_path / "m", "--config", path)
+    assert_one_line_error(code, err, "--config", str(path), fragment)
+
+
+def test_verbose_shows_the_traceback(capsys, tmp_path):
+    code, _, err = run(capsys, "train", "--model-dir", tmp_path / "m", "--config",
+                       tmp_path / "nope.json", "--verbose")
+    assert code == 2 and "Traceback" in err and "tfrs-logq: error: " in err
+
+
+def test_export_onto_a_file(capsys, tmp_path):
+    target = tmp_path / "a-file"
+    target.write_text("")
+    code, _, err = run(capsys, "export", "--model-dir", tmp_path / "m", "--model_base_path",
+                       target, "--model_name", "x")
+    assert_one_line_error(code, err, "--model_base_path", str(target), "not a directory")
+
+
+@pytest.mark.parametrize("which", ["rest", "grpc"])
+def test_serve_on_a_port_in_use(capsys, tmp_path, which):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    flags = {"rest": ["--port", "0", "--rest_api_port", port],
+             "grpc": ["--port", port, "--rest_api_port", "0"]}[which]
+    try:
+        code, _, err = run(capsys, "serve", "--model_name", "m", "--model_base_path",
+                           tmp_path, *flags)
+    finally:
+        holder.close()
+    flag = {"rest": "--rest_api_port", "grpc": "--port"}[which]
+    assert_one_line_error(code, err, f"{flag} {port}", "in use")
+
+
+def test_evaluate_against_a_dead_server(capsys, tmp_path):
+    data = tmp_path / "data"
+    _write_ratings(data)
+    model_dir = _fake_model_dir(tmp_path, str(data), "ratings")
+    address = f"127.0.0.1:{_free_port()}"
+    code, _, err = run(capsys, "evaluate", "--server", address, "--model_name", "m",
+                       "--model-dir", model_dir, "--timeout", "1")
+    assert_one_line_error(code, err, address, "--server")
+
+
+def test_evaluate_a_model_name_the_server_does_not_serve(capsys, tmp_path):
+    pytest.importorskip("tensorflow_serving")
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    data = tmp_path / "data"
+    _write_ratings(data)
+    model_dir = _fake_model_dir(tmp_path, str(data), "ratings")
+    base = tmp_path / "base"
+    base.mkdir()
+    server = ModelServer(ServerOptions(model_name="served", model_base_path=str(base),
+                                       port=0, rest_api_port=0)).start()
+    try:
+        code, _, err = run(capsys, "evaluate", "--server", f"127.0.0.1:{server.port}",
+                           "--model_name", "wrong", "--model-dir", model_dir, "--timeout", "5")
+    finally:
+        server.stop()
+    assert_one_line_error(code, err, "'wrong'", "--model_name")
+
+
+def test_evaluate_temporal_on_a_sasrec_model(capsys, tmp_path):
+    data = tmp_path / "data"
+    _write_sasrec(data)
+    model_dir = _fake_model_dir(tmp_path, str(data), "sasrec")
+    code, _, err = run(capsys, "evaluate", "--server", "127.0.0.1:1", "--model_name", "m",
+                       "--model-dir", model_dir, "--split", "temporal")
+    assert_one_line_error(code, err, "temporal split needs timestamps", "--split loo")
+
+
+def test_evaluate_a_directory_that_is_no_training_output(capsys, tmp_path):
+    code, _, err = run(capsys, "evaluate", "--server", "127.0.0.1:1", "--model_name", "m",
+                       "--model-dir", tmp_path)
+    assert_one_line_error(code, err, "--model-dir", "config.json")
