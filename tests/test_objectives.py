@@ -118,3 +118,56 @@ def test_cross_replica_negatives_pool_targets_of_all_replicas(mirrored_strategy)
     per_replica = strategy.experimental_local_results(step(next(iter(dist))))
     for ids in per_replica:  # each replica drew from all four targets
         assert set(ids.numpy().tolist()) - {0} == {1, 2, 3, 4}
+
+
+@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("compact", [True, False])
+def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correction, compact):
+    """Per-position uniform negatives + shared in-batch negatives (the official code's
+    MNS), every negative corrected with the unigram log Q (Q' for corrected)."""
+    from tfrs_logq.objectives import SampledIds
+
+    queries, table, targets, is_target, counts = _batch(seed=3)
+    objective = make_objective(f"mns-{correction}", 12, counts, num_negatives=8,
+                               compact_positions=compact)
+    n = targets.size
+    rng = np.random.default_rng(4)
+    uniform = rng.integers(1, 13, size=(n, 4)).astype(np.int32)
+    in_batch = np.array([5, 2, 0, 0], np.int32)
+    valid = np.array([True, True, False, False])
+    loss = objective.loss(queries, targets, is_target, table,
+                          SampledIds(tf.constant(uniform), tf.constant(in_batch),
+                                     tf.constant(valid))).numpy()
+    q = queries.reshape(-1, 4).astype(np.float64)
+    t = targets.reshape(-1)
+    total = counts.sum()
+    per = []
+    for i in np.flatnonzero(is_target.reshape(-1)):
+        ids = np.concatenate([uniform[i], in_batch[valid]])
+        ids = ids[ids != t[i]]  # accidental hits masked
+        s_p, s_n = q[i] @ table[t[i]], table[ids] @ q[i]
+        if correction == "none":
+            per.append(logsumexp(np.concatenate([[s_p], s_n])) - s_p)
+        elif correction == "logq":
+            per.append(logsumexp(np.concatenate([[s_p], s_n - np.log(counts[ids] / total)]))
+                       - s_p)
+        else:
+            log_q = np.log(counts[ids] / (total - counts[t[i]]))
+            per.append(loss_corrected(np.array([s_p]), s_n[None], log_q[None],
+                                      np.ones((1, len(ids)), bool))[0][0])
+    assert loss == pytest.approx(np.mean(per), rel=1e-5)
+
+
+def test_sampling_draws_per_position_uniform_and_in_batch_from_targets_only():
+    _, _, targets, is_target, counts = _batch(seed=5)
+    is_target = is_target.copy()
+    is_target[1, 0] = False  # a target whose input is padding: not in the pool
+    objective = make_objective("mns-corrected", 12, counts, num_negatives=64)
+    drawn = objective.sample(targets, is_target)
+    assert drawn.uniform.shape == (targets.size, 32)
+    u = drawn.uniform.numpy()
+    assert u.min() >= 1 and u.max() <= 12
+    assert len({tuple(r) for r in u}) == targets.size  # drawn per position
+    pool = set(targets[is_target].tolist())
+    got = drawn.in_batch.numpy()[drawn.in_batch_valid.numpy()]
+    assert set(got.tolist()) == pool and len(got) == len(pool)

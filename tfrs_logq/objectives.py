@@ -112,15 +112,20 @@ class SequenceObjective(tf.Module):
         negatives from the targets of all replicas (an all-gather of ids; the
         embeddings are looked up in the mirrored table, so gradients need no
         extra communication). Defaults to False: each replica uses its own batch.
+      compact_positions: bool. Score only the target positions (a gather of the
+        ``is_target`` rows; about half of ML-1M's positions at L = 200 are
+        padding). Exact; needs dynamic shapes, so set it False under XLA.
+        Defaults to True.
     """
 
     def __init__(self, spec: ObjectiveSpec, num_items: int, item_counts=None, seed: int = 0,
-                 cross_replica_negatives: bool = False) -> None:
+                 cross_replica_negatives: bool = False, compact_positions: bool = True) -> None:
         super().__init__(name=spec.name.replace("-", "_"))
         self.spec = spec
         self.num_items = int(num_items)
         self.seed = int(seed)
         self.cross_replica_negatives = bool(cross_replica_negatives)
+        self.compact_positions = bool(compact_positions)
         self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sample_calls")
         needs_counts = spec.num_in_batch > 0 and spec.correction != "none"
         if needs_counts and item_counts is None:
@@ -151,10 +156,14 @@ class SequenceObjective(tf.Module):
         ids, valid = distinct_in_random_order(pool, k, self._seed(), pad_id=0)
         return ids, valid
 
-    def sample(self, targets: tf.Tensor) -> SampledIds:
-        """Draws the negatives for `[batch, L]` next-item ``targets``."""
+    def sample(self, targets: tf.Tensor, is_target=None) -> SampledIds:
+        """Draws the negatives for `[batch, L]` next-item ``targets``; in-batch
+        negatives come from the targets where ``is_target`` (all non-zero targets
+        when None)."""
         spec = self.spec
         flat_t = tf.reshape(tf.cast(targets, tf.int32), [-1])
+        if is_target is not None:
+            flat_t = tf.where(tf.reshape(is_target, [-1]), flat_t, tf.zeros_like(flat_t))
         uniform = in_batch = valid = None
         if spec.num_uniform:
             uniform = tf.random.stateless_uniform(
@@ -173,7 +182,7 @@ class SequenceObjective(tf.Module):
           is_target: `[batch, L]` bool.
           item_embeddings: `[num_items + 1, dim]`.
         """
-        negatives = None if self.spec.loss == "full" else self.sample(targets)
+        negatives = None if self.spec.loss == "full" else self.sample(targets, is_target)
         return self.loss(queries, targets, is_target, item_embeddings, negatives)
 
     def loss(self, queries, targets, is_target, item_embeddings,
@@ -187,6 +196,13 @@ class SequenceObjective(tf.Module):
         flat_q = tf.reshape(queries, [-1, dim])
         flat_t = tf.reshape(targets, [-1])
         weight = tf.cast(tf.reshape(is_target, [-1]), tf.float32)
+        uniform = None if negatives is None else negatives.uniform
+        if self.compact_positions:  # only the target rows (exact: the others weigh 0)
+            rows = tf.where(tf.reshape(is_target, [-1]))[:, 0]
+            flat_q, flat_t = tf.gather(flat_q, rows), tf.gather(flat_t, rows)
+            weight = tf.ones_like(flat_t, tf.float32)
+            if uniform is not None:
+                uniform = tf.gather(uniform, rows)
 
         if spec.loss == "full":
             logits = tf.matmul(flat_q, table, transpose_b=True)
@@ -197,8 +213,8 @@ class SequenceObjective(tf.Module):
         positive = tf.reduce_sum(flat_q * tf.gather(table, flat_t), axis=-1)
         n = tf.size(flat_t)
         neg_ids, neg_valid, neg_logits = [], [], []
-        if negatives.uniform is not None:
-            ids = negatives.uniform
+        if uniform is not None:
+            ids = uniform
             if self._dense_uniform:
                 all_logits = tf.matmul(flat_q, table, transpose_b=True)
                 logits = tf.gather(all_logits, ids, batch_dims=1)
@@ -249,6 +265,8 @@ class SequenceObjective(tf.Module):
 
 def make_objective(name: str, num_items: int, item_counts: Optional[np.ndarray] = None,
                    num_negatives: int = 256, seed: int = 0,
-                   cross_replica_negatives: bool = False) -> SequenceObjective:
+                   cross_replica_negatives: bool = False,
+                   compact_positions: bool = True) -> SequenceObjective:
     return SequenceObjective(objective_spec(name, num_negatives), num_items, item_counts,
-                             seed=seed, cross_replica_negatives=cross_replica_negatives)
+                             seed=seed, cross_replica_negatives=cross_replica_negatives,
+                             compact_positions=compact_positions)

@@ -234,7 +234,8 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
         encoder = build_encoder(config, split.num_items)
         objective = make_objective(config.loss, split.num_items, split.train_item_counts(),
                                    num_negatives=config.num_negatives, seed=config.seed,
-                                   cross_replica_negatives=config.cross_replica_negatives)
+                                   cross_replica_negatives=config.cross_replica_negatives,
+                                   compact_positions=not config.jit_compile)
         model = SequentialRetrievalModel(encoder, objective)
         # Create every weight now (a forward pass) so checkpoints and
         # BackupAndRestore can restore into a built model.
