@@ -1,72 +1,132 @@
-"""SASRec training step time and examples/s per loss, and corrected vs logq overhead.
+"""SASRec training step time per loss and variant, side by side with the official code.
 
-Interleaves the losses round-robin (machine noise hits all alike) on ML-1M
-(SASRec ml-1m.txt from ../shared/data, or a synthetic stand-in).
+Our variants (graph float32, XLA, mixed bfloat16, XLA + mixed bfloat16) are
+interleaved round-robin so machine noise hits all alike; then, with
+``--official-python`` (a Python with PyTorch) the paper's official training
+scripts run the same configuration for ``--official-steps`` steps each, and
+the ratio official / ours is printed. Data: SASRec's ML-1M ``ml-1m.txt`` from
+``../shared/data`` (or a synthetic stand-in of the same size).
 
-    python benchmarks/bench_sasrec.py [--preset cpu] [--rounds 3] [--steps 10] [--xla]
+    python benchmarks/bench_sasrec.py --preset paper --losses inbatch-corrected,mns-corrected \\
+        --official-dir /tmp/logq --official-python /tmp/refenv/bin/python
 """
 
 import argparse
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 
 import tensorflow as tf  # noqa: E402
 from common import DEFAULT_ML1M, machine, ml1m_or_stand_in
 from tfrs_logq.pipelines.sequential import training_dataset  # noqa: E402
-from tfrs_logq.pipelines.splits import leave_one_out  # noqa: E402
+from tfrs_logq.pipelines.splits import make_split  # noqa: E402
 
 from tfrs_logq.objectives import OBJECTIVES  # noqa: E402
-from tfrs_logq.training import build_model, resolve_config  # noqa: E402
+from tfrs_logq.training import _set_policy, build_model, resolve_config  # noqa: E402
+
+VARIANTS = {  # name -> (jit_compile, mixed precision)
+    "float32": (False, "none"),
+    "xla": (True, "none"),
+    "bfloat16": (False, "bfloat16"),
+    "xla-bfloat16": (True, "bfloat16"),
+}
+_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
+
+
+def time_ours(split, preset, losses, variants, rounds, steps):
+    runs = {}
+    for loss in losses:
+        for variant in variants:
+            jit, policy = VARIANTS[variant]
+            _set_policy(policy)
+            cfg = resolve_config(preset, loss=loss, jit_compile=jit, mixed_precision=policy)
+            model = build_model(cfg, split, tf.distribute.get_strategy())
+            data = iter(training_dataset(split, cfg.batch_size, cfg.max_length).repeat())
+            step = model.make_train_function()
+            for _ in range(2):  # trace and warm up
+                float(step(data)["loss"])
+            runs[loss, variant] = (step, data)
+            _set_policy("none")
+    times = {key: [] for key in runs}
+    for _ in range(rounds):
+        for key, (step, data) in runs.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                logs = step(data)
+            float(logs["loss"])  # wait for the last step
+            times[key].append((time.perf_counter() - start) / steps)
+    return {key: statistics.median(v) for key, v in times.items()}
+
+
+def time_official(args, split, losses, steps):
+    """Seconds per step of the official scripts (tqdm's rate over ``steps`` steps)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import parity_official as parity
+
+    code, python = parity.prepare_official(args)
+    parity.write_official_dataset(split, code, "ml1m_parity")
+    budget = {**parity.official_budget(args.preset), "max_batches_per_epoch": steps,
+              "max_epochs": 1}
+    out = {}
+    for loss in losses:
+        script, overrides = parity.OFFICIAL_SCRIPTS[loss]
+        config = os.path.join(code, "bench_config.py")
+        parity.write_official_config(config, "ml1m_parity", budget, overrides)
+        shutil.rmtree(os.path.join(code, "models"), ignore_errors=True)
+        proc = subprocess.run([python, "parity_wrapper.py", script, config, "0",
+                               str(args.threads), os.path.join(code, "bench.json")],
+                              cwd=code, capture_output=True, text=True)
+        text = (proc.stdout + proc.stderr).replace("\r", "\n")
+        lines = [m for line in text.splitlines() if f"{steps}/{steps}" in line
+                 for m in _RATE.findall(line)]
+        if not lines:
+            raise RuntimeError(f"no step rate in the official output of {script}:\n{text[-2000:]}")
+        value, unit = lines[-1]
+        out[loss] = float(value) if unit == "s/it" else 1.0 / float(value)
+    return out
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--preset", default="cpu")
+    parser = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--preset", default="paper")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--losses", default=",".join(OBJECTIVES))
-    parser.add_argument("--xla", action="store_true")
-    parser.add_argument("--mixed-precision", action="store_true")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--losses", default="inbatch-corrected,mns-corrected")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--data-dir", default=DEFAULT_ML1M)
+    parser.add_argument("--official-dir", help="local checkout of the official code")
+    parser.add_argument("--official-python", help="a Python with torch (official timing)")
+    parser.add_argument("--official-steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    if args.mixed_precision:
-        tf.keras.mixed_precision.set_global_policy("mixed_float16")
-    inter, source = ml1m_or_stand_in(args.data_dir)
-    split = leave_one_out(inter)
     losses = args.losses.split(",")
-    runs = {}
-    for loss in losses:
-        cfg = resolve_config(args.preset, loss=loss, jit_compile=args.xla)
-        model = build_model(cfg, split, tf.distribute.get_strategy())
-        data = iter(training_dataset(split, cfg.batch_size, cfg.max_length).repeat())
-        step = model.make_train_function()
-        for _ in range(2):  # trace and warm up
-            step(data)
-        runs[loss] = (step, data, cfg)
-    times = {loss: [] for loss in losses}
-    for _ in range(args.rounds):
-        for loss, (step, data, cfg) in runs.items():
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                logs = step(data)
-            float(logs["loss"])  # wait for the last step
-            times[loss].append((time.perf_counter() - start) / args.steps)
-    cfg = next(iter(runs.values()))[2]
+    variants = args.variants.split(",")
+    for name in losses:
+        if name not in OBJECTIVES:
+            parser.error(f"unknown loss {name!r}")
+    inter, source = ml1m_or_stand_in(args.data_dir)
+    split = make_split(inter, "gsasrec")
+    ours = time_ours(split, args.preset, losses, variants, args.rounds, args.steps)
+    official = (time_official(args, split, losses, args.official_steps)
+                if args.official_python else {})
+    cfg = resolve_config(args.preset)
     print(f"machine: {machine()}")
     print(f"SASRec training on {source}, preset {args.preset}: batch {cfg.batch_size}, "
           f"L={cfg.max_length}, d={cfg.embedding_dim}, {cfg.num_blocks} blocks, "
-          f"{cfg.num_negatives} negatives; {'XLA' if args.xla else 'graph'}"
-          f"{', mixed float16' if args.mixed_precision else ''}; median of {args.rounds} "
-          f"rounds x {args.steps} steps")
-    print(f"| {'loss':<18} | ms/step | sequences/s |")
-    print(f"|{'-' * 20}|---------|-------------|")
-    med = {k: statistics.median(v) for k, v in times.items()}
-    for loss, t in med.items():
-        print(f"| {loss:<18} | {t * 1e3:7.1f} | {cfg.batch_size / t:11.1f} |")
-    for sampling in ("inbatch", "mns"):
-        a, b = med.get(f"{sampling}-corrected"), med.get(f"{sampling}-logq")
-        if a and b:
-            print(f"{sampling}: corrected / logq step time = {a / b:.3f}")
+          f"{cfg.num_negatives} negatives; ours: median of {args.rounds} rounds x "
+          f"{args.steps} steps; official: {args.official_steps} steps, {args.threads} threads")
+    print("| loss | variant | ms/step | sequences/s | official ms/step | official / ours |")
+    print("|---|---|---|---|---|---|")
+    for (loss, variant), t in ours.items():
+        ref = official.get(loss)
+        ratio = f"{ref / t:.2f}x" if ref else "-"
+        ref_ms = f"{ref * 1e3:.0f}" if ref else "-"
+        print(f"| {loss} | {variant} | {t * 1e3:.1f} | {cfg.batch_size / t:.1f} | {ref_ms} | "
+              f"{ratio} |")
 
 
 if __name__ == "__main__":
