@@ -73,8 +73,10 @@ def test_train_cli_config_file_and_bad_input(data_dir, tmp_path):
 
 def test_training_improves_over_untrained_and_restores_best(data_dir, tmp_path):
     config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data_dir,
-                            max_epochs=6, steps_per_epoch=10, learning_rate=5e-3)
+                            max_epochs=6, steps_per_epoch=10, batch_size=8, learning_rate=5e-3)
     result = train(config, str(tmp_path / "m"), verbose=0)
+    # An epoch is at most one pass over the 60 users (as the official code): 8 steps.
+    assert result["steps"] == result["epochs"] * 8
     # Items cluster by user taste; random ranking gives NDCG@20 ~ 0.1 on 40 items.
     assert result["test"]["ndcg@20"] > 0.15
 

@@ -392,7 +392,11 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         tf.keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup")),
         tf.keras.callbacks.TensorBoard(os.path.join(model_dir, "logs"), update_freq="epoch"),
     ]
-    model.fit(data, epochs=config.max_epochs, steps_per_epoch=config.steps_per_epoch,
+    # As the official code: an epoch is at most one pass over the training users
+    # (ML-1M at batch 128: 48 steps, not 100).
+    steps_per_epoch = min(config.steps_per_epoch,
+                          -(-trainable_users // (config.batch_size * replicas)))
+    model.fit(data, epochs=config.max_epochs, steps_per_epoch=steps_per_epoch,
               callbacks=callbacks, verbose=verbose)
     train_seconds = sum(e["seconds"] for e in keeper.history)  # resumed runs: all epochs
     ks = (10, 20)
@@ -404,7 +408,7 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     result = {
         "dataset": config.dataset, "split": config.split, "loss": config.loss,
         "seed": config.seed, "preset": config.preset,
-        "epochs": epochs, "steps": epochs * config.steps_per_epoch,
+        "epochs": epochs, "steps": epochs * steps_per_epoch,
         "best_epoch": keeper.best_epoch,
         "train_seconds": round(train_seconds, 1),
         "validation_curve": [round(e[MONITOR], 6) for e in keeper.history],
