@@ -62,7 +62,7 @@ OFFICIAL_SCRIPTS = {
     "full-softmax": ("train_full_softmax.py", {}),
 }
 
-BUDGETS = ("cpu", "smoke", "paper")  # tfrs-logq training presets
+BUDGETS = ("cpu", "smoke", "long", "paper")  # tfrs-logq training presets
 
 
 def official_budget(preset: str) -> dict:

@@ -72,10 +72,13 @@ class TrainConfig:
             raise ValueError(f"`seed` (--seed) must be >= 0, received {self.seed}.")
 
 
-# The paper's protocol (gSASRec defaults) for a GPU; a fixed CPU step budget; and a
-# smoke test for CI. A preset sets these fields; explicit flags override it.
+# The paper's protocol (gSASRec defaults) for a GPU; the paper's model and data with
+# a step cap and a short patience, for long runs on 2 CPU cores (80 epochs of 48 steps
+# at most on ML-1M); a fixed small CPU budget; and a smoke test for CI. A preset sets
+# these fields; explicit flags override it.
 PRESETS = {
     "paper": {},
+    "long": {"split": "gsasrec", "max_epochs": 80, "patience": 10},
     "cpu": {"max_length": 200, "embedding_dim": 64, "batch_size": 64, "steps_per_epoch": 50,
             "max_epochs": 12, "patience": 12, "max_validation_users": 2048},
     "smoke": {"max_length": 30, "embedding_dim": 16, "num_blocks": 1, "batch_size": 32,
