@@ -158,9 +158,9 @@ def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
     raw_ids = np.asarray(raw)
     if all(x.lstrip("-").isdigit() for x in raw):
         raw_ids = raw_ids.astype(np.int64)
-    encoder = SASRecEncoder(config["num_items"] + 1, config["max_length"],
-                            config["embedding_dim"], config["num_blocks"], config["num_heads"],
-                            config["dropout"])
+    from tfrs_logq.training import build_encoder  # the encoder the run trained
+
+    encoder = build_encoder(config, config["num_items"])
     objective = make_objective(config["loss"], config["num_items"],
                                np.ones(config["num_items"] + 1),
                                num_negatives=config["num_negatives"])

@@ -179,6 +179,19 @@ def test_seed_must_be_non_negative_and_the_error_names_the_flag(capsys, tmp_path
     assert_one_line_error(code, err, "argument --seeds", "-1")
 
 
+def test_experiment_parallel_reaches_run_grid(capsys, tmp_path, monkeypatch):
+    import tfrs_logq.experiment as experiment
+
+    seen = {}
+    monkeypatch.setattr(experiment, "run_grid", lambda *a, **kw: seen.update(kw))
+    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--parallel", "3",
+                       "--losses", "inbatch-none", "--seeds", "0")
+    assert code == 0, err
+    assert seen["parallel"] == 3
+    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--parallel", "0")
+    assert_one_line_error(code, err, "argument --parallel", "0")
+
+
 # ----------------------------------------------------------------------- start-up cost
 
 

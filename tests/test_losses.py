@@ -32,7 +32,7 @@ def _loss_and_grads(correction, s_p, s_n, dtype=tf.float32, **kw):
 
 def test_none_matches_formula_values_and_gradients():
     s_p, s_n, _, _, mask = _inputs()
-    loss, g_p, g_n = _loss_and_grads("none", s_p, s_n, negative_mask=mask)
+    loss, g_p, g_n = _loss_and_grads("none", s_p, s_n, is_negative=mask)
     ref, ref_gp, ref_gn = loss_none(s_p, s_n, mask)
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(g_p, ref_gp, rtol=1e-5, atol=1e-6)
@@ -43,7 +43,7 @@ def test_none_matches_formula_values_and_gradients():
 @pytest.mark.parametrize("with_positive_q", [False, True])
 def test_logq_matches_formula(with_positive_q):
     s_p, s_n, log_q, log_q_p, mask = _inputs(seed=1)
-    kw = dict(negative_log_q=log_q, negative_mask=mask)
+    kw = dict(negative_log_q=log_q, is_negative=mask)
     if with_positive_q:
         kw["positive_log_q"] = log_q_p
     loss, g_p, g_n = _loss_and_grads("logq", s_p, s_n, **kw)
@@ -56,7 +56,7 @@ def test_logq_matches_formula(with_positive_q):
 def test_logq_accepts_shared_log_q_vector():
     s_p, s_n, log_q, _, mask = _inputs(seed=2)
     shared = log_q[3]
-    loss, _, _ = _loss_and_grads("logq", s_p, s_n, negative_log_q=shared, negative_mask=mask)
+    loss, _, _ = _loss_and_grads("logq", s_p, s_n, negative_log_q=shared, is_negative=mask)
     ref, _, _ = loss_logq(s_p, s_n, np.broadcast_to(shared, s_n.shape), mask)
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
 
@@ -64,7 +64,7 @@ def test_logq_accepts_shared_log_q_vector():
 def test_corrected_matches_formula_and_weight_gets_no_gradient():
     s_p, s_n, log_q, _, mask = _inputs(seed=3)
     loss, g_p, g_n = _loss_and_grads(
-        "corrected", s_p, s_n, negative_log_q=log_q, negative_mask=mask
+        "corrected", s_p, s_n, negative_log_q=log_q, is_negative=mask
     )
     ref, ref_gp, ref_gn, w = loss_corrected(s_p, s_n, log_q, mask)
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
@@ -98,7 +98,7 @@ def test_extreme_logits_are_finite(correction):
     s_n = np.array([[-1e4, 1e4, 0.0], [1e4, 1e4, -1e4], [0.0, 0.0, 1e4], [1e4, 1e4, 1e4]])
     log_q = np.log(np.full((4, 3), 0.1))
     mask = np.array([[1, 1, 1], [1, 0, 1], [1, 1, 0], [0, 1, 1]], bool)
-    kw = dict(negative_mask=mask)
+    kw = dict(is_negative=mask)
     if correction != "none":
         kw["negative_log_q"] = log_q
     loss, g_p, g_n = _loss_and_grads(correction, s_p, s_n, **kw)
@@ -119,7 +119,7 @@ def test_masked_entries_may_hold_inf_and_nan():
     dirty_q = log_q.copy()
     dirty_q[~mask] = np.nan
     loss, g_p, g_n = _loss_and_grads(
-        "corrected", s_p, dirty, negative_log_q=dirty_q, negative_mask=mask
+        "corrected", s_p, dirty, negative_log_q=dirty_q, is_negative=mask
     )
     ref, ref_gp, ref_gn, _ = loss_corrected(s_p, s_n, log_q, mask)
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
@@ -130,7 +130,7 @@ def test_masked_entries_may_hold_inf_and_nan():
 @pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
 def test_half_precision_inputs_compute_in_float32(dtype, correction):
     s_p, s_n, log_q, _, mask = _inputs(seed=5, scale=2.0)
-    kw = dict(negative_mask=mask)
+    kw = dict(is_negative=mask)
     if correction != "none":
         kw["negative_log_q"] = tf.constant(log_q, dtype)
     loss, g_p, g_n = _loss_and_grads(correction, s_p, s_n, dtype=dtype, **kw)
@@ -152,7 +152,7 @@ def test_float64_inputs_stay_float64():
     s_p, s_n, log_q, _, mask = _inputs(seed=6)
     loss = sampled_softmax_loss(
         tf.constant(s_p), tf.constant(s_n), correction="corrected",
-        negative_log_q=tf.constant(log_q), negative_mask=mask,
+        negative_log_q=tf.constant(log_q), is_negative=mask,
     )
     assert loss.dtype == tf.float64
     np.testing.assert_allclose(loss.numpy(), loss_corrected(s_p, s_n, log_q, mask)[0], rtol=1e-12)
@@ -168,7 +168,7 @@ def test_graph_mode_and_xla_match_eager(jit):
         with tf.GradientTape() as tape:
             tape.watch(n)
             loss = sampled_softmax_loss(
-                p, n, correction="corrected", negative_log_q=q, negative_mask=m
+                p, n, correction="corrected", negative_log_q=q, is_negative=m
             )
             total = tf.reduce_sum(loss)
         return loss, tape.gradient(total, n)
@@ -204,8 +204,8 @@ def test_errors_name_the_argument():
         sampled_softmax_loss(s_p[:3], s_n, correction="none")
     with pytest.raises(ValueError, match="negative_log_q.*columns"):
         sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q[:, :2])
-    with pytest.raises(ValueError, match="negative_mask.*bool"):
-        sampled_softmax_loss(s_p, s_n, correction="none", negative_mask=np.ones_like(s_n))
+    with pytest.raises(ValueError, match="is_negative.*bool"):
+        sampled_softmax_loss(s_p, s_n, correction="none", is_negative=np.ones_like(s_n))
     with pytest.raises(ValueError, match="positive_logits.*floating"):
         sampled_softmax_loss(np.arange(6), s_n, correction="none")
     with pytest.raises(ValueError, match="positive_log_q"):

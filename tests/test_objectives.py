@@ -21,7 +21,7 @@ def test_gbce_matches_formula(t):
     alpha = 7 / 99
     beta = alpha * (t * (1 - 1 / alpha) + 1 / alpha)
     ref = -np.log(_sigmoid(s_p) ** beta) - np.sum(np.where(mask, np.log(1 - _sigmoid(s_n)), 0), 1)
-    got = gbce_loss(s_p, s_n, sampling_rate=alpha, t=t, negative_mask=mask).numpy()
+    got = gbce_loss(s_p, s_n, sampling_rate=alpha, t=t, is_negative=mask).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-5)
     if t == 0.0:
         assert beta == pytest.approx(1.0)  # plain BCE

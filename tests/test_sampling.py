@@ -109,3 +109,32 @@ def test_sampler_errors():
         UniformSampler(num_items=0, num_negatives=3)
     with pytest.raises(ValueError, match="log_q"):
         MixedSampler(UniformSampler(5, 2), InBatchSampler(2), log_q="exact")
+
+
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_samplers_and_task_compile_under_xla(deduplicate):
+    """Sampling, masks and the corrected loss in one XLA cluster (no tf.unique/shuffle)."""
+    sampler = MixedSampler(UniformSampler(num_items=50, num_negatives=4),
+                           InBatchSampler(num_negatives=5, deduplicate=deduplicate))
+    task = CorrectedRetrieval(reduction="none")
+    table = tf.random.normal([51, 4], seed=1)
+
+    @tf.function(jit_compile=True)
+    def step(positive_ids, queries):
+        neg = sampler(positive_ids)
+        ids = tf.concat([positive_ids, neg.ids], 0)
+        log_q = tf.concat([tf.fill(tf.shape(positive_ids), -3.0), neg.log_q], 0)
+        loss = task(queries, tf.gather(table, ids), candidate_ids=ids,
+                    candidate_log_sampling_probability=log_q,
+                    score_mask=neg.score_mask(tf.shape(queries)[0]))
+        return loss, neg.ids, neg.is_valid
+
+    positives = tf.constant([1, 2, 2, 3, 0, 7], tf.int64)  # 0 is padding
+    loss, ids, valid = step(positives, tf.random.normal([6, 4], seed=2))
+    assert np.isfinite(loss.numpy()).all()
+    inb = ids.numpy()[4:][valid.numpy()[4:]]
+    assert set(inb) <= {1, 2, 3, 7} and 0 not in inb
+    if deduplicate:
+        assert len(inb) == 4 and len(set(inb)) == 4  # four distinct real items, one pad
+    else:
+        assert len(inb) == 5  # five real positions drawn without replacement

@@ -344,3 +344,147 @@ def test_dedup_and_score_mask_for_none_and_logq_keep_the_positive(correction, hi
         m = terms.max()
         expected = m + np.log(np.exp(terms - m).sum()) - (scores[i, i] - log_q[i])
         assert loss[i] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+# --- issue 8: string ids, replicas, Q <= 1, deduplicated proposal, named steps ---------------
+
+
+@pytest.mark.parametrize("options", [
+    {"correction": "corrected"},
+    {"correction": "none", "remove_accidental_hits": True},
+    {"correction": "logq", "remove_accidental_hits": True},
+    {"correction": "corrected", "deduplicate_candidates": True},
+    {"correction": "corrected", "num_hard_negatives": 3},
+], ids=["corrected", "none-hits", "logq-hits", "corrected-dedup", "corrected-hard"])
+def test_string_candidate_ids_equal_integer_ids(options):
+    q, c, ids, prob, weight = _batch(seed=21, num_extra=4)
+    names = np.array([f"movie-{i:03d}" for i in ids])
+    kwargs = dict(candidate_sampling_probability=prob, sample_weight=weight)
+    by_int = CorrectedRetrieval(reduction="none", **options)(q, c, candidate_ids=ids, **kwargs)
+    by_name = CorrectedRetrieval(reduction="none", **options)(q, c, candidate_ids=names, **kwargs)
+    np.testing.assert_allclose(by_name.numpy(), by_int.numpy(), rtol=1e-6)
+    # And in a graph with an unknown number of candidates (TFRS models call it so).
+    fn = tf.function(lambda n: CorrectedRetrieval(reduction="none", **options)(
+        q, c, candidate_ids=n, **kwargs), input_signature=[tf.TensorSpec([None], tf.string)])
+    np.testing.assert_allclose(fn(tf.constant(names)).numpy(), by_int.numpy(), rtol=1e-6)
+
+
+def test_string_ids_feed_factorized_metrics_with_the_original_ids():
+    q, c, ids, prob, _ = _batch(seed=22, num_ids=50)
+
+    def accuracy(candidate_ids):
+        candidates = tf.data.Dataset.from_tensor_slices((candidate_ids, c)).batch(4)
+        metric = tfrs.metrics.FactorizedTopK(
+            candidates=tfrs.layers.factorized_top_k.Streaming(k=3).index_from_dataset(candidates),
+            ks=(3,))
+        CorrectedRetrieval(metrics=metric)(
+            q, c, candidate_ids=candidate_ids, candidate_sampling_probability=prob)
+        return float(metric.result()[0])
+
+    by_name = accuracy(tf.constant([f"m{i}" for i in ids]))
+    assert by_name == accuracy(tf.constant(ids)) and by_name > 0
+
+
+def test_sum_over_batch_size_divides_by_the_global_batch(mirrored_strategy):
+    strategy = mirrored_strategy
+    q, c, ids, prob, _ = _batch(seed=23, num_queries=16, num_ids=50)
+    with strategy.scope():
+        task = CorrectedRetrieval(reduction="sum_over_batch_size")
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((q, c, ids, prob)).batch(16))
+
+    @tf.function
+    def step(batch):
+        return strategy.run(
+            lambda q, c, i, p: task(q, c, candidate_ids=i, candidate_sampling_probability=p),
+            args=batch)
+
+    per_replica = [v.numpy() for v in strategy.experimental_local_results(step(next(iter(dist))))]
+    # Each replica's loss is its sum over the global batch of 16, so the replicas'
+    # summed gradients equal one replica's on the whole batch's mean.
+    expected = [reference_corrected(q[s:s + 8], c[s:s + 8], ids[s:s + 8], prob[s:s + 8]).sum() / 16
+                for s in (0, 8)]
+    np.testing.assert_allclose(per_replica, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [
+    {"candidate_sampling_probability": "batch"},
+    {"candidate_log_sampling_probability": "positive"},
+], ids=["probability>1", "log-probability>0"])
+def test_probabilities_above_one_are_rejected(bad):
+    q, c, ids, prob, _ = _batch(seed=24)
+    key = next(iter(bad))
+    value = prob * 16 if bad[key] == "batch" else np.log(prob) + 2.0
+    task = CorrectedRetrieval()
+    with pytest.raises(ValueError, match="per-draw proposal probability"):
+        task(q, c, candidate_ids=ids, **{key: value})
+    graph = tf.function(lambda v: task(q, c, candidate_ids=ids, **{key: v}))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="per-draw proposal probability"):
+        graph(tf.constant(value))
+
+
+def test_deduplicated_proposal_inclusion_matches_reference():
+    q, c, ids, prob, _ = _batch(seed=25, num_queries=8, num_ids=5)
+    b = len(q)
+    inclusion = 1.0 - (1.0 - prob.astype(np.float64)) ** b
+    got = CorrectedRetrieval(deduplicate_candidates=True, deduplicated_proposal="inclusion",
+                             reduction="none")(
+        q, c, candidate_ids=ids, candidate_sampling_probability=prob).numpy()
+    expected = reference_corrected(q, c, ids, inclusion.astype(np.float32), dedup=True)
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    per_draw = CorrectedRetrieval(deduplicate_candidates=True, reduction="none")(
+        q, c, candidate_ids=ids, candidate_sampling_probability=prob).numpy()
+    np.testing.assert_allclose(per_draw, reference_corrected(q, c, ids, prob, dedup=True),
+                               rtol=1e-5)
+    assert not np.allclose(got, per_draw)
+    with pytest.raises(ValueError, match="deduplicated_proposal"):
+        CorrectedRetrieval(deduplicated_proposal="batch")
+
+
+def test_docstring_example():
+    """The numeric example in CorrectedRetrieval's docstring."""
+    from tfrs_logq.losses import sampled_softmax_loss
+
+    log_q_prime = np.log([0.1 / 0.5, 0.2 / 0.5])
+    loss = sampled_softmax_loss([2.0], [[0.0, 1.0]], correction="corrected",
+                                negative_log_q=log_q_prime[None, :]).numpy()
+    np.testing.assert_allclose(loss, [0.208], atol=5e-4)
+
+
+def test_negative_mask_step():
+    from tfrs_logq.tasks import negative_mask
+
+    ids = tf.constant([4, 4, 9, 7, 9])
+    is_negative, count = negative_mask(ids, 2, 5, remove_accidental_hits=True, deduplicate=False)
+    np.testing.assert_array_equal(is_negative.numpy(), [[0, 0, 1, 1, 1], [0, 0, 1, 1, 1]])
+    np.testing.assert_array_equal(count.numpy(), [3, 3])
+    is_negative, count = negative_mask(ids, 3, 5, remove_accidental_hits=True, deduplicate=True)
+    np.testing.assert_array_equal(is_negative.numpy(),
+                                  [[0, 0, 1, 1, 0], [0, 0, 1, 1, 0], [1, 0, 0, 1, 0]])
+    np.testing.assert_array_equal(count.numpy(), [2, 2, 2])
+    keep = tf.constant([[True, True, False, True, True], [True] * 5])
+    is_negative, count = negative_mask(ids, 2, 5, remove_accidental_hits=False,
+                                       deduplicate=False, score_mask=keep)
+    np.testing.assert_array_equal(is_negative.numpy(), keep.numpy())
+    assert count is None
+    assert negative_mask(None, 2, 5, remove_accidental_hits=False, deduplicate=False) == (None,
+                                                                                         None)
+
+
+def test_coded_ids_and_log_q_steps():
+    from tfrs_logq.tasks import coded_candidate_ids, inclusion_log_q, proposal_log_q, reduce_loss
+
+    codes = coded_candidate_ids(tf.constant(["b", "a", "b", "c"])).numpy()
+    assert codes[0] == codes[2] and len({codes[0], codes[1], codes[3]}) == 3
+    np.testing.assert_array_equal(coded_candidate_ids(tf.constant([[5], [3]])).numpy(), [5, 3])
+    with pytest.raises(ValueError, match="candidate_ids"):
+        coded_candidate_ids(tf.zeros([2, 2], tf.int32))
+    np.testing.assert_allclose(proposal_log_q([0.5, 1e-9]).numpy(), np.log([0.5, 1e-6]),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="received neither"):
+        proposal_log_q()
+    np.testing.assert_allclose(inclusion_log_q(tf.math.log([0.01]), 100).numpy(),
+                               np.log([1 - 0.99 ** 100]), rtol=1e-5)
+    per_example = tf.constant([1.0, 2.0, 3.0])
+    assert float(reduce_loss(per_example, "sum")) == 6.0
+    assert float(reduce_loss(per_example, "sum_over_batch_size", [1.0, 1.0, 2.0])) == 3.0

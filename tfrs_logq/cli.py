@@ -442,6 +442,8 @@ def _populate_experiment(p) -> None:
     _add(p, "seeds", type=_comma_list(item=_int_at_least(0)), default="0,1,2", metavar="LIST",
          help="comma-separated non-negative seeds")
     _add_train_fields(p, experiment=True)
+    _add(p, "parallel", type=_int_at_least(1), default=1, metavar="N",
+         help="runs trained at once, each in its own process (fills a GPU with small models)")
     _add(p, "json", action="store_true", help="print one JSON line per run, no progress bars")
     _add_verbose(p)
     p.set_defaults(run=_experiment)
@@ -690,7 +692,8 @@ def _experiment(args) -> int:
                              "them, or fix the data file.")
         overrides["load_options"] = load_options
     run_grid(args.output_dir, args.datasets, args.splits, args.losses, args.seeds, preset,
-             data_dir=data_dir, verbose=0 if args.json else 2, **overrides)
+             data_dir=data_dir, verbose=0 if args.json else 2, parallel=args.parallel,
+             **overrides)
     print(f"wrote {os.path.join(args.output_dir, 'results.csv')}, table.md and table.png")
     return 0
 

@@ -247,8 +247,19 @@ class StreamingFrequency(tf.Module):
     the hits one after another in the batch's arbitrary order, with gaps
     ``t - A, 0, ..., 0``, biases the gap of items seen several times per step
     towards 0 unless ``c * alpha`` is small: at ``c = 40``, ``alpha = 0.05`` it
-    doubles their estimated probability.) The estimated
-    gap is the max over hashes (collisions only shorten gaps), the per-step
+    doubles their estimated probability.)
+
+    Start-up: the gap estimate does not start from 0. A bucket's first
+    sighting at step ``t`` sets ``B = t / c`` (the wait from the stream's start,
+    which has the mean gap's expectation for a memoryless stream), and until a
+    bucket has been seen ``1 / alpha`` times its ``B`` is the running mean of
+    the gaps observed so far (learning rate ``max(alpha, 1 / n)`` after ``n``
+    sightings), the exponential average afterwards. Starting the average at 0
+    instead, as a literal reading of the update does, shrinks the gap of an
+    item seen ``n`` times by ``1 - (1 - alpha)^n``: rare items' ``Q`` comes out
+    5x to 40x too large on a 20k-item Zipf stream.
+
+    The estimated gap is the max over hashes (collisions only shorten gaps), the per-step
     probability is ``1 / gap``, and the per-example ``Q(d)`` divides that by the
     mean number of ids per step.
 
@@ -282,6 +293,7 @@ class StreamingFrequency(tf.Module):
         size = [self.num_hashes * self.num_buckets]  # flat, row-major by hash function
         self.last_step = _state_variable(tf.zeros(size, tf.float64), "last_step")
         self.gap = _state_variable(tf.zeros(size, tf.float64), "gap")
+        self.sightings = _state_variable(tf.zeros(size, tf.float64), "sightings")
         self.step = _state_variable(tf.zeros([], tf.float64), "step")
         self.num_ids = _state_variable(tf.zeros([], tf.float64), "num_ids")
 
@@ -297,9 +309,13 @@ class StreamingFrequency(tf.Module):
         c = tf.cast(occurrences, tf.float64)
         last = tf.gather(self.last_step, indices)
         gap = tf.gather(self.gap, indices)
-        keep = tf.pow(tf.constant(1.0 - self.alpha, tf.float64), c)
+        seen = tf.gather(self.sightings, indices)
+        # Weight kept by the old estimate after c more hits: the running mean's
+        # n / (n + c) while fewer than 1 / alpha hits were seen, then (1 - alpha)^c.
+        keep = tf.minimum(tf.pow(tf.constant(1.0 - self.alpha, tf.float64), c), seen / (seen + c))
         new_gap = keep * gap + (1.0 - keep) * (t - last) / c
         self.gap.scatter_update(tf.IndexedSlices(new_gap, indices))
+        self.sightings.scatter_update(tf.IndexedSlices(seen + c, indices))
         self.last_step.scatter_update(tf.IndexedSlices(tf.fill(tf.shape(c), t), indices))
 
     def estimated_gap(self, ids) -> tf.Tensor:

@@ -135,7 +135,7 @@ def sampled_softmax_loss(
     correction: str,
     negative_log_q=None,
     positive_log_q=None,
-    negative_mask=None,
+    is_negative=None,
 ) -> tf.Tensor:
     """Per-example sampled softmax loss with the chosen logQ correction.
 
@@ -150,7 +150,7 @@ def sampled_softmax_loss(
       positive_log_q: `[batch]` floating. ``log Q(p)``; only for ``"logq"``.
         When None the positive's denominator term is left uncorrected (the
         variant of the paper's official code). Defaults to None.
-      negative_mask: `[batch, n]` bool. False marks an entry that is not a
+      is_negative: `[batch, n]` bool. False marks an entry that is not a
         negative (accidental hit, duplicate, padding). Defaults to all True.
 
     Returns:
@@ -181,15 +181,15 @@ def sampled_softmax_loss(
     _check_dim(s_n, "negative_logits", 0, batch, "rows (must match `positive_logits`)")
     num_neg = s_n.shape[1] if s_n.shape.rank == 2 else None
 
-    if negative_mask is None:
+    if is_negative is None:
         mask = tf.ones_like(s_n, dtype=tf.bool)
     else:
-        mask = tf.convert_to_tensor(negative_mask)
+        mask = tf.convert_to_tensor(is_negative)
         if mask.dtype != tf.bool:
-            raise ValueError(f"`negative_mask` must be bool, received dtype {mask.dtype.name}.")
-        _check_rank(mask, "negative_mask", (2,))
-        _check_dim(mask, "negative_mask", 0, batch, "rows")
-        _check_dim(mask, "negative_mask", 1, num_neg, "columns (must match `negative_logits`)")
+            raise ValueError(f"`is_negative` must be bool, received dtype {mask.dtype.name}.")
+        _check_rank(mask, "is_negative", (2,))
+        _check_dim(mask, "is_negative", 0, batch, "rows")
+        _check_dim(mask, "is_negative", 1, num_neg, "columns (must match `negative_logits`)")
 
     masked = masked_value(dtype)
     if correction == "none":
@@ -232,15 +232,14 @@ def in_batch_softmax_loss(
     *,
     correction: str,
     log_q: Optional[tf.Tensor] = None,
-    exclude: Optional[tf.Tensor] = None,
-    exclude_includes_positive: bool = False,
-    num_valid: Optional[tf.Tensor] = None,
+    is_negative: Optional[tf.Tensor] = None,
+    num_negatives: Optional[tf.Tensor] = None,
     numerator_log_q: bool = True,
 ) -> tf.Tensor:
     """The same losses on a TFRS-style score matrix, without copying the positive out.
 
-    Row ``i`` of ``scores`` has its positive in column ``i``; every other column
-    is a negative unless ``exclude`` says otherwise. This is the form
+    Row ``i`` of ``scores`` has its positive in column ``i``; the other columns
+    are its negatives where ``is_negative`` is True. This is the form
     `CorrectedRetrieval` uses: one masked `[batch, num_candidates]` matrix and
     one log-sum-exp per row.
 
@@ -250,12 +249,12 @@ def in_batch_softmax_loss(
       log_q: `[num_candidates]` ``log Q(d)`` of each candidate (``"logq"`` and
         ``"corrected"``). For ``"corrected"`` ``log Q'(d) = log Q(d) - log(1 - Q(p))``
         is applied per row here.
-      exclude: `[batch, num_candidates]` bool, True where the column is not a
-        negative of the row (accidental hit, duplicate, masked). Defaults to None.
-      exclude_includes_positive: bool. Whether ``exclude`` is already True on the
-        diagonal (accidental-hit masks are). Defaults to False.
-      num_valid: `[batch]` number of valid negatives per row, if known more
-        cheaply than by counting ``exclude`` (only used by ``"corrected"``).
+      is_negative: `[batch, num_candidates]` bool, True where the column counts
+        as a negative of the row (False: accidental hit, duplicate, masked).
+        The diagonal (the positive) never counts, whatever it holds. Defaults
+        to None: every other column is a negative.
+      num_negatives: `[batch]` number of negatives per row, if known more
+        cheaply than by counting ``is_negative`` (only used by ``"corrected"``).
       numerator_log_q: bool. For ``"logq"``, subtract ``log Q(p)`` in the
         numerator as well (TFRS does; a constant with zero gradient). Defaults to True.
 
@@ -274,21 +273,23 @@ def in_batch_softmax_loss(
         logits = scores - tf.cast(log_q, dtype)[None, :]
     diagonal = tf.linalg.diag_part(logits[:, :batch])  # s_p - log Q(p), or s_p
 
-    if exclude is None and correction != "corrected":
+    if is_negative is None and correction != "corrected":
         # No mask: the diagonal already holds the positive's denominator term.
         lse = row_logsumexp(logits)
     else:
-        if exclude is None or not exclude_includes_positive:
-            on_diagonal = tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool)
-            exclude = on_diagonal if exclude is None else tf.logical_or(exclude, on_diagonal)
-        negative_lse = masked_row_logsumexp(logits, exclude)  # positive excluded
+        on_diagonal = tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool)
+        excluded = (
+            on_diagonal if is_negative is None
+            else tf.logical_or(tf.logical_not(is_negative), on_diagonal)
+        )
+        negative_lse = masked_row_logsumexp(logits, excluded)  # positive excluded
         if correction == "corrected":
-            if num_valid is None:
-                num_valid = tf.reduce_sum(tf.cast(tf.logical_not(exclude), tf.int32), axis=-1)
+            if num_negatives is None:
+                num_negatives = tf.reduce_sum(tf.cast(tf.logical_not(excluded), tf.int32), -1)
             # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
             q_positive = tf.minimum(tf.exp(tf.cast(log_q, dtype)[:batch]), 1.0 - 1e-6)
             negative_lse = negative_lse + tf.math.log1p(-q_positive)
-            return corrected_from_logsumexp(positive_logits, negative_lse, num_valid)
+            return corrected_from_logsumexp(positive_logits, negative_lse, num_negatives)
         lse = logaddexp(negative_lse, diagonal)
     if correction == "logq" and numerator_log_q:
         return lse - diagonal
@@ -301,7 +302,7 @@ def gbce_loss(
     *,
     sampling_rate: float,
     t: float,
-    negative_mask=None,
+    is_negative=None,
 ) -> tf.Tensor:
     """gSASRec's generalised binary cross-entropy (Petrov & Macdonald, RecSys 2023).
 
@@ -314,7 +315,7 @@ def gbce_loss(
       negative_logits: `[batch, k]`.
       sampling_rate: float. ``alpha`` in (0, 1].
       t: float. Calibration parameter in [0, 1].
-      negative_mask: `[batch, k]` bool, False drops a negative (accidental hit).
+      is_negative: `[batch, k]` bool, False drops a negative (accidental hit).
 
     Returns:
       `[batch]` float32 losses.
@@ -329,8 +330,8 @@ def gbce_loss(
     beta = alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
     positive = beta * tf.nn.softplus(-s_p)  # -beta log sigmoid(s_p)
     negative = tf.nn.softplus(s_n)  # -log(1 - sigmoid(s_i))
-    if negative_mask is not None:
-        negative = tf.where(negative_mask, negative, tf.zeros_like(negative))
+    if is_negative is not None:
+        negative = tf.where(is_negative, negative, tf.zeros_like(negative))
     return positive + tf.reduce_sum(negative, axis=-1)
 
 

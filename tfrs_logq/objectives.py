@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, masked_value, sampled_softmax_loss
-from tfrs_logq.sampling import distinct_in_random_order
+from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
 
 CORRECTED_NAMES = ("none", "logq", "corrected")
 # Score per-position uniform negatives against the whole catalog (one matmul and a
@@ -166,9 +166,8 @@ class SequenceObjective(tf.Module):
             flat_t = tf.where(tf.reshape(is_target, [-1]), flat_t, tf.zeros_like(flat_t))
         uniform = in_batch = valid = None
         if spec.num_uniform:
-            uniform = tf.random.stateless_uniform(
-                [tf.size(flat_t), spec.num_uniform], seed=self._seed(), minval=1,
-                maxval=self.num_items + 1, dtype=tf.int32)
+            uniform = uniform_ids([tf.size(flat_t), spec.num_uniform], self.num_items,
+                                  self._seed(), first_id=1)
         if spec.num_in_batch:
             in_batch, valid = self._in_batch(flat_t, spec.num_in_batch)
         return SampledIds(uniform, in_batch, valid)
@@ -237,7 +236,7 @@ class SequenceObjective(tf.Module):
             rate = min(1.0, spec.num_uniform / max(self.num_items - 1, 1))
             per_position = gbce_loss(positive, logits, sampling_rate=rate,
                                      t=spec.gbce_t if spec.loss == "gbce" else 0.0,
-                                     negative_mask=mask)
+                                     is_negative=mask)
             return self._reduce(per_position, weight)
 
         log_q = None
@@ -251,7 +250,7 @@ class SequenceObjective(tf.Module):
             log_q = tf.where(mask, log_q, masked_value(tf.float32))
         per_position = sampled_softmax_loss(
             positive, logits, correction=spec.correction, negative_log_q=log_q,
-            negative_mask=mask)
+            is_negative=mask)
         return self._reduce(per_position, weight)
 
     @staticmethod

@@ -55,17 +55,24 @@ def _check_positive_int(value, name: str) -> int:
     return int(value)
 
 
-def batch_log_frequency(ids: tf.Tensor, batch_ids: tf.Tensor) -> tf.Tensor:
-    """``log(#id in batch / batch size)``: the unigram estimate from one batch."""
+def batch_log_frequency(ids: tf.Tensor, batch_ids: tf.Tensor, is_real=None) -> tf.Tensor:
+    """``log(#id in batch / batch size)``: the unigram estimate from one batch.
+
+    ``is_real`` (bool, like ``batch_ids``) marks the entries that count towards the
+    batch size (padding does not); all of them by default.
+    """
     counts = tf.reduce_sum(tf.cast(tf.equal(ids[:, None], batch_ids[None, :]), tf.float32), 1)
-    size = tf.cast(tf.maximum(tf.size(batch_ids), 1), tf.float32)
+    real = tf.size(batch_ids) if is_real is None else tf.reduce_sum(tf.cast(is_real, tf.int32))
+    size = tf.cast(tf.maximum(real, 1), tf.float32)
     return tf.math.log(tf.maximum(counts, 1.0) / size)
 
 
-def distinct_in_random_order(ids, k: int, seed, pad_id: int = 0):
+def distinct_in_random_order(ids, k: int, seed, pad_id: int = 0, distinct: bool = True):
     """The distinct values of ``ids`` (``pad_id`` excluded) in uniformly random order,
     the first ``k`` kept: ``(ids_out [k], is_valid [k])``, padded with ``pad_id``
-    (``is_valid`` False) when fewer than ``k`` distinct values exist.
+    (``is_valid`` False) when fewer than ``k`` distinct values exist. With
+    ``distinct=False`` every non-padding entry is a candidate: ``k`` positions
+    drawn without replacement.
 
     Static shapes only (sort, first occurrences, random keys, top-k), so it
     compiles under XLA (`tf.function(jit_compile=True)`), unlike `tf.unique`
@@ -76,6 +83,7 @@ def distinct_in_random_order(ids, k: int, seed, pad_id: int = 0):
       k: int. Number of ids returned.
       seed: `[2]` int seed of the stateless random keys.
       pad_id: int. Value ignored in ``ids`` and used for padding. Defaults to 0.
+      distinct: bool. Deduplicate before drawing. Defaults to True.
     """
     k = _check_positive_int(k, "k")
     flat = tf.reshape(tf.convert_to_tensor(ids), [-1])
@@ -83,8 +91,10 @@ def distinct_in_random_order(ids, k: int, seed, pad_id: int = 0):
         raise ValueError(f"`ids` must be an integer tensor, received dtype {flat.dtype.name}.")
     size = tf.size(flat)
     ordered = tf.sort(flat)
-    first = tf.concat([tf.ones([1], tf.bool), ordered[1:] != ordered[:-1]], 0)[:size]
-    keep = tf.logical_and(first, ordered != tf.cast(pad_id, flat.dtype))
+    keep = ordered != tf.cast(pad_id, flat.dtype)
+    if distinct:
+        first = tf.concat([tf.ones([1], tf.bool), ordered[1:] != ordered[:-1]], 0)[:size]
+        keep = tf.logical_and(first, keep)
     keys = tf.random.stateless_uniform(tf.shape(ordered), seed=seed, dtype=tf.float32)
     keys = tf.where(keep, keys, 2.0 * tf.ones_like(keys))  # kept keys are in [0, 1)
     padded_keys = tf.concat([keys, 3.0 * tf.ones([k], tf.float32)], 0)
@@ -93,6 +103,15 @@ def distinct_in_random_order(ids, k: int, seed, pad_id: int = 0):
     is_valid = tf.gather(padded_keys, order) < 1.0
     out = tf.where(is_valid, tf.gather(padded_ids, order), tf.cast(pad_id, flat.dtype))
     return tf.ensure_shape(out, [k]), tf.ensure_shape(is_valid, [k])
+
+
+def uniform_ids(shape, num_items: int, seed, first_id: int = 1, dtype=tf.int32) -> tf.Tensor:
+    """Ids drawn uniformly with replacement from ``first_id .. first_id + num_items - 1``.
+
+    Stateless (``seed`` is a `[2]` int tensor) and XLA-compilable; ``log Q = -log num_items``.
+    """
+    return tf.random.stateless_uniform(shape, seed=seed, minval=first_id,
+                                       maxval=first_id + num_items, dtype=dtype)
 
 
 class InBatchSampler:
@@ -133,23 +152,19 @@ class InBatchSampler:
         self._calls.assign_add(1)
         return tf.stack([tf.constant(self._seed, tf.int64), self._calls.read_value()])
 
-    def log_q(self, ids: tf.Tensor, batch_ids: tf.Tensor) -> tf.Tensor:
+    def log_q(self, ids: tf.Tensor, batch_ids: tf.Tensor, is_real=None) -> tf.Tensor:
         if self.frequency is None:
-            return batch_log_frequency(ids, batch_ids)
+            return batch_log_frequency(ids, batch_ids, is_real)
         return tf.cast(self.frequency.log_q(ids), tf.float32)
 
     def __call__(self, positive_ids) -> SampledNegatives:
         ids = tf.reshape(tf.cast(tf.convert_to_tensor(positive_ids), tf.int64), [-1])
-        ids = tf.boolean_mask(ids, tf.not_equal(ids, self.pad_id))
-        pool = tf.unique(ids).y if self.deduplicate else ids
-        shuffled = tf.random.experimental.stateless_shuffle(pool, seed=self._next_seed())
-        k = self.num_negatives
-        taken = shuffled[:k]
-        num_taken = tf.shape(taken)[0]
-        padded = tf.pad(taken, [[0, k - num_taken]], constant_values=self.pad_id)
-        padded = tf.ensure_shape(padded, [k])
-        is_valid = tf.range(k) < num_taken
-        log_q = tf.where(is_valid, self.log_q(padded, ids), tf.zeros([k], tf.float32))
+        padded, is_valid = distinct_in_random_order(
+            ids, self.num_negatives, self._next_seed(), pad_id=self.pad_id,
+            distinct=self.deduplicate)
+        # Batch frequencies over real positives (a valid negative never equals pad_id).
+        log_q = tf.where(is_valid, self.log_q(padded, ids, ids != self.pad_id),
+                         tf.zeros([self.num_negatives], tf.float32))
         return SampledNegatives(padded, log_q, is_valid)
 
 
@@ -176,13 +191,8 @@ class UniformSampler:
     def __call__(self, positive_ids=None) -> SampledNegatives:
         self._calls.assign_add(1)
         seed = tf.stack([tf.constant(self._seed, tf.int64), self._calls.read_value()])
-        ids = tf.random.stateless_uniform(
-            [self.num_negatives],
-            seed=seed,
-            minval=self.first_id,
-            maxval=self.first_id + self.num_items,
-            dtype=tf.int64,
-        )
+        ids = uniform_ids([self.num_negatives], self.num_items, seed,
+                          first_id=self.first_id, dtype=tf.int64)
         log_q = tf.fill([self.num_negatives], -tf.math.log(float(self.num_items)))
         return SampledNegatives(ids, log_q, tf.ones([self.num_negatives], tf.bool))
 
@@ -215,12 +225,12 @@ class MixedSampler:
 
     def __call__(self, positive_ids) -> SampledNegatives:
         ids_all = tf.reshape(tf.cast(tf.convert_to_tensor(positive_ids), tf.int64), [-1])
-        batch_ids = tf.boolean_mask(ids_all, tf.not_equal(ids_all, self.in_batch.pad_id))
+        is_real = tf.not_equal(ids_all, self.in_batch.pad_id)
         uni = self.uniform(positive_ids)
         inb = self.in_batch(positive_ids)
         ids = tf.concat([uni.ids, inb.ids], 0)
         is_valid = tf.concat([uni.is_valid, inb.is_valid], 0)
-        unigram = tf.concat([self.in_batch.log_q(uni.ids, batch_ids), inb.log_q], 0)
+        unigram = tf.concat([self.in_batch.log_q(uni.ids, ids_all, is_real), inb.log_q], 0)
         if self.log_q_mode == "unigram":
             log_q = unigram
         else:
