@@ -423,6 +423,35 @@ def _populate_train(p) -> None:
     p.set_defaults(run=_train)
 
 
+def _populate_diagnose(p) -> None:
+    from tfrs_logq.diagnose import SAMPLERS
+    from tfrs_logq.losses import CORRECTIONS
+
+    source = p.add_mutually_exclusive_group(required=True)
+    _add(source, "model-dir", metavar="DIR", help="a `tfrs-logq train` run")
+    _add(source, "synthetic-items", type=_int_at_least(2), metavar="N",
+         help="the synthetic stream's ground-truth model with N items")
+    _add(p, "data-dir", metavar="DIR", help="data of --model-dir (default: its saved data_dir)")
+    _add(p, "queries", type=_int_at_least(1), default=256, metavar="N",
+         help="queries (test users of --model-dir, users of the stream)")
+    _add(p, "samplers", type=_comma_list(SAMPLERS), default="in-batch", metavar="LIST",
+         help="comma-separated samplers")
+    _add(p, "num-negatives", type=_comma_list(item=_int_at_least(1)), default="16,64,256",
+         metavar="LIST", help="comma-separated numbers of negatives k")
+    _add(p, "corrections", type=_comma_list(CORRECTIONS), default=",".join(CORRECTIONS),
+         metavar="LIST", help="comma-separated corrections")
+    _add(p, "draws", type=_int_at_least(2), default=200, metavar="T",
+         help="Monte Carlo draws of the negatives per sampler and k")
+    _add(p, "exact", action="store_true",
+         help="enumerate every draw instead of Monte Carlo (tiny catalogs only)")
+    _add(p, "seed", type=_int_at_least(0), default=0, help="seed of queries and draws")
+    _add(p, "output-dir", metavar="DIR",
+         help="write diagnose.json, diagnose.md and diagnose.png there")
+    _add(p, "json", action="store_true", help="print the result as one JSON object")
+    _add_verbose(p)
+    p.set_defaults(run=_diagnose)
+
+
 def _populate_experiment(p) -> None:
     from tfrs_logq.pipelines.datasets import DATASETS
     from tfrs_logq.pipelines.splits import SPLITS
@@ -542,6 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train SASRec with one of the paper's losses")
     sub.add_parser("experiment", populate=_populate_experiment,
                    help="run the paper's grid and write its Table 1")
+    sub.add_parser("diagnose", populate=_populate_diagnose,
+                   help="gradient bias of none/logq/corrected against the full softmax")
     sub.add_parser("export", populate=_populate_export,
                    help="export a trained model as a TF Serving SavedModel")
     sub.add_parser("serve", populate=_populate_serve,
@@ -672,6 +703,37 @@ def _train(args) -> int:
                             split=split, **kwargs)
     result = {**result, "data": _data_record(split.interactions)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    return 0
+
+
+def _diagnose(args) -> int:
+    from tfrs_logq import diagnose as diag
+
+    if args.model_dir:
+        _read_model_config(args.model_dir)
+        inputs = diag.model_dir_inputs(args.model_dir, args.queries, seed=args.seed,
+                                       data_dir=args.data_dir)
+        source = {"model_dir": os.path.abspath(args.model_dir)}
+    else:
+        inputs = diag.synthetic_inputs(args.synthetic_items, args.queries, seed=args.seed)
+        source = {"synthetic_items": args.synthetic_items}
+    result = diag.diagnose(*inputs, samplers=args.samplers, num_negatives=args.num_negatives,
+                           corrections=args.corrections, num_draws=args.draws, seed=args.seed,
+                           exact=args.exact)
+    result.pop("_per_query")
+    result = {**source, **result}
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        for name, write in (("diagnose.json", lambda f: json.dump(result, f, indent=2)),
+                            ("diagnose.md", lambda f: f.write(diag.format_table(result) + "\n"))):
+            tmp = os.path.join(args.output_dir, f".{name}.tmp")
+            with open(tmp, "w") as f:
+                write(f)
+            os.replace(tmp, os.path.join(args.output_dir, name))
+        png = os.path.join(args.output_dir, "diagnose.png")
+        diag.plot(result, png + ".tmp.png")
+        os.replace(png + ".tmp.png", png)
+    print(json.dumps(result) if args.json else diag.format_table(result))
     return 0
 
 

@@ -1,0 +1,145 @@
+"""Specification of `tfrs_logq.diagnose`: sampled-gradient bias against the full softmax.
+
+References are written here in numpy from the paper's formulas.
+"""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from tfrs_logq.diagnose import Proposal, diagnose, full_softmax_gradient
+
+
+def _toy(num_items=5, num_queries=3, dim=3, seed=0):
+    rng = np.random.default_rng(seed)
+    items = rng.normal(size=(num_items, dim))
+    queries = rng.normal(size=(num_queries, dim))
+    positives = rng.integers(0, num_items, num_queries)
+    unigram = rng.uniform(0.2, 1.0, num_items)
+    return queries, items, positives, unigram / unigram.sum()
+
+
+def reference_gradient(correction, u, items, p, negatives, log_q):
+    """One draw's gradient w.r.t. u, from the formulas (hits masked)."""
+    valid = [d for d in negatives if d != p]
+    s = items @ u
+    if correction == "corrected":
+        if not valid:
+            return np.zeros_like(u)
+        log_q_prime = log_q[valid] - np.log1p(-np.exp(log_q[p]))
+        z = s[valid] - log_q_prime
+        pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        lse = z.max() + np.log(np.exp(z - z.max()).sum())
+        w = 1.0 - 1.0 / (1.0 + np.exp(lse - np.log(len(valid)) - s[p]))
+        return w * (-items[p] + pi @ items[valid])
+    shift = log_q if correction == "logq" else np.zeros_like(log_q)
+    rows = [p] + valid
+    z = s[rows] - shift[rows]
+    pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    return -items[p] + pi @ items[rows]
+
+
+def test_full_softmax_gradient_is_chunk_independent_and_exact():
+    q, items, pos, _ = _toy(num_items=50, num_queries=4)
+    g, p_pos = full_softmax_gradient(q, items, pos, chunk_size=7)
+    s = q @ items.T
+    prob = np.exp(s - s.max(1, keepdims=True))
+    prob /= prob.sum(1, keepdims=True)
+    np.testing.assert_allclose(g, prob @ items - items[pos], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(p_pos, prob[np.arange(4), pos], rtol=1e-10)
+
+
+@pytest.mark.parametrize("sampler", ["in-batch", "uniform", "mixed"])
+def test_exact_expectation_equals_numpy_enumeration(sampler):
+    q, items, pos, unigram = _toy()
+    k = 2
+    result = diagnose(q, items, pos, unigram, samplers=[sampler], num_negatives=[k], exact=True)
+    proposal = Proposal(sampler, k, unigram)
+    log_q = proposal.log_q()
+    n = len(unigram)
+    slots = [np.full(n, 1 / n)] * proposal.num_uniform + [unigram] * (k - proposal.num_uniform)
+    g_star, p_pos = full_softmax_gradient(q, items, pos)
+    for row in result["rows"]:
+        c = row["correction"]
+        expected = np.zeros_like(q)
+        for combo in itertools.product(range(n), repeat=k):
+            prob = np.prod([slots[i][d] for i, d in enumerate(combo)])
+            for j in range(len(q)):
+                expected[j] += prob * reference_gradient(c, q[j], items, pos[j], combo, log_q)
+        bias = np.linalg.norm(expected - g_star, axis=1) / np.linalg.norm(g_star, axis=1)
+        np.testing.assert_allclose(result["_per_query"][(sampler, k, c)]["bias"], bias,
+                                   rtol=1e-6, err_msg=c)
+        assert row["bias"] == pytest.approx(bias.mean(), rel=1e-6)
+
+
+def test_monte_carlo_converges_to_the_exact_expectation():
+    q, items, pos, unigram = _toy(seed=3)
+    exact = diagnose(q, items, pos, unigram, num_negatives=[2], exact=True)
+    mc = diagnose(q, items, pos, unigram, num_negatives=[2], num_draws=3000, seed=1)
+    for a, b in zip(exact["rows"], mc["rows"]):
+        assert b["bias"] == pytest.approx(a["bias"], abs=0.03), a["correction"]
+        assert b["variance"] == pytest.approx(a["variance"], rel=0.1), a["correction"]
+
+
+def _zipf_model(num_items=1500, num_queries=96, dim=12, seed=0):
+    rng = np.random.default_rng(seed)
+    pop = 1.0 / np.arange(1, num_items + 1)
+    items = 0.5 * rng.normal(size=(num_items, dim))
+    items[:, 0] = np.log(pop)  # scores carry popularity, as trained models do
+    queries = 0.5 * rng.normal(size=(num_queries, dim))
+    queries[:, 0] = 1.0
+    s = queries @ items.T
+    prob = np.exp(s - s.max(1, keepdims=True))
+    prob /= prob.sum(1, keepdims=True)
+    positives = np.array([rng.choice(num_items, p=p) for p in prob])
+    return queries, items, positives, pop
+
+
+def test_corrected_bias_is_below_standard_logq_and_shrinks_with_k():
+    result = diagnose(*_zipf_model(), num_negatives=[8, 64], num_draws=60, seed=2)
+    bias = {(r["k"], r["correction"]): r["bias"] for r in result["rows"]}
+    for k in (8, 64):
+        assert bias[(k, "corrected")] < 0.5 * bias[(k, "logq")] < bias[(k, "none")]
+    assert bias[(64, "corrected")] < 0.5 * bias[(8, "corrected")]
+    decile_rows = [r for r in result["rows"] if r["k"] == 64][0]["by_decile"]
+    assert sum(d["num_queries"] for d in decile_rows) == 96
+
+
+def test_input_errors_name_the_problem():
+    q, items, pos, unigram = _toy()
+    with pytest.raises(ValueError, match="same dim"):
+        diagnose(q[:, :2], items, pos, unigram)
+    with pytest.raises(ValueError, match="positives must be item rows"):
+        diagnose(q, items, pos + 10, unigram)
+    with pytest.raises(ValueError, match="unigram"):
+        diagnose(q, items, pos, -unigram)
+    with pytest.raises(ValueError, match="sampler"):
+        diagnose(q, items, pos, unigram, samplers=["popular"])
+    with pytest.raises(ValueError, match="too large"):
+        diagnose(q, items, pos, unigram, num_negatives=[64], exact=True)
+
+
+def test_cli_on_the_synthetic_stream_writes_table_json_and_png(tmp_path, capsys):
+    from tfrs_logq import cli
+
+    out = tmp_path / "diag"
+    code = cli.main(["diagnose", "--synthetic-items", "400", "--queries", "24",
+                     "--num-negatives", "4,16", "--draws", "20", "--output-dir", str(out),
+                     "--json"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "diagnose.json").read_text())
+    assert printed == saved and len(saved["rows"]) == 2 * 3
+    assert (out / "diagnose.png").stat().st_size > 1000
+    assert "| in-batch | 16 | corrected |" in (out / "diagnose.md").read_text()
+    assert not list(out.glob(".*tmp*"))
+
+
+def test_cli_model_dir_that_is_not_a_run_is_a_one_line_error(tmp_path, capsys):
+    from tfrs_logq import cli
+
+    code = cli.main(["diagnose", "--model-dir", str(tmp_path / "missing")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "does not exist" in err
