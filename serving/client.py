@@ -40,6 +40,23 @@ def make_request(model_name: str, history: np.ndarray, k: Optional[int] = None,
     return request
 
 
+def pad_histories(rows: list) -> np.ndarray:
+    """Left-pads raw-id histories into one `[batch, width]` array (0, or "" for strings)."""
+    width = max(1, max(len(r) for r in rows))
+    pad = "" if rows[0].dtype.kind in ("U", "S", "O") else 0
+    return np.array([np.concatenate([np.full(width - len(r), pad, dtype=r.dtype), r])
+                     for r in rows])
+
+
+def served_query_embeddings(stub, model_name: str, histories_raw: list,
+                            timeout: float = 60.0) -> np.ndarray:
+    """The served model's ``query_embedding`` signature on ``histories_raw``."""
+    request = make_request(model_name, pad_histories(histories_raw),
+                           signature_name="query_embedding")
+    response = stub.Predict(request, timeout=timeout)
+    return tf.make_ndarray(response.outputs["query_embedding"])
+
+
 def ranks_through_server(stub, model_name: str, histories_raw: list, targets_raw: np.ndarray,
                          max_k: int, batch_size: int = 64, max_in_flight: int = 8,
                          timeout: float = 60.0, num_items: Optional[int] = None,
@@ -69,10 +86,7 @@ def ranks_through_server(stub, model_name: str, histories_raw: list, targets_raw
 
     for start in range(0, len(targets_raw), batch_size):
         rows = histories_raw[start:start + batch_size]
-        width = max(1, max(len(r) for r in rows))
-        pad = "" if rows[0].dtype.kind in ("U", "S", "O") else 0
-        batch = np.array([np.concatenate([np.full(width - len(r), pad, dtype=r.dtype), r])
-                          for r in rows])
+        batch = pad_histories(rows)
         most_seen = max(len(set(seen_raw[j].tolist())) for j in range(start, start + len(rows)))
         k = max_k + most_seen if num_items is None else min(max_k + most_seen, num_items)
         request = make_request(model_name, batch, k=k)

@@ -1,7 +1,8 @@
 """`tfrs-logq export`: a trained model as a TF Serving SavedModel with a retrieval index.
 
-Layout: ``MODEL_BASE_PATH/NAME/VERSION/`` (an integer version per SavedModel), as
-``tensorflow_model_server --model_base_path=MODEL_BASE_PATH/NAME`` expects. A
+Layout: ``BASE/VERSION/`` (an integer version per SavedModel), ``BASE`` being
+TF Serving's ``--model_base_path`` (`export_version`; `export` writes
+``PARENT/NAME/VERSION``, one directory per servable). A
 version is written under a hidden temporary name in the same directory and
 renamed into place, so a server polling the directory never sees half of one.
 
@@ -21,9 +22,12 @@ index parameters, the vocabulary size, the padding value and the model config.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 from typing import Optional
@@ -35,6 +39,63 @@ from tfrs_logq.models import SASRecEncoder, SequentialRetrievalModel
 from tfrs_logq.objectives import make_objective
 
 INDEXES = ("scann", "brute-force")
+# A servable name is one path component: no separators, no "..", nothing hidden.
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TMP_PREFIX = ".tmp-"
+logger = logging.getLogger(__name__)
+
+
+def check_model_name(name: str) -> str:
+    """``name`` if it is a valid servable name (letters, digits, ``._-``), else ValueError."""
+    if not isinstance(name, str) or not _MODEL_NAME.match(name) or ".." in name:
+        raise ValueError(
+            f"--model_name {name!r} is not a valid servable name: use letters, digits, '.', "
+            "'_' and '-' (one path component, not starting with '.' or '-', no '..').")
+    return name
+
+
+def run_fingerprint(model_dir: str) -> str:
+    """sha256 over a training run's ``config.json``, ``vocabulary.json`` and best weights."""
+    digest = hashlib.sha256()
+    names = ["config.json", "vocabulary.json"] + sorted(
+        f for f in os.listdir(model_dir) if f.startswith("best.weights"))
+    for name in names:
+        digest.update(name.encode())
+        with open(os.path.join(model_dir, name), "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(base: str) -> list[str]:
+    """Deletes ``.tmp-*`` directories that crashed exports left in ``base``.
+
+    A temporary is named ``.tmp-VERSION-PID-RANDOM``; it is stale when that process
+    is gone (an export in progress in a live process is left alone). Returns the
+    removed paths.
+    """
+    removed = []
+    if not os.path.isdir(base):
+        return removed
+    for name in os.listdir(base):
+        if not name.startswith(_TMP_PREFIX):
+            continue
+        parts = name[len(_TMP_PREFIX):].split("-")
+        pid = int(parts[1]) if len(parts) >= 3 and parts[1].isdigit() else None
+        if pid is None or not _pid_alive(pid):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            removed.append(os.path.join(base, name))
+    return removed
 
 
 def scann_parameters(num_items: int, k: int) -> dict:
@@ -182,22 +243,48 @@ def next_version(base: str) -> int:
 def export(model_dir: str, model_base_path: str, model_name: str, version: Optional[int] = None,
            index: str = "scann", default_k: int = 100, scann_params: Optional[dict] = None,
            module: Optional[RetrievalModule] = None) -> str:
-    """Writes ``model_base_path/model_name/version`` atomically; returns its path."""
+    """Writes ``model_base_path/model_name/version`` atomically; returns its path.
+
+    ``model_base_path`` is here the parent of one directory per servable (a
+    multi-model layout). `export_version` writes into TF Serving's base path itself.
+    """
+    check_model_name(model_name)
+    return export_version(model_dir, os.path.join(model_base_path, model_name), version=version,
+                          index=index, default_k=default_k, scann_params=scann_params,
+                          module=module)
+
+
+def export_version(model_dir: str, base_path: str, version: Optional[int] = None,
+                   index: str = "scann", default_k: int = 100,
+                   scann_params: Optional[dict] = None,
+                   module: Optional[RetrievalModule] = None) -> str:
+    """Writes ``base_path/VERSION`` atomically (TF Serving's ``--model_base_path``
+    layout: ``base_path`` holds the integer versions); returns its path.
+
+    The next free version is used unless ``version`` is given; versions are
+    immutable. ``.tmp-*`` directories left by crashed exports are removed first.
+    """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
-    config = {}
+    config, fingerprint = {}, None
     if module is None:
         encoder, config, raw_ids = load_trained(model_dir)
+        if default_k > len(raw_ids):
+            logger.warning("--k %d is larger than the catalog (%d items): the export "
+                           "answers at most %d items.", default_k, len(raw_ids), len(raw_ids))
+        fingerprint = run_fingerprint(model_dir)
         module = RetrievalModule(encoder, raw_ids, index, default_k, scann_params)
-    base = os.path.join(model_base_path, model_name)
+    base = base_path
     os.makedirs(base, exist_ok=True)
+    for path in remove_stale_temporaries(base):
+        logger.warning("removed %s, left by an export that did not finish", path)
     version = next_version(base) if version is None else int(version)
     if version < 1:
         raise ValueError(f"`version` must be a positive integer, received {version}.")
     final = os.path.join(base, str(version))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists; versions are immutable, choose another.")
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=base)
+    tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{version}-{os.getpid()}-", dir=base)
     try:
         signatures = {
             tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: module.serving_default,
@@ -213,6 +300,8 @@ def export(model_dir: str, model_base_path: str, model_name: str, version: Optio
             "history_dtype": "string" if module.string_ids else "int64",
             "padding": "" if module.string_ids else 0,
             "model": config,
+            "run": None if fingerprint is None else {
+                "model_dir": os.path.abspath(model_dir), "fingerprint": fingerprint},
         }
         os.makedirs(os.path.join(tmp, "assets"), exist_ok=True)
         with open(os.path.join(tmp, "assets", "export.json"), "w") as f:
@@ -224,4 +313,6 @@ def export(model_dir: str, model_base_path: str, model_name: str, version: Optio
     return final
 
 
-__all__ = ["INDEXES", "RetrievalModule", "export", "load_trained", "scann_parameters"]
+__all__ = ["INDEXES", "RetrievalModule", "check_model_name", "export", "export_version",
+           "load_trained",
+           "remove_stale_temporaries", "run_fingerprint", "scann_parameters"]

@@ -767,10 +767,18 @@ def _export(args) -> int:
             f"--model_base_path {base} is a file, not a directory: give the directory that "
             "holds (or will hold) the model's integer versions.")
     _read_model_config(args.model_dir)
-    from tfrs_logq.serving.export import export
+    from tfrs_logq.serving.export import check_model_name, export_version
 
-    path = export(args.model_dir, base, args.model_name, version=args.version,
-                  index=args.index, default_k=args.k)
+    check_model_name(args.model_name)
+    old_layout = os.path.join(base, args.model_name)
+    if os.path.isdir(old_layout) and any(d.isdigit() for d in os.listdir(old_layout)):
+        print(f"tfrs-logq: warning: --model_base_path is TF Serving's base path (the directory "
+              f"of versions) since 0.2; {old_layout} holds versions of the old layout "
+              f"(BASE/NAME/VERSION), so this version goes there too. Pass --model_base_path "
+              f"{old_layout} to silence this.", file=sys.stderr)
+        base = old_layout
+    path = export_version(args.model_dir, base, version=args.version, index=args.index,
+                          default_k=args.k)
     print(path)
     return 0
 
@@ -897,7 +905,12 @@ def _evaluate(args) -> int:
 
     from tfrs_logq.metrics import target_ranks
     from tfrs_logq.pipelines.sequential import evaluation_arrays
-    from tfrs_logq.serving.client import predict_stub, ranks_through_server, recall_ndcg
+    from tfrs_logq.serving.client import (
+        predict_stub,
+        ranks_through_server,
+        recall_ndcg,
+        served_query_embeddings,
+    )
     from tfrs_logq.serving.export import load_trained
 
     channel.close()
@@ -916,6 +929,16 @@ def _evaluate(args) -> int:
     targets_raw = raw_ids[arrays["targets"] - 1]
     stub, channel = predict_stub(args.server)
     try:
+        # The served model must be this run's: compare query embeddings on a few users.
+        probe = sent_raw[:8]
+        local = encoder.last_query(arrays["history"][:8], training=False).numpy()
+        remote = served_query_embeddings(stub, args.model_name, probe, timeout=args.timeout)
+        gap = float(np.max(np.abs(remote - local)) / max(np.max(np.abs(local)), 1e-12))
+        if remote.shape != local.shape or gap > 1e-3:
+            raise ValueError(
+                f"the model the server at {args.server} serves as {args.model_name!r} is not "
+                f"the run at --model-dir {args.model_dir} (its query embeddings differ by "
+                f"{gap:.2g} relative): serve that run's export, or give its --model-dir.")
         served = ranks_through_server(stub, args.model_name, sent_raw, targets_raw, max_k,
                                       num_items=len(raw_ids), seen_raw=seen_raw)
     finally:

@@ -1,0 +1,127 @@
+"""Export: TF Serving's base-path layout, name checks, stale temporaries, run fingerprints,
+and `evaluate` refusing a served model that is not the run it is given (issue 12)."""
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from tfrs_logq import cli
+from tfrs_logq.serving.export import (
+    check_model_name,
+    export,
+    export_version,
+    remove_stale_temporaries,
+    run_fingerprint,
+)
+from tfrs_logq.training import resolve_config, train
+
+
+def _ratings(directory, seed=0):
+    rng = np.random.default_rng(seed)
+    lines = []
+    for u in range(1, 41):
+        for k in range(int(rng.integers(8, 14))):
+            lines.append(f"{u}::{100 + int(rng.zipf(1.4) % 30)}::4::{1_000_000 + 1000 * k + u}\n")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ratings.dat").write_text("".join(lines))
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
+    data = _ratings(root / "data")
+    out = {"root": root, "data": data}
+    for seed in (0, 1):
+        config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data,
+                                max_epochs=1, seed=seed)
+        out[seed] = str(root / f"model{seed}")
+        train(config, out[seed], verbose=0)
+    return out
+
+
+def test_export_version_writes_tf_servings_layout_with_the_run_fingerprint(runs, tmp_path):
+    base = tmp_path / "ml1m"
+    first = export_version(runs[0], str(base), index="brute-force", default_k=5)
+    second = export_version(runs[0], str(base), index="brute-force", default_k=5)
+    assert (first, second) == (str(base / "1"), str(base / "2"))
+    meta = json.loads((base / "1" / "assets" / "export.json").read_text())
+    assert meta["run"] == {"model_dir": os.path.abspath(runs[0]),
+                           "fingerprint": run_fingerprint(runs[0])}
+    assert run_fingerprint(runs[0]) != run_fingerprint(runs[1])
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-flag", "", "a..b"])
+def test_bad_model_names_are_refused(runs, tmp_path, name, capsys):
+    with pytest.raises(ValueError, match="not a valid servable name"):
+        export(runs[0], str(tmp_path), name, index="brute-force")
+    assert not any(tmp_path.iterdir())  # nothing written anywhere
+    code = cli.main(["export", "--model-dir", runs[0], "--model_base_path",
+                     str(tmp_path / "b"), f"--model_name={name}", "--index", "brute-force"])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a valid servable name" in err and "Traceback" not in err
+    assert check_model_name("ml-1m_v2.0") == "ml-1m_v2.0"
+
+
+def test_stale_temporaries_of_dead_exports_are_removed_live_ones_kept(runs, tmp_path, caplog):
+    base = tmp_path / "m"
+    dead = base / ".tmp-3-999999999-abc"  # no such process
+    live = base / f".tmp-4-{os.getpid()}-xyz"  # an export in progress in this process
+    for d in (dead, live):
+        (d / "variables").mkdir(parents=True)
+    with caplog.at_level(logging.WARNING):
+        export_version(runs[0], str(base), index="brute-force", default_k=5)
+    assert not dead.exists() and live.exists()
+    assert "did not finish" in caplog.text
+    assert remove_stale_temporaries(str(tmp_path / "absent")) == []
+
+
+def test_k_larger_than_the_catalog_is_reported(runs, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        path = export_version(runs[0], str(tmp_path / "m"), index="brute-force",
+                              default_k=100_000)
+    assert "larger than the catalog" in caplog.text
+    meta = json.loads((tmp_path / "m" / "1" / "assets" / "export.json").read_text())
+    assert meta["default_k"] == meta["num_items"] < 100_000 and path.endswith("1")
+
+
+def test_cli_export_base_path_is_the_version_directory_and_old_layout_warns(runs, tmp_path,
+                                                                            capsys):
+    base = tmp_path / "ml1m"
+    code = cli.main(["export", "--model-dir", runs[0], "--model_base_path", str(base),
+                     "--model_name", "ml1m", "--index", "brute-force", "--k", "5"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.strip() == str(base / "1") and "warning" not in err
+    old = tmp_path / "parent"
+    (old / "ml1m" / "1").mkdir(parents=True)  # a version of the old BASE/NAME/VERSION layout
+    code = cli.main(["export", "--model-dir", runs[0], "--model_base_path", str(old),
+                     "--model_name", "ml1m", "--index", "brute-force", "--k", "5"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.strip() == str(old / "ml1m" / "2")
+    assert "warning" in err and "TF Serving's base path" in err
+
+
+def test_evaluate_refuses_a_server_that_serves_another_run(runs, tmp_path, capsys):
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    base = tmp_path / "other"
+    export_version(runs[1], str(base), index="brute-force", default_k=5)
+    srv = ModelServer(ServerOptions(model_name="m", port=0, rest_api_port=0,
+                                    model_base_path=str(base))).start()
+    try:
+        code = cli.main(["evaluate", "--server", f"127.0.0.1:{srv.port}", "--model_name", "m",
+                         "--model-dir", runs[0], "--json"])
+        err = capsys.readouterr().err
+        assert code == 2 and "is not the run at --model-dir" in err and "Traceback" not in err
+        code = cli.main(["evaluate", "--server", f"127.0.0.1:{srv.port}", "--model_name", "m",
+                         "--model-dir", runs[1], "--json"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["served"] == result["exact"]
+    finally:
+        srv.stop()
