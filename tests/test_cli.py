@@ -371,6 +371,14 @@ def test_serve_on_a_port_in_use(capsys, tmp_path, which):
         holder.close()
     flag = {"rest": "--rest_api_port", "grpc": "--port"}[which]
     assert_one_line_error(code, err, f"{flag} {port}", "in use")
+    # The base path holds no version: TF Serving's message comes first.
+    assert f"No versions of servable m found under base path {tmp_path}" in err
+
+
+def test_serve_a_base_path_that_does_not_exist(capsys, tmp_path):
+    code, _, err = run(capsys, "serve", "--model_name", "m", "--model_base_path",
+                       tmp_path / "nothing", "--port", "0", "--rest_api_port", "0")
+    assert_one_line_error(code, err, "--model_base_path", "does not exist")
 
 
 def test_evaluate_against_a_dead_server(capsys, tmp_path):

@@ -806,6 +806,17 @@ def _check_port(host: str, port: int, flag: str) -> None:
 
 
 def _serve(args) -> int:
+    base = args.model_base_path
+    if not os.path.isdir(base):
+        raise FileNotFoundError(
+            f"--model_base_path {base} does not exist or is not a directory: give TF Serving's "
+            "base path, the directory that holds the integer versions `tfrs-logq export "
+            "--model_base_path` writes.")
+    if not any(d.isdigit() and os.path.isdir(os.path.join(base, d)) for d in os.listdir(base)):
+        # TF Serving's own words; the server keeps polling and serves the first version.
+        print(f"No versions of servable {args.model_name} found under base path {base}. "
+              "Did you forget to name your leaf directory as a number (eg. '/1/')?",
+              file=sys.stderr, flush=True)
     _check_port(args.host, args.port, "--port")
     _check_port(args.host, args.rest_api_port, "--rest_api_port")
     from tfrs_logq.serving.server import ModelServer, ServerOptions
