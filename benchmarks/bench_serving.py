@@ -8,8 +8,13 @@
    on loopback: throughput and p50/p99 latency of concurrent gRPC clients (the
    official stub, in a separate process), beside threads calling the same
    SavedModel signature in process.
+3. REST under concurrent load: 32 and 200 clients (threads of a separate process)
+   all starting at once, each sending single-user POST :predict requests, over one
+   keep-alive connection per client or a new connection per request: how many
+   succeeded, requests/s, p50/p99 latency of the successful ones.
 
     python benchmarks/bench_serving.py [--num-items 1000000 --queries 2000 --clients 8]
+    python benchmarks/bench_serving.py --skip-ann --skip-grpc   # the REST load only
 """
 
 import argparse
@@ -77,14 +82,25 @@ def ann_benchmark(args, rng):
     print(f"ScaNN / brute force queries/s = {scann_qps / exact_qps:.1f}x")
 
 
-def server_benchmark(args, rng):
+def serving_export(args):
     num_items = args.server_items
     encoder = SASRecEncoder(num_items + 1, 50, 64, 2, 1, 0.0)
     encoder(tf.zeros([1, 50], tf.int32))
     module = RetrievalModule(encoder, np.arange(1, num_items + 1), "brute-force", 100)
     base = tempfile.mkdtemp()
     export("", base, "bench", index="brute-force", module=module)
-    saved = tf.saved_model.load(os.path.join(base, "bench", "1"))
+    return os.path.join(base, "bench")
+
+
+def start_server(args, model_base_path):
+    return ModelServer(ServerOptions("bench", model_base_path, port=0, rest_api_port=0,
+                                     max_batch_size=args.max_batch_size,
+                                     batch_timeout_micros=args.batch_timeout_micros)).start()
+
+
+def server_benchmark(args, rng, model_base_path):
+    num_items = args.server_items
+    saved = tf.saved_model.load(os.path.join(model_base_path, "1"))
     signature = saved.signatures["serving_default"]
     requests = [rng.integers(1, num_items + 1, size=(1, 50)).astype(np.int64)
                 for _ in range(args.requests)]
@@ -117,9 +133,7 @@ def server_benchmark(args, rng):
     in_process = lambda h: signature(history=tf.constant(h))["item_ids"].numpy()  # noqa: E731
     run(in_process, 1)
     local = run(in_process, args.clients)
-    srv = ModelServer(ServerOptions("bench", os.path.join(base, "bench"), port=0,
-                                    rest_api_port=0, max_batch_size=args.max_batch_size,
-                                    batch_timeout_micros=args.batch_timeout_micros)).start()
+    srv = start_server(args, model_base_path)
     # The load comes from another process, as real clients do (and so that the
     # clients' Python does not share the server's interpreter lock).
     proc = subprocess.run(
@@ -137,6 +151,39 @@ def server_benchmark(args, rng):
     print(f"| tfrs-logq serve, gRPC     | {remote[0]:10,.0f} | {remote[1]:6.1f} | "
           f"{remote[2]:6.1f} |")
     print(f"server / in-process throughput = {remote[0] / local[0]:.2f}")
+
+
+def rest_load_benchmark(args, model_base_path):
+    """Many REST clients at once: every request must succeed (none reset or dropped)."""
+    clients_list = [int(c) for c in args.rest_clients.split(",")]
+    per_client = args.rest_requests_per_client
+    srv = start_server(args, model_base_path)
+    rows = []
+    try:
+        for clients in clients_list:
+            for mode in ("keep-alive", "per-request"):
+                proc = subprocess.run(
+                    [sys.executable, "-c", REST_CLIENT, str(srv.rest_port),
+                     str(args.server_items), str(clients), str(per_client), mode],
+                    capture_output=True, text=True, timeout=900)
+                if proc.returncode != 0:
+                    raise RuntimeError(proc.stderr[-2000:])
+                rows.append((clients, mode, json.loads(proc.stdout.strip().splitlines()[-1])))
+    finally:
+        srv.stop()
+    print(f"REST :predict under concurrent load (top-100 of {args.server_items:,} items), "
+          f"{per_client} requests per client, all clients starting at once:")
+    print("| clients | connections          | succeeded            | requests/s | p50 ms | "
+          "p99 ms |")
+    print("|---------|----------------------|----------------------|------------|--------|"
+          "--------|")
+    for clients, mode, r in rows:
+        connections = "one keep-alive each" if mode == "keep-alive" else "new per request"
+        print(f"| {clients:7d} | {connections:20s} | {r['ok']:5d}/{r['total']:5d} "
+              f"({100 * r['ok'] / r['total']:5.1f}%) | {r['rps']:10,.0f} | {r['p50']:6.1f} | "
+              f"{r['p99']:6.1f} |")
+        if r["errors"]:
+            print(f"  failures, e.g.: {r['errors'][:3]}")
 
 
 CLIENT = r"""
@@ -174,6 +221,56 @@ print(json.dumps([len(latencies) / elapsed, statistics.median(latencies) * 1e3,
 """
 
 
+REST_CLIENT = r"""
+import http.client, json, statistics, sys, threading, time
+import numpy as np
+port, num_items, clients, per_client = map(int, sys.argv[1:5])
+keep_alive = sys.argv[5] == "keep-alive"
+rng = np.random.default_rng(2)
+bodies = [json.dumps({"instances": rng.integers(1, num_items + 1, (1, 50)).tolist()}).encode()
+          for _ in range(clients * per_client)]
+latencies, errors, lock = [], [], threading.Lock()
+barrier = threading.Barrier(clients)
+def worker(c):
+    connection = None
+    barrier.wait()
+    for body in bodies[c * per_client:(c + 1) * per_client]:
+        t0 = time.perf_counter()
+        try:
+            if connection is None:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            connection.request("POST", "/v1/models/bench:predict", body,
+                               {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            reply = response.read()
+            if response.status != 200 or b"predictions" not in reply:
+                raise RuntimeError(f"HTTP {response.status}: {reply[:100]!r}")
+            with lock:
+                latencies.append(time.perf_counter() - t0)
+        except Exception as exc:
+            with lock:
+                errors.append(repr(exc)[:120])
+            if connection is not None:
+                connection.close()
+            connection = None
+        if not keep_alive and connection is not None:
+            connection.close()
+            connection = None
+    if connection is not None:
+        connection.close()
+threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
+start = time.perf_counter()
+for t in threads: t.start()
+for t in threads: t.join()
+elapsed = time.perf_counter() - start
+latencies.sort()
+pick = lambda q: latencies[int(q * (len(latencies) - 1))] * 1e3 if latencies else float("nan")
+print(json.dumps({"total": clients * per_client, "ok": len(latencies),
+                  "rps": len(latencies) / elapsed, "p50": pick(0.5), "p99": pick(0.99),
+                  "errors": sorted(set(errors))}))
+"""
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--num-items", type=int, default=1_000_000)
@@ -183,6 +280,11 @@ def main():
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--skip-ann", action="store_true")
+    parser.add_argument("--skip-grpc", action="store_true", help="skip part 2")
+    parser.add_argument("--skip-rest", action="store_true", help="skip part 3")
+    parser.add_argument("--rest-clients", default="32,200",
+                        help="comma-separated numbers of concurrent REST clients")
+    parser.add_argument("--rest-requests-per-client", type=int, default=10)
     parser.add_argument("--max-batch-size", type=int, default=256)
     parser.add_argument("--batch-timeout-micros", type=int, default=500)
     args = parser.parse_args()
@@ -190,7 +292,13 @@ def main():
     print(f"machine: {machine()}")
     if not args.skip_ann:
         ann_benchmark(args, rng)
-    server_benchmark(args, rng)
+    if args.skip_grpc and args.skip_rest:
+        return
+    model_base_path = serving_export(args)
+    if not args.skip_grpc:
+        server_benchmark(args, rng, model_base_path)
+    if not args.skip_rest:
+        rest_load_benchmark(args, model_base_path)
 
 
 if __name__ == "__main__":

@@ -191,7 +191,7 @@ def test_status_and_metadata(server):
 
 @pytest.mark.parametrize("case", [
     "float_history", "rank_one", "unknown_model", "unknown_version", "too_long",
-    "missing_input", "bad_k", "unknown_signature"])
+    "missing_input", "bad_k", "k_beyond_int32", "unknown_signature"])
 def test_grpc_bad_input_gets_a_clear_status_and_server_keeps_serving(server, case):
     from tensorflow_serving.apis import predict_pb2
 
@@ -213,12 +213,18 @@ def test_grpc_bad_input_gets_a_clear_status_and_server_keeps_serving(server, cas
         request.model_spec.name = "ml"
     elif case == "bad_k":
         request = make_request("ml", _histories(), k=10_000)
+    elif case == "k_beyond_int32":  # used to wrap to int32: k=5
+        request = make_request("ml", _histories(), k=3)
+        request.inputs["k"].CopyFrom(tf.make_tensor_proto(np.int64(2**32 + 5)))
     elif case == "unknown_signature":
         request.model_spec.signature_name = "nope"
     with pytest.raises(grpc.RpcError) as info:
         stub.Predict(request, timeout=30)
     assert info.value.code() == expected
     assert info.value.details()  # says what was wrong
+    if case == "k_beyond_int32":
+        assert "k must be in [1, " in info.value.details() and str(2**32 + 5) in \
+            info.value.details()
     ok = stub.Predict(make_request("ml", _histories()), timeout=30)
     assert ok.outputs["item_ids"].tensor_shape.dim[0].size == 3
     channel.close()
@@ -230,7 +236,7 @@ def test_grpc_bad_input_gets_a_clear_status_and_server_keeps_serving(server, cas
     ({"instances": [[1, 2], [3]]}, 400, "rectangular"),
     ({"instances": [[1]], "inputs": [[1]]}, 400, "exactly one"),
     ({"instances": [list(range(31))]}, 400, "at most 30"),
-    ({"instances": [[1] * 30] * 3000}, 400, "exceeds the limit"),
+    ({"instances": [[1] * 30] * 3000}, 413, "exceeds the limit"),
 ])
 def test_rest_bad_input(server, body, status, fragment):
     code, reply = _http(server, "POST", "/v1/models/ml:predict", body)
@@ -346,3 +352,185 @@ def test_load_trained_rebuilds_the_trained_encoder(trained, tmp_path, share):
     assert loaded.share_item_embeddings == share
     np.testing.assert_array_equal(loaded.item_embeddings().numpy(),
                                   encoder.item_embeddings().numpy())
+
+
+# ------------------------------------------------------------------ REST hardening
+
+
+def _predict_body(k=None):
+    inputs = {"history": [[101, 102, 103]]}
+    if k is not None:
+        return json.dumps({"signature_name": "top_k", "inputs": {**inputs, "k": k}}).encode()
+    return json.dumps({"instances": inputs["history"]}).encode()
+
+
+def test_rest_200_concurrent_clients_all_succeed(server):
+    """socketserver's listen backlog of 5 reset connections under this load."""
+    import http.client
+
+    clients, per_client = 200, 3
+    barrier = threading.Barrier(clients, timeout=30)
+    errors, done = [], []
+    lock = threading.Lock()
+
+    def client(index):
+        keep_alive = index % 2 == 0  # half reuse one connection, half connect per request
+        connection = None
+        try:
+            barrier.wait()
+            for _ in range(per_client):
+                if connection is None or not keep_alive:
+                    connection = http.client.HTTPConnection("127.0.0.1", server.rest_port,
+                                                            timeout=15)
+                connection.request("POST", "/v1/models/ml:predict", _predict_body(),
+                                   {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                reply = json.loads(response.read())
+                assert response.status == 200, reply
+                assert len(reply["predictions"][0]["item_ids"]) == 10
+                if not keep_alive:
+                    connection.close()
+            with lock:
+                done.append(index)
+        except Exception as exc:  # the assertion below reports it
+            with lock:
+                errors.append(f"client {index}: {exc!r}")
+        finally:
+            if connection is not None:
+                connection.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(1.0, 40 - (time.monotonic() - start)))
+    assert not errors, f"{len(errors)} of {clients} clients failed, e.g. {errors[:3]}"
+    assert len(done) == clients
+
+
+def test_a_second_server_on_a_port_in_use_is_refused(server, exports):
+    """grpc binds with SO_REUSEPORT by default: a second server would share the port."""
+    base = str(exports["base"] / "scann")
+    for grpc_port, rest_port, words in [(server.port, 0, ("gRPC", f"{server.port}")),
+                                        (0, server.rest_port, ("REST", f"{server.rest_port}"))]:
+        options = ServerOptions(model_name="ml", port=grpc_port, rest_api_port=rest_port,
+                                model_base_path=base)
+        with pytest.raises(OSError, match="already in use") as info:
+            ModelServer(options).start().stop()
+        for word in words:
+            assert word in str(info.value)
+    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
+    for _ in range(8):  # every new connection still reaches the one server
+        fresh, fresh_channel = predict_stub(f"127.0.0.1:{server.port}")
+        assert fresh.Predict(make_request("ml", _histories()), timeout=30).outputs["item_ids"]
+        fresh_channel.close()
+    channel.close()
+    assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
+
+
+def _raw(server, data: bytes, method="POST", timeout=15, half_close=False):
+    """Sends ``data`` as is and parses the reply: (status, headers, JSON body)."""
+    import http.client
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        response = http.client.HTTPResponse(sock, method=method)
+        response.begin()
+        body = response.read()
+    assert response.getheader("Content-Type") == "application/json", body[:200]
+    return response.status, response.headers, json.loads(body)
+
+
+def _post_raw(body: bytes, length="auto", extra=b""):
+    head = b"POST /v1/models/ml:predict HTTP/1.1\r\nHost: x\r\n" + extra
+    if length == "auto":
+        head += b"Content-Length: %d\r\n" % len(body)
+    elif length is not None:
+        head += b"Content-Length: " + length.encode() + b"\r\n"
+    return head + b"\r\n" + body
+
+
+@pytest.mark.parametrize("case,request_bytes,status,fragments", [
+    ("deep_json", _post_raw(b'{"instances": ' + b"[" * 100_000), 400, ["nest"]),
+    ("negative_length", _post_raw(b"", "-5"), 400, ["Content-Length", "-5"]),
+    ("text_length", _post_raw(b"", "abc"), 400, ["Content-Length", "abc"]),
+    ("no_length", _post_raw(b"", None), 400, ["Content-Length"]),
+    ("two_lengths", _post_raw(b"{}", "2", b"Content-Length: 9\r\n"), 400, ["Content-Length"]),
+    ("too_large", _post_raw(b"", "10000000"), 413, ["10000000", "200000"]),
+    ("k_beyond_int32", _post_raw(_predict_body(k=2**32 + 5)), 400,
+     ["k must be in [1, {num_items}]", str(2**32 + 5)]),
+    ("k_beyond_int64", _post_raw(_predict_body(k=2**70)), 400,
+     ["k must be in [1, {num_items}]", str(2**70)]),
+    ("k_zero", _post_raw(_predict_body(k=0)), 400, ["k must be in [1, {num_items}]"]),
+    ("k_bool", _post_raw(_predict_body(k=True)), 400, ["'k'", "integers"]),
+    ("history_beyond_int64", _post_raw(b'{"instances": [[1, %d]]}' % 2**64), 400,
+     ["history", "int64"]),
+    ("invalid_utf8", _post_raw(b'{"instances": [[101]], "signature_name": "\xff\xfe"}'),
+     400, ["UTF-8"]),
+    ("utf8_surrogate", _post_raw(b'{"instances": [[101]], "signature_name": "\xed\xa0\x80"}'),
+     400, ["UTF-8"]),
+    ("integer_of_5000_digits", _post_raw(b'{"instances": [[1%s]]}' % (b"1" * 5000)), 400,
+     ["JSON"]),
+    ("chunked", _post_raw(b"5\r\nhello\r\n0\r\n\r\n", None, b"Transfer-Encoding: chunked\r\n"),
+     400, ["Transfer-Encoding", "Content-Length"]),
+    ("short_body", _post_raw(b"{}", "10", b"Connection: close\r\n"), 400, ["ended after 2"]),
+    ("bad_request_line", b"GARBAGE\r\n\r\n", 400, []),
+    ("unknown_method", b"BREW /v1/models/ml HTTP/1.1\r\nHost: x\r\n\r\n", 501, ["BREW"]),
+])
+def test_rest_malformed_requests_get_a_json_error(server, case, request_bytes, status,
+                                                  fragments):
+    code, headers, reply = _raw(server, request_bytes, half_close=case == "short_body")
+    assert code == status, reply
+    assert isinstance(reply.get("error"), str) and reply["error"], reply
+    num_items = server.manager.get("ml").meta["num_items"]
+    for fragment in fragments:
+        assert fragment.format(num_items=num_items) in reply["error"], (fragment, reply)
+    if case in ("negative_length", "text_length", "two_lengths", "too_large", "chunked",
+                "short_body", "bad_request_line", "unknown_method"):
+        assert headers["Connection"] == "close"  # the bytes that follow are not a request
+    assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH", "OPTIONS"])
+def test_rest_other_methods_get_a_json_405(server, method):
+    code, headers, reply = _raw(
+        server, f"{method} /v1/models/ml HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}"
+        .encode(), method=method)
+    assert code == 405 and method in reply["error"], reply
+    assert set(headers["Allow"].replace(" ", "").split(",")) == {"GET", "HEAD", "POST"}
+
+
+def test_rest_keep_alive_serves_several_requests_on_one_connection(server):
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", server.rest_port, timeout=15)
+    for _ in range(3):
+        connection.request("POST", "/v1/models/ml:predict", _predict_body())
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["predictions"]
+        connection.request("GET", "/v1/models/ml")
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["model_version_status"]
+    # An error that leaves the body unread closes the connection, and says so.
+    connection.request("POST", "/v1/models/ml:predict", b"x" * 300_000)
+    response = connection.getresponse()
+    assert response.status == 413 and response.getheader("Connection") == "close"
+    assert "exceeds the limit" in json.loads(response.read())["error"]
+    connection.close()
+
+
+def test_string_inputs_are_sent_to_the_model_as_utf8():
+    """numpy's astype(bytes) is ASCII: non-ASCII raw ids were refused."""
+    from tfrs_logq.serving.server import _utf8_strings
+
+    encoded = _utf8_strings(np.array([["café", "b"]]))
+    assert encoded.tolist() == [["café".encode(), b"b"]]
+    assert _utf8_strings(np.array([b"x\xff"], dtype=object)).tolist() == [b"x\xff"]  # gRPC
+    with pytest.raises(ValueError, match="surrogates"):
+        _utf8_strings(np.array(["\ud800"]))  # JSON's "\ud800" escape: no UTF-8 for it
+    with pytest.raises(TypeError, match="expected strings"):
+        _utf8_strings(np.array([1, 2]))
