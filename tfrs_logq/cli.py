@@ -428,9 +428,10 @@ def _populate_diagnose(p) -> None:
     from tfrs_logq.losses import CORRECTIONS
 
     source = p.add_mutually_exclusive_group(required=True)
-    _add(source, "model-dir", metavar="DIR", help="a `tfrs-logq train` run")
+    _add(source, "model-dir", metavar="DIR",
+         help="a `tfrs-logq train` run (default: none; this or --synthetic-items is required)")
     _add(source, "synthetic-items", type=_int_at_least(2), metavar="N",
-         help="the synthetic stream's ground-truth model with N items")
+         help="the synthetic stream's ground-truth model with N items (default: none)")
     _add(p, "data-dir", metavar="DIR", help="data of --model-dir (default: its saved data_dir)")
     _add(p, "queries", type=_int_at_least(1), default=256, metavar="N",
          help="queries (test users of --model-dir, users of the stream)")
@@ -446,7 +447,8 @@ def _populate_diagnose(p) -> None:
          help="enumerate every draw instead of Monte Carlo (tiny catalogs only)")
     _add(p, "seed", type=_int_at_least(0), default=0, help="seed of queries and draws")
     _add(p, "output-dir", metavar="DIR",
-         help="write diagnose.json, diagnose.md and diagnose.png there")
+         help="write diagnose.json, diagnose.md and diagnose.png there (default: none, "
+              "print only)")
     _add(p, "json", action="store_true", help="print the result as one JSON object")
     _add_verbose(p)
     p.set_defaults(run=_diagnose)
@@ -509,6 +511,8 @@ _SERVE_HELP = {
     "max_request_rows": "most rows in one request",
     "max_request_bytes": "largest request body",
     "num_threads": "gRPC worker threads",
+    "rest_api_num_threads": "REST worker threads (connections beyond them wait, not fail)",
+    "rest_api_timeout_in_ms": "REST: longest wait for a client's request, in ms",
 }
 _SERVE_NON_NEGATIVE = {"port", "rest_api_port", "batch_timeout_micros"}
 
