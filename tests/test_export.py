@@ -7,8 +7,6 @@ import os
 
 import numpy as np
 import pytest
-
-from tfrs_logq import cli
 from tfrs_logq.serving.export import (
     check_model_name,
     export,
@@ -16,6 +14,8 @@ from tfrs_logq.serving.export import (
     remove_stale_temporaries,
     run_fingerprint,
 )
+
+from tfrs_logq import cli
 from tfrs_logq.training import resolve_config, train
 
 

@@ -32,20 +32,38 @@ def _select_legacy_keras() -> None:
 
 _select_legacy_keras()
 
-from tfrs_logq import frequency, losses, sampling, tasks  # noqa: E402
-from tfrs_logq.frequency import (  # noqa: E402
-    CountMinSketch,
-    ExactFrequency,
-    StreamingFrequency,
-)
-from tfrs_logq.losses import CORRECTIONS, sampled_softmax_loss  # noqa: E402
-from tfrs_logq.sampling import (  # noqa: E402
-    InBatchSampler,
-    MixedSampler,
-    SampledNegatives,
-    UniformSampler,
-)
-from tfrs_logq.tasks import CorrectedRetrieval  # noqa: E402
+# The public names are imported on first use (PEP 562), so that `import tfrs_logq`
+# and the command line's --help do not pay for importing TensorFlow.
+_LAZY = {
+    "CountMinSketch": "tfrs_logq.frequency",
+    "ExactFrequency": "tfrs_logq.frequency",
+    "StreamingFrequency": "tfrs_logq.frequency",
+    "CORRECTIONS": "tfrs_logq.losses",
+    "sampled_softmax_loss": "tfrs_logq.losses",
+    "InBatchSampler": "tfrs_logq.sampling",
+    "MixedSampler": "tfrs_logq.sampling",
+    "SampledNegatives": "tfrs_logq.sampling",
+    "UniformSampler": "tfrs_logq.sampling",
+    "CorrectedRetrieval": "tfrs_logq.tasks",
+}
+_SUBMODULES = ("frequency", "losses", "sampling", "tasks")
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tfrs_logq.{name}")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tfrs_logq' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
 
 __all__ = [
     "CORRECTIONS",

@@ -396,8 +396,9 @@ def _populate_demo(p) -> None:
 
 
 def _populate_data_stats(p) -> None:
-    training, _ = _train_modules()
-    defaults = training.TrainConfig()
+    from tfrs_logq.config import TrainConfig
+
+    defaults = TrainConfig()
     group = _add_data_flags(p, defaults.dataset, defaults.split)
     from tfrs_logq.pipelines.datasets import DEFAULT_TEMPORAL_FRACTION
 

@@ -1,0 +1,84 @@
+"""Training configuration: `TrainConfig`, the presets and the option names.
+
+Free of TensorFlow, so the command line can build its flags from it without
+importing TensorFlow. `tfrs_logq.training` re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
+# "bfloat16": mixed_bfloat16 (CPU, TPU); "float16": mixed_float16 with dynamic loss
+# scaling (GPU). The policy is set for one `train` call and reset afterwards.
+MIXED_PRECISION_POLICIES = ("none", "bfloat16", "float16")
+MONITOR = "val_ndcg@10"
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    dataset: str = "ml-1m"
+    split: str = "temporal"
+    loss: str = "mns-corrected"
+    data_dir: Optional[str] = None
+    data_format: Optional[str] = None
+    max_length: int = 200
+    embedding_dim: int = 128
+    num_blocks: int = 2
+    num_heads: int = 1
+    dropout: float = 0.5
+    num_negatives: int = 256
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    steps_per_epoch: int = 100
+    max_epochs: int = 10_000
+    patience: int = 200
+    max_validation_users: Optional[int] = None
+    temporal_fraction: Optional[float] = None
+    seed: int = 0
+    strategy: str = "auto"
+    cross_replica_negatives: bool = False
+    mixed_precision: str = "none"
+    jit_compile: bool = False
+    share_item_embeddings: bool = False
+    preset: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mixed_precision, bool):  # configs written before 0.2
+            self.mixed_precision = "none" if not self.mixed_precision else "float16"
+        if self.mixed_precision not in MIXED_PRECISION_POLICIES:
+            raise ValueError(f"`mixed_precision` must be one of {MIXED_PRECISION_POLICIES}, "
+                             f"received {self.mixed_precision!r}.")
+        if int(self.seed) < 0:
+            raise ValueError(f"`seed` (--seed) must be >= 0, received {self.seed}.")
+
+
+# The paper's protocol (gSASRec defaults) for a GPU; the paper's model and data with
+# a step cap and a short patience, for long runs on 2 CPU cores (80 epochs of 48 steps
+# at most on ML-1M); a fixed small CPU budget; and a smoke test for CI. A preset sets
+# these fields; explicit flags override it.
+PRESETS = {
+    "paper": {},
+    "long": {"split": "gsasrec", "max_epochs": 80, "patience": 10},
+    "cpu": {"max_length": 200, "embedding_dim": 64, "batch_size": 64, "steps_per_epoch": 50,
+            "max_epochs": 12, "patience": 12, "max_validation_users": 2048},
+    "smoke": {"max_length": 30, "embedding_dim": 16, "num_blocks": 1, "batch_size": 32,
+              "num_negatives": 32, "steps_per_epoch": 5, "max_epochs": 2, "patience": 2,
+              "max_validation_users": 256, "dropout": 0.2},
+}
+
+
+def resolve_config(preset: Optional[str] = None, **overrides) -> TrainConfig:
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}.")
+    fields = {**(PRESETS[preset] if preset else {}),
+              **{k: v for k, v in overrides.items() if v is not None}}
+    unknown = set(fields) - {f.name for f in dataclasses.fields(TrainConfig)}
+    if unknown:
+        raise ValueError(f"unknown training options: {sorted(unknown)}")
+    return TrainConfig(preset=preset, **fields)
+
+
+__all__ = ["MIXED_PRECISION_POLICIES", "MONITOR", "PRESETS", "STRATEGIES", "TrainConfig",
+           "resolve_config"]
