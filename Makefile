@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench lint clean install
+.PHONY: demo test bench lint clean install pipeline
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/tfrs-logq demo --output-dir demo_output
+
+# The batch pipeline (Apache Beam, local FnApiRunner) on SASRec's ML-1M, gSASRec's split.
+PIPELINE_DATA ?= ../shared/data/ml-1m-sasrec
+pipeline: $(STAMP)
+	$(VENV)/bin/tfrs-logq pipeline run --pipeline-root pipeline_output --dataset ml-1m \
+	  --data-dir $(PIPELINE_DATA) --data-format sasrec --split gsasrec
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -34,4 +40,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check tfrs_logq pipelines serving tests benchmarks
 
 clean:
-	rm -rf $(VENV) demo_output build *.egg-info
+	rm -rf $(VENV) demo_output pipeline_output build *.egg-info

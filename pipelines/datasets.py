@@ -242,6 +242,17 @@ def _parse_steam_review(line: str):
     return str(record["username"]), str(record["product_id"]), timestamp
 
 
+def _parse_interactions_csv(line: str):
+    if not line.strip():
+        return None
+    fields = next(csv.reader([line]))
+    if fields[:3] == ["user", "item", "timestamp"]:
+        return None
+    if len(fields) != 3:
+        raise ValueError(f"expected user,item,timestamp, got {len(fields)} fields")
+    return fields[0], fields[1], int(fields[2])
+
+
 def _read(path, parse, n_fields, *, member=None, skip_bad_lines=False, report=None,
           encoding="latin-1"):
     """Streams ``path`` into ``n_fields`` columns in bounded memory: each field is
@@ -296,20 +307,8 @@ def read_steam_reviews(path: str, *, skip_bad_lines: bool = False,
 def read_interactions_csv(path: str, *, skip_bad_lines: bool = False,
                           report: Optional[ParseReport] = None):
     """``(user, item, timestamp)`` from a ``user,item,timestamp`` CSV (header optional)."""
-    report = report if report is not None else ParseReport()
-
-    def parse(row_text: str):
-        if not row_text.strip():
-            return None
-        fields = next(csv.reader([row_text]))
-        if fields[:3] == ["user", "item", "timestamp"]:
-            return None
-        if len(fields) != 3:
-            raise ValueError(f"expected user,item,timestamp, got {len(fields)} fields")
-        return fields[0], fields[1], int(fields[2])
-
-    return tuple(_read(path, parse, 3, skip_bad_lines=skip_bad_lines, report=report,
-                       encoding="utf-8"))
+    return tuple(_read(path, _parse_interactions_csv, 3, skip_bad_lines=skip_bad_lines,
+                       report=report, encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------- loaders

@@ -80,15 +80,17 @@ def parse_lines(
     source: str,
     skip_bad_lines: bool = False,
     report: Optional[ParseReport] = None,
+    first_line: int = 1,
 ) -> Iterator[tuple]:
     """Applies ``parse`` to every line; a malformed line raises `DataFormatError`
     naming ``source`` and the 1-based line number, or is skipped and counted when
     ``skip_bad_lines``. ``parse`` returns None for lines to ignore (blank lines).
     A file that ends early or does not decompress (truncated or corrupt ``.gz``)
-    raises `DataFormatError` naming ``source`` too."""
+    raises `DataFormatError` naming ``source`` too. ``first_line`` is the number
+    of the first of ``lines`` in the file (a part of a file read on its own)."""
     report = report if report is not None else ParseReport()
     iterator = iter(lines)
-    number = 0
+    number = first_line - 1
     while True:
         try:
             line = next(iterator)

@@ -551,6 +551,61 @@ def _populate_evaluate(p) -> None:
     p.set_defaults(run=_evaluate)
 
 
+def _populate_pipeline_run(p) -> None:
+    from tfrs_logq.config import TrainConfig
+    from tfrs_logq.pipelines.beam import SOURCE_FORMATS
+    from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
+    from tfrs_logq.pipelines.datasets import DATASETS, DEFAULT_TEMPORAL_FRACTION
+    from tfrs_logq.pipelines.splits import SPLITS
+
+    defaults = TrainConfig()
+    _add(p, "pipeline-root", required=True, metavar="DIR",
+         help="where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, each "
+              "with a manifest.json); current ones are skipped")
+    group = p.add_argument_group("data")
+    _add(group, "dataset", choices=DATASETS, default=None,
+         help=f"dataset (default: {defaults.dataset}; with --input, none)")
+    _add(group, "data-dir", default=None, metavar="DIR",
+         help=f"{_TRAIN_HELP['data_dir']} (default: $TFRS_LOGQ_DATA_DIR, else the download "
+              "cache)")
+    _add(group, "input", default=None, metavar="FILE",
+         help="read this file instead of finding the dataset's (needs --data-format) "
+              "(default: none)")
+    _add(group, "data-format", aliases=("format",), choices=SOURCE_FORMATS,
+         default=None,
+         help="the file's format: ratings (user::item::rating::ts), sasrec (user item), csv "
+              "(user,item,timestamp) or steam (Steam reviews) (default: for ml-1m whichever "
+              "the data directory holds)")
+    _add(group, "split", choices=SPLITS, default=defaults.split,
+         help=_TRAIN_HELP["split"])
+    _add(group, "temporal-fraction", aliases=("fraction",), dest="temporal_fraction",
+         type=_float_in(0.0, 0.5), default=None, metavar="X",
+         help=f"{_TRAIN_HELP['temporal_fraction']} (default: "
+              + ", ".join(f"{v} for {k}" for k, v in DEFAULT_TEMPORAL_FRACTION.items())
+              + ", else 0.1)")
+    _add(group, "skip-bad-lines", action="store_true",
+         help="drop malformed lines of the data file and count them in the manifest")
+    _add(group, "no-download", action="store_true",
+         help="never download; fail when no local copy exists")
+    beam = p.add_argument_group("beam")
+    _add(beam, "runner", choices=RUNNERS, default=RUNNERS[0],
+         help="Beam runner (local, direct_running_mode=multi_processing)")
+    _add(beam, "num-workers", type=_int_at_least(1), default=DEFAULT_NUM_WORKERS, metavar="N",
+         help="worker processes (direct_num_workers)")
+    _add(beam, "num-shards", type=_int_at_least(1), default=4, metavar="N",
+         help="TFRecord files of ExampleGen")
+    _add(beam, "sketch-depth", type=_int_at_least(1), default=4, metavar="N",
+         help="rows of the count-min sketch of Statistics")
+    _add(beam, "sketch-width", type=_int_at_least(1), default=1 << 20, metavar="N",
+         help="counters per row of the count-min sketch")
+    _add(beam, "sketch-seed", type=int, default=0, metavar="N",
+         help="hash seed of the count-min sketch (as CountMinSketch's seed)")
+    _add(p, "force", action="store_true", help="rebuild every component, current or not")
+    _add(p, "json", action="store_true", help="print one JSON object")
+    _add_verbose(p)
+    p.set_defaults(run=_pipeline_run, train_defaults=(defaults.dataset, defaults.split))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `tfrs-logq` parser; each command's flags are added when first used."""
     from tfrs_logq._version import __version__
@@ -584,6 +639,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve exports with TF Serving's gRPC and REST APIs")
     sub.add_parser("evaluate", populate=_populate_evaluate,
                    help="Recall@k through a TF Serving endpoint, beside the exact figures")
+    pipeline = sub.add_parser("pipeline", help="the batch pipeline on Apache Beam")
+    _add_verbose(pipeline)
+    pipeline_sub = pipeline.add_subparsers(dest="pipeline_command", required=True,
+                                           metavar="COMMAND", parser_class=_Parser)
+    pipeline_sub.add_parser("run", populate=_populate_pipeline_run,
+                            help="ExampleGen then Statistics into --pipeline-root, skipping "
+                                 "current components")
     return parser
 
 
@@ -970,6 +1032,75 @@ def _evaluate(args) -> int:
     return 0
 
 
+def _pipeline_input(args) -> tuple[str, str, str]:
+    """``(file, format, dataset name)`` of ``pipeline run``, found as ``data stats`` finds it."""
+    from tfrs_logq.pipelines import datasets
+
+    if args.input is not None:
+        if args.data_format is None:
+            raise ValueError("--input needs --data-format (one of ratings, sasrec, csv, "
+                             "steam).")
+        if not os.path.isfile(args.input):
+            raise FileNotFoundError(f"--input {args.input}: no such file")
+        return args.input, args.data_format, args.dataset or ""
+    dataset = args.dataset or args.train_defaults[0]
+    if dataset == "ml-1m":
+        if args.data_format not in (None, *datasets.ML1M_FORMATS):
+            raise ValueError(f"--data-format for ml-1m is one of {datasets.ML1M_FORMATS}; "
+                             f"use --input FILE for a {args.data_format} file.")
+        path, fmt = datasets.resolve_ml1m(args.data_dir, args.data_format,
+                                          needs_timestamps=args.split == "temporal",
+                                          download_ok=not args.no_download)
+        return path, fmt, dataset
+    if args.data_format is not None:
+        raise ValueError(f"--data-format chooses the file of ml-1m or of --input; {dataset} "
+                         "has no such choice.")
+    root, origin = datasets.data_root(args.data_dir)
+    found = datasets._candidates(root, "steam")
+    path = datasets._one(found, "steam", root, origin) if found else datasets._fetch_or_explain(
+        datasets.STEAM_URL, datasets.STEAM_SHA256, "steam_reviews.json.gz", "steam", root,
+        origin, not args.no_download)
+    return path, "csv" if ".csv" in os.path.basename(path) else "steam", dataset
+
+
+def _pipeline_run(args) -> int:
+    # Beam logs through the root logger at import; keep that off the terminal.
+    if not logging.getLogger().handlers:
+        logging.getLogger().addHandler(logging.NullHandler())
+    from tfrs_logq.pipelines.beam.pipeline import run_pipeline
+
+    path, fmt, dataset = _pipeline_input(args)
+    results = run_pipeline(
+        args.pipeline_root, path, fmt, split=args.split, dataset=dataset,
+        skip_bad_lines=args.skip_bad_lines, temporal_fraction=args.temporal_fraction,
+        num_shards=args.num_shards, sketch_depth=args.sketch_depth,
+        sketch_width=args.sketch_width, sketch_seed=args.sketch_seed, runner=args.runner,
+        num_workers=args.num_workers, force=args.force)
+    if args.json:
+        print(json.dumps({"pipeline_root": os.path.abspath(args.pipeline_root),
+                          "components": [{"name": r.name, "status": r.status, "reason": r.reason,
+                                          "directory": r.directory,
+                                          "seconds": round(r.seconds, 2),
+                                          "counts": r.manifest.get("counts")}
+                                         for r in results]}))
+        return 0
+    print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {args.split}")
+    for result in results:
+        print(f"  {result.line()}")
+        counts = result.manifest.get("counts", {})
+        if result.name == "ExampleGen":
+            skipped = counts.get("skipped_lines", 0)
+            print(f"    {counts.get('num_users', 0):,} users, {counts.get('num_items', 0):,} "
+                  f"items, {counts.get('num_interactions', 0):,} interactions from "
+                  f"{counts.get('num_rows', 0):,} rows"
+                  + (f", {skipped:,} malformed lines skipped" if skipped or args.skip_bad_lines
+                     else ""))
+        elif result.name == "Statistics":
+            print(f"    {counts.get('train_interactions', 0):,} training interactions, "
+                  f"{counts.get('items_seen', 0):,} of {counts.get('num_items', 0):,} items seen")
+    return 0
+
+
 # ------------------------------------------------------------------- output and errors
 
 
@@ -1006,7 +1137,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 _EXTRAS = {"scann": "scann", "tensorflow_serving": "serving", "grpc": "serving",
-           "tensorflow_datasets": "data"}
+           "tensorflow_datasets": "data", "apache_beam": "beam"}
 
 
 def _is_user_error(exc: BaseException) -> bool:

@@ -1,0 +1,44 @@
+"""A TFX-style batch pipeline on plain Apache Beam (importable as ``tfrs_logq.pipelines.beam``).
+
+Components, each writing one artifact (a directory with a ``manifest.json``) under
+a pipeline root, skipped on rerun when current, rebuilt when altered:
+
+- `ExampleGen` (``example_gen``): raw interactions -> per-user ``tf.train.Example``
+  records of a split + the id vocabulary;
+- `Statistics` (``statistics``): exact training item counts and a count-min sketch.
+
+Readers for training code, which need no Beam: `read_split` (``examples``),
+`load_log_q` and `load_item_statistics` (``item_statistics``). `run_pipeline`
+(``pipeline``) runs the components in order; ``tfrs-logq pipeline run`` is its
+command line. Beam runs locally on `FnApiRunner` with worker processes
+(``runner``). Names are imported on first use, so importing this package needs no Beam.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# The raw files ExampleGen reads (`example_gen.FORMATS`): MovieLens's ratings.dat,
+# SASRec's "user item" files, a user,item,timestamp CSV, and Steam's reviews.
+SOURCE_FORMATS = ("ratings", "sasrec", "csv", "steam")
+
+_EXPORTS = {
+    "ArtifactError": "artifacts",
+    "ComponentResult": "pipeline",
+    "ExampleGen": "example_gen",
+    "ItemStatistics": "item_statistics",
+    "Statistics": "statistics",
+    "load_item_statistics": "item_statistics",
+    "load_log_q": "item_statistics",
+    "read_split": "examples",
+    "run_components": "pipeline",
+    "run_pipeline": "pipeline",
+}
+
+__all__ = sorted([*_EXPORTS, "SOURCE_FORMATS"])
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

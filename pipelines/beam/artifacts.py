@@ -1,0 +1,236 @@
+"""Artifacts of the batch pipeline: one directory per component, described by its manifest.
+
+Under ``--pipeline-root``::
+
+    ROOT/
+      .lock                        held by the run using ROOT (flock)
+      ExampleGen/manifest.json     ...and the component's files
+      Statistics/manifest.json
+      .tmp-Statistics-PID-XXXX/    a component being written (removed when PID is gone)
+
+``manifest.json`` records what the artifact was made from and what it holds:
+``component`` and its ``version``, ``inputs`` (each with the sha256 of what it
+was read from: a data file, or another artifact's outputs), ``parameters``,
+``counts``, and ``outputs``: the sha256 of every file of the artifact, keyed by
+its path relative to the artifact directory.
+
+An artifact is *current* when its manifest matches the inputs and parameters of
+the run and every file verifies (`verify`: no file missing, none altered, none
+added). Otherwise it is rebuilt, and a reader (`verified_manifest`) refuses it,
+naming the file: a damaged artifact is never trusted.
+
+Writing: a component writes into ``.tmp-NAME-PID-XXXX`` beside its directory,
+the manifest last, then renames that into place (`publish`); a reader sees the
+old complete artifact, no artifact, or the new complete one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import json
+import os
+import shutil
+import tempfile
+from typing import Iterator, Optional
+
+from tfrs_logq.pipelines.interactions import file_fingerprint
+
+MANIFEST = "manifest.json"
+LOCK = ".lock"
+_TMP_PREFIX = ".tmp-"
+_OLD_PREFIX = ".old-"
+
+
+class ArtifactError(ValueError):
+    """An artifact that is missing, incomplete or does not match its manifest; the
+    message names the artifact and the file."""
+
+
+def output_fingerprints(directory: str) -> dict:
+    """``{relative path: sha256}`` of every file under ``directory`` but the manifest,
+    sorted by path (``/``-separated)."""
+    found = {}
+    for parent, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(parent, name)
+            rel = os.path.relpath(path, directory).replace(os.sep, "/")
+            if rel != MANIFEST:
+                found[rel] = file_fingerprint(path)
+    return dict(sorted(found.items()))
+
+
+def read_manifest(directory: str) -> Optional[dict]:
+    """The artifact's manifest, or None when it has none (not built, or not finished).
+
+    Raises:
+      ArtifactError: the manifest is unreadable or not a JSON object.
+    """
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{path} is unreadable ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("outputs"), dict):
+        raise ArtifactError(f"{path} is not an artifact manifest")
+    return manifest
+
+
+def mismatch(directory: str, manifest: dict) -> Optional[str]:
+    """Why the files of ``directory`` differ from ``manifest["outputs"]`` (the first
+    file missing, altered or added), or None when every file verifies."""
+    expected = manifest["outputs"]
+    found = output_fingerprints(directory)
+    for rel, digest in expected.items():
+        if rel not in found:
+            return f"{os.path.join(directory, rel)} is missing"
+        if found[rel] != digest:
+            return (f"{os.path.join(directory, rel)} was altered (its sha256 differs from "
+                    "the manifest's)")
+    extra = sorted(set(found) - set(expected))
+    if extra:
+        return f"{os.path.join(directory, extra[0])} is not in the manifest"
+    return None
+
+
+def verified_manifest(directory: str, component: Optional[str] = None) -> dict:
+    """The manifest of a complete artifact whose files all verify.
+
+    Raises:
+      ArtifactError: no artifact, one of another component, or one whose files do not
+        match its manifest (the message names the file and says to rerun the pipeline).
+    """
+    manifest = read_manifest(directory)
+    if manifest is None:
+        raise ArtifactError(f"{directory} holds no finished artifact (no {MANIFEST}); run "
+                            "`tfrs-logq pipeline run` to build it.")
+    if component is not None and manifest.get("component") != component:
+        raise ArtifactError(f"{directory} is a {manifest.get('component')} artifact, not "
+                            f"{component}.")
+    problem = mismatch(directory, manifest)
+    if problem is not None:
+        raise ArtifactError(f"{problem}: the artifact is damaged and is not used; rerun "
+                            "`tfrs-logq pipeline run` to rebuild it.")
+    return manifest
+
+
+def stale_reason(directory: str, component: str, version: int, inputs: dict,
+                 parameters: dict) -> Optional[str]:
+    """None when the artifact in ``directory`` is current for these inputs and
+    parameters and its files verify; otherwise why it must be (re)built."""
+    try:
+        manifest = read_manifest(directory)
+    except ArtifactError as exc:
+        return str(exc)
+    if manifest is None:
+        return "not built yet"
+    if manifest.get("component") != component or manifest.get("version") != version:
+        return (f"written by {manifest.get('component')} version {manifest.get('version')}, "
+                f"this is version {version}")
+    if manifest.get("inputs") != inputs:
+        changed = sorted(k for k in set(inputs) | set(manifest.get("inputs") or {})
+                         if inputs.get(k) != (manifest.get("inputs") or {}).get(k))
+        return f"its inputs changed ({', '.join(changed)})"
+    if manifest.get("parameters") != parameters:
+        old = manifest.get("parameters") or {}
+        changed = sorted(k for k in set(parameters) | set(old) if parameters.get(k) != old.get(k))
+        return "its parameters changed (" + ", ".join(
+            f"{k}: {old.get(k)!r} -> {parameters.get(k)!r}" for k in changed) + ")"
+    return mismatch(directory, manifest)
+
+
+def write_manifest(staging: str, record: dict) -> dict:
+    """Fingerprints the staged files and writes ``manifest.json`` (last, atomically)."""
+    manifest = {**record, "outputs": output_fingerprints(staging),
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds")}
+    fd, tmp = tempfile.mkstemp(dir=staging, prefix=".manifest-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, os.path.join(staging, MANIFEST))
+    return manifest
+
+
+@contextlib.contextmanager
+def staging_directory(root: str, component: str) -> Iterator[str]:
+    """A fresh ``ROOT/.tmp-COMPONENT-PID-XXXX`` directory, removed if the block fails."""
+    os.makedirs(root, exist_ok=True)
+    path = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{component}-{os.getpid()}-", dir=root)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)  # mkdtemp's 0700 would outlive the rename
+    try:
+        yield path
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def publish(staging: str, directory: str) -> None:
+    """Moves a finished ``staging`` directory to ``directory``, replacing any old one."""
+    old = None
+    if os.path.exists(directory):
+        old = tempfile.mkdtemp(prefix=f"{_OLD_PREFIX}{os.path.basename(directory)}-"
+                                      f"{os.getpid()}-", dir=os.path.dirname(directory))
+        os.rmdir(old)
+        os.replace(directory, old)
+    os.replace(staging, directory)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True
+
+
+def remove_stale(root: str) -> list[str]:
+    """Removes ``.tmp-*`` / ``.old-*`` directories left by runs that died (their PID is
+    gone); returns what was removed."""
+    removed = []
+    if not os.path.isdir(root):
+        return removed
+    for name in sorted(os.listdir(root)):
+        if not name.startswith((_TMP_PREFIX, _OLD_PREFIX)):
+            continue
+        parts = name.split("-")
+        pid = next((int(p) for p in reversed(parts[:-1]) if p.isdigit()), None)
+        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+@contextlib.contextmanager
+def locked(root: str) -> Iterator[None]:
+    """Holds ``ROOT/.lock`` for the block; a second run on the same root is refused."""
+    import fcntl
+
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, LOCK), "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise ArtifactError(f"--pipeline-root {root} is in use by another pipeline run "
+                                f"(pid {holder}); wait for it to finish.") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle, fcntl.LOCK_UN)

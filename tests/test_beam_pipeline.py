@@ -1,0 +1,411 @@
+"""The batch pipeline on Apache Beam (`tfrs_logq.pipelines.beam`), against the in-memory loaders.
+
+Every Beam run here uses the local FnApiRunner with two worker processes
+(multi_processing), as the command does; one run costs about 4-6 s on two
+busy cores, so the runs are few: one module fixture (the command on a SASRec
+file), then one per behaviour that needs its own job.
+"""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+apache_beam = pytest.importorskip("apache_beam")
+
+from tfrs_logq.pipelines import datasets  # noqa: E402
+from tfrs_logq.pipelines.beam import (  # noqa: E402
+    ArtifactError,
+    ExampleGen,
+    artifacts,
+    examples,
+    load_item_statistics,
+    load_log_q,
+    read_split,
+    run_components,
+    run_pipeline,
+)
+from tfrs_logq.pipelines.beam.example_gen import plan_shards, read_shard  # noqa: E402
+from tfrs_logq.pipelines.interactions import DataFormatError, build_interactions  # noqa: E402
+from tfrs_logq.pipelines.splits import gsasrec_split, make_split  # noqa: E402
+
+from tfrs_logq import cli  # noqa: E402
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+SASREC_ML1M = [os.path.join(SHARED, "ml-1m-sasrec", name) for name in ("ml-1m.txt",
+                                                                       "ml-1m.txt.gz")]
+SMALL = {"shard_bytes": 400, "chunk_lines": 40}  # several byte ranges and chunks per file
+
+
+# ------------------------------------------------------------------------- fixtures
+
+
+def write_sasrec(path, users=60, items=40, seed=0):
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for u in range(1, users + 1):
+            for item in rng.zipf(1.3, size=int(rng.integers(2, 25))) % items + 1:
+                f.write(f"{u} {item}\n")
+
+
+def write_ratings(path, users=50, items=30, seed=1, bad=(), crlf=False):
+    """``ratings.dat`` with ties in time, ids that need reindexing, and ``bad`` lines
+    inserted at those (1-based) line numbers."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for u in rng.permutation(np.arange(100, 100 + users)):
+        for k in range(int(rng.integers(3, 15))):
+            item = 7 * (int(rng.zipf(1.4)) % items) + 3
+            lines.append(f"{u}::{item}::{int(rng.integers(1, 6))}::{1000 + k // 2 * 60}")
+    for number in sorted(bad):
+        assert number <= len(lines) + 1
+        lines.insert(number - 1, "1::2::3")  # three fields: malformed
+    end = "\r\n" if crlf else "\n"
+    with open(path, "w", newline="") as f:
+        f.write(end.join(lines) + end)
+
+
+def in_memory(split_name, read, path, fmt_reindex=True, skip=False, **split_options):
+    columns = read(path, skip_bad_lines=skip)
+    times = columns[2] if len(columns) == 3 else None
+    interactions = build_interactions(columns[0], columns[1], times, reindex=fmt_reindex,
+                                      name="")
+    return make_split(interactions, split_name, **split_options)
+
+
+def assert_same_split(got, ref):
+    a, b = got.interactions, ref.interactions
+    assert (a.num_users, a.num_items, len(a)) == (b.num_users, b.num_items, len(b))
+    for name in ("user", "item", "raw_users", "raw_items"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    if b.timestamp is None:
+        assert a.timestamp is None
+    else:
+        np.testing.assert_array_equal(a.timestamp, b.timestamp)
+    assert len(got.sequences) == len(ref.sequences)
+    for s, t in zip(got.sequences, ref.sequences):
+        np.testing.assert_array_equal(s, t)
+    np.testing.assert_array_equal(got.train_lengths, ref.train_lengths)
+    for part in ("validation", "test"):
+        for field in ("users", "history_lengths", "targets"):
+            np.testing.assert_array_equal(getattr(getattr(got, part), field),
+                                          getattr(getattr(ref, part), field),
+                                          err_msg=f"{part}.{field}")
+    assert got.stats() == ref.stats()
+
+
+def cli_run(capsys, *argv):
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """``tfrs-logq pipeline run`` on a SASRec file, leave-one-out split, a 64-wide sketch."""
+    base = tmp_path_factory.mktemp("beam")
+    data = base / "ml-1m.txt"
+    write_sasrec(data)
+    root = base / "root"
+    argv = ["pipeline", "run", "--pipeline-root", root, "--input", data, "--data-format",
+            "sasrec", "--split", "loo", "--num-shards", "3", "--sketch-width", "64",
+            "--sketch-seed", "7"]
+    code = cli.main([str(a) for a in argv])
+    assert code == 0
+    return {"root": str(root), "data": str(data), "argv": argv}
+
+
+# ------------------------------------------------------------------------ ExampleGen
+
+
+def test_example_gen_equals_the_in_memory_split(built):
+    ref = in_memory("loo", datasets.read_sasrec_txt, built["data"], fmt_reindex=False)
+    got = read_split(os.path.join(built["root"], "ExampleGen"))
+    assert_same_split(got, ref)
+    manifest = artifacts.verified_manifest(os.path.join(built["root"], "ExampleGen"))
+    with open(built["data"]) as f:
+        assert manifest["counts"]["num_rows"] == len(f.readlines()) > len(ref.interactions)
+    assert manifest["inputs"]["data"]["path"] == os.path.abspath(built["data"])
+    assert sorted(manifest["outputs"]) == [
+        "examples/data-00000-of-00003.tfrecord", "examples/data-00001-of-00003.tfrecord",
+        "examples/data-00002-of-00003.tfrecord", "vocabulary/items.txt", "vocabulary/users.txt"]
+
+
+def test_records_are_tf_train_examples_tensorflow_parses(built):
+    import tensorflow as tf
+
+    path = os.path.join(built["root"], "ExampleGen", "examples", "data-00001-of-00003.tfrecord")
+    data = next(iter(tf.data.TFRecordDataset(path)))  # also checks TFRecord's CRCs
+    spec = {name: tf.io.VarLenFeature(tf.int64) for name in examples.INT_FEATURES
+            if name != "timestamps"}
+    parsed = {k: v.values.numpy() for k, v in tf.io.parse_single_example(data, spec).items()}
+    ref = in_memory("loo", datasets.read_sasrec_txt, built["data"], fmt_reindex=False)
+    user = int(parsed["user"][0])
+    assert user % 3 == 1
+    np.testing.assert_array_equal(parsed["item_ids"], ref.sequences[user])
+    assert parsed["train_length"][0] == ref.train_lengths[user]
+    np.testing.assert_array_equal(parsed["test_targets"], ref.sequences[user][-1:])
+
+
+def test_plain_files_are_read_in_byte_ranges_that_end_at_line_ends(tmp_path):
+    path = tmp_path / "r.dat"
+    write_ratings(path, users=5, crlf=True)
+    text = path.read_bytes()
+    ranges = list(plan_shards(str(path), 100))
+    assert len(ranges) > 3
+    assert b"".join(text[s:s + n] for _, s, n, _ in ranges) == text
+    numbered = [(first + k, line) for r in ranges for _, first, lines, _ in
+                read_shard(r, "ratings", 3) for k, line in enumerate(lines)]
+    with open(path, encoding="latin-1") as f:
+        assert numbered == list(enumerate(f, start=1))
+
+
+def test_ratings_with_bad_lines_fail_naming_file_and_line(tmp_path, capsys):
+    """The job fails with the in-memory loader's message: the file and the first bad line."""
+    path = tmp_path / "ratings.dat"
+    write_ratings(path, bad=(150, 300))
+    with pytest.raises(DataFormatError) as expected:
+        datasets.read_ratings_dat(str(path))
+    assert ", line 150: " in str(expected.value)
+    root = tmp_path / "root"
+    code, out, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", root, "--input", path,
+                             "--data-format", "ratings", "--split", "loo")
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"tfrs-logq: error: {expected.value}"
+    assert sorted(os.listdir(root)) == [".lock", ".logs"]  # nothing half-written is left
+
+
+def test_skip_bad_lines_drops_and_counts_them(tmp_path):
+    """ratings.dat (CRLF, reindexed ids, ties in time) with two bad lines, skipped;
+    equal to the in-memory loader with skip_bad_lines, counted in the manifest."""
+    path = tmp_path / "ratings.dat"
+    write_ratings(path, bad=(3, 333), crlf=True)
+    root = tmp_path / "root"
+    run_components([ExampleGen(str(path), "ratings", split="loo", skip_bad_lines=True,
+                               num_shards=2, **SMALL)], str(root))
+    ref = in_memory("loo", datasets.read_ratings_dat, str(path), skip=True)
+    assert_same_split(read_split(str(root / "ExampleGen")), ref)
+    counts = artifacts.read_manifest(str(root / "ExampleGen"))["counts"]
+    assert counts["skipped_lines"] == 2
+    assert [m.split(": ")[0] for m in counts["skipped_examples"]] == [
+        f"{path}, line 3", f"{path}, line 333"]
+
+
+def test_gzipped_csv_with_string_ids_temporal_split(tmp_path):
+    rng = np.random.default_rng(3)
+    rows = [f"user{u},item-{int(rng.zipf(1.5)) % 25},{int(rng.integers(0, 50)) * 10}"
+            for u in rng.integers(0, 40, size=700)]
+    path = tmp_path / "steam.csv.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("user,item,timestamp\n" + "\n".join(rows) + "\n")
+    root = tmp_path / "root"
+    run_components([ExampleGen(str(path), "csv", split="temporal", temporal_fraction=0.2,
+                               **SMALL)], str(root))
+    ref = in_memory("temporal", datasets.read_interactions_csv, str(path), fraction=0.2)
+    got = read_split(str(root / "ExampleGen"))
+    assert_same_split(got, ref)
+    assert got.interactions.raw_users.dtype.kind == "U"
+
+
+# ------------------------------------------------------------------------ Statistics
+
+
+def test_statistics_equal_train_item_counts_and_the_library_count_min_sketch(built):
+    import tensorflow as tf
+    from tfrs_logq.pipelines.beam import item_statistics
+
+    from tfrs_logq.frequency import _PRIME, CountMinSketch
+
+    assert item_statistics._PRIME == _PRIME
+
+    ref = in_memory("loo", datasets.read_sasrec_txt, built["data"], fmt_reindex=False)
+    directory = os.path.join(built["root"], "Statistics")
+    stats = load_item_statistics(directory)
+    np.testing.assert_array_equal(stats.counts, ref.train_item_counts())
+    np.testing.assert_array_equal(load_log_q(directory), ref.train_log_q())
+    cms = CountMinSketch(depth=4, width=64, seed=7)
+    cms.update(tf.constant(np.concatenate(ref.train_sequences())))
+    np.testing.assert_array_equal(stats.sketch.reshape(-1), cms.counters.numpy())
+    ids = np.arange(ref.num_items + 1)
+    np.testing.assert_allclose(load_log_q(directory, "count-min"), cms.log_q(ids).numpy(),
+                               rtol=1e-6)
+    loaded = stats.count_min_sketch()
+    np.testing.assert_array_equal(loaded.count(ids).numpy(), cms.count(ids).numpy())
+    assert stats.exact_frequency().total.numpy() == ref.train_lengths.sum()
+
+
+def test_count_min_combine_merges_worker_sketches_by_summing():
+    from tfrs_logq.pipelines.beam.statistics import ItemCountsFn
+
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(1, 500, size=n) for n in (3, 70_000, 1, 900)]
+    fn = ItemCountsFn(num_items=500, depth=3, width=50, seed=2)
+    one = fn.create_accumulator()
+    for batch in batches:
+        one = fn.add_input(one, batch)
+    parts = [fn.add_input(fn.create_accumulator(), b) for b in batches]
+    merged = fn.merge_accumulators([fn.merge_accumulators(parts[:2]), *parts[2:]])
+    a, b = fn.extract_output(one), fn.extract_output(merged)
+    np.testing.assert_array_equal(a["sketch"], b["sketch"])
+    np.testing.assert_array_equal(a["counts"], np.bincount(np.concatenate(batches),
+                                                           minlength=501))
+    assert a["sketch"].sum() == 3 * sum(len(x) for x in batches)
+
+
+# ------------------------------------------------------------ reruns and damaged artifacts
+
+
+def test_a_rerun_skips_current_components(built, capsys):
+    start = time.perf_counter()
+    code, out, _ = cli_run(capsys, *built["argv"])
+    assert code == 0
+    assert time.perf_counter() - start < 5  # no Beam job starts
+    assert "ExampleGen: skipped (current" in out and "Statistics: skipped (current" in out
+
+
+def test_a_damaged_artifact_is_refused_and_rebuilt_identically(built, tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(built["root"], root)
+    shard = root / "ExampleGen" / "examples" / "data-00002-of-00003.tfrecord"
+    original = shard.read_bytes()
+    shard.write_bytes(original[:40] + bytes([original[40] ^ 1]) + original[41:])
+    with pytest.raises(ArtifactError, match="data-00002-of-00003.tfrecord was altered"):
+        read_split(str(root / "ExampleGen"))
+    (root / "Statistics" / "extra.txt").write_text("x")
+    with pytest.raises(ArtifactError, match="extra.txt is not in the manifest"):
+        load_log_q(str(root / "Statistics"))
+    (root / "Statistics" / "extra.txt").unlink()
+    results = run_pipeline(str(root), built["data"], "sasrec", split="loo", num_shards=3,
+                           sketch_width=64, sketch_seed=7)
+    assert [(r.name, r.status) for r in results] == [("ExampleGen", "ran"),
+                                                     ("Statistics", "skipped")]
+    assert "altered" in results[0].reason
+    assert shard.read_bytes() == original  # deterministic: the same bytes again
+
+
+def test_stale_reasons_name_what_changed(built, tmp_path):
+    directory = os.path.join(built["root"], "Statistics")
+    manifest = artifacts.read_manifest(directory)
+    same = artifacts.stale_reason(directory, "Statistics", manifest["version"],
+                                  manifest["inputs"], manifest["parameters"])
+    assert same is None
+    wider = {**manifest["parameters"], "width": 128}
+    assert "width: 64 -> 128" in artifacts.stale_reason(
+        directory, "Statistics", manifest["version"], manifest["inputs"], wider)
+    assert "inputs changed (examples)" in artifacts.stale_reason(
+        directory, "Statistics", manifest["version"], {"examples": {}}, manifest["parameters"])
+    assert artifacts.stale_reason(str(tmp_path / "none"), "Statistics", 1, {}, {}) == \
+        "not built yet"
+
+
+def test_publish_replaces_whole_directories_and_stale_staging_is_removed(tmp_path):
+    root = str(tmp_path)
+    for content in ("old", "new"):
+        with artifacts.staging_directory(root, "C") as staging:
+            with open(os.path.join(staging, "f"), "w") as f:
+                f.write(content)
+            artifacts.write_manifest(staging, {"component": "C"})
+            artifacts.publish(staging, os.path.join(root, "C"))
+    assert open(os.path.join(root, "C", "f")).read() == "new"
+    assert sorted(os.listdir(root)) == ["C"]
+    with pytest.raises(RuntimeError):
+        with artifacts.staging_directory(root, "C"):
+            raise RuntimeError("build failed")
+    assert sorted(os.listdir(root)) == ["C"]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    os.mkdir(os.path.join(root, f".tmp-C-{dead}-abc"))
+    os.mkdir(os.path.join(root, f".tmp-C-{os.getpid()}-abc"))
+    assert artifacts.remove_stale(root) == [f".tmp-C-{dead}-abc"]
+
+
+def test_a_second_run_on_the_same_root_is_refused(tmp_path):
+    with artifacts.locked(str(tmp_path)):
+        with pytest.raises(ArtifactError, match="in use by another pipeline run"):
+            run_components([], str(tmp_path))
+
+
+# ----------------------------------------------------------------------- the command
+
+
+def test_pipeline_help_and_other_commands_import_no_beam():
+    code = ("import sys\nfrom tfrs_logq import cli\np = cli.build_parser()\n"
+            "p.parse_args(['pipeline', 'run', '--pipeline-root', 'x'])\n"
+            "p.parse_args(['data', 'stats'])\n"
+            "for path in (['pipeline', 'run'], ['pipeline'], []):\n"
+            "    try:\n        cli.main(path + ['--help'])\n    except SystemExit:\n        pass\n"
+            "import tfrs_logq.pipelines.beam as b\nb.read_split, b.load_log_q\n"
+            "print('apache_beam' in sys.modules, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == "False"
+    assert "--pipeline-root" in proc.stdout and "--skip-bad-lines" in proc.stdout
+
+
+def test_input_needs_a_format_and_sasrec_has_no_temporal_split(tmp_path, capsys):
+    code, _, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", tmp_path / "r",
+                           "--input", tmp_path / "x.txt")
+    assert code == 2 and "--input needs --data-format" in err
+    data = tmp_path / "d"
+    data.mkdir()
+    write_sasrec(data / "ml-1m.txt")
+    code, _, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", tmp_path / "r",
+                           "--data-dir", data, "--data-format", "sasrec", "--split", "temporal")
+    assert code == 2 and "temporal split needs timestamps" in err
+
+
+def test_worker_code_is_shipped_by_value_and_runs_without_tensorflow(tmp_path):
+    """What Beam sends to its workers loads and runs in a process that has never
+    imported tfrs_logq (so never TensorFlow)."""
+    from apache_beam.internal import pickler
+    from tfrs_logq.pipelines.beam import runner
+    from tfrs_logq.pipelines.beam.example_gen import WriteShard, assemble, parse_chunk
+    from tfrs_logq.pipelines.beam.statistics import ItemCountsFn, TrainingItems
+
+    with runner.code_by_value():
+        blob = pickler.dumps([parse_chunk, ItemCountsFn(9, 2, 8, 0), assemble, plan_shards,
+                              read_shard, WriteShard("x", 2), TrainingItems()])
+    (tmp_path / "fns").write_bytes(blob)
+    code = ("import sys\nfrom apache_beam.internal import pickler\n"
+            f"fns = pickler.loads(open({str(tmp_path / 'fns')!r}, 'rb').read())\n"
+            "chunk = fns[0](('f', 7, ['1 2\\n', 'bad\\n', '1 3\\n'], None), 'sasrec')\n"
+            "assert (chunk['rows'], chunk['skipped']) == (2, 1), chunk\n"
+            "assert chunk['errors'][0].startswith('f, line 8: '), chunk\n"
+            "fn = fns[1]\nacc = fn.add_input(fn.create_accumulator(), chunk['columns'][1])\n"
+            "assert fn.extract_output(acc)['counts'].tolist() == [0, 0, 1, 1] + [0] * 6\n"
+            "print('tensorflow' in sys.modules, 'tfrs_logq' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "False"]
+
+
+# ------------------------------------------------------------------------ real ML-1M
+
+
+@pytest.mark.skipif(not any(os.path.exists(p) for p in SASREC_ML1M),
+                    reason="../shared/data/ml-1m-sasrec/ml-1m.txt[.gz] absent")
+def test_ml1m_sasrec_gsasrec_equals_the_in_memory_split(tmp_path):
+    """SASRec's ml-1m.txt (999,611 lines), gSASRec's split: about 12 s for both
+    components on two busy cores."""
+    path = next(p for p in SASREC_ML1M if os.path.exists(p))
+    run_pipeline(str(tmp_path), path, "sasrec", split="gsasrec", dataset="ml-1m")
+    ref = gsasrec_split(datasets.load_movielens_1m(os.path.dirname(path), fmt="sasrec",
+                                                   use_cache=False, download_ok=False))
+    got = read_split(str(tmp_path / "ExampleGen"))
+    assert_same_split(got, ref)
+    assert (got.interactions.num_users, got.interactions.num_items) == (6040, 3416)
+    np.testing.assert_array_equal(load_item_statistics(str(tmp_path / "Statistics")).counts,
+                                  ref.train_item_counts())
+    with open(tmp_path / "ExampleGen" / "manifest.json") as f:
+        assert json.load(f)["counts"]["num_rows"] == 999_611
