@@ -390,6 +390,15 @@ def test_worker_code_is_shipped_by_value_and_runs_without_tensorflow(tmp_path):
     assert proc.stdout.split() == ["False", "False"]
 
 
+def test_every_public_name_imports():
+    import tfrs_logq.pipelines.beam as beam_pipeline
+
+    for name in beam_pipeline.__all__:
+        assert getattr(beam_pipeline, name) is not None, name
+    with pytest.raises(AttributeError):
+        beam_pipeline.no_such_name  # noqa: B018
+
+
 # ------------------------------------------------------------------------ real ML-1M
 
 
@@ -409,3 +418,4 @@ def test_ml1m_sasrec_gsasrec_equals_the_in_memory_split(tmp_path):
                                   ref.train_item_counts())
     with open(tmp_path / "ExampleGen" / "manifest.json") as f:
         assert json.load(f)["counts"]["num_rows"] == 999_611
+

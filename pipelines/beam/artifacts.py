@@ -153,6 +153,9 @@ def write_manifest(staging: str, record: dict) -> dict:
     with os.fdopen(fd, "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=False)
         f.write("\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would outlive the rename
     os.replace(tmp, os.path.join(staging, MANIFEST))
     return manifest
 
