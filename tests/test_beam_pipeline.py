@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -170,12 +171,15 @@ def test_plain_files_are_read_in_byte_ranges_that_end_at_line_ends(tmp_path):
 
 
 def test_ratings_with_bad_lines_fail_naming_file_and_line(tmp_path, capsys):
-    """The job fails with the in-memory loader's message: the file and the first bad line."""
-    path = tmp_path / "ratings.dat"
-    write_ratings(path, bad=(150, 300))
+    """The job fails with the in-memory loader's message: the file (here ML-1M's zip and
+    its member) and the first bad line."""
+    write_ratings(tmp_path / "ratings.dat", bad=(150, 300))
+    path = tmp_path / "ml-1m.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.write(tmp_path / "ratings.dat", "ml-1m/ratings.dat")
     with pytest.raises(DataFormatError) as expected:
         datasets.read_ratings_dat(str(path))
-    assert ", line 150: " in str(expected.value)
+    assert f"{path}:ml-1m/ratings.dat, line 150: " in str(expected.value)
     root = tmp_path / "root"
     code, out, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", root, "--input", path,
                              "--data-format", "ratings", "--split", "loo")
