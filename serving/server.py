@@ -57,7 +57,8 @@ class ServingError(Exception):
     @property
     def http_status(self) -> int:
         return {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 413,
-                "FAILED_PRECONDITION": 400, "METHOD_NOT_ALLOWED": 405}.get(self.code, 500)
+                "FAILED_PRECONDITION": 400, "METHOD_NOT_ALLOWED": 405,
+                "DEADLINE_EXCEEDED": 504, "UNAVAILABLE": 503}.get(self.code, 500)
 
 
 @dataclasses.dataclass
@@ -75,6 +76,7 @@ class ServerOptions:
     num_threads: int = 16  # gRPC workers
     rest_api_num_threads: int = 32  # REST workers (requests served at once)
     rest_api_timeout_in_ms: int = 30_000  # longest wait on a REST client's bytes
+    request_timeout_in_ms: int = 60_000  # longest a request waits for its batch's result
 
 
 class Servable:
@@ -172,7 +174,14 @@ class Servable:
                 self._queues[key] = q
                 threading.Thread(target=self._batch_loop, args=(name, q), daemon=True).start()
         self._queues[key].put((inputs, future))
-        return future.result()
+        timeout = self.options.request_timeout_in_ms / 1000
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # a batch that picks it up later skips it
+            raise ServingError("DEADLINE_EXCEEDED",
+                               f"no result within {timeout:g} s (request_timeout_in_ms); the "
+                               "server is overloaded or its batch worker failed") from None
 
     def _call(self, name: str, inputs: dict) -> dict:
         tensors = {k: tf.constant(v) for k, v in inputs.items()}
@@ -183,6 +192,21 @@ class Servable:
         return {k: v.numpy() for k, v in outputs.items()}
 
     def _batch_loop(self, name: str, q: queue.Queue) -> None:
+        """Runs batches until the servable closes; whatever happens, no request is left
+        waiting: on exit the queue is retired and its requests are failed."""
+        try:
+            self._batch_loop_body(name, q)
+        except Exception:  # noqa: BLE001  (logged; its requests fail below)
+            log.exception("the batch worker of signature %r stopped", name)
+        finally:
+            with self._lock:
+                for key, queue_ in list(self._queues.items()):
+                    if queue_ is q:
+                        del self._queues[key]  # the next request starts a new worker
+            _fail_pending(q, ServingError("UNAVAILABLE", "the model version is unloading"
+                                          if self._stop else "the batch worker stopped"))
+
+    def _batch_loop_body(self, name: str, q: queue.Queue) -> None:
         timeout = self.options.batch_timeout_micros / 1e6
         while not self._stop:
             try:
@@ -205,6 +229,9 @@ class Servable:
             self._run_batch(name, batch)
 
     def _run_batch(self, name: str, batch: list) -> None:
+        batch = [(inputs, f) for inputs, f in batch if f.set_running_or_notify_cancel()]
+        if not batch:
+            return
         try:
             width = max(inputs["history"].shape[1] for inputs, _ in batch)
             pad = b"" if batch[0][0]["history"].dtype.kind in ("S", "O") else 0
@@ -236,6 +263,16 @@ class Servable:
 
     def close(self) -> None:
         self._stop = True
+
+
+def _fail_pending(q: queue.Queue, error: Exception) -> None:
+    while True:
+        try:
+            _, future = q.get_nowait()
+        except queue.Empty:
+            return
+        if future.set_running_or_notify_cancel():
+            future.set_exception(error)
 
 
 def _utf8_strings(value: np.ndarray) -> np.ndarray:
@@ -382,7 +419,9 @@ def _grpc_services(manager: ModelManager):
     codes = {"INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
              "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
              "RESOURCE_EXHAUSTED": grpc.StatusCode.RESOURCE_EXHAUSTED,
-             "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION}
+             "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
+             "DEADLINE_EXCEEDED": grpc.StatusCode.DEADLINE_EXCEEDED,
+             "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE}
 
     def version_of(spec) -> Optional[int]:
         if spec.HasField("version"):

@@ -125,3 +125,56 @@ def test_evaluate_refuses_a_server_that_serves_another_run(runs, tmp_path, capsy
         assert result["served"] == result["exact"]
     finally:
         srv.stop()
+
+
+# --- the server's batch waits are bounded (issue 12) ----------------------------------------
+
+
+def _servable(runs, tmp_path, **options):
+    from tfrs_logq.serving.server import Servable, ServerOptions
+
+    base = tmp_path / "m"
+    path = export_version(runs[0], str(base), index="brute-force", default_k=5)
+    return Servable(path, 1, ServerOptions(model_name="m", model_base_path=str(base), **options))
+
+
+def _request(servable):
+    history = np.array([[101, 102, 103]], np.int64)
+    return servable.validate("", {"history": history})
+
+
+def test_a_stuck_batch_worker_times_out_instead_of_hanging(runs, tmp_path, monkeypatch):
+    import time
+
+    from tfrs_logq.serving.server import ServingError
+
+    servable = _servable(runs, tmp_path, request_timeout_in_ms=300)
+    monkeypatch.setattr(servable, "_run_batch", lambda name, batch: None)  # never answers
+    start = time.monotonic()
+    with pytest.raises(ServingError, match="no result within") as info:
+        servable.run(_request(servable))
+    assert info.value.code == "DEADLINE_EXCEEDED" and info.value.http_status == 504
+    assert time.monotonic() - start < 5
+    servable.close()
+
+
+def test_a_dead_batch_worker_fails_its_requests_and_is_replaced(runs, tmp_path, monkeypatch):
+    from tfrs_logq.serving.server import ServingError
+
+    servable = _servable(runs, tmp_path, request_timeout_in_ms=20_000)
+    body = servable._batch_loop_body
+
+    def crash(name, q):
+        import time
+
+        time.sleep(0.2)  # let the request queue up, then die
+        raise RuntimeError("worker bug")
+
+    monkeypatch.setattr(servable, "_batch_loop_body", crash)
+    with pytest.raises(ServingError, match="batch worker stopped") as info:
+        servable.run(_request(servable))
+    assert info.value.code == "UNAVAILABLE"
+    monkeypatch.setattr(servable, "_batch_loop_body", body)
+    out = servable.run(_request(servable))  # a new worker serves the next request
+    assert out["item_ids"].shape == (1, 5)
+    servable.close()

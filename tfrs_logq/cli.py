@@ -514,6 +514,8 @@ _SERVE_HELP = {
     "num_threads": "gRPC worker threads",
     "rest_api_num_threads": "REST worker threads (connections beyond them wait, not fail)",
     "rest_api_timeout_in_ms": "REST: longest wait for a client's request, in ms",
+    "request_timeout_in_ms": "longest a request waits for its batch's result, in ms (then "
+                             "DEADLINE_EXCEEDED / HTTP 504)",
 }
 _SERVE_NON_NEGATIVE = {"port", "rest_api_port", "batch_timeout_micros"}
 
