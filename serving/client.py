@@ -28,7 +28,9 @@ def predict_stub(address: str):
 
 
 def make_request(model_name: str, history: np.ndarray, k: Optional[int] = None,
-                 signature_name: str = ""):
+                 signature_name: str = "", exclude_history: Optional[bool] = None):
+    """A `PredictRequest`: ``serving_default``, or ``top_k`` when ``k`` is given
+    (``exclude_history`` None leaves it to the server's default, True)."""
     from tensorflow_serving.apis import predict_pb2
 
     request = predict_pb2.PredictRequest()
@@ -37,6 +39,8 @@ def make_request(model_name: str, history: np.ndarray, k: Optional[int] = None,
     request.inputs["history"].CopyFrom(tf.make_tensor_proto(history))
     if k is not None:
         request.inputs["k"].CopyFrom(tf.make_tensor_proto(np.int32(k)))
+    if exclude_history is not None:
+        request.inputs["exclude_history"].CopyFrom(tf.make_tensor_proto(bool(exclude_history)))
     return request
 
 
@@ -89,7 +93,9 @@ def ranks_through_server(stub, model_name: str, histories_raw: list, targets_raw
         batch = pad_histories(rows)
         most_seen = max(len(set(seen_raw[j].tolist())) for j in range(start, start + len(rows)))
         k = max_k + most_seen if num_items is None else min(max_k + most_seen, num_items)
-        request = make_request(model_name, batch, k=k)
+        # The server's results keep the history; seen items are removed here, all but
+        # the target (which the exact ranking never leaves out).
+        request = make_request(model_name, batch, k=k, exclude_history=False)
         pending.append((start, stub.Predict.future(request, timeout=timeout)))
         if len(pending) >= max_in_flight:
             collect(pending.popleft())

@@ -10,8 +10,11 @@ Signatures (history in the dataset's own item ids, ``[batch, length]`` with
 ``length <= max_length``; padding is 0 for integer ids and ``""`` for string ids,
 anywhere in the row; unknown ids are ignored like padding):
 
-- ``serving_default``: ``history`` -> ``item_ids``, ``scores`` `[batch, default_k]`;
-- ``top_k``: ``history``, ``k`` (int32 scalar) -> ``item_ids``, ``scores`` `[batch, k]`;
+- ``serving_default``: ``history`` -> ``item_ids``, ``scores`` `[batch, default_k]`,
+  the history's own items left out;
+- ``top_k``: ``history``, ``k`` (int32 scalar), ``exclude_history`` (bool scalar;
+  ``tfrs-logq serve`` fills in True when a request leaves it out) -> ``item_ids``,
+  ``scores`` `[batch, k]`;
 - ``query_embedding``: ``history`` -> ``query_embedding`` `[batch, dim]`.
 
 Index: ``scann`` (ScaNN ops; loads where ``import scann`` registered them, e.g. the
@@ -162,7 +165,9 @@ class RetrievalModule(tf.Module):
         history_spec = tf.TensorSpec([None, None], key_dtype, name="history")
         self.serving_default = tf.function(self._serve, input_signature=[history_spec])
         self.top_k = tf.function(
-            self._serve_k, input_signature=[history_spec, tf.TensorSpec([], tf.int32, name="k")])
+            self._serve_k, input_signature=[
+                history_spec, tf.TensorSpec([], tf.int32, name="k"),
+                tf.TensorSpec([], tf.bool, name="exclude_history")])
         self.query_embedding = tf.function(self._query, input_signature=[history_spec])
 
     def _aligned(self, history: tf.Tensor) -> tf.Tensor:
@@ -184,30 +189,39 @@ class RetrievalModule(tf.Module):
         query = self.encoder.last_query(tf.cast(self._aligned(history), tf.int32), training=False)
         return {"query_embedding": tf.cast(query, tf.float32)}
 
-    def _search(self, history, k):
+    def _search(self, history, k, exclude_history):
         query = self._query(history)["query_embedding"]
         tf.debugging.assert_greater(k, 0, message="k must be positive")
         tf.debugging.assert_less_equal(k, self.num_items,
                                        message=f"k must be at most {self.num_items}")
+        # Items of the history are left out (the gSASRec protocol): search k + width
+        # candidates, drop the history's, keep the best k.
+        history_ids = self.vocabulary.lookup(history)  # internal ids, 0 = padding/unknown
+        extra = tf.where(exclude_history, tf.shape(history)[1], 0)
+        n = tf.minimum(k + extra, self.num_items)
         if self.index_kind == "scann":
             from scann import scann_ops
 
             searcher = scann_ops.searcher_from_module(self.scann_index)
-            # Reorder at least k candidates exactly, however large a k is asked for.
-            reorder = tf.maximum(k, self.scann_params["reorder"])
-            idx, scores = searcher.search_batched(query, final_num_neighbors=k,
+            # Reorder at least n candidates exactly, however large a k is asked for.
+            reorder = tf.maximum(n, self.scann_params["reorder"])
+            idx, scores = searcher.search_batched(query, final_num_neighbors=n,
                                                   pre_reorder_num_neighbors=reorder)
             idx = tf.cast(idx, tf.int64)
         else:
-            scores, idx = tf.math.top_k(tf.matmul(query, self.item_table, transpose_b=True), k)
+            scores, idx = tf.math.top_k(tf.matmul(query, self.item_table, transpose_b=True), n)
             idx = tf.cast(idx, tf.int64)
+        seen = tf.reduce_any(tf.equal((idx + 1)[:, :, None], history_ids[:, None, :]), axis=-1)
+        scores = tf.where(tf.logical_and(seen, exclude_history), float("-inf"), scores)
+        scores, best = tf.math.top_k(scores, k)
+        idx = tf.gather(idx, best, batch_dims=1)
         return {"item_ids": tf.gather(self.raw_ids, idx), "scores": scores}
 
     def _serve(self, history):
-        return self._search(history, tf.constant(self.default_k, tf.int32))
+        return self._search(history, tf.constant(self.default_k, tf.int32), tf.constant(True))
 
-    def _serve_k(self, history, k):
-        return self._search(history, k)
+    def _serve_k(self, history, k, exclude_history):
+        return self._search(history, k, exclude_history)
 
 
 def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
@@ -299,6 +313,8 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
             "default_k": module.default_k,
             "history_dtype": "string" if module.string_ids else "int64",
             "padding": "" if module.string_ids else 0,
+            # Inputs a client may leave out (tfrs-logq serve fills them in).
+            "input_defaults": {"top_k": {"exclude_history": True}},
             "model": config,
             "run": None if fingerprint is None else {
                 "model_dir": os.path.abspath(model_dir), "fingerprint": fingerprint},

@@ -111,6 +111,8 @@ class Servable:
                                f"(available: {sorted(self.signatures)})")
         fn = self.signatures[name]
         specs = fn.structured_input_signature[1]
+        defaults = self.meta.get("input_defaults", {}).get(name, {})
+        inputs = {**{k: v for k, v in defaults.items() if k in specs}, **inputs}
         missing = sorted(set(specs) - set(inputs))
         extra = sorted(set(inputs) - set(specs))
         if missing:
@@ -166,7 +168,9 @@ class Servable:
         history = inputs.get("history")
         if history is None or self.options.max_batch_size <= 1:
             return self._call(name, inputs)
-        key = (name, history.dtype.kind)
+        # Requests batch together only when their scalar options agree.
+        scalars = tuple(sorted((k, bool(v)) for k, v in inputs.items() if k == "exclude_history"))
+        key = (name, history.dtype.kind, scalars)
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             if key not in self._queues:
@@ -242,6 +246,8 @@ class Servable:
             ks = [int(inputs["k"]) for inputs, _ in batch if "k" in inputs]
             if ks:
                 merged["k"] = np.int32(max(ks))
+            if "exclude_history" in batch[0][0]:
+                merged["exclude_history"] = batch[0][0]["exclude_history"]
             outputs = self._call(name, merged)
             start = 0
             for inputs, future in batch:
