@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench lint clean install pipeline
+.PHONY: demo test bench lint clean install pipeline help
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,11 +18,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/tfrs-logq demo --output-dir demo_output
 
-# The batch pipeline (Apache Beam, local FnApiRunner) on SASRec's ML-1M, gSASRec's split.
+# The batch pipeline (Apache Beam, local FnApiRunner) on SASRec's ML-1M, gSASRec's split:
+# ExampleGen, Statistics, Trainer, Exporter, BulkInferrer, Evaluator, Pusher. The Trainer
+# runs the smoke preset, so the whole pipeline takes minutes on 2 CPU cores: a check of the
+# pipeline, not a usable model (PIPELINE_PRESET=cpu or long trains one, in hours). A blessed
+# export is pushed to pipeline_output/serving/ml1m (tfrs-logq serve --model_name ml1m
+# --model_base_path pipeline_output/serving/ml1m).
 PIPELINE_DATA ?= ../shared/data/ml-1m-sasrec
+PIPELINE_PRESET ?= smoke
 pipeline: $(STAMP)
 	$(VENV)/bin/tfrs-logq pipeline run --pipeline-root pipeline_output --dataset ml-1m \
-	  --data-dir $(PIPELINE_DATA) --data-format sasrec --split gsasrec
+	  --data-dir $(PIPELINE_DATA) --data-format sasrec --split gsasrec \
+	  --preset $(PIPELINE_PRESET) --serving-base-path pipeline_output/serving/ml1m
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -41,3 +48,11 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo_output pipeline_output build *.egg-info
+
+help:
+	@echo "make demo      train none/logq/corrected on the synthetic stream (demo_output/)"
+	@echo "make test      the test suite"
+	@echo "make pipeline  the Beam pipeline on ML-1M into pipeline_output/, all seven components;"
+	@echo "               the Trainer uses the smoke preset (minutes on 2 CPU cores, not a usable"
+	@echo "               model; PIPELINE_PRESET=cpu or long for one, hours)"
+	@echo "make bench     the benchmarks; make lint: ruff; make clean: remove outputs"

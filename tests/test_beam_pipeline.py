@@ -1,9 +1,10 @@
-"""The batch pipeline on Apache Beam (`tfrs_logq.pipelines.beam`), against the in-memory loaders.
+"""The batch pipeline on Apache Beam (`tfrs_logq.pipelines.beam`), against the in-memory code.
 
 Every Beam run here uses the local FnApiRunner with two worker processes
 (multi_processing), as the command does; one run costs about 4-6 s on two
-busy cores, so the runs are few: one module fixture (the command on a SASRec
-file), then one per behaviour that needs its own job.
+busy cores (BulkInferrer's about 15 s: its workers load TensorFlow), so the runs
+are few: one module fixture (the command, all seven components, smoke training,
+on a SASRec file), then one per behaviour that needs its own job.
 """
 
 import gzip
@@ -22,6 +23,7 @@ apache_beam = pytest.importorskip("apache_beam")
 
 from tfrs_logq.pipelines import datasets  # noqa: E402
 from tfrs_logq.pipelines.beam import (  # noqa: E402
+    COMPONENTS,
     ArtifactError,
     ExampleGen,
     artifacts,
@@ -112,17 +114,21 @@ def cli_run(capsys, *argv):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """``tfrs-logq pipeline run`` on a SASRec file, leave-one-out split, a 64-wide sketch."""
+    """``tfrs-logq pipeline run`` on a SASRec file, leave-one-out split, a 64-wide sketch,
+    smoke training, a brute-force export pushed to a serving base path."""
     base = tmp_path_factory.mktemp("beam")
     data = base / "ml-1m.txt"
     write_sasrec(data)
     root = base / "root"
     argv = ["pipeline", "run", "--pipeline-root", root, "--input", data, "--data-format",
             "sasrec", "--split", "loo", "--num-shards", "3", "--sketch-width", "64",
-            "--sketch-seed", "7"]
+            "--sketch-seed", "7", "--index", "brute-force", "--serving-base-path",
+            base / "serving"]
+    start = time.perf_counter()
     code = cli.main([str(a) for a in argv])
     assert code == 0
-    return {"root": str(root), "data": str(data), "argv": argv}
+    return {"root": str(root), "data": str(data), "argv": argv, "serving": str(base / "serving"),
+            "seconds": time.perf_counter() - start}
 
 
 # ------------------------------------------------------------------------ ExampleGen
@@ -272,8 +278,9 @@ def test_a_rerun_skips_current_components(built, capsys):
     start = time.perf_counter()
     code, out, _ = cli_run(capsys, *built["argv"])
     assert code == 0
-    assert time.perf_counter() - start < 5  # no Beam job starts
-    assert "ExampleGen: skipped (current" in out and "Statistics: skipped (current" in out
+    assert time.perf_counter() - start < 5  # no Beam job starts, no TensorFlow
+    for name in COMPONENTS:
+        assert f"{name}: skipped (current" in out, name
 
 
 def test_a_damaged_artifact_is_refused_and_rebuilt_identically(built, tmp_path):
@@ -289,9 +296,10 @@ def test_a_damaged_artifact_is_refused_and_rebuilt_identically(built, tmp_path):
         load_log_q(str(root / "Statistics"))
     (root / "Statistics" / "extra.txt").unlink()
     results = run_pipeline(str(root), built["data"], "sasrec", split="loo", num_shards=3,
-                           sketch_width=64, sketch_seed=7)
-    assert [(r.name, r.status) for r in results] == [("ExampleGen", "ran"),
-                                                     ("Statistics", "skipped")]
+                           sketch_width=64, sketch_seed=7, index="brute-force")
+    # The rebuilt records are the same bytes, so nothing downstream reruns.
+    assert [(r.name, r.status) for r in results] == [("ExampleGen", "ran")] + [
+        (name, "skipped") for name in COMPONENTS[1:-1]]
     assert "altered" in results[0].reason
     assert shard.read_bytes() == original  # deterministic: the same bytes again
 
@@ -373,12 +381,21 @@ def test_worker_code_is_shipped_by_value_and_runs_without_tensorflow(tmp_path):
     imported tfrs_logq (so never TensorFlow)."""
     from apache_beam.internal import pickler
     from tfrs_logq.pipelines.beam import runner
+    from tfrs_logq.pipelines.beam.bulk_inferrer import (
+        EncodePrediction,
+        TestQueries,
+        TopKModelHandler,
+    )
+    from tfrs_logq.pipelines.beam.evaluator import RankMetricsFn, TargetRanks
     from tfrs_logq.pipelines.beam.example_gen import WriteShard, assemble, parse_chunk
     from tfrs_logq.pipelines.beam.statistics import ItemCountsFn, TrainingItems
 
     with runner.code_by_value():
         blob = pickler.dumps([parse_chunk, ItemCountsFn(9, 2, 8, 0), assemble, plan_shards,
-                              read_shard, WriteShard("x", 2), TrainingItems()])
+                              read_shard, WriteShard("x", 2), TrainingItems(),
+                              RankMetricsFn(), TargetRanks(np.zeros(3, np.int64), 1000),
+                              TestQueries("v", {"users": "int", "items": "int"}, 5),
+                              EncodePrediction(), TopKModelHandler("x", 5)])
     (tmp_path / "fns").write_bytes(blob)
     code = ("import sys\nfrom apache_beam.internal import pickler\n"
             f"fns = pickler.loads(open({str(tmp_path / 'fns')!r}, 'rb').read())\n"
@@ -387,6 +404,8 @@ def test_worker_code_is_shipped_by_value_and_runs_without_tensorflow(tmp_path):
             "assert chunk['errors'][0].startswith('f, line 8: '), chunk\n"
             "fn = fns[1]\nacc = fn.add_input(fn.create_accumulator(), chunk['columns'][1])\n"
             "assert fn.extract_output(acc)['counts'].tolist() == [0, 0, 1, 1] + [0] * 6\n"
+            "fn = fns[7]\nacc = fn.add_input(fn.create_accumulator(), 3)\n"
+            "assert fn.extract_output(acc)['recall@10'] == 1.0\n"
             "print('tensorflow' in sys.modules, 'tfrs_logq' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
@@ -401,6 +420,289 @@ def test_every_public_name_imports():
         assert getattr(beam_pipeline, name) is not None, name
     with pytest.raises(AttributeError):
         beam_pipeline.no_such_name  # noqa: B018
+
+
+# --------------------------------------------------------- Trainer, Exporter, BulkInferrer
+
+
+def _in_memory_split(built):
+    return in_memory("loo", datasets.read_sasrec_txt, built["data"], fmt_reindex=False)
+
+
+def _trainer_metrics(built):
+    with open(os.path.join(built["root"], "Trainer", "metrics.json")) as f:
+        return json.load(f)
+
+
+def test_trainer_on_the_records_equals_training_in_memory(built, tmp_path):
+    """Same config and seed: the Trainer (ExampleGen records, Statistics' log Q) and
+    `train` on the in-memory split reach the same validation curve and test figures."""
+    from tfrs_logq.training import resolve_config, train
+
+    ran = _trainer_metrics(built)
+    config = resolve_config("smoke", split="loo", dataset="")
+    result = train(config, str(tmp_path / "in-memory"), verbose=0, split=_in_memory_split(built))
+    assert result["validation_curve"] == ran["validation_curve"]
+    assert result["test"] == ran["test"]
+    with open(os.path.join(built["root"], "Trainer", "config.json")) as f:
+        saved = json.load(f)
+    assert saved["examples"] == os.path.join(built["root"], "ExampleGen")
+    assert saved["log_q"] == os.path.join(built["root"], "Statistics")
+    assert (saved["preset"], saved["loss"], saved["seed"], saved["split"]) == (
+        "smoke", "mns-corrected", 0, "loo")
+
+
+def test_train_command_reads_the_examples_and_log_q(built, tmp_path, capsys):
+    root = built["root"]
+    flags = ["train", "--examples", os.path.join(root, "ExampleGen"), "--log-q",
+             os.path.join(root, "Statistics"), "--preset", "smoke", "--json"]
+    code, _, err = cli_run(capsys, *flags, "--model-dir", tmp_path / "m", "--split", "temporal")
+    assert code == 2 and "--split temporal disagrees with --examples" in err
+    assert not (tmp_path / "m").exists()
+    code, out, err = cli_run(capsys, *flags, "--model-dir", tmp_path / "m")
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["test"] == _trainer_metrics(built)["test"]
+    assert result["split"] == "loo"
+
+
+def _exact_ranks(built):
+    """The trained model's test ranks as `train` computes them (full catalog, brute
+    force, the history left out but the target kept), the split and the encoder."""
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
+    from tfrs_logq.serving.export import load_trained
+
+    from tfrs_logq.metrics import target_ranks
+
+    encoder, config, raw_ids = load_trained(os.path.join(built["root"], "Trainer"))
+    split = read_split(os.path.join(built["root"], "ExampleGen"))
+    arrays = evaluation_arrays(split, split.test, config["max_length"])
+    queries = encoder.last_query(arrays["history"], training=False).numpy()
+    items = encoder.item_embeddings().numpy()
+    ranks = target_ranks(queries, items, arrays["targets"], exclude=arrays["exclude"])
+    return ranks, split, queries, items, raw_ids
+
+
+def test_bulk_inferrer_lists_are_the_exact_top_k_without_the_history(built):
+    from tfrs_logq.pipelines.beam import read_predictions
+
+    _, split, queries, items, raw_ids = _exact_ranks(built)
+    predictions = read_predictions(os.path.join(built["root"], "BulkInferrer"))
+    part = split.test
+    assert [(int(p["user"][0]), int(p["history_length"][0])) for p in predictions] == list(
+        zip(part.users.tolist(), part.history_lengths.tolist()))
+    for j, p in enumerate(predictions):
+        history = split.sequences[part.users[j]][:part.history_lengths[j]]
+        scores = items[1:] @ queries[j]
+        unseen = np.setdiff1d(np.arange(1, split.num_items + 1), history)
+        best = unseen[np.argsort(-scores[unseen - 1], kind="stable")]
+        np.testing.assert_array_equal(p["item_ids"], raw_ids[best - 1], err_msg=str(j))
+        np.testing.assert_allclose(p["scores"], scores[best - 1], rtol=1e-5, atol=1e-6)
+        assert p["target_id"][0] == raw_ids[part.targets[j] - 1]
+        assert p["target_in_history"][0] == (part.targets[j] in history)
+
+
+def test_evaluator_equals_the_exact_figures_overall_and_by_slice(built):
+    """Recall@10/100/1000 and NDCG@20 from the Beam CombineFn equal the figures of the
+    exact in-process ranks, overall and per slice; a target already in the history is
+    never listed (a miss), which `train`'s ranking (target kept) does not do."""
+    from tfrs_logq.pipelines.beam import load_evaluation
+
+    ranks, split, *_ = _exact_ranks(built)
+    from tfrs_logq.metrics import recall_ndcg_from_ranks
+
+    ran = _trainer_metrics(built)["test"]
+    assert recall_ndcg_from_ranks(ranks, (10, 20)) == pytest.approx(ran, rel=1e-12)
+    part = split.test
+    seen = np.array([t in split.sequences[u][:n] for u, n, t in
+                     zip(part.users, part.history_lengths, part.targets)])
+    assert 0 < seen.sum() < len(seen)  # the fixture has both kinds
+    ranks = np.where(seen, 1000, ranks)
+
+    def figures(r):
+        return {"num_targets": len(r), **{f"recall@{k}": np.mean(r < k) for k in (10, 100, 1000)},
+                "ndcg@20": np.mean(np.where(r < 20, 1 / np.log2(r + 2.0), 0.0))}
+
+    evaluation = load_evaluation(os.path.join(built["root"], "Evaluator"))
+    assert evaluation["overall"] == pytest.approx(figures(ranks), rel=1e-12)
+    counts = split.train_item_counts()[1:]
+    by_popularity = sorted(range(split.num_items), key=lambda i: (-counts[i], i))
+    decile = {item + 1: min(position * 10 // split.num_items, 9)
+              for position, item in enumerate(by_popularity)}
+    edges = [(0, 5), (6, 10), (11, 20), (21, 50), (51, 100), (101, 200)]
+    bucket = [next((f"{a}-{b}" for a, b in edges if a <= n <= b), "201+")
+              for n in part.history_lengths]
+    expected = {
+        "popularity_decile": [str(decile[t]) for t in part.targets],
+        "history_length": bucket,
+        "target_in_history": ["yes" if x else "no" for x in seen],
+    }
+    for name, labels in expected.items():
+        labels = np.asarray(labels)
+        got = {row.pop("slice"): row for row in evaluation["slices"][name]}
+        assert set(got) == set(labels.tolist()), name
+        for label, row in got.items():
+            assert row == pytest.approx(figures(ranks[labels == label]), rel=1e-12), (name, label)
+    assert evaluation["blessed"] is True and evaluation["blessing"]["checks"] == []
+
+
+def test_rank_metrics_combine_merges_in_any_order():
+    from tfrs_logq.pipelines.beam.evaluator import RankMetricsFn
+
+    fn = RankMetricsFn()
+    example = fn.create_accumulator()
+    for rank in (0, 3, 5000):
+        example = fn.add_input(example, rank)
+    out = fn.extract_output(example)
+    assert out["recall@10"] == pytest.approx(2 / 3)
+    assert out["ndcg@20"] == pytest.approx((1 + 1 / np.log2(5)) / 3)  # 0.4769
+    rng = np.random.default_rng(0)
+    ranks = rng.integers(0, 1500, size=300)
+    parts = [fn.create_accumulator() for _ in range(4)]
+    for i, r in enumerate(ranks):
+        parts[i % 4] = fn.add_input(parts[i % 4], r)
+    merged = fn.merge_accumulators([fn.merge_accumulators(parts[2:]), *parts[:2]])
+    whole = fn.create_accumulator()
+    for r in ranks:
+        whole = fn.add_input(whole, r)
+    assert fn.extract_output(merged) == fn.extract_output(whole)
+    assert fn.extract_output(whole)["recall@100"] == np.mean(ranks < 100)
+    with pytest.raises(ValueError, match="max_cutoff"):
+        RankMetricsFn(20)
+
+
+def test_model_handler_loads_a_scann_export(built, tmp_path):
+    """The handler loads a ScaNN export (`import scann`, then tf.saved_model.load) and
+    answers what the brute-force export answered (tiny catalog: ScaNN scores every item
+    and reorders exactly)."""
+    pytest.importorskip("scann")
+    from tfrs_logq.pipelines.beam import TopKModelHandler, read_predictions
+    from tfrs_logq.pipelines.beam.bulk_inferrer import TestQueries
+    from tfrs_logq.serving.export import export_version
+
+    path = export_version(os.path.join(built["root"], "Trainer"), str(tmp_path / "scann"),
+                          index="scann", default_k=10)
+    handler = TopKModelHandler(path, k=1000, max_batch_size=16)
+    assert handler.batch_elements_kwargs() == {"min_batch_size": 1, "max_batch_size": 16}
+    manifest = artifacts.read_manifest(os.path.join(built["root"], "ExampleGen"))
+    queries = TestQueries(os.path.join(built["root"], "ExampleGen", "vocabulary"),
+                          manifest["counts"]["raw_id_types"], 30)
+    queries.setup()
+    shard = os.path.join(built["root"], "ExampleGen", "examples", "data-00000-of-00003.tfrecord")
+    batch = [q for data in examples.read_records(shard) for q in queries.process(data)]
+    results = list(handler.run_inference(batch, handler.load_model()))
+    served = {(int(p["user"][0]), int(p["history_length"][0])): p
+              for p in read_predictions(os.path.join(built["root"], "BulkInferrer"))}
+    for query, result in zip(batch, results):
+        expected = served[(query["user"], query["history_length"])]
+        np.testing.assert_array_equal(result.inference["item_ids"], expected["item_ids"])
+        np.testing.assert_allclose(result.inference["scores"], expected["scores"], rtol=1e-4,
+                                   atol=1e-5)
+
+
+# ------------------------------------------------------------------ blessing and Pusher
+
+
+def test_a_blessed_model_is_pushed_as_the_next_version(built):
+    base = built["serving"]
+    assert sorted(os.listdir(base)) == ["1"]  # no hidden temporary left
+    assert os.path.exists(os.path.join(base, "1", "saved_model.pb"))
+    assert os.stat(os.path.join(base, "1")).st_mode & 0o055 == 0o055  # readable by all
+    manifest = artifacts.verified_manifest(os.path.join(built["root"], "Pusher"))
+    assert (manifest["pushed"], manifest["pushed_version"]) == (True, 1)
+    assert manifest["pushed_to"] == os.path.join(base, "1")
+    exported = os.path.join(built["root"], "Exporter", "serving", "1")
+    assert artifacts.output_fingerprints(exported) == artifacts.output_fingerprints(
+        os.path.join(base, "1"))
+
+
+def test_an_unblessed_model_is_not_pushed(built, tmp_path, capsys):
+    """Thresholds and a baseline (an Evaluator artifact of the same data): a failed
+    threshold withholds the blessing, and Pusher leaves the base path alone."""
+    from tfrs_logq.pipelines.beam import Evaluator, Pusher, load_evaluation
+
+    root = tmp_path / "root"
+    for name in ("ExampleGen", "Statistics", "Exporter", "BulkInferrer"):
+        shutil.copytree(os.path.join(built["root"], name), root / name)
+    baseline = tmp_path / "baseline"
+    shutil.copytree(os.path.join(built["root"], "Evaluator"), baseline)
+    serving = tmp_path / "serving"
+    evaluator = Evaluator(str(root / "BulkInferrer"), str(root / "Statistics"),
+                          str(root / "ExampleGen"), thresholds={"recall@10": 0.99},
+                          baseline=str(baseline))
+    pusher = Pusher(str(root / "Exporter"), str(root / "Evaluator"), str(serving))
+    results = run_components([evaluator, pusher], str(root))
+    evaluation = load_evaluation(str(root / "Evaluator"))
+    assert evaluation["blessed"] is False
+    checks = evaluation["blessing"]["checks"]
+    assert [(c["metric"], c["passed"]) for c in checks if "threshold" in c] == [
+        ("recall@10", False)]
+    assert all(c["passed"] for c in checks if "baseline" in c) and len(checks) == 5
+    manifest = results[1].manifest
+    assert manifest["pushed"] is False and not serving.exists()
+    assert "not blessed: recall@10" in manifest["counts"]["reason"]
+    assert "threshold 0.99" in manifest["counts"]["reason"]
+
+
+def test_bless_holds_figures_to_thresholds_and_a_baseline():
+    from tfrs_logq.pipelines.beam.evaluation import bless
+
+    overall = {"recall@10": 0.2, "recall@100": 0.6, "recall@1000": 0.9, "ndcg@20": 0.1}
+    assert bless(overall, {}) == {"blessed": True, "checks": []}
+    assert bless(overall, {"recall@10": 0.2})["blessed"] is True
+    assert bless(overall, {"recall@10": 0.21})["blessed"] is False
+    better = {**overall, "ndcg@20": 0.12}
+    assert bless(overall, {}, better)["blessed"] is False
+    assert bless(overall, {}, better, tolerance=0.02)["blessed"] is True
+    with pytest.raises(ValueError, match="thresholds name"):
+        from tfrs_logq.pipelines.beam import Evaluator
+
+        Evaluator("p", "s", "e", thresholds={"recall@20": 0.1})
+
+
+def test_push_copies_into_a_hidden_directory_then_renames(tmp_path, monkeypatch):
+    from tfrs_logq.pipelines.beam import pusher
+
+    model = tmp_path / "model"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    (model / "variables" / "variables.index").write_bytes(b"ix")
+    base = tmp_path / "base"
+    (base / "1").mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (base / f".tmp-2-{dead}-abc").mkdir()  # left by a push that died
+    renames = []
+
+    def rename(src, dst):
+        renames.append((src, dst, sorted(os.listdir(src))))
+        return os.replace(src, dst)
+
+    monkeypatch.setattr(pusher.os, "rename", rename)
+    path = pusher.push_version(str(model), str(base))
+    assert path == str(base / "2")
+    [(src, dst, contents)] = renames
+    assert os.path.dirname(src) == str(base) and os.path.basename(src).startswith(
+        f".tmp-2-{os.getpid()}-")
+    assert dst == path and contents == ["saved_model.pb", "variables"]  # complete first
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    assert (base / "2" / "variables" / "variables.index").read_bytes() == b"ix"
+
+
+def test_pipeline_flags_are_checked_before_anything_runs(tmp_path, capsys):
+    data = tmp_path / "d.txt"
+    write_sasrec(data)
+    common = ["pipeline", "run", "--pipeline-root", tmp_path / "r", "--input", data,
+              "--data-format", "sasrec"]
+    code, _, err = cli_run(capsys, *common, "--threshold", "recall@7=0.1")
+    assert code == 2 and "recall@7=0.1" in err and "recall@10" in err
+    code, _, err = cli_run(capsys, *common, "--threshold", "ndcg@20=2")
+    assert code == 2 and "at most 1" in err
+    bad = tmp_path / "train.json"
+    bad.write_text(json.dumps({"num_blocks": 0}))
+    code, _, err = cli_run(capsys, *common, "--train-config", bad)
+    assert code == 2 and "num_blocks" in err
+    assert not (tmp_path / "r" / "ExampleGen").exists()
 
 
 # ------------------------------------------------------------------------ real ML-1M

@@ -239,11 +239,18 @@ _TRAIN_HELP = {
     "share_item_embeddings": "score with the input item embeddings (weight tying)",
     "preset": "a set of defaults: smoke (minutes on 2 CPU cores), cpu (a fixed CPU budget), "
               "paper (the paper's protocol, for a GPU); flags and --config override it",
+    "examples": "train on this ExampleGen artifact of `tfrs-logq pipeline run` "
+                "(PIPELINE_ROOT/ExampleGen) instead of loading the data file; its dataset and "
+                "split are used",
+    "log_q": "take log Q (training item counts) from this Statistics artifact "
+             "(PIPELINE_ROOT/Statistics) instead of counting them",
 }
+_TRAIN_METAVARS = {"examples": "DIR", "log_q": "DIR"}
 _TRAIN_FLAG_NAMES = {"jit_compile": ("xla", ("jit-compile",))}
 _NON_NEGATIVE = {"seed", "patience"}
 _FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "temporal_fraction": (0.0, 0.5, False)}
-_DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction")
+_DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction", "examples",
+                "log_q")
 
 
 def _train_modules():
@@ -280,7 +287,7 @@ def _field_spec(name: str, hint, choices: dict) -> dict:
     if kind is float:
         low, high, inclusive = _FLOAT_RANGES.get(name, (0.0, None, False))
         return {"type": _float_in(low, high, inclusive), "metavar": "X"}
-    return {"type": str, "metavar": name.split("_")[-1].upper()}
+    return {"type": str, "metavar": _TRAIN_METAVARS.get(name, name.split("_")[-1].upper())}
 
 
 def _train_default_text(name: str, default, presets: dict, experiment: bool) -> str:
@@ -293,6 +300,8 @@ def _train_default_text(name: str, default, presets: dict, experiment: bool) -> 
                                        DEFAULT_TEMPORAL_FRACTION.items()),
         "max_validation_users": "all",
         "preset": "cpu" if experiment else "none (the defaults shown)",
+        "examples": "none: the data file, loaded in memory",
+        "log_q": "counted from the training split",
     }
     if isinstance(default, bool):
         text = "on" if default else "off"
@@ -553,17 +562,43 @@ def _populate_evaluate(p) -> None:
     p.set_defaults(run=_evaluate)
 
 
+def _thresholds(metrics: Sequence[str]):
+    """``METRIC=MIN,...`` -> ``{metric: min}``."""
+
+    def convert(text: str) -> dict:
+        out = {}
+        for part in [p.strip() for p in text.split(",") if p.strip()]:
+            name, sep, value = part.partition("=")
+            if not sep or name.strip() not in metrics:
+                raise argparse.ArgumentTypeError(
+                    f"{part!r} is not METRIC=MIN with METRIC one of {', '.join(metrics)}")
+            try:
+                out[name.strip()] = _float_in(0.0, None, True)(value.strip())
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{name.strip()}: {exc}") from None
+            if out[name.strip()] > 1.0:
+                raise argparse.ArgumentTypeError(f"{name.strip()}: must be at most 1, got "
+                                                 f"{value.strip()}")
+        if not out:
+            raise argparse.ArgumentTypeError("must name at least one METRIC=MIN")
+        return out
+
+    convert.__name__ = "thresholds"
+    return convert
+
+
 def _populate_pipeline_run(p) -> None:
-    from tfrs_logq.config import TrainConfig
-    from tfrs_logq.pipelines.beam import SOURCE_FORMATS
+    from tfrs_logq.config import OBJECTIVES, PRESETS, TrainConfig
+    from tfrs_logq.pipelines.beam import COMPONENTS, METRICS, SOURCE_FORMATS
+    from tfrs_logq.pipelines.beam.exporter import INDEXES
     from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
     from tfrs_logq.pipelines.datasets import DATASETS, DEFAULT_TEMPORAL_FRACTION
     from tfrs_logq.pipelines.splits import SPLITS
 
     defaults = TrainConfig()
     _add(p, "pipeline-root", required=True, metavar="DIR",
-         help="where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, each "
-              "with a manifest.json); current ones are skipped")
+         help="where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, "
+              "DIR/Trainer, ..., each with a manifest.json); current ones are skipped")
     group = p.add_argument_group("data")
     _add(group, "dataset", choices=DATASETS, default=None,
          help=f"dataset (default: {defaults.dataset}; with --input, none)")
@@ -602,6 +637,39 @@ def _populate_pipeline_run(p) -> None:
          help="counters per row of the count-min sketch")
     _add(beam, "sketch-seed", type=int, default=0, metavar="N",
          help="hash seed of the count-min sketch (as CountMinSketch's seed)")
+    training = p.add_argument_group("Trainer (tfrs-logq train --examples DIR/ExampleGen "
+                                    "--log-q DIR/Statistics)")
+    _add(training, "preset", choices=tuple(PRESETS), default=None,
+         help="training preset: smoke trains for seconds to minutes on 2 CPU cores (what "
+              "`make pipeline` runs: a check of the pipeline, not a usable model); cpu or "
+              "long train a usable model in hours (default: smoke)")
+    _add(training, "loss", choices=OBJECTIVES, default=None,
+         help=f"{_TRAIN_HELP['loss']} (default: {defaults.loss})")
+    _add(training, "seed", type=_int_at_least(0), default=None, metavar="N",
+         help=f"{_TRAIN_HELP['seed']} (default: {defaults.seed})")
+    _add(training, "train-config", default=None, metavar="FILE",
+         help="JSON object of other TrainConfig fields (and \"preset\"), as `train --config`; "
+              "--preset, --loss and --seed override it (default: none)")
+    serving = p.add_argument_group("Exporter, BulkInferrer, Evaluator, Pusher")
+    _add(serving, "index", choices=INDEXES, default=INDEXES[0],
+         help="the export's index: scann, or brute-force (exact, stock TensorFlow ops)")
+    _add(serving, "top-k", type=_int_at_least(1), default=1000, metavar="K",
+         help="items BulkInferrer lists per test target (at least the largest cut-off, 1000, "
+              "unless the catalog is smaller)")
+    _add(serving, "threshold", dest="thresholds", type=_thresholds(METRICS), default=None,
+         metavar="METRIC=MIN,...",
+         help=f"bless only if every named overall figure ({', '.join(METRICS)}) is at least "
+              "its minimum (default: none)")
+    _add(serving, "baseline", default=None, metavar="DIR",
+         help="an Evaluator artifact of the same data (say, the pushed model's, copied "
+              "aside); bless only if no figure is below its (default: none)")
+    _add(serving, "baseline-tolerance", type=_float_in(0.0, None, True), default=0.0,
+         metavar="X", help="how far below the baseline a figure may be")
+    _add(serving, "serving-base-path", default=None, metavar="DIR",
+         help="Pusher copies a blessed export here as the next integer version (TF "
+              "Serving's --model_base_path) (default: none, no Pusher)")
+    _add(p, "stop-after", choices=COMPONENTS, default=COMPONENTS[-1],
+         help="run the components up to this one")
     _add(p, "force", action="store_true", help="rebuild every component, current or not")
     _add(p, "json", action="store_true", help="print one JSON object")
     _add_verbose(p)
@@ -646,8 +714,9 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline_sub = pipeline.add_subparsers(dest="pipeline_command", required=True,
                                            metavar="COMMAND", parser_class=_Parser)
     pipeline_sub.add_parser("run", populate=_populate_pipeline_run,
-                            help="ExampleGen then Statistics into --pipeline-root, skipping "
-                                 "current components")
+                            help="ExampleGen, Statistics, Trainer, Exporter, BulkInferrer, "
+                                 "Evaluator and Pusher into --pipeline-root, skipping current "
+                                 "components")
     return parser
 
 
@@ -761,11 +830,17 @@ def _train(args) -> int:
     from tfrs_logq.pipelines.datasets import load_split
 
     training, _ = _train_modules()
-    config = training.resolve_config(**_training_overrides(args))
-    split = load_split(config.dataset, config.split, config.data_dir,
-                       data_format=config.data_format,
-                       temporal_fraction=config.temporal_fraction, **_load_options(args))
-    if config.dataset == "ml-1m":  # record the file format used, for export and evaluate
+    overrides = _training_overrides(args)
+    config = training.resolve_config(**overrides)
+    if config.examples:  # the ExampleGen artifact decides the data and split
+        config = training.examples_config(config, explicit=set(overrides))
+        split = training.load_split(config)
+    else:
+        split = load_split(config.dataset, config.split, config.data_dir,
+                           data_format=config.data_format,
+                           temporal_fraction=config.temporal_fraction, **_load_options(args))
+    if config.dataset == "ml-1m" and not config.examples:
+        # record the file format used, for export and evaluate
         config = dataclasses.replace(config, data_format=split.interactions.data_format)
     kwargs = {"overwrite": True} if args.overwrite else {}
     result = training.train(config, args.model_dir, verbose=0 if args.json else "auto",
@@ -971,9 +1046,16 @@ def _evaluate(args) -> int:
             "the temporal split needs timestamps; this model was trained on SASRec's "
             f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
             "evaluate it with --split loo or --split gsasrec.")
-    split = load_split(dataset, split_name, args.data_dir or config.get("data_dir"),
-                       data_format=data_format, temporal_fraction=config.get("temporal_fraction"),
-                       **_load_options(args))
+    if config.get("examples") and not (args.dataset or args.split or args.data_dir):
+        # trained on a pipeline's ExampleGen artifact (`train --examples`): its split
+        from tfrs_logq.pipelines.beam.examples import read_split
+
+        split = read_split(config["examples"])
+    else:
+        split = load_split(dataset, split_name, args.data_dir or config.get("data_dir"),
+                           data_format=data_format,
+                           temporal_fraction=config.get("temporal_fraction"),
+                           **_load_options(args))
     with open(os.path.join(args.model_dir, "vocabulary.json")) as f:
         vocabulary = json.load(f)["raw_items"]
     if vocabulary != [str(x) for x in split.interactions.raw_items]:
@@ -1065,6 +1147,65 @@ def _pipeline_input(args) -> tuple[str, str, str]:
     return path, "csv" if ".csv" in os.path.basename(path) else "steam", dataset
 
 
+def _pipeline_train_options(args) -> tuple[str, dict]:
+    """``(preset, TrainConfig fields)`` of the Trainer: --train-config, then the flags."""
+    options: dict = {}
+    if args.train_config:
+        training, _ = _train_modules()
+        options = _config_file(args.train_config, _field_types(training.TrainConfig),
+                               _train_choices())
+        for name in ("examples", "log_q"):
+            if options.pop(name, None) is not None:
+                raise ValueError(f"--train-config {args.train_config}: {name} is the pipeline's "
+                                 "own artifact; leave it out.")
+    preset = args.preset or options.pop("preset", None) or "smoke"
+    options.pop("preset", None)
+    for name in ("loss", "seed"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    return preset, {k: v for k, v in options.items() if v is not None}
+
+
+def _print_component(result, args) -> None:
+    print(f"  {result.line()}")
+    manifest = result.manifest
+    counts = manifest.get("counts", {})
+    if result.name == "ExampleGen":
+        skipped = counts.get("skipped_lines", 0)
+        print(f"    {counts.get('num_users', 0):,} users, {counts.get('num_items', 0):,} "
+              f"items, {counts.get('num_interactions', 0):,} interactions from "
+              f"{counts.get('num_rows', 0):,} rows"
+              + (f", {skipped:,} malformed lines skipped" if skipped or args.skip_bad_lines
+                 else ""))
+    elif result.name == "Statistics":
+        print(f"    {counts.get('train_interactions', 0):,} training interactions, "
+              f"{counts.get('items_seen', 0):,} of {counts.get('num_items', 0):,} items seen")
+    elif result.name == "Trainer":
+        params, test = manifest.get("parameters", {}), counts.get("test", {})
+        print(f"    {params.get('loss')}, preset {params.get('preset')}, seed "
+              f"{params.get('seed')}: {counts.get('epochs')} epochs (best "
+              f"{counts.get('best_epoch')}), test recall@10 {test.get('recall@10', 0):.4f}, "
+              f"ndcg@10 {test.get('ndcg@10', 0):.4f}")
+    elif result.name == "Exporter":
+        print(f"    {counts.get('index')} index over {counts.get('num_items', 0):,} items: "
+              f"{os.path.join(result.directory, counts.get('saved_model', ''))}")
+    elif result.name == "BulkInferrer":
+        print(f"    top {counts.get('k')} of {counts.get('num_predictions', 0):,} test targets "
+              "(seen items left out)")
+    elif result.name == "Evaluator":
+        from tfrs_logq.pipelines.beam.evaluation import METRICS, describe_blessing
+
+        print("    " + ", ".join(f"{m} {counts.get(m, float('nan')):.4f}" for m in METRICS)
+              + f" over {counts.get('num_targets', 0):,} targets")
+        print(f"    {describe_blessing(manifest.get('blessing', {'checks': []}))}")
+    elif result.name == "Pusher":
+        if manifest.get("pushed"):
+            print(f"    pushed version {manifest.get('pushed_version')}: "
+                  f"{manifest.get('pushed_to')}")
+        else:
+            print(f"    not pushed: {counts.get('reason')}")
+
+
 def _pipeline_run(args) -> int:
     # Beam logs through the root logger at import; keep that off the terminal.
     if not logging.getLogger().handlers:
@@ -1072,34 +1213,31 @@ def _pipeline_run(args) -> int:
     from tfrs_logq.pipelines.beam.pipeline import run_pipeline
 
     path, fmt, dataset = _pipeline_input(args)
+    preset, train_options = _pipeline_train_options(args)
     results = run_pipeline(
         args.pipeline_root, path, fmt, split=args.split, dataset=dataset,
         skip_bad_lines=args.skip_bad_lines, temporal_fraction=args.temporal_fraction,
         num_shards=args.num_shards, sketch_depth=args.sketch_depth,
-        sketch_width=args.sketch_width, sketch_seed=args.sketch_seed, runner=args.runner,
-        num_workers=args.num_workers, force=args.force)
+        sketch_width=args.sketch_width, sketch_seed=args.sketch_seed, preset=preset,
+        train_options=train_options, index=args.index, top_k=args.top_k,
+        thresholds=args.thresholds, baseline=args.baseline,
+        baseline_tolerance=args.baseline_tolerance, serving_base_path=args.serving_base_path,
+        stop_after=args.stop_after, runner=args.runner, num_workers=args.num_workers,
+        force=args.force, train_verbose=0 if args.json or not sys.stdout.isatty() else 2)
     if args.json:
         print(json.dumps({"pipeline_root": os.path.abspath(args.pipeline_root),
                           "components": [{"name": r.name, "status": r.status, "reason": r.reason,
                                           "directory": r.directory,
                                           "seconds": round(r.seconds, 2),
+                                          **{k: r.manifest[k] for k in
+                                             ("blessed", "blessing", "pushed", "pushed_version",
+                                              "pushed_to") if k in r.manifest},
                                           "counts": r.manifest.get("counts")}
                                          for r in results]}))
         return 0
     print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {args.split}")
     for result in results:
-        print(f"  {result.line()}")
-        counts = result.manifest.get("counts", {})
-        if result.name == "ExampleGen":
-            skipped = counts.get("skipped_lines", 0)
-            print(f"    {counts.get('num_users', 0):,} users, {counts.get('num_items', 0):,} "
-                  f"items, {counts.get('num_interactions', 0):,} interactions from "
-                  f"{counts.get('num_rows', 0):,} rows"
-                  + (f", {skipped:,} malformed lines skipped" if skipped or args.skip_bad_lines
-                     else ""))
-        elif result.name == "Statistics":
-            print(f"    {counts.get('train_interactions', 0):,} training interactions, "
-                  f"{counts.get('items_seen', 0):,} of {counts.get('num_items', 0):,} items seen")
+        _print_component(result, args)
     return 0
 
 

@@ -14,6 +14,15 @@ STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
 # scaling (GPU). The policy is set for one `train` call and reset afterwards.
 MIXED_PRECISION_POLICIES = ("none", "bfloat16", "float16")
 MONITOR = "val_ndcg@10"
+# The training objectives (`tfrs_logq.objectives`), named here so that the command
+# line lists them without importing TensorFlow.
+CORRECTED_NAMES = ("none", "logq", "corrected")
+OBJECTIVES = (
+    "bce", "gbce", "uniform",
+    *(f"inbatch-{c}" for c in CORRECTED_NAMES),
+    *(f"mns-{c}" for c in CORRECTED_NAMES),
+    "full-softmax",
+)
 
 
 @dataclasses.dataclass
@@ -43,6 +52,11 @@ class TrainConfig:
     jit_compile: bool = False
     share_item_embeddings: bool = False
     preset: Optional[str] = None
+    # The batch pipeline's artifacts (`tfrs_logq.pipelines.beam`): train on an
+    # ExampleGen artifact's split instead of loading the data file, and take log Q
+    # (training item counts) from a Statistics artifact instead of counting them.
+    examples: Optional[str] = None
+    log_q: Optional[str] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.mixed_precision, bool):  # configs written before 0.2
@@ -80,5 +94,30 @@ def resolve_config(preset: Optional[str] = None, **overrides) -> TrainConfig:
     return TrainConfig(preset=preset, **fields)
 
 
-__all__ = ["MIXED_PRECISION_POLICIES", "MONITOR", "PRESETS", "STRATEGIES", "TrainConfig",
-           "resolve_config"]
+def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
+    """``config`` with the data fields (``dataset``, ``split``, ``data_format``,
+    ``temporal_fraction``) of its ExampleGen artifact ``config.examples``: the artifact
+    decides them. A field named in ``explicit`` (set by the user) that disagrees is
+    an error rather than silently replaced.
+
+    Raises:
+      ArtifactError: ``config.examples`` is not a finished, intact ExampleGen artifact.
+      ValueError: an explicit field disagrees with the artifact.
+    """
+    from tfrs_logq.pipelines.beam.artifacts import verified_manifest
+
+    params = verified_manifest(config.examples, "ExampleGen")["parameters"]
+    found = {"split": params["split"], "dataset": params["dataset"],
+             "data_format": params["data_format"],
+             "temporal_fraction": params["split_options"].get("fraction")}
+    for name in explicit:
+        if name in found and getattr(config, name) not in (None, found[name]):
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {getattr(config, name)} disagrees with --examples "
+                             f"{config.examples}, whose {name} is {found[name]!r}; leave "
+                             f"{flag} out (the artifact decides it).")
+    return dataclasses.replace(config, **found)
+
+
+__all__ = ["MIXED_PRECISION_POLICIES", "MONITOR", "OBJECTIVES", "PRESETS", "STRATEGIES",
+           "TrainConfig", "examples_config", "resolve_config"]

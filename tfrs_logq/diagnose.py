@@ -392,9 +392,14 @@ def model_dir_inputs(model_dir: str, num_queries: int, part: str = "test", seed:
     encoder, config, _ = load_trained(model_dir)
     with open(os.path.join(model_dir, "config.json")) as f:
         saved = json.load(f)
-    split = load_split(saved["dataset"], saved["split"], data_dir or saved.get("data_dir"),
-                       data_format=saved.get("data_format"),
-                       temporal_fraction=saved.get("temporal_fraction"))
+    if saved.get("examples") and not data_dir:  # trained by `train --examples`
+        from tfrs_logq.pipelines.beam.examples import read_split
+
+        split = read_split(saved["examples"])
+    else:
+        split = load_split(saved["dataset"], saved["split"], data_dir or saved.get("data_dir"),
+                           data_format=saved.get("data_format"),
+                           temporal_fraction=saved.get("temporal_fraction"))
     chosen = getattr(split, part)
     idx = np.arange(len(chosen))
     if len(idx) > num_queries:

@@ -32,19 +32,13 @@ from typing import NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.config import CORRECTED_NAMES, OBJECTIVES  # noqa: F401  (TensorFlow-free)
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, masked_value, sampled_softmax_loss
 from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
 
-CORRECTED_NAMES = ("none", "logq", "corrected")
 # Score per-position uniform negatives against the whole catalog (one matmul and a
 # gather) when the catalog has at most this many ids per negative.
 DENSE_UNIFORM_FACTOR = 32
-OBJECTIVES = (
-    "bce", "gbce", "uniform",
-    *(f"inbatch-{c}" for c in CORRECTED_NAMES),
-    *(f"mns-{c}" for c in CORRECTED_NAMES),
-    "full-softmax",
-)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,13 @@ TensorBoard logs go to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
 ``config.json``, ``best.weights.*`` (the restored best model), ``metrics.json``
 and ``vocabulary.json`` (item id -> the dataset's own id), which is what
 ``tfrs-logq export`` reads.
+
+Data: the dataset's file loaded in memory (`load_split`), or, with
+``config.examples`` (``--examples``), the split of a batch pipeline's ExampleGen
+artifact (the same split, so the same seed trains the same model; its dataset and
+split fields come from the artifact, `examples_config`); ``config.log_q``
+(``--log-q``) takes the training counts behind ``log Q`` from a Statistics artifact
+(`training_item_counts`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from tfrs_logq.config import (  # noqa: F401  (re-exported)
     PRESETS,
     STRATEGIES,
     TrainConfig,
+    examples_config,
     resolve_config,
 )
 from tfrs_logq.models import SASRecEncoder, SequentialRetrievalModel
@@ -170,10 +178,39 @@ def _subsample(arrays: dict, limit: Optional[int], seed: int) -> dict:
     return {k: (None if v is None else v[idx]) for k, v in arrays.items()}
 
 
+def training_item_counts(config: TrainConfig, split: Split) -> np.ndarray:
+    """`[num_items + 1]` training item counts, the objective's ``log Q``: counted from
+    ``split``, or read from the Statistics artifact ``config.log_q`` (``--log-q``).
+
+    Raises:
+      ArtifactError: ``config.log_q`` is not a finished, intact Statistics artifact, or
+        it was computed from another ExampleGen artifact than ``config.examples``.
+      ValueError: its catalog is not the split's.
+    """
+    if not config.log_q:
+        return split.train_item_counts()
+    from tfrs_logq.pipelines.beam.artifacts import ArtifactError, verified_manifest
+    from tfrs_logq.pipelines.beam.item_statistics import load_item_statistics
+
+    stats = load_item_statistics(config.log_q)
+    if config.examples:
+        made_from = verified_manifest(config.log_q)["inputs"].get("examples", {}).get("sha256")
+        if made_from != verified_manifest(config.examples)["outputs"]:
+            raise ArtifactError(f"--log-q {config.log_q} was computed from another ExampleGen "
+                                f"artifact than --examples {config.examples}; rerun the "
+                                "pipeline's Statistics on it.")
+    if stats.num_items != split.num_items:
+        raise ValueError(f"--log-q {config.log_q} counts {stats.num_items:,} items and the "
+                         f"training data has {split.num_items:,}: give the Statistics "
+                         "artifact of this data.")
+    return stats.counts
+
+
 def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrievalModel:
     with strategy.scope():
         encoder = build_encoder(config, split.num_items)
-        objective = make_objective(config.loss, split.num_items, split.train_item_counts(),
+        objective = make_objective(config.loss, split.num_items,
+                                   training_item_counts(config, split),
                                    num_negatives=config.num_negatives, seed=config.seed,
                                    cross_replica_negatives=config.cross_replica_negatives,
                                    compact_positions=not config.jit_compile)
@@ -201,6 +238,20 @@ def build_encoder(config, num_items: int) -> SASRecEncoder:
 
 
 def load_split(config: TrainConfig) -> Split:
+    """The split ``config`` trains on: its ExampleGen artifact's (``config.examples``),
+    else the dataset's file loaded in memory.
+
+    Raises:
+      ValueError: ``config.split`` is not the artifact's split.
+    """
+    if config.examples:
+        from tfrs_logq.pipelines.beam.examples import read_split
+
+        split = read_split(config.examples)
+        if split.name != config.split:
+            raise ValueError(f"--examples {config.examples} holds the {split.name} split, "
+                             f"and the run asks for --split {config.split}.")
+        return split
     kwargs = {}
     if config.data_format:
         kwargs["fmt"] = config.data_format
@@ -216,8 +267,9 @@ def load_split(config: TrainConfig) -> Split:
 def saved_config(config: TrainConfig, num_items: Optional[int] = None) -> dict:
     """``config.json`` of a run: the config (data_dir made absolute) and the catalog size."""
     saved = dataclasses.asdict(config)
-    if saved["data_dir"]:
-        saved["data_dir"] = os.path.abspath(saved["data_dir"])
+    for name in ("data_dir", "examples", "log_q"):
+        if saved[name]:
+            saved[name] = os.path.abspath(saved[name])
     if num_items is not None:
         saved["num_items"] = int(num_items)
     return saved

@@ -119,6 +119,17 @@ def verified_manifest(directory: str, component: Optional[str] = None) -> dict:
     return manifest
 
 
+def artifact_input(directory: str, component: str) -> dict:
+    """An upstream artifact as a manifest input: its component and the sha256 of its
+    files (by content, so a moved pipeline root is still current).
+
+    Raises:
+      ArtifactError: no finished artifact of ``component``, or a damaged one.
+    """
+    manifest = verified_manifest(directory, component)
+    return {"component": manifest["component"], "sha256": manifest["outputs"]}
+
+
 def stale_reason(directory: str, component: str, version: int, inputs: dict,
                  parameters: dict) -> Optional[str]:
     """None when the artifact in ``directory`` is current for these inputs and

@@ -140,7 +140,9 @@ def read_users(artifact_dir: str, manifest: Optional[dict] = None):
     return records
 
 
-def _read_vocabulary(path: str, kind: str) -> np.ndarray:
+def read_vocabulary(path: str, kind: str) -> np.ndarray:
+    """``vocabulary/users.txt`` or ``items.txt`` as an array: ``kind`` ``"str"`` or
+    ``"int"`` (the manifest's ``raw_id_types``)."""
     with open(path, encoding="utf-8") as f:
         values = [line.rstrip("\n") for line in f]
     return np.asarray(values, dtype=str) if kind == "str" else np.asarray(values, np.int64)
@@ -170,9 +172,9 @@ def read_split(artifact_dir: str):
         user=np.repeat(np.arange(len(records)), lengths).astype(np.int32),
         item=np.concatenate([r["item_ids"] for r in records]).astype(np.int32),
         timestamp=np.concatenate([r["timestamps"] for r in records]) if has_times else None,
-        raw_users=_read_vocabulary(os.path.join(vocabulary, "users.txt"),
+        raw_users=read_vocabulary(os.path.join(vocabulary, "users.txt"),
                                    counts["raw_id_types"]["users"]),
-        raw_items=_read_vocabulary(os.path.join(vocabulary, "items.txt"),
+        raw_items=read_vocabulary(os.path.join(vocabulary, "items.txt"),
                                    counts["raw_id_types"]["items"]),
         name=params["dataset"], source=manifest["inputs"]["data"]["path"],
         data_format=params["data_format"], num_rows=counts["num_rows"],

@@ -2,15 +2,28 @@
 
 ::
 
-    data file ──> ExampleGen ──> ROOT/ExampleGen/   examples/*.tfrecord, vocabulary/
-                                      │
-                                      └──> Statistics ──> ROOT/Statistics/   item_counts.npz
+    data file ──> ExampleGen ──> ROOT/ExampleGen/     examples/*.tfrecord, vocabulary/
+                      │
+                      ├──> Statistics ──> ROOT/Statistics/     item_counts.npz
+                      │         │
+                      └─────────┴──> Trainer ──> ROOT/Trainer/     a `tfrs-logq train` model dir
+                                                   │
+                                  Exporter <───────┘   ROOT/Exporter/serving/1   SavedModel
+                                     │
+          ExampleGen ──> BulkInferrer (RunInference) ──> ROOT/BulkInferrer/   predictions/*.tfrecord
+                                     │
+          Statistics ──> Evaluator (CombineFn) ──> ROOT/Evaluator/   metrics.json; blessed
+                                     │
+                                  Pusher ──> SERVING_BASE/VERSION (blessed only); ROOT/Pusher/
 
 A component is a small object with ``name``, ``version``, ``inputs(root)``,
-``parameters()`` and ``build(root, staging, run)``. `run_component` skips it
-when its artifact is current (`artifacts.stale_reason`: same inputs and
-parameters, every file verifies), and otherwise builds it into a staging
-directory, writes the manifest and publishes it (`artifacts.publish`).
+``parameters()`` and ``build(root, staging, run)`` (and optionally
+``stale_reason(manifest)``, ``OUTCOME_FIELDS`` for top-level manifest entries,
+``USES_BEAM = False``). `run_component` skips it when its artifact is current
+(`artifacts.stale_reason`: same inputs and parameters, every file verifies), and
+otherwise builds it into a staging directory, writes the manifest and publishes it
+(`artifacts.publish`). Inputs name upstream artifacts by the sha256 of their files,
+so a component is rerun exactly when something it reads changed.
 """
 
 from __future__ import annotations
@@ -56,6 +69,8 @@ def run_component(component, root: str, runner: str = "FnApiRunner",
     inputs, parameters = component.inputs(root), component.parameters()
     reason = "--force" if force else artifacts.stale_reason(
         directory, component.name, component.version, inputs, parameters)
+    if reason is None and hasattr(component, "stale_reason"):  # a check of its own
+        reason = component.stale_reason(artifacts.read_manifest(directory))
     if reason is None:
         manifest = artifacts.read_manifest(directory)
         return ComponentResult(component.name, "skipped", "current", directory,
@@ -66,11 +81,13 @@ def run_component(component, root: str, runner: str = "FnApiRunner",
         counts = component.build(root, staging, functools.partial(
             run, runner=runner, num_workers=num_workers, log_path=log_path))
         seconds = time.perf_counter() - start
+        outcome = {name: counts.pop(name) for name in getattr(component, "OUTCOME_FIELDS", ())}
         manifest = artifacts.write_manifest(staging, {
             "component": component.name, "version": component.version, "inputs": inputs,
-            "parameters": parameters, "counts": counts,
-            "beam": {"runner": runner, "direct_running_mode": "multi_processing",
-                     "direct_num_workers": num_workers},
+            "parameters": parameters, **outcome, "counts": counts,
+            **({"beam": {"runner": runner, "direct_running_mode": "multi_processing",
+                         "direct_num_workers": num_workers}}
+               if getattr(component, "USES_BEAM", True) else {}),
             "wall_seconds": round(seconds, 2)})
         artifacts.publish(staging, directory)
     return ComponentResult(component.name, "ran", reason, directory, seconds, manifest)
@@ -91,22 +108,90 @@ def run_components(components: Sequence, root: str, runner: str = "FnApiRunner",
     return results
 
 
+COMPONENTS = ("ExampleGen", "Statistics", "Trainer", "Exporter", "BulkInferrer", "Evaluator",
+              "Pusher")
+
+
 def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "gsasrec",
                  dataset: str = "", skip_bad_lines: bool = False,
                  temporal_fraction: Optional[float] = None, num_shards: int = 4,
                  sketch_depth: int = 4, sketch_width: int = 1 << 20, sketch_seed: int = 0,
+                 preset: Optional[str] = "smoke", train_options: Optional[dict] = None,
+                 index: str = "scann", top_k: int = 1000, thresholds: Optional[dict] = None,
+                 baseline: Optional[str] = None, baseline_tolerance: float = 0.0,
+                 serving_base_path: Optional[str] = None, stop_after: str = "Pusher",
                  runner: str = "FnApiRunner", num_workers: int = 2, force: bool = False,
-                 **example_gen_options) -> list[ComponentResult]:
-    """ExampleGen then Statistics under ``root``; see `ExampleGen` and `Statistics`
-    for the arguments. Returns one `ComponentResult` per component."""
-    from tfrs_logq.pipelines.beam.example_gen import ExampleGen
-    from tfrs_logq.pipelines.beam.statistics import Statistics
+                 train_verbose=0, **example_gen_options) -> list[ComponentResult]:
+    """The components in order under ``root``, up to and including ``stop_after``;
+    Pusher only with a ``serving_base_path``. See each component for its arguments:
+    `ExampleGen`, `Statistics` (``sketch_*``), `Trainer` (``preset``,
+    ``train_options``: `TrainConfig` fields such as ``loss`` and ``seed``),
+    `Exporter` (``index``), `BulkInferrer` (``top_k``), `Evaluator` (``thresholds``,
+    ``baseline``, ``baseline_tolerance``), `Pusher`. Returns one `ComponentResult` per
+    component run or skipped.
 
+    Raises:
+      ValueError: an unknown ``stop_after``.
+    """
+    from tfrs_logq.pipelines.beam.example_gen import ExampleGen
+
+    if stop_after not in COMPONENTS:
+        raise ValueError(f"`stop_after` must be one of {COMPONENTS}, received {stop_after!r}.")
     example_gen = ExampleGen(input_path, data_format, split=split, dataset=dataset,
                              skip_bad_lines=skip_bad_lines, temporal_fraction=temporal_fraction,
                              num_shards=num_shards, **example_gen_options)
-    # Statistics reads ExampleGen's artifact, so it is made once that exists.
-    statistics = lambda root: Statistics(os.path.join(root, ExampleGen.name),  # noqa: E731
-                                         depth=sketch_depth, width=sketch_width,
-                                         seed=sketch_seed)
-    return run_components([example_gen, statistics], root, runner, num_workers, force)
+    at = lambda root, name: os.path.join(root, name)  # noqa: E731
+
+    # Each later component reads the artifacts before it, so it is made once they exist.
+    def statistics(root):
+        from tfrs_logq.pipelines.beam.statistics import Statistics
+
+        return Statistics(at(root, "ExampleGen"), depth=sketch_depth, width=sketch_width,
+                          seed=sketch_seed)
+
+    def trainer(root):
+        from tfrs_logq.pipelines.beam.trainer import Trainer
+
+        return Trainer(at(root, "ExampleGen"), at(root, "Statistics"), preset=preset,
+                       overrides=dict(train_options or {}), verbose=train_verbose)
+
+    def exporter(root):
+        from tfrs_logq.pipelines.beam.exporter import Exporter
+
+        return Exporter(at(root, "Trainer"), index=index)
+
+    def bulk_inferrer(root):
+        from tfrs_logq.pipelines.beam.bulk_inferrer import BulkInferrer
+
+        return BulkInferrer(at(root, "ExampleGen"), at(root, "Exporter"), k=top_k)
+
+    def evaluator(root):
+        from tfrs_logq.pipelines.beam.evaluator import Evaluator
+
+        return Evaluator(at(root, "BulkInferrer"), at(root, "Statistics"),
+                         at(root, "ExampleGen"), thresholds=dict(thresholds or {}),
+                         baseline=baseline, baseline_tolerance=baseline_tolerance)
+
+    def pusher(root):
+        from tfrs_logq.pipelines.beam.pusher import Pusher
+
+        return Pusher(at(root, "Exporter"), at(root, "Evaluator"), serving_base_path)
+
+    # Arguments are checked before any component runs (a typo fails in a second, not
+    # after training).
+    if thresholds or baseline:
+        from tfrs_logq.pipelines.beam.evaluator import Evaluator
+
+        Evaluator("", "", "", thresholds=dict(thresholds or {}), baseline=baseline,
+                  baseline_tolerance=baseline_tolerance)
+    from tfrs_logq.pipelines.beam.exporter import Exporter
+
+    from tfrs_logq.config import resolve_config
+
+    resolve_config(preset, **dict(train_options or {}))
+    Exporter("", index=index)
+    components = [example_gen, statistics, trainer, exporter, bulk_inferrer, evaluator]
+    if serving_base_path:
+        components.append(pusher)
+    components = components[:COMPONENTS.index(stop_after) + 1]
+    return run_components(components, root, runner, num_workers, force)

@@ -35,6 +35,11 @@ WORKER_MODULES = (
     "tfrs_logq.pipelines.beam.item_statistics",
     "tfrs_logq.pipelines.beam.example_gen",
     "tfrs_logq.pipelines.beam.statistics",
+    "tfrs_logq.pipelines.beam.predictions",
+    "tfrs_logq.pipelines.beam.evaluation",
+    "tfrs_logq.pipelines.beam.exporter",
+    "tfrs_logq.pipelines.beam.bulk_inferrer",
+    "tfrs_logq.pipelines.beam.evaluator",
 )
 
 
