@@ -281,6 +281,8 @@ def test_a_rerun_skips_current_components(built, capsys):
     assert time.perf_counter() - start < 5  # no Beam job starts, no TensorFlow
     for name in COMPONENTS:
         assert f"{name}: skipped (current" in out, name
+    code, out, _ = cli_run(capsys, *built["argv"], "--stop-after", "Statistics")
+    assert code == 0 and "Statistics: skipped" in out and "Trainer" not in out
 
 
 def test_a_damaged_artifact_is_refused_and_rebuilt_identically(built, tmp_path):
@@ -450,6 +452,10 @@ def test_trainer_on_the_records_equals_training_in_memory(built, tmp_path):
     assert saved["log_q"] == os.path.join(built["root"], "Statistics")
     assert (saved["preset"], saved["loss"], saved["seed"], saved["split"]) == (
         "smoke", "mns-corrected", 0, "loo")
+    from tfrs_logq.diagnose import model_dir_inputs  # reads the records too
+
+    queries, _, positives, _ = model_dir_inputs(os.path.join(built["root"], "Trainer"), 8)
+    assert queries.shape == (8, 16) and positives.shape == (8,)
 
 
 def test_train_command_reads_the_examples_and_log_q(built, tmp_path, capsys):
@@ -508,9 +514,9 @@ def test_evaluator_equals_the_exact_figures_overall_and_by_slice(built):
     never listed (a miss), which `train`'s ranking (target kept) does not do."""
     from tfrs_logq.pipelines.beam import load_evaluation
 
-    ranks, split, *_ = _exact_ranks(built)
     from tfrs_logq.metrics import recall_ndcg_from_ranks
 
+    ranks, split, *_ = _exact_ranks(built)
     ran = _trainer_metrics(built)["test"]
     assert recall_ndcg_from_ranks(ranks, (10, 20)) == pytest.approx(ran, rel=1e-12)
     part = split.test
@@ -714,7 +720,8 @@ def test_ml1m_sasrec_gsasrec_equals_the_in_memory_split(tmp_path):
     """SASRec's ml-1m.txt (999,611 lines), gSASRec's split: about 12 s for both
     components on two busy cores."""
     path = next(p for p in SASREC_ML1M if os.path.exists(p))
-    run_pipeline(str(tmp_path), path, "sasrec", split="gsasrec", dataset="ml-1m")
+    run_pipeline(str(tmp_path), path, "sasrec", split="gsasrec", dataset="ml-1m",
+                 stop_after="Statistics")
     ref = gsasrec_split(datasets.load_movielens_1m(os.path.dirname(path), fmt="sasrec",
                                                    use_cache=False, download_ok=False))
     got = read_split(str(tmp_path / "ExampleGen"))
