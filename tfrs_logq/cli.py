@@ -662,7 +662,8 @@ def _populate_pipeline_run(p) -> None:
               "its minimum (default: none)")
     _add(serving, "baseline", default=None, metavar="DIR",
          help="an Evaluator artifact of the same data (say, the pushed model's, copied "
-              "aside); bless only if no figure is below its (default: none)")
+              "aside); bless only if no overall figure is below the baseline's by more than "
+              "--baseline-tolerance (default: none)")
     _add(serving, "baseline-tolerance", type=_float_in(0.0, None, True), default=0.0,
          metavar="X", help="how far below the baseline a figure may be")
     _add(serving, "serving-base-path", default=None, metavar="DIR",
