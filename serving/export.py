@@ -322,6 +322,7 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
         os.makedirs(os.path.join(tmp, "assets"), exist_ok=True)
         with open(os.path.join(tmp, "assets", "export.json"), "w") as f:
             json.dump(meta, f, indent=2)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700: a server run by another user reads it
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -53,6 +53,7 @@ def test_export_version_writes_tf_servings_layout_with_the_run_fingerprint(runs,
     assert meta["run"] == {"model_dir": os.path.abspath(runs[0]),
                            "fingerprint": run_fingerprint(runs[0])}
     assert run_fingerprint(runs[0]) != run_fingerprint(runs[1])
+    assert (base / "1").stat().st_mode & 0o777 == 0o755  # readable by a server of another user
 
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-flag", "", "a..b"])
