@@ -14,6 +14,7 @@ the ratio official / ours is printed. Data: SASRec's ML-1M ``ml-1m.txt`` from
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -52,18 +53,28 @@ def time_ours(split, preset, losses, variants, rounds, steps):
             runs[loss, variant] = (step, data)
             _set_policy("none")
     times = {key: [] for key in runs}
+    cpu = {key: [] for key in runs}
     for _ in range(rounds):
         for key, (step, data) in runs.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for _ in range(steps):
                 logs = step(data)
             float(logs["loss"])  # wait for the last step
             times[key].append((time.perf_counter() - start) / steps)
-    return {key: statistics.median(v) for key, v in times.items()}
+            cpu[key].append((time.process_time() - start_cpu) / steps)
+    return ({key: statistics.median(v) for key, v in times.items()},
+            {key: statistics.median(v) for key, v in cpu.items()})
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def time_official(args, split, losses, steps):
-    """Seconds per step of the official scripts (tqdm's rate over ``steps`` steps)."""
+    """Seconds per step of the official scripts: wall (tqdm's rate over ``steps`` steps)
+    and CPU (the process's CPU seconds with ``steps`` steps minus those with 2 steps,
+    per extra step, so start-up and evaluation cancel out)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import parity_official as parity
 
@@ -71,15 +82,21 @@ def time_official(args, split, losses, steps):
     parity.write_official_dataset(split, code, "ml1m_parity")
     budget = {**parity.official_budget(args.preset), "max_batches_per_epoch": steps,
               "max_epochs": 1}
-    out = {}
+    out, cpu = {}, {}
     for loss in losses:
         script, overrides = parity.OFFICIAL_SCRIPTS[loss]
         config = os.path.join(code, "bench_config.py")
-        parity.write_official_config(config, "ml1m_parity", budget, overrides)
-        shutil.rmtree(os.path.join(code, "models"), ignore_errors=True)
-        proc = subprocess.run([python, "parity_wrapper.py", script, config, "0",
-                               str(args.threads), os.path.join(code, "bench.json")],
-                              cwd=code, capture_output=True, text=True)
+        used = []
+        for n in (2, steps):
+            parity.write_official_config(config, "ml1m_parity",
+                                         {**budget, "max_batches_per_epoch": n}, overrides)
+            shutil.rmtree(os.path.join(code, "models"), ignore_errors=True)
+            before = _children_cpu()
+            proc = subprocess.run([python, "parity_wrapper.py", script, config, "0",
+                                   str(args.threads), os.path.join(code, "bench.json")],
+                                  cwd=code, capture_output=True, text=True)
+            used.append(_children_cpu() - before)
+        cpu[loss] = (used[1] - used[0]) / (steps - 2)
         text = (proc.stdout + proc.stderr).replace("\r", "\n")
         lines = [m for line in text.splitlines() if f"{steps}/{steps}" in line
                  for m in _RATE.findall(line)]
@@ -87,7 +104,7 @@ def time_official(args, split, losses, steps):
             raise RuntimeError(f"no step rate in the official output of {script}:\n{text[-2000:]}")
         value, unit = lines[-1]
         out[loss] = float(value) if unit == "s/it" else 1.0 / float(value)
-    return out
+    return out, cpu
 
 
 def main():
@@ -110,23 +127,26 @@ def main():
             parser.error(f"unknown loss {name!r}")
     inter, source = ml1m_or_stand_in(args.data_dir)
     split = make_split(inter, "gsasrec")
-    ours = time_ours(split, args.preset, losses, variants, args.rounds, args.steps)
-    official = (time_official(args, split, losses, args.official_steps)
-                if args.official_python else {})
+    ours, ours_cpu = time_ours(split, args.preset, losses, variants, args.rounds, args.steps)
+    official, official_cpu = (time_official(args, split, losses, args.official_steps)
+                              if args.official_python else ({}, {}))
     cfg = resolve_config(args.preset)
     print(f"machine: {machine()}")
     print(f"SASRec training on {source}, preset {args.preset}: batch {cfg.batch_size}, "
           f"L={cfg.max_length}, d={cfg.embedding_dim}, {cfg.num_blocks} blocks, "
           f"{cfg.num_negatives} negatives; ours: median of {args.rounds} rounds x "
           f"{args.steps} steps; official: {args.official_steps} steps, {args.threads} threads")
-    print("| loss | variant | ms/step | sequences/s | official ms/step | official / ours |")
-    print("|---|---|---|---|---|---|")
+    print("Wall ms/step depends on what else runs on the machine; CPU ms/step (CPU seconds of "
+          "all threads per step) much less so, and is the fairer ratio on a shared machine.")
+    print("| loss | variant | ms/step | CPU ms/step | sequences/s | official ms/step | "
+          "official CPU ms/step | official / ours (wall) | official / ours (CPU) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (loss, variant), t in ours.items():
-        ref = official.get(loss)
-        ratio = f"{ref / t:.2f}x" if ref else "-"
-        ref_ms = f"{ref * 1e3:.0f}" if ref else "-"
-        print(f"| {loss} | {variant} | {t * 1e3:.1f} | {cfg.batch_size / t:.1f} | {ref_ms} | "
-              f"{ratio} |")
+        ref, ref_cpu, c = official.get(loss), official_cpu.get(loss), ours_cpu[loss, variant]
+        print(f"| {loss} | {variant} | {t * 1e3:.1f} | {c * 1e3:.1f} | "
+              f"{cfg.batch_size / t:.1f} | {f'{ref * 1e3:.0f}' if ref else '-'} | "
+              f"{f'{ref_cpu * 1e3:.0f}' if ref_cpu else '-'} | "
+              f"{f'{ref / t:.2f}x' if ref else '-'} | {f'{ref_cpu / c:.2f}x' if ref_cpu else '-'} |")
 
 
 if __name__ == "__main__":
