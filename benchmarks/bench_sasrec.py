@@ -146,7 +146,8 @@ def main():
         print(f"| {loss} | {variant} | {t * 1e3:.1f} | {c * 1e3:.1f} | "
               f"{cfg.batch_size / t:.1f} | {f'{ref * 1e3:.0f}' if ref else '-'} | "
               f"{f'{ref_cpu * 1e3:.0f}' if ref_cpu else '-'} | "
-              f"{f'{ref / t:.2f}x' if ref else '-'} | {f'{ref_cpu / c:.2f}x' if ref_cpu else '-'} |")
+              f"{f'{ref / t:.2f}x' if ref else '-'} | "
+              f"{f'{ref_cpu / c:.2f}x' if ref_cpu else '-'} |")
 
 
 if __name__ == "__main__":
