@@ -732,3 +732,103 @@ def test_ml1m_sasrec_gsasrec_equals_the_in_memory_split(tmp_path):
     with open(tmp_path / "ExampleGen" / "manifest.json") as f:
         assert json.load(f)["counts"]["num_rows"] == 999_611
 
+
+
+# ------------------------------------------------ runners, synthetic data, count-min
+
+
+def test_runner_options_are_checked_before_anything_runs(tmp_path, capsys):
+    from tfrs_logq.pipelines.beam.runner import check_runner
+
+    root = {"--pipeline-root": str(tmp_path)}
+    dataflow = ["--project", "p", "--region", "r", "--temp_location", "gs://b/tmp",
+                "--sdk_container_image", "img"]
+    for runner, args, missing in [
+            ("DataflowRunner", dataflow[:2], "--region"),
+            ("DataflowRunner", dataflow[:4], "--temp_location"),
+            ("DataflowRunner", dataflow[:6], "--sdk_container_image"),
+            ("FlinkRunner", [], "--flink_master"),
+            ("SparkRunner", [], "--spark_master_url"),
+            ("PortableRunner", [], "--job_endpoint"),
+            ("FnApiRunner", ["--no_such_option", "1"], "--no_such_option")]:
+        with pytest.raises(ValueError, match=missing) as info:
+            check_runner(runner, args, root)
+        assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="gs:// path"):
+        check_runner("DataflowRunner", dataflow[:5] + ["/tmp/t"] + dataflow[6:], root)
+    for runner, args in [("DataflowRunner", dataflow),
+                         ("FlinkRunner", ["--flink_master", "h:8081"]),
+                         ("FlinkRunner", ["--job_endpoint", "h:8099"]),
+                         ("SparkRunner", ["--spark_master_url", "spark://h:7077"]),
+                         ("PortableRunner", ["--job_endpoint", "h:8099"])]:
+        with pytest.raises(ValueError, match="local filesystem.*--force-local-root"):
+            check_runner(runner, args, root)
+        options = check_runner(runner, args, root, force_local_root=True)
+        assert options.get_all_options()["runner"] == runner
+    with pytest.raises(ValueError, match="POSIX"):
+        check_runner("DataflowRunner", dataflow, {"--pipeline-root": "gs://b/root"})
+    assert check_runner("FnApiRunner", [], root).get_all_options()["direct_num_workers"] == 2
+    # The command: flags after -- are Beam's; the check runs before any component.
+    common = ["pipeline", "run", "--pipeline-root", tmp_path / "r", "--dataset", "synthetic"]
+    code, _, err = cli_run(capsys, *common, "--runner", "DataflowRunner", "--",
+                           "--project", "p")
+    assert code == 2 and "DataflowRunner needs --region" in err
+    code, _, err = cli_run(capsys, *common, "--runner", "SparkRunner", "--",
+                           "--spark_master_url", "spark://h:7077")
+    assert code == 2 and "--force-local-root" in err
+    code, _, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", tmp_path / "r",
+                           "--dataset", "synthetic", "--statistics", "count-min", "--",
+                           "--bogus")
+    assert code == 2 and "--bogus" in err
+    assert not (tmp_path / "r" / "ExampleGen").exists()
+
+
+TINY = dict(num_users=300, num_items=200, history_length=7, seed=3, num_topics=10,
+            users_per_chunk=70)
+
+
+def test_synthetic_data_is_the_same_on_any_number_of_workers(tmp_path):
+    from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec, generate_ids
+
+    spec = SyntheticSpec(**TINY)
+    ids = generate_ids(spec)
+    assert ids.shape == (300, 9) and ids.min() >= 1 and ids.max() <= 200
+    outputs = []
+    for workers in (1, 2):
+        root = tmp_path / f"w{workers}"
+        run_pipeline(str(root), "", "", synthetic=spec, statistics_mode="exact",
+                     stop_after="Statistics", num_workers=workers, sketch_width=64)
+        with open(root / "ExampleGen" / "manifest.json") as f:
+            manifest = json.load(f)
+        outputs.append(manifest["outputs"])
+        stats = load_item_statistics(str(root / "Statistics"))
+        np.testing.assert_array_equal(stats.counts, np.bincount(ids[:, :7].ravel(),
+                                                                minlength=201))
+        split = read_split(str(root / "ExampleGen"))
+        np.testing.assert_array_equal(np.stack(split.sequences), ids)
+        np.testing.assert_array_equal(split.test.targets, ids[:, 8])
+        np.testing.assert_array_equal(split.train_item_counts(), stats.counts)
+        assert stats.sketch.shape == (4, 64)
+        np.testing.assert_array_equal(stats.sketch.sum(axis=1), np.full(4, 300 * 7))
+    assert outputs[0] == outputs[1]  # same files, same sha256
+
+
+def test_count_min_only_statistics_never_hold_exact_counts(tmp_path):
+    from tfrs_logq.pipelines.beam.item_statistics import hash_coefficients, sketch_cells
+    from tfrs_logq.pipelines.beam.statistics import SyntheticStatistics
+    from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec, generate_ids
+
+    spec = SyntheticSpec(**TINY)
+    run_components([SyntheticStatistics(spec, depth=3, width=50, seed=5)], str(tmp_path))
+    stats = load_item_statistics(str(tmp_path / "Statistics"))
+    assert stats.counts is None and stats.total == 300 * 7 and stats.num_items == 200
+    counts = np.bincount(generate_ids(spec)[:, :7].ravel(), minlength=201)
+    a, b = hash_coefficients(3, 5)
+    expected = np.zeros(150, np.int64)
+    np.add.at(expected, sketch_cells(np.arange(201), a, b, 50).reshape(-1), np.tile(counts, 3))
+    np.testing.assert_array_equal(stats.sketch.reshape(-1), expected)
+    assert (stats.sketch_counts() >= counts).all()
+    np.testing.assert_allclose(load_log_q(str(tmp_path / "Statistics"), "count-min"),
+                               stats.sketch_log_q())
+    with pytest.raises(ValueError, match="only the count-min sketch"):
+        load_log_q(str(tmp_path / "Statistics"))

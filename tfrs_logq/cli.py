@@ -600,8 +600,10 @@ def _populate_pipeline_run(p) -> None:
          help="where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, "
               "DIR/Trainer, ..., each with a manifest.json); current ones are skipped")
     group = p.add_argument_group("data")
-    _add(group, "dataset", choices=DATASETS, default=None,
-         help=f"dataset (default: {defaults.dataset}; with --input, none)")
+    _add(group, "dataset", choices=(*DATASETS, "synthetic"), default=None,
+         help=f"dataset (default: {defaults.dataset}; with --input, none); synthetic draws "
+              "the synthetic stream's model in the workers (--synthetic-*; ExampleGen and "
+              "Statistics only)")
     _add(group, "data-dir", default=None, metavar="DIR",
          help=f"{_TRAIN_HELP['data_dir']} (default: $TFRS_LOGQ_DATA_DIR, else the download "
               "cache)")
@@ -624,9 +626,34 @@ def _populate_pipeline_run(p) -> None:
          help="drop malformed lines of the data file and count them in the manifest")
     _add(group, "no-download", action="store_true",
          help="never download; fail when no local copy exists")
-    beam = p.add_argument_group("beam")
+    synthetic = p.add_argument_group("--dataset synthetic")
+    _add(synthetic, "synthetic-users", type=_int_at_least(1), default=10_000, metavar="N",
+         help="users (each: the history, a validation and a test item)")
+    _add(synthetic, "synthetic-items", type=_int_at_least(1), default=5_000, metavar="N",
+         help="items (Zipf popularity in 50 topics)")
+    _add(synthetic, "synthetic-history-length", type=_int_at_least(1), default=20,
+         metavar="N", help="training items per user")
+    _add(synthetic, "synthetic-seed", type=_int_at_least(0), default=0, metavar="N",
+         help="seed of every draw (the same seed gives the same artifacts on any number "
+              "of workers)")
+    _add(synthetic, "synthetic-users-per-chunk", type=_int_at_least(1), default=2_000,
+         metavar="N", help="users drawn as one Beam element")
+    beam = p.add_argument_group("beam (Beam's own flags go after --: tfrs-logq pipeline run "
+                                "... --runner DataflowRunner -- --project P --region R "
+                                "--temp_location gs://B/tmp --sdk_container_image IMAGE)")
     _add(beam, "runner", choices=RUNNERS, default=RUNNERS[0],
-         help="Beam runner (local, direct_running_mode=multi_processing)")
+         help="Beam runner: FnApiRunner runs here (direct_running_mode=multi_processing); "
+              "PortableRunner needs --job_endpoint, FlinkRunner --flink_master or "
+              "--job_endpoint, SparkRunner --spark_master_url or --job_endpoint, "
+              "DataflowRunner --project, --region, --temp_location, --sdk_container_image "
+              "(checked before anything runs)")
+    _add(beam, "force-local-root", action="store_true",
+         help="with a non-local runner, accept a --pipeline-root (and --input) on a local "
+              "filesystem: it is mounted at the same path on every worker")
+    _add(beam, "statistics", choices=("exact", "count-min"), default=None,
+         help="Statistics: exact counts and the sketch, or (synthetic data only) the "
+              "count-min sketch alone, counted per chunk (default: exact; count-min for "
+              "synthetic)")
     _add(beam, "num-workers", type=_int_at_least(1), default=DEFAULT_NUM_WORKERS, metavar="N",
          help="worker processes (direct_num_workers)")
     _add(beam, "num-shards", type=_int_at_least(1), default=4, metavar="N",
@@ -1213,10 +1240,27 @@ def _pipeline_run(args) -> int:
         logging.getLogger().addHandler(logging.NullHandler())
     from tfrs_logq.pipelines.beam.pipeline import run_pipeline
 
-    path, fmt, dataset = _pipeline_input(args)
+    synthetic = None
+    if args.dataset == "synthetic":
+        from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec
+
+        if args.input is not None or args.data_format is not None:
+            raise ValueError("--dataset synthetic draws its data; it takes no --input or "
+                             "--data-format.")
+        synthetic = SyntheticSpec(
+            num_users=args.synthetic_users, num_items=args.synthetic_items,
+            history_length=args.synthetic_history_length, seed=args.synthetic_seed,
+            users_per_chunk=args.synthetic_users_per_chunk)
+        path, fmt, dataset = "synthetic", "synthetic", "synthetic"
+        if args.stop_after == "Pusher":  # the default: synthetic runs stop after Statistics
+            args.stop_after = "Statistics"
+    else:
+        path, fmt, dataset = _pipeline_input(args)
     preset, train_options = _pipeline_train_options(args)
     results = run_pipeline(
         args.pipeline_root, path, fmt, split=args.split, dataset=dataset,
+        beam_args=getattr(args, "beam_args", ()), force_local_root=args.force_local_root,
+        synthetic=synthetic, statistics_mode=args.statistics,
         skip_bad_lines=args.skip_bad_lines, temporal_fraction=args.temporal_fraction,
         num_shards=args.num_shards, sketch_depth=args.sketch_depth,
         sketch_width=args.sketch_width, sketch_seed=args.sketch_seed, preset=preset,
@@ -1313,7 +1357,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
     _quiet_tensorflow(verbose)  # before any command imports TensorFlow
-    args = build_parser().parse_args(argv)
+    beam_args: list = []
+    if "--" in argv:  # `pipeline run ... -- BEAM FLAGS`: Beam's own pipeline options
+        cut = argv.index("--")
+        argv, beam_args = argv[:cut], argv[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if beam_args:
+        if getattr(args, "pipeline_command", None) != "run":
+            parser.error("only `pipeline run` takes Beam pipeline options after --")
+        args.beam_args = beam_args
     verbose = bool(getattr(args, "verbose", False))
     _configure_logging(verbose)
     try:

@@ -46,6 +46,7 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from tfrs_logq.pipelines.beam import SOURCE_FORMATS
 from tfrs_logq.pipelines.beam.artifacts import ArtifactError
 from tfrs_logq.pipelines.beam.examples import encode_user, example_class
+from tfrs_logq.pipelines.beam.synthetic_source import DATASET, ItemTable, SyntheticSpec, draw_chunk
 from tfrs_logq.pipelines.datasets import (
     DEFAULT_TEMPORAL_FRACTION,
     _parse_interactions_csv,
@@ -437,3 +438,97 @@ class ExampleGen:
             if not os.path.exists(path):
                 open(path, "wb").close()
         return {"num_rows": summary.pop("rows"), **summary}
+
+
+# ------------------------------------------------------------ the synthetic source
+
+
+class SyntheticUsers(beam.DoFn):
+    """Chunk index -> ``(shard, user record)`` for each of the chunk's users
+    (`synthetic_source.draw_chunk`; leave-one-out: the last two items are the
+    validation and the test target)."""
+
+    def __init__(self, spec, num_shards: int):
+        self.spec, self.num_shards = spec, num_shards
+
+    def setup(self):
+        self._table = ItemTable(self.spec)
+
+    def process(self, chunk: int):
+        if not hasattr(self, "_table"):
+            self.setup()
+        h = self.spec.history_length
+        users, _, items = draw_chunk(self.spec, chunk, self._table)
+        for u, row in zip(users.tolist(), items):
+            yield u % self.num_shards, {
+                "user": u, "item_ids": row, "train_length": h,
+                "validation_history_lengths": np.array([h], np.int64),
+                "validation_targets": row[h:h + 1],
+                "test_history_lengths": np.array([h + 1], np.int64),
+                "test_targets": row[h + 1:h + 2]}
+
+
+@dataclasses.dataclass
+class SyntheticExampleGen:
+    """The ExampleGen artifact of ``--dataset synthetic`` (`synthetic_source`): the
+    same records, vocabulary and manifest counts as a file's, drawn by the workers
+    from ``Create(range(num_chunks))``. The same spec gives the same bytes on any
+    number of workers (tested).
+
+    Args:
+      spec: `SyntheticSpec`.
+      num_shards: int. Record files. Defaults to 4.
+    """
+
+    spec: SyntheticSpec
+    num_shards: int = 4
+
+    name = NAME
+    version = VERSION
+
+    def __post_init__(self) -> None:
+        if int(self.num_shards) < 1:
+            raise ValueError(f"`num_shards` must be positive, received {self.num_shards}.")
+
+    def inputs(self, root: str) -> dict:
+        # ``path`` as a file's (read_split names it as the source).
+        return {"data": {"path": DATASET, "synthetic": self.spec.as_dict()}}
+
+    def parameters(self) -> dict:
+        return {"dataset": DATASET, "data_format": DATASET, "split": "loo", "split_options": {},
+                "min_item_interactions": 0, "skip_bad_lines": False,
+                "num_shards": self.num_shards}
+
+    def counts(self) -> dict:
+        s = self.spec
+        users = {"num_users": s.num_users}
+        return {"num_rows": s.num_users * s.sequence_length, "lines": 0, "skipped_lines": 0,
+                "skipped_examples": [], "raw_id_types": {"users": "int", "items": "int"},
+                "has_timestamps": False, "num_users": s.num_users, "num_items": s.num_items,
+                "num_interactions": s.num_users * s.sequence_length, "time_range": None,
+                "train": {"num_interactions": s.train_interactions, **users},
+                "validation": {"num_targets": s.num_users, **users},
+                "test": {"num_targets": s.num_users, **users}}
+
+    def build(self, root: str, staging: str, run) -> dict:
+        spec, num_shards = self.spec, self.num_shards
+
+        def pipeline(p):
+            (p
+             | "Chunks" >> beam.Create(list(range(spec.num_chunks)))
+             | "SpreadChunks" >> beam.Reshuffle()
+             | "Draw" >> beam.ParDo(SyntheticUsers(spec, num_shards))
+             | "ByShard" >> beam.GroupByKey()
+             | "WriteShards" >> beam.ParDo(WriteShard(staging, num_shards)))
+
+        run(pipeline)
+        _write_lines(os.path.join(staging, VOCABULARY_DIR, "users.txt"), range(spec.num_users))
+        _write_lines(os.path.join(staging, VOCABULARY_DIR, "items.txt"),
+                     range(1, spec.num_items + 1))
+        examples = os.path.join(staging, EXAMPLES_DIR)
+        os.makedirs(examples, exist_ok=True)
+        for shard in range(num_shards):
+            path = os.path.join(examples, shard_name(shard, num_shards))
+            if not os.path.exists(path):
+                open(path, "wb").close()
+        return self.counts()

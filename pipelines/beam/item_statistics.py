@@ -7,7 +7,9 @@ width]` int64 count-min counters over the same ids) and the sketch's ``depth``,
 does, ``h_r(d) = ((a_r (d mod p) + b_r) mod p) mod width`` with ``p = 2^31 - 1``
 and ``a, b`` drawn by ``numpy.random.default_rng(seed)``, so its counters equal
 that class's after ``update`` with the same ids and the same depth, width and
-seed (tested), and `ItemStatistics.count_min_sketch` loads them into one.
+seed (tested), and `ItemStatistics.count_min_sketch` loads them into one. A
+count-min only artifact (``--statistics count-min``, synthetic data) has no
+``counts``; it holds ``total`` and ``num_items`` instead.
 
 Training code reads it with `load_log_q` (the `[num_items + 1]` log Q, equal to
 ``Split.train_log_q()``) or `load_item_statistics` (counts, sketch, and the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Optional
 
 import numpy as np
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
@@ -57,23 +60,35 @@ class ItemStatistics:
       depth, width, seed: int. The sketch's shape and hash seed.
     """
 
-    counts: np.ndarray
+    counts: Optional[np.ndarray]
     sketch: np.ndarray
     depth: int
     width: int
     seed: int
+    stored_total: Optional[int] = None  # a count-min only artifact's (counts None)
+    stored_num_items: Optional[int] = None
 
     @property
     def num_items(self) -> int:
+        if self.counts is None:
+            return int(self.stored_num_items)
         return int(len(self.counts) - 1)
 
     @property
     def total(self) -> int:
+        if self.counts is None:
+            return int(self.stored_total)
         return int(self.counts.sum())
+
+    def _exact_counts(self) -> np.ndarray:
+        if self.counts is None:
+            raise ValueError("this Statistics artifact holds only the count-min sketch "
+                             "(--statistics count-min); use the count-min estimator.")
+        return self.counts
 
     def log_q(self) -> np.ndarray:
         """`[num_items + 1]` exact ``log Q(d) = log(#d / N)`` (-inf for unseen items)."""
-        counts = self.counts.astype(np.float64)
+        counts = self._exact_counts().astype(np.float64)
         with np.errstate(divide="ignore"):
             return np.log(counts) - np.log(max(counts.sum(), 1.0))
 
@@ -94,7 +109,7 @@ class ItemStatistics:
         """A `tfrs_logq.ExactFrequency` over ids ``0..num_items`` from the counts."""
         from tfrs_logq.frequency import ExactFrequency
 
-        return ExactFrequency.from_counts(self.counts, min_count=min_count)
+        return ExactFrequency.from_counts(self._exact_counts(), min_count=min_count)
 
     def count_min_sketch(self, name: str = "cms"):
         """A `tfrs_logq.CountMinSketch` holding these counters (merge or update it further)."""
@@ -114,8 +129,11 @@ def load_item_statistics(artifact_dir: str) -> ItemStatistics:
     """
     verified_manifest(artifact_dir, COMPONENT)
     with np.load(os.path.join(artifact_dir, FILENAME), allow_pickle=False) as z:
-        return ItemStatistics(counts=z["counts"], sketch=z["sketch"], depth=int(z["depth"]),
-                              width=int(z["width"]), seed=int(z["seed"]))
+        stored = {"stored_total": int(z["total"]), "stored_num_items": int(z["num_items"])} \
+            if "total" in z.files else {}
+        return ItemStatistics(counts=z["counts"] if "counts" in z.files else None,
+                              sketch=z["sketch"], depth=int(z["depth"]),
+                              width=int(z["width"]), seed=int(z["seed"]), **stored)
 
 
 def load_log_q(artifact_dir: str, estimator: str = "exact") -> np.ndarray:

@@ -60,7 +60,8 @@ class ComponentResult:
 
 
 def run_component(component, root: str, runner: str = "FnApiRunner",
-                  num_workers: int = 2, force: bool = False) -> ComponentResult:
+                  num_workers: int = 2, force: bool = False,
+                  beam_args=()) -> ComponentResult:
     """Builds ``component``'s artifact under ``root`` unless it is current."""
     from tfrs_logq.pipelines.beam.runner import run
 
@@ -79,22 +80,32 @@ def run_component(component, root: str, runner: str = "FnApiRunner",
     with artifacts.staging_directory(root, component.name) as staging:
         log_path = os.path.join(root, LOGS, f"{component.name}.log")
         counts = component.build(root, staging, functools.partial(
-            run, runner=runner, num_workers=num_workers, log_path=log_path))
+            run, runner=runner, num_workers=num_workers, log_path=log_path,
+            beam_args=tuple(beam_args)))
         seconds = time.perf_counter() - start
         outcome = {name: counts.pop(name) for name in getattr(component, "OUTCOME_FIELDS", ())}
         manifest = artifacts.write_manifest(staging, {
             "component": component.name, "version": component.version, "inputs": inputs,
             "parameters": parameters, **outcome, "counts": counts,
-            **({"beam": {"runner": runner, "direct_running_mode": "multi_processing",
-                         "direct_num_workers": num_workers}}
+            **({"beam": _beam_entry(runner, num_workers, beam_args)}
                if getattr(component, "USES_BEAM", True) else {}),
             "wall_seconds": round(seconds, 2)})
         artifacts.publish(staging, directory)
     return ComponentResult(component.name, "ran", reason, directory, seconds, manifest)
 
 
+def _beam_entry(runner: str, num_workers: int, beam_args) -> dict:
+    if runner == "FnApiRunner":
+        entry = {"runner": runner, "direct_running_mode": "multi_processing",
+                 "direct_num_workers": num_workers}
+    else:
+        entry = {"runner": runner}
+    return {**entry, **({"options": list(beam_args)} if beam_args else {})}
+
+
 def run_components(components: Sequence, root: str, runner: str = "FnApiRunner",
-                   num_workers: int = 2, force: bool = False) -> list[ComponentResult]:
+                   num_workers: int = 2, force: bool = False,
+                   beam_args=()) -> list[ComponentResult]:
     """Runs components in order (each may read the artifacts of those before it),
     holding the root's lock; stale ``.tmp-*`` directories of dead runs are removed."""
     results = []
@@ -104,7 +115,7 @@ def run_components(components: Sequence, root: str, runner: str = "FnApiRunner",
         for component in components:
             made = component(root) if callable(component) and not hasattr(component, "build") \
                 else component
-            results.append(run_component(made, root, runner, num_workers, force))
+            results.append(run_component(made, root, runner, num_workers, force, beam_args))
     return results
 
 
@@ -121,7 +132,9 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
                  baseline: Optional[str] = None, baseline_tolerance: float = 0.0,
                  serving_base_path: Optional[str] = None, stop_after: str = "Pusher",
                  runner: str = "FnApiRunner", num_workers: int = 2, force: bool = False,
-                 train_verbose=0, **example_gen_options) -> list[ComponentResult]:
+                 train_verbose=0, beam_args=(), force_local_root: bool = False,
+                 synthetic=None, statistics_mode: Optional[str] = None,
+                 **example_gen_options) -> list[ComponentResult]:
     """The components in order under ``root``, up to and including ``stop_after``;
     Pusher only with a ``serving_base_path``. See each component for its arguments:
     `ExampleGen`, `Statistics` (``sketch_*``), `Trainer` (``preset``,
@@ -130,22 +143,46 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
     ``baseline``, ``baseline_tolerance``), `Pusher`. Returns one `ComponentResult` per
     component run or skipped.
 
+    ``runner`` and ``beam_args`` (Beam's flags) are checked first (`runner.check_runner`;
+    ``force_local_root`` accepts a local root with a non-local runner). ``synthetic``
+    (a `SyntheticSpec`; ``input_path`` and ``data_format`` are then ignored) draws the
+    data instead of reading a file: `SyntheticExampleGen` and `SyntheticStatistics`,
+    whose ``statistics_mode`` defaults to ``"count-min"``; such runs stop after
+    Statistics. ``statistics_mode`` ``"count-min"`` needs ``synthetic``.
+
     Raises:
-      ValueError: an unknown ``stop_after``.
+      ValueError: an unknown ``stop_after``, a runner missing an option, ...
     """
-    from tfrs_logq.pipelines.beam.example_gen import ExampleGen
+    from tfrs_logq.pipelines.beam.example_gen import ExampleGen, SyntheticExampleGen
+    from tfrs_logq.pipelines.beam.runner import check_runner
 
     if stop_after not in COMPONENTS:
         raise ValueError(f"`stop_after` must be one of {COMPONENTS}, received {stop_after!r}.")
-    example_gen = ExampleGen(input_path, data_format, split=split, dataset=dataset,
-                             skip_bad_lines=skip_bad_lines, temporal_fraction=temporal_fraction,
-                             num_shards=num_shards, **example_gen_options)
+    check_runner(runner, beam_args, {"--pipeline-root": root,
+                                     "--input": None if synthetic else input_path},
+                 force_local_root=force_local_root)
+    if synthetic is not None:
+        if COMPONENTS.index(stop_after) > COMPONENTS.index("Statistics"):
+            raise ValueError("--dataset synthetic runs ExampleGen and Statistics; add "
+                             "--stop-after Statistics (or ExampleGen).")
+        example_gen = SyntheticExampleGen(synthetic, num_shards=num_shards)
+    else:
+        if statistics_mode not in (None, "exact"):
+            raise ValueError("--statistics count-min counts synthetic chunks; a file's "
+                             "Statistics are exact (with the sketch beside them).")
+        example_gen = ExampleGen(input_path, data_format, split=split, dataset=dataset,
+                                 skip_bad_lines=skip_bad_lines,
+                                 temporal_fraction=temporal_fraction, num_shards=num_shards,
+                                 **example_gen_options)
     at = lambda root, name: os.path.join(root, name)  # noqa: E731
 
     # Each later component reads the artifacts before it, so it is made once they exist.
     def statistics(root):
-        from tfrs_logq.pipelines.beam.statistics import Statistics
+        from tfrs_logq.pipelines.beam.statistics import Statistics, SyntheticStatistics
 
+        if synthetic is not None:
+            return SyntheticStatistics(synthetic, depth=sketch_depth, width=sketch_width,
+                                       seed=sketch_seed, mode=statistics_mode or "count-min")
         return Statistics(at(root, "ExampleGen"), depth=sketch_depth, width=sketch_width,
                           seed=sketch_seed)
 
@@ -194,4 +231,4 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
     if serving_base_path:
         components.append(pusher)
     components = components[:COMPONENTS.index(stop_after) + 1]
-    return run_components(components, root, runner, num_workers, force)
+    return run_components(components, root, runner, num_workers, force, beam_args)

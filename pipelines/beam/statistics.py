@@ -25,6 +25,7 @@ from tfrs_logq.pipelines.beam.item_statistics import (
     hash_coefficients,
     sketch_cells,
 )
+from tfrs_logq.pipelines.beam.synthetic_source import ItemTable, chunk_training_ids
 
 NAME = COMPONENT
 VERSION = 1
@@ -174,3 +175,128 @@ class Statistics:
             counts = z["counts"]
         return {"num_items": num_items, "train_interactions": int(counts.sum()),
                 "items_seen": int((counts > 0).sum())}
+
+
+# ------------------------------------------------- synthetic data, counted by chunk
+
+STATISTICS_MODES = ("exact", "count-min")
+
+
+class ChunkCountsFn(beam.CombineFn):
+    """Item counts of synthetic chunks: each input is a chunk index, never one id.
+
+    A chunk's training ids (`synthetic_source.chunk_training_ids`) are counted with
+    one ``numpy.bincount``; the items it holds go into the sketch with their counts
+    (``depth`` cells each), so a chunk of a million interactions costs a few
+    thousand counter updates. The accumulator ``[counts or None, cells, values,
+    total]`` keeps the sketch sparse (sorted flat cells and their counts, at most
+    ``depth * min(width, num_items + 1)``) and, with ``exact``, the `[num_items + 1]`
+    exact counts; merging sums them. ``exact=False`` (count-min only) keeps no
+    vector of the catalog's size.
+    """
+
+    def __init__(self, spec, depth: int, width: int, seed: int, exact: bool):
+        self.spec, self.depth, self.width, self.seed, self.exact = (
+            spec, depth, width, seed, exact)
+
+    def setup(self):
+        self._a, self._b = hash_coefficients(self.depth, self.seed)
+        self._table = ItemTable(self.spec)
+
+    def create_accumulator(self):
+        counts = np.zeros(self.spec.num_items + 1, np.int64) if self.exact else None
+        return [counts, np.zeros(0, np.int64), np.zeros(0, np.int64), 0]
+
+    def add_input(self, acc, chunk):
+        if not hasattr(self, "_table"):
+            self.setup()
+        ids = chunk_training_ids(self.spec, int(chunk), self._table).reshape(-1)
+        counts = np.bincount(ids, minlength=self.spec.num_items + 1)
+        seen = np.flatnonzero(counts)
+        cells = sketch_cells(seen, self._a, self._b, self.width).reshape(-1)
+        acc[1], acc[2] = _sum_cells(np.concatenate([acc[1], cells]),
+                                    np.concatenate([acc[2], np.tile(counts[seen], self.depth)]))
+        if self.exact:
+            acc[0] = acc[0] + counts
+        acc[3] += len(ids)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        accumulators = list(accumulators)
+        counts = sum(acc[0] for acc in accumulators) if self.exact else None
+        cells, values = _sum_cells(np.concatenate([acc[1] for acc in accumulators]),
+                                   np.concatenate([acc[2] for acc in accumulators]))
+        return [counts, cells, values, sum(acc[3] for acc in accumulators)]
+
+    def extract_output(self, acc):
+        sketch = np.zeros(self.depth * self.width, np.int64)
+        sketch[acc[1]] = acc[2]
+        return {"counts": acc[0], "sketch": sketch.reshape(self.depth, self.width),
+                "total": acc[3], "num_items": self.spec.num_items}
+
+
+def write_chunk_statistics(result: dict, staging: str, depth: int, width: int,
+                           seed: int) -> None:
+    arrays = {"counts": result["counts"]} if result["counts"] is not None else {}
+    np.savez_compressed(os.path.join(staging, FILENAME), sketch=result["sketch"], depth=depth,
+                        width=width, seed=seed, total=result["total"],
+                        num_items=result["num_items"], **arrays)
+
+
+@dataclasses.dataclass
+class SyntheticStatistics:
+    """The Statistics artifact of ``--dataset synthetic``, counted from the spec.
+
+    The chunks are drawn again from the seed (the same ids ExampleGen's records
+    hold: `synthetic_source` is a pure function of ``(spec, chunk)``), so the
+    elements are chunk indices and no per-interaction element or record exists:
+    10^8 interactions cost what drawing them does. ``mode`` ``"count-min"`` (the
+    default here) stores only the sketch and the total (`load_log_q` with
+    ``estimator="count-min"``); ``"exact"`` also stores the `[num_items + 1]` counts.
+
+    Args:
+      spec: `SyntheticSpec`.
+      depth, width, seed: int. The sketch, as `Statistics`.
+      mode: str. One of `STATISTICS_MODES`. Defaults to ``"count-min"``.
+    """
+
+    spec: object
+    depth: int = 4
+    width: int = 1 << 20
+    seed: int = 0
+    mode: str = "count-min"
+
+    name = NAME
+    version = VERSION
+
+    def __post_init__(self) -> None:
+        if int(self.depth) < 1 or int(self.width) < 1:
+            raise ValueError(f"the sketch's depth and width must be positive, received "
+                             f"{self.depth}, {self.width}.")
+        if self.mode not in STATISTICS_MODES:
+            raise ValueError(f"`mode` must be one of {STATISTICS_MODES}, received "
+                             f"{self.mode!r}.")
+
+    def inputs(self, root: str) -> dict:
+        return {"synthetic": self.spec.as_dict()}
+
+    def parameters(self) -> dict:
+        return {"depth": self.depth, "width": self.width, "seed": self.seed, "mode": self.mode}
+
+    def build(self, root: str, staging: str, run) -> dict:
+        spec, depth, width, seed = self.spec, self.depth, self.width, self.seed
+        exact = self.mode == "exact"
+
+        def pipeline(p):
+            (p
+             | "Chunks" >> beam.Create(list(range(spec.num_chunks)))
+             | "SpreadChunks" >> beam.Reshuffle()
+             | "Count" >> beam.CombineGlobally(ChunkCountsFn(spec, depth, width, seed, exact))
+             | "Write" >> beam.Map(write_chunk_statistics, staging, depth, width, seed))
+
+        run(pipeline)
+        with np.load(os.path.join(staging, FILENAME), allow_pickle=False) as z:
+            total = int(z["total"])
+            seen = int((z["counts"] > 0).sum()) if "counts" in z.files else None
+        return {"num_items": spec.num_items, "train_interactions": total,
+                **({"items_seen": seen} if seen is not None else {})}
