@@ -26,10 +26,17 @@ demo: $(STAMP)
 # --model_base_path pipeline_output/serving/ml1m).
 PIPELINE_DATA ?= ../shared/data/ml-1m-sasrec
 PIPELINE_PRESET ?= smoke
+# Without the ML-1M data it runs ExampleGen and Statistics on the synthetic stream instead.
 pipeline: $(STAMP)
-	$(VENV)/bin/tfrs-logq pipeline run --pipeline-root pipeline_output --dataset ml-1m \
-	  --data-dir $(PIPELINE_DATA) --data-format sasrec --split gsasrec \
-	  --preset $(PIPELINE_PRESET) --serving-base-path pipeline_output/serving/ml1m
+	if [ -d "$(PIPELINE_DATA)" ]; then \
+	  $(VENV)/bin/tfrs-logq pipeline run --pipeline-root pipeline_output --dataset ml-1m \
+	    --data-dir $(PIPELINE_DATA) --data-format sasrec --split gsasrec \
+	    --preset $(PIPELINE_PRESET) --serving-base-path pipeline_output/serving/ml1m; \
+	else \
+	  echo "$(PIPELINE_DATA) not found: running the synthetic stream (ExampleGen, Statistics)"; \
+	  $(VENV)/bin/tfrs-logq pipeline run --pipeline-root pipeline_output/synthetic \
+	    --dataset synthetic; \
+	fi
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

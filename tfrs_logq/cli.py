@@ -1206,8 +1206,10 @@ def _print_component(result, args) -> None:
               + (f", {skipped:,} malformed lines skipped" if skipped or args.skip_bad_lines
                  else ""))
     elif result.name == "Statistics":
-        print(f"    {counts.get('train_interactions', 0):,} training interactions, "
-              f"{counts.get('items_seen', 0):,} of {counts.get('num_items', 0):,} items seen")
+        seen = (f"{counts['items_seen']:,} of {counts.get('num_items', 0):,} items seen"
+                if "items_seen" in counts else
+                f"{counts.get('num_items', 0):,} items (count-min sketch only)")
+        print(f"    {counts.get('train_interactions', 0):,} training interactions, {seen}")
     elif result.name == "Trainer":
         params, test = manifest.get("parameters", {}), counts.get("test", {})
         print(f"    {params.get('loss')}, preset {params.get('preset')}, seed "
@@ -1280,7 +1282,8 @@ def _pipeline_run(args) -> int:
                                           "counts": r.manifest.get("counts")}
                                          for r in results]}))
         return 0
-    print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {args.split}")
+    split = "leave-one-out" if args.dataset == "synthetic" else args.split
+    print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {split}")
     for result in results:
         _print_component(result, args)
     return 0
