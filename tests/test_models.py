@@ -126,3 +126,58 @@ def test_config_round_trip_gives_the_same_outputs():
     np.testing.assert_allclose(clone(ids).numpy(), out, rtol=1e-6)
     with pytest.raises(ValueError, match="divisible"):
         SASRecEncoder(30, 7, dim=6, num_heads=4)(ids)
+
+
+def _ragged_ids(batch, length, num_ids, seed=0):
+    """Left-padded rows of every span from empty to full, plus a row with a hole."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((batch, length), np.int32)
+    for row in range(batch):
+        span = int(rng.integers(0, length + 1))
+        ids[row, length - span:] = rng.integers(1, num_ids, span)
+    ids[0] = rng.integers(1, num_ids, length)
+    ids[0, 2] = 0  # padding inside a sequence: the span still starts at column 0
+    ids[1] = 0  # no item at all
+    return ids
+
+
+@pytest.mark.parametrize("batch", [1, 3, 11])
+def test_length_buckets_give_the_same_outputs_and_gradients(batch):
+    tf.keras.utils.set_random_seed(0)
+    plain = SASRecEncoder(40, 9, dim=8, num_blocks=2, num_heads=2, dropout=0.3)
+    bucketed = SASRecEncoder(40, 9, dim=8, num_blocks=2, num_heads=2, dropout=0.3,
+                             length_buckets=4)
+    ids = _ragged_ids(max(batch, 2), 9, 40)[:batch]
+    plain(ids)
+    bucketed(ids)
+    bucketed.set_weights(plain.get_weights())
+    # Every position, padding included, against gSASRec's equations and the plain path.
+    reference = _reference_forward(plain, ids)
+    np.testing.assert_allclose(bucketed(ids).numpy(), reference, atol=2e-5)
+    np.testing.assert_allclose(tf.function(bucketed)(tf.constant(ids)).numpy(), reference,
+                               atol=2e-5)
+    rng = np.random.default_rng(1)
+    direction = tf.constant(rng.normal(size=(batch, 9, 8)), tf.float32)
+
+    def gradients(encoder):
+        with tf.GradientTape() as tape:
+            score = tf.reduce_sum(encoder(ids) * direction)
+        # (the output table gets no gradient from the encoder's outputs: None)
+        return [None if g is None else tf.convert_to_tensor(g).numpy()
+                for g in tape.gradient(score, encoder.trainable_variables)]
+
+    checked = 0
+    for got, want, v in zip(gradients(bucketed), gradients(plain), plain.trainable_variables):
+        assert (got is None) == (want is None), v.name
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=v.name)
+            checked += 1
+    assert checked == len(plain.trainable_variables) - 1
+
+
+def test_length_buckets_in_config_and_validated():
+    encoder = SASRecEncoder(30, 7, dim=8, length_buckets=3)
+    assert SASRecEncoder.from_config(encoder.get_config()).length_buckets == 3
+    assert SASRecEncoder(30, 7, dim=8).length_buckets == 1
+    with pytest.raises(ValueError, match="length_buckets"):
+        SASRecEncoder(30, 7, dim=8, length_buckets=0)

@@ -237,6 +237,9 @@ _TRAIN_HELP = {
     "mixed_precision": "mixed-precision policy",
     "jit_compile": "compile the training step with XLA",
     "share_item_embeddings": "score with the input item embeddings (weight tying)",
+    "length_buckets": "speed only: run the SASRec blocks on this many groups of "
+                      "similar-length sequences, each without its padding columns "
+                      "(1 under --xla and on TPU)",
     "preset": "a set of defaults: smoke (minutes on 2 CPU cores), cpu (a fixed CPU budget), "
               "paper (the paper's protocol, for a GPU); flags and --config override it",
     "examples": "train on this ExampleGen artifact of `tfrs-logq pipeline run` "

@@ -51,6 +51,10 @@ class TrainConfig:
     mixed_precision: str = "none"
     jit_compile: bool = False
     share_item_embeddings: bool = False
+    # Speed only (the same model and result): run the SASRec blocks on this many
+    # groups of similar-length sequences, each without its all-padding columns
+    # (`SASRecEncoder`). Ignored (1) under XLA and on TPU, which need static shapes.
+    length_buckets: int = 8
     preset: Optional[str] = None
     # The batch pipeline's artifacts (`tfrs_logq.pipelines.beam`): train on an
     # ExampleGen artifact's split instead of loading the data file, and take log Q

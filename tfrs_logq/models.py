@@ -118,8 +118,9 @@ class SASRecAttention(tf.keras.layers.Layer):
     ``dim`` channels and there is no output projection (unlike
     `tf.keras.layers.MultiHeadAttention`). Key ``j`` is visible to query ``i``
     when ``j <= i`` and position ``j`` holds an item; a query that sees no key
-    (a padding position of a left-padded sequence) outputs 0. Dropout acts on
-    the attention weights.
+    (a padding position of a left-padded sequence) outputs the mean of the values,
+    where gSASRec outputs 0; `SASRecBlock` zeroes padding positions, so the blocks'
+    outputs are the same. Dropout acts on the attention weights.
 
     Args:
       dim: int. Model width; must be divisible by ``num_heads``.
@@ -153,9 +154,10 @@ class SASRecAttention(tf.keras.layers.Layer):
         visible = tf.logical_and(causal[None, None], is_item[:, None, None, :])
         scores = tf.where(visible, scores, tf.cast(-1e4 if scores.dtype == tf.float16 else -1e9,
                                                    scores.dtype))
+        # A query that sees no key (a padding position) gets uniform weights here, not
+        # 0 as in gSASRec: its state is zeroed at the end of the block (`SASRecBlock`),
+        # so no output and no gradient depends on it, and a [b, h, L, L] pass is saved.
         weights = tf.nn.softmax(scores, axis=-1)
-        sees_any = tf.reduce_any(visible, axis=-1, keepdims=True)
-        weights = tf.where(sees_any, weights, tf.zeros_like(weights))
         weights = self.weight_dropout(weights, training=training)
         out = tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3])
         return tf.reshape(out, tf.shape(queries))
@@ -227,16 +229,27 @@ class SASRecEncoder(tf.keras.layers.Layer):
         SASRec's original choice): half the item parameters, which matters for
         very large catalogs, but on ML-1M it learns markedly more slowly.
         Defaults to False (gSASRec's default, the paper's runs).
+      length_buckets: int. Speed only, the result is the same: sort the batch's
+        sequences by length, split them into this many groups and run the blocks
+        on each group with its leading all-padding columns cut off (nothing
+        crosses sequences in SASRec, and padding keys are masked, so every
+        output is unchanged; padding outputs are those of a zero state, as
+        without buckets). On ML-1M at L = 200, where half of all positions are
+        padding, 8 buckets do about 0.59 of the dense and 0.47 of the attention
+        work. Needs dynamic shapes: use 1 under XLA or on TPU. Defaults to 1.
     """
 
     def __init__(self, num_ids: int, max_length: int, dim: int = 128, num_blocks: int = 2,
                  num_heads: int = 1, dropout: float = 0.5, share_item_embeddings: bool = False,
-                 **kwargs) -> None:
+                 length_buckets: int = 1, **kwargs) -> None:
         super().__init__(**kwargs)
         self.num_ids, self.max_length, self.dim = int(num_ids), int(max_length), int(dim)
         self.num_blocks, self.num_heads = int(num_blocks), int(num_heads)
         self.dropout = float(dropout)
         self.share_item_embeddings = bool(share_item_embeddings)
+        if int(length_buckets) < 1:
+            raise ValueError(f"`length_buckets` must be >= 1, received {length_buckets}.")
+        self.length_buckets = int(length_buckets)
         self.item_embedding = _embedding(self.num_ids, self.dim, "items")
         self.position_embedding = _embedding(self.max_length, self.dim, "positions")
         self.output_embedding = None if self.share_item_embeddings else (
@@ -254,14 +267,45 @@ class SASRecEncoder(tf.keras.layers.Layer):
 
     def call(self, input_ids, training=False):
         """`[batch, L]` item ids (0 = padding, left-padded) -> `[batch, L, dim]`."""
+        if self.length_buckets == 1:
+            length = tf.shape(input_ids)[1]
+            return self.final_norm(self._blocks(input_ids, tf.range(length), training))
+        return self.final_norm(self._bucketed_blocks(input_ids, training))
+
+    def _blocks(self, input_ids, positions, training):
+        """The state after the last block (before the final norm) for `[n, m]` ids at
+        absolute ``positions`` `[m]`."""
         is_item = tf.not_equal(input_ids, 0)
         x = self.item_embedding(input_ids)
-        positions = tf.range(tf.shape(input_ids)[1])
         x = x + self.position_embedding(positions)[None]
         x = self.input_dropout(x, training=training) * tf.cast(is_item, x.dtype)[..., None]
         for block in self.blocks:
             x = block(x, is_item, training=training)
-        return self.final_norm(x)
+        return x
+
+    def _bucketed_blocks(self, input_ids, training):
+        """`_blocks` over all `[n, L]` ids, computed per group of sequences of similar
+        span (columns from the first item on), each group cut to its longest span."""
+        shape = tf.shape(input_ids)
+        n, length = shape[0], shape[1]
+        is_item = tf.not_equal(input_ids, 0)
+        first = tf.argmax(tf.cast(is_item, tf.int32), axis=1, output_type=tf.int32)
+        span = tf.where(tf.reduce_any(is_item, axis=1), length - first, 0)
+        order = tf.argsort(span, direction="DESCENDING", stable=True)
+        sorted_span = tf.gather(span, order)
+        outputs = []
+        for g in range(self.length_buckets):
+            start = g * n // self.length_buckets
+            end = (g + 1) * n // self.length_buckets
+            # At least one column, so that empty groups and all-padding rows keep
+            # well-formed shapes; the group's longest span is its first (sorted).
+            width = tf.maximum(tf.reduce_max(tf.concat([sorted_span[start:end], [1]], 0)), 1)
+            ids = tf.gather(input_ids, order[start:end])[:, length - width:]
+            x = self._blocks(ids, tf.range(length - width, length), training)
+            outputs.append(tf.pad(x, [[0, 0], [length - width, 0], [0, 0]]))
+        x = tf.gather(tf.concat(outputs, axis=0), tf.math.invert_permutation(order))
+        x.set_shape(input_ids.shape.concatenate([self.dim]))
+        return x
 
     def item_embeddings(self) -> tf.Tensor:
         """`[num_ids, dim]`: the table queries are scored against (row 0 is padding)."""
@@ -277,7 +321,8 @@ class SASRecEncoder(tf.keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "num_ids": self.num_ids, "max_length": self.max_length,
                 "dim": self.dim, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
-                "dropout": self.dropout, "share_item_embeddings": self.share_item_embeddings}
+                "dropout": self.dropout, "share_item_embeddings": self.share_item_embeddings,
+                "length_buckets": self.length_buckets}
 
 
 class SequentialRetrievalModel(tfrs.Model):

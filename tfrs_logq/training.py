@@ -208,7 +208,10 @@ def training_item_counts(config: TrainConfig, split: Split) -> np.ndarray:
 
 def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrievalModel:
     with strategy.scope():
-        encoder = build_encoder(config, split.num_items)
+        static_shapes = config.jit_compile or isinstance(
+            strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy))
+        encoder = build_encoder(config, split.num_items,
+                                length_buckets=1 if static_shapes else None)
         objective = make_objective(config.loss, split.num_items,
                                    training_item_counts(config, split),
                                    num_negatives=config.num_negatives, seed=config.seed,
@@ -228,13 +231,17 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
     return model
 
 
-def build_encoder(config, num_items: int) -> SASRecEncoder:
-    """The `SASRecEncoder` a `TrainConfig` (or its saved ``config.json`` dict) describes."""
+def build_encoder(config, num_items: int, length_buckets: Optional[int] = None
+                  ) -> SASRecEncoder:
+    """The `SASRecEncoder` a `TrainConfig` (or its saved ``config.json`` dict) describes;
+    ``length_buckets`` overrides the config's (a speed-only choice)."""
     get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else (
         lambda k, d=None: getattr(config, k, d))
+    buckets = length_buckets if length_buckets is not None else get("length_buckets", 1)
     return SASRecEncoder(int(num_items) + 1, get("max_length"), get("embedding_dim"),
                          get("num_blocks"), get("num_heads"), get("dropout"),
-                         share_item_embeddings=bool(get("share_item_embeddings", False)))
+                         share_item_embeddings=bool(get("share_item_embeddings", False)),
+                         length_buckets=int(buckets or 1))
 
 
 def load_split(config: TrainConfig) -> Split:
@@ -262,6 +269,10 @@ def load_split(config: TrainConfig) -> Split:
         split_kwargs["fraction"] = config.temporal_fraction or (
             0.1 if config.dataset == "ml-1m" else 0.01)
     return make_split(interactions, config.split, **split_kwargs)
+
+
+# Options that change how fast a run trains, not what it computes.
+SPEED_ONLY_FIELDS = ("length_buckets",)
 
 
 def saved_config(config: TrainConfig, num_items: Optional[int] = None) -> dict:
@@ -294,7 +305,11 @@ def same_run(config: TrainConfig, model_dir: str) -> Optional[bool]:
         existing = saved_config(TrainConfig(**existing))
     except (TypeError, ValueError):
         return False
-    return existing == saved_config(config)
+    requested = saved_config(config)
+    for name in SPEED_ONLY_FIELDS:  # the same run whatever their values
+        existing.pop(name, None)
+        requested.pop(name, None)
+    return existing == requested
 
 
 def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool = False) -> str:
