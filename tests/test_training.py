@@ -92,11 +92,24 @@ def test_experiment_grid_writes_table(data_dir, tmp_path):
     assert "±" in table  # two seeds -> mean ± std
     assert (out / "table.png").read_bytes()[:4] == b"\x89PNG"
     assert len((out / "results.csv").read_text().strip().splitlines()) == 1 + 4
+    # Validation curves: one line per run and epoch (1 epoch each here), and a chart.
+    curves = (out / "curves.csv").read_text().strip().splitlines()
+    assert curves[0] == "dataset,split,loss,seed,preset,epoch,val_ndcg@10"
+    assert len(curves) == 1 + 4
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # A finished grid is not run again.
     again = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
                  data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "1",
                  "--json")
     assert again.returncode == 0 and "Epoch" not in again.stdout
+    # A later grid in the same directory keeps the earlier rows and curves in its table.
+    more = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
+                data_dir, "--losses", "mns-none", "--seeds", "0", "--max-epochs", "1", "--json")
+    assert more.returncode == 0, more.stderr[-3000:]
+    lines = (out / "results.csv").read_text().strip().splitlines()
+    assert len(lines) == 1 + 5 and sum(",mns-none," in line for line in lines) == 1
+    assert len((out / "curves.csv").read_text().strip().splitlines()) == 1 + 5
+    assert "MNS, without logQ" in (out / "table.md").read_text()
     # A grid asking for another config never relabels the finished runs.
     other = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
                  data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "2",

@@ -43,9 +43,50 @@ METRICS = ("recall@20", "ndcg@20")
 def _row(config, preset: str, result: dict) -> dict:
     return {"dataset": config.dataset, "split": config.split, "loss": config.loss,
             "seed": config.seed, "preset": preset, "epochs": result["epochs"],
+            "best_epoch": result.get("best_epoch"),
             "steps": result["steps"], "train_seconds": result["train_seconds"],
             **{f"test_{m}": result["test"][m] for m in METRICS},
             **{f"val_{m}": result["validation"][m] for m in METRICS}}
+
+
+_EMPTY_RESULT = {"epochs": 0, "steps": 0, "train_seconds": 0.0,
+                 "test": {m: 0.0 for m in METRICS}, "validation": {m: 0.0 for m in METRICS}}
+
+
+def _key(row: dict) -> tuple:
+    return (row["dataset"], row["split"], row["loss"], int(row["seed"]), row["preset"])
+
+
+def _loss_order(loss: str) -> int:
+    return list(ROW_LABELS).index(loss) if loss in ROW_LABELS else len(ROW_LABELS)
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return None if text == "" else text
+
+
+def read_outputs(output_dir: str) -> list[tuple[dict, list]]:
+    """The rows of ``output_dir/results.csv`` with their validation curves (from
+    ``curves.csv``; empty when absent), or [] when there is no table yet."""
+    path = os.path.join(output_dir, "results.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    curves: dict = {}
+    curves_path = os.path.join(output_dir, "curves.csv")
+    if os.path.exists(curves_path):
+        with open(curves_path, newline="") as f:
+            for line in csv.DictReader(f):
+                key = (line["dataset"], line["split"], line["loss"], int(line["seed"]),
+                       line["preset"])
+                curves.setdefault(key, []).append(float(line["val_ndcg@10"]))
+    return [(row, curves.get(_key(row), [])) for row in rows]
 
 
 def _train_in_subprocess(config_fields: dict, run_dir: str, verbose) -> dict:
@@ -78,11 +119,18 @@ def run_grid(output_dir: str, datasets: Sequence[str], splits: Sequence[str],
                                 data_dir=data_dir, **overrides)
         jobs.append((config, run_dir))
     results: dict = {}
+    curves: dict = {}
+    # Rows of earlier grids in ``output_dir`` (other losses or seeds) stay in the table.
+    keys = {_key(_row(config, preset, _EMPTY_RESULT)) for config, _ in jobs}
+    earlier = [(row, curve) for row, curve in read_outputs(output_dir) if _key(row) not in keys]
 
     def finished(index: int, result: dict) -> None:
         results[index] = _row(jobs[index][0], preset, result)
+        curves[index] = result.get("validation_curve", [])
         print(json.dumps(results[index]), flush=True)
-        write_outputs([results[i] for i in sorted(results)], output_dir)
+        merged = earlier + [(results[i], curves[i]) for i in sorted(results)]
+        merged.sort(key=lambda rc: (rc[0]["seed"], _loss_order(rc[0]["loss"])))
+        write_outputs([r for r, _ in merged], output_dir, [c for _, c in merged])
 
     pending = []
     for index, (config, run_dir) in enumerate(jobs):
@@ -106,11 +154,19 @@ def run_grid(output_dir: str, datasets: Sequence[str], splits: Sequence[str],
     return [results[i] for i in sorted(results)]
 
 
-def write_outputs(rows: list[dict], output_dir: str) -> None:
+def write_outputs(rows: list[dict], output_dir: str,
+                  curves: Optional[Sequence[Sequence[float]]] = None) -> None:
+    """``results.csv``, ``table.md``, ``table.png`` and, with ``curves`` (each row's
+    validation NDCG@10 per epoch), ``curves.csv`` and ``curves.png``; each file is
+    replaced atomically."""
     os.makedirs(output_dir, exist_ok=True)
+    if curves is not None:
+        _write_curves(rows, curves, output_dir)
     tmp = os.path.join(output_dir, ".results.csv.tmp")
     with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        # Rows read from an older table may lack newer columns.
+        fields = list(dict.fromkeys(k for row in rows for k in row))
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
         writer.writerows(rows)
     os.replace(tmp, os.path.join(output_dir, "results.csv"))
@@ -119,6 +175,34 @@ def write_outputs(rows: list[dict], output_dir: str) -> None:
         f.write(table + "\n")
     os.replace(os.path.join(output_dir, ".table.md.tmp"), os.path.join(output_dir, "table.md"))
     _chart(rows, os.path.join(output_dir, "table.png"))
+
+
+def _write_curves(rows, curves, output_dir: str) -> None:
+    tmp = os.path.join(output_dir, ".curves.csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["dataset", "split", "loss", "seed", "preset", "epoch", "val_ndcg@10"])
+        for row, curve in zip(rows, curves):
+            for epoch, value in enumerate(curve):
+                writer.writerow([*_key(row), epoch, value])
+    os.replace(tmp, os.path.join(output_dir, "curves.csv"))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row, curve in zip(rows, curves):
+        ax.plot(range(len(curve)), curve, lw=1,
+                label=f"{ROW_LABELS.get(row['loss'], row['loss'])}, seed {row['seed']}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation NDCG@10")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    path = os.path.join(output_dir, "curves.png")
+    fig.savefig(path + ".tmp", format="png", dpi=110)
+    plt.close(fig)
+    os.replace(path + ".tmp", path)
 
 
 def _summary(rows):
