@@ -1,8 +1,8 @@
 """SASRec training step time per loss and variant, side by side with the official code.
 
-Our variants (graph float32, XLA, mixed bfloat16, XLA + mixed bfloat16) are
-interleaved round-robin so machine noise hits all alike; then, with
-``--official-python`` (a Python with PyTorch) the paper's official training
+Our variants (graph float32 with and without length buckets, XLA, mixed
+bfloat16, XLA + mixed bfloat16) are interleaved round-robin so machine noise hits
+all alike; then, with ``--official-python`` (a Python with PyTorch) the paper's official training
 scripts run the same configuration for ``--official-steps`` steps each, and
 the ratio official / ours is printed. Data: SASRec's ML-1M ``ml-1m.txt`` from
 ``../shared/data`` (or a synthetic stand-in of the same size).
@@ -29,11 +29,12 @@ from tfrs_logq.pipelines.splits import make_split  # noqa: E402
 from tfrs_logq.objectives import OBJECTIVES  # noqa: E402
 from tfrs_logq.training import _set_policy, build_model, resolve_config  # noqa: E402
 
-VARIANTS = {  # name -> (jit_compile, mixed precision)
-    "float32": (False, "none"),
-    "xla": (True, "none"),
-    "bfloat16": (False, "bfloat16"),
-    "xla-bfloat16": (True, "bfloat16"),
+VARIANTS = {  # name -> (jit_compile, mixed precision, length buckets)
+    "float32": (False, "none", 8),
+    "float32-no-buckets": (False, "none", 1),
+    "xla": (True, "none", 1),
+    "bfloat16": (False, "bfloat16", 8),
+    "xla-bfloat16": (True, "bfloat16", 1),
 }
 _RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
 
@@ -42,9 +43,10 @@ def time_ours(split, preset, losses, variants, rounds, steps):
     runs = {}
     for loss in losses:
         for variant in variants:
-            jit, policy = VARIANTS[variant]
+            jit, policy, buckets = VARIANTS[variant]
             _set_policy(policy)
-            cfg = resolve_config(preset, loss=loss, jit_compile=jit, mixed_precision=policy)
+            cfg = resolve_config(preset, loss=loss, jit_compile=jit, mixed_precision=policy,
+                                 length_buckets=buckets)
             model = build_model(cfg, split, tf.distribute.get_strategy())
             data = iter(training_dataset(split, cfg.batch_size, cfg.max_length).repeat())
             step = model.make_train_function()
