@@ -270,7 +270,7 @@ class SASRecEncoder(tf.keras.layers.Layer):
         if self.length_buckets == 1:
             length = tf.shape(input_ids)[1]
             return self.final_norm(self._blocks(input_ids, tf.range(length), training))
-        return self.final_norm(self._bucketed_blocks(input_ids, training))
+        return self._bucketed_blocks(input_ids, training)
 
     def _blocks(self, input_ids, positions, training):
         """The state after the last block (before the final norm) for `[n, m]` ids at
@@ -284,8 +284,10 @@ class SASRecEncoder(tf.keras.layers.Layer):
         return x
 
     def _bucketed_blocks(self, input_ids, training):
-        """`_blocks` over all `[n, L]` ids, computed per group of sequences of similar
-        span (columns from the first item on), each group cut to its longest span."""
+        """``final_norm(_blocks(...))`` over all `[n, L]` ids, computed per group of
+        sequences of similar span (columns from the first item on), each group cut to
+        its longest span. The cut columns are padding, whose state is 0 after the
+        blocks, so their output is the final norm of 0: its offset ``beta``."""
         shape = tf.shape(input_ids)
         n, length = shape[0], shape[1]
         is_item = tf.not_equal(input_ids, 0)
@@ -301,8 +303,10 @@ class SASRecEncoder(tf.keras.layers.Layer):
             # well-formed shapes; the group's longest span is its first (sorted).
             width = tf.maximum(tf.reduce_max(tf.concat([sorted_span[start:end], [1]], 0)), 1)
             ids = tf.gather(input_ids, order[start:end])[:, length - width:]
-            x = self._blocks(ids, tf.range(length - width, length), training)
-            outputs.append(tf.pad(x, [[0, 0], [length - width, 0], [0, 0]]))
+            x = self.final_norm(self._blocks(ids, tf.range(length - width, length), training))
+            offset = tf.broadcast_to(tf.cast(self.final_norm.beta, x.dtype),
+                                     [tf.shape(x)[0], length - width, self.dim])
+            outputs.append(tf.concat([offset, x], axis=1))
         x = tf.gather(tf.concat(outputs, axis=0), tf.math.invert_permutation(order))
         x.set_shape(input_ids.shape.concatenate([self.dim]))
         return x
