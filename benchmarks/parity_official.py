@@ -230,11 +230,36 @@ def run_ours(data_dir: str, loss: str, seed: int, budget: str, threads: int) -> 
     return record
 
 
+def _ours_config(data_dir: str, loss: str, seed: int, budget: str):
+    from tfrs_logq.training import resolve_config
+
+    return resolve_config(budget, dataset="ml-1m", split="gsasrec", loss=loss,
+                          data_dir=data_dir, data_format="sasrec", seed=seed)
+
+
+def import_ours(grid_dir: str, data_dir: str, loss: str, seed: int, budget: str):
+    """Our record from a finished `tfrs-logq experiment` run of exactly the config
+    `run_ours` trains, or None when there is none."""
+    from tfrs_logq.training import same_run
+
+    run_dir = os.path.join(grid_dir, "runs", f"ml-1m_gsasrec_{loss}_seed{seed}")
+    metrics = os.path.join(run_dir, "metrics.json")
+    if not os.path.exists(metrics) or not same_run(_ours_config(data_dir, loss, seed, budget),
+                                                   run_dir):
+        return None
+    with open(metrics) as f:
+        result = json.load(f)
+    return {"val_ndcg@10": result["validation_curve"],
+            "test_recall@20": result["test"]["recall@20"],
+            "test_ndcg@20": result["test"]["ndcg@20"],
+            "seconds": result["train_seconds"], "source": run_dir}
+
+
 def _ours_child(args) -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
-    from tfrs_logq.training import resolve_config, train
+    from tfrs_logq.training import train
 
     tf.config.threading.set_intra_op_parallelism_threads(
         int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")))
@@ -244,8 +269,7 @@ def _ours_child(args) -> None:
         def on_epoch_end(self, epoch, logs=None):
             curve.append(float(logs["val_ndcg@10"]))
 
-    config = resolve_config(args.budget, dataset="ml-1m", split="gsasrec", loss=args.loss,
-                            data_dir=args.data_dir, data_format="sasrec", seed=args.seed)
+    config = _ours_config(args.data_dir, args.loss, args.seed, args.budget)
     result = train(config, os.path.join(args.model_dir, "run"), verbose=0,
                    extra_callbacks=[Curve()])
     with open(args.record, "w") as f:
@@ -342,6 +366,10 @@ def main(argv=None) -> int:
     parser.add_argument("--sides", default="official,ours")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads per run")
     parser.add_argument("--output", default="results/parity-cpu")
+    parser.add_argument("--import-ours", metavar="DIR",
+                        help="take our side from the finished runs of a `tfrs-logq experiment "
+                             "--preset BUDGET --splits gsasrec` directory instead of training "
+                             "(only runs whose saved config is the one this harness trains)")
     parser.add_argument("--report-only", action="store_true",
                         help="only rewrite OUTPUT/parity.md from OUTPUT/runs.jsonl")
     parser.add_argument("--check-forward", action="store_true",
@@ -382,6 +410,13 @@ def main(argv=None) -> int:
                         write_official_dataset(split, code, "ml1m_parity")
                     result = run_official(code, python, loss, seed, args.budget, args.threads,
                                           args.output)
+                elif args.import_ours:
+                    result = import_ours(args.import_ours, args.data_dir, loss, seed,
+                                         args.budget)
+                    if result is None:
+                        print(f"ours {loss} seed {seed}: no matching finished run in "
+                              f"{args.import_ours}", flush=True)
+                        continue
                 else:
                     result = run_ours(args.data_dir, loss, seed, args.budget, args.threads)
                 record = {"side": side, "loss": loss, "seed": seed, "budget": args.budget,
