@@ -336,7 +336,9 @@ def table(records: list[dict]) -> str:
 
         def cell(s, key):
             digits = 0 if key == "seconds" else 4
-            return _mean_std([r[key] for r in side[s]], digits) if side[s] else "-"
+            # Imported runs (--import-ours) timed training only: not comparable seconds.
+            runs = [r for r in side[s] if key != "seconds" or "source" not in r]
+            return _mean_std([r[key] for r in runs], digits) if runs else "-"
 
         cells = [cell(s, key) for key in ("test_recall@20", "test_ndcg@20", "seconds")
                  for s in ("official", "ours")]

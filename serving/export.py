@@ -235,7 +235,8 @@ def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
         raw_ids = raw_ids.astype(np.int64)
     from tfrs_logq.training import build_encoder  # the encoder the run trained
 
-    encoder = build_encoder(config, config["num_items"])
+    # One bucket: serving batches are small, where empty groups would only cost time.
+    encoder = build_encoder(config, config["num_items"], length_buckets=1)
     objective = make_objective(config["loss"], config["num_items"],
                                np.ones(config["num_items"] + 1),
                                num_negatives=config["num_negatives"])

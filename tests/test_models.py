@@ -150,7 +150,32 @@ def test_length_buckets_give_the_same_outputs_and_gradients(batch):
     ids = _ragged_ids(max(batch, 2), 9, 40)[:batch]
     plain(ids)
     bucketed(ids)
+    # Random biases and layer-norm parameters: a non-zero final-norm offset, which the
+    # cut columns' outputs must equal.
+    rng = np.random.default_rng(2)
+    for v in plain.weights:
+        if "bias" in v.name or "gamma" in v.name or "beta" in v.name:
+            v.assign(rng.normal(size=v.shape).astype(np.float32) * 0.3 + (
+                1.0 if "gamma" in v.name else 0.0))
     bucketed.set_weights(plain.get_weights())
+    # The blocks really run on groups cut to their span (not once on the full batch).
+    widths, blocks = [], bucketed._blocks
+
+    def recording(group_ids, positions, training):
+        widths.append((int(tf.shape(group_ids)[0]), int(tf.shape(group_ids)[1])))
+        return blocks(group_ids, positions, training)
+
+    bucketed._blocks = recording
+    bucketed(ids)
+    del bucketed._blocks
+    assert len(widths) == 4 and sum(n for n, _ in widths) == batch
+    # Group g holds rows [g n / 4, (g + 1) n / 4) of the batch sorted by span, longest first.
+    spans = sorted((9 - int(np.argmax(row != 0)) if row.any() else 1 for row in ids),
+                   reverse=True)
+    expected = [max(spans[g * batch // 4:(g + 1) * batch // 4], default=1) for g in range(4)]
+    assert [w for _, w in widths] == expected
+    if batch > 4:
+        assert min(w for _, w in widths) < 9
     # Every position, padding included, against gSASRec's equations and the plain path.
     reference = _reference_forward(plain, ids)
     np.testing.assert_allclose(bucketed(ids).numpy(), reference, atol=2e-5)

@@ -342,3 +342,8 @@ def test_length_buckets_train_the_same_model(data_dir, tmp_path):
     assert xla.encoder.length_buckets == 1
     assert build_model(resolve_config("smoke", loss="mns-corrected"), split,
                        make_strategy("default")).encoder.length_buckets == 8
+
+
+def test_length_buckets_validated_before_anything_is_written():
+    with pytest.raises(ValueError, match="length-buckets"):
+        resolve_config("smoke", length_buckets=0)

@@ -70,6 +70,9 @@ class TrainConfig:
                              f"received {self.mixed_precision!r}.")
         if int(self.seed) < 0:
             raise ValueError(f"`seed` (--seed) must be >= 0, received {self.seed}.")
+        if int(self.length_buckets) < 1:
+            raise ValueError(f"`length_buckets` (--length-buckets) must be >= 1, received "
+                             f"{self.length_buckets}.")
 
 
 # The paper's protocol (gSASRec defaults) for a GPU; the paper's model and data with

@@ -53,6 +53,12 @@ _EMPTY_RESULT = {"epochs": 0, "steps": 0, "train_seconds": 0.0,
                  "test": {m: 0.0 for m in METRICS}, "validation": {m: 0.0 for m in METRICS}}
 
 
+def _row_fields() -> list:
+    from tfrs_logq.training import resolve_config
+
+    return list(_row(resolve_config(None), "", _EMPTY_RESULT))
+
+
 def _key(row: dict) -> tuple:
     return (row["dataset"], row["split"], row["loss"], int(row["seed"]), row["preset"])
 
@@ -164,8 +170,9 @@ def write_outputs(rows: list[dict], output_dir: str,
         _write_curves(rows, curves, output_dir)
     tmp = os.path.join(output_dir, ".results.csv.tmp")
     with open(tmp, "w", newline="") as f:
-        # Rows read from an older table may lack newer columns.
-        fields = list(dict.fromkeys(k for row in rows for k in row))
+        # Rows read from an older table may lack newer columns: this release's columns
+        # first, in their order, then any others.
+        fields = list(dict.fromkeys([*_row_fields(), *(k for row in rows for k in row)]))
         writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
         writer.writerows(rows)

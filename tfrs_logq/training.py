@@ -208,8 +208,9 @@ def training_item_counts(config: TrainConfig, split: Split) -> np.ndarray:
 
 def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrievalModel:
     with strategy.scope():
-        static_shapes = config.jit_compile or isinstance(
-            strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy))
+        tpu = tuple(t for t in (getattr(tf.distribute, "TPUStrategy", None),
+                                getattr(tf.distribute.experimental, "TPUStrategy", None)) if t)
+        static_shapes = config.jit_compile or isinstance(strategy, tpu)
         encoder = build_encoder(config, split.num_items,
                                 length_buckets=1 if static_shapes else None)
         objective = make_objective(config.loss, split.num_items,
@@ -237,11 +238,11 @@ def build_encoder(config, num_items: int, length_buckets: Optional[int] = None
     ``length_buckets`` overrides the config's (a speed-only choice)."""
     get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else (
         lambda k, d=None: getattr(config, k, d))
-    buckets = length_buckets if length_buckets is not None else get("length_buckets", 1)
+    buckets = length_buckets if length_buckets is not None else get("length_buckets", 1) or 1
     return SASRecEncoder(int(num_items) + 1, get("max_length"), get("embedding_dim"),
                          get("num_blocks"), get("num_heads"), get("dropout"),
                          share_item_embeddings=bool(get("share_item_embeddings", False)),
-                         length_buckets=int(buckets or 1))
+                         length_buckets=int(buckets))
 
 
 def load_split(config: TrainConfig) -> Split:
