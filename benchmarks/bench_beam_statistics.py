@@ -12,25 +12,19 @@ The wall time includes starting the workers and writing the artifact.
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 
 import numpy as np
+from hostinfo import cpu_name
 from tfrs_logq.pipelines.beam import load_item_statistics, run_components
 from tfrs_logq.pipelines.beam.statistics import SyntheticStatistics
 from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPU cores ({cpu}), load average {os.getloadavg()[0]:.1f} at start"
+    load = os.getloadavg()[0]
+    return f"{os.cpu_count()} CPU cores ({cpu_name()}), load average {load:.1f} at start"
 
 
 def main():

@@ -1,26 +1,20 @@
 """Shared helpers for the benchmark scripts (timing and machine description)."""
 
 import os
-import platform
 import statistics
 import time
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRS needs Keras 2 (tf-keras)
 
 import tensorflow as tf  # noqa: E402
+from hostinfo import cpu_name  # noqa: E402
 
 import tfrs_logq  # noqa: E402,F401
 
 
 def machine() -> str:
     gpus = tf.config.list_physical_devices("GPU")
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    cpu = cpu_name()
     dev = f"{len(gpus)} GPU(s): " + ", ".join(
         tf.config.experimental.get_device_details(g).get("device_name", "?") for g in gpus
     ) if gpus else "no GPU"

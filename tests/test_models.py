@@ -47,6 +47,14 @@ def _reference_forward(encoder: SASRecEncoder, ids: np.ndarray) -> np.ndarray:
     return _layer_norm(x, *w(encoder.final_norm))
 
 
+def _randomise_biases_and_norms(encoder, seed):
+    rng = np.random.default_rng(seed)
+    for v in encoder.weights:
+        if "bias" in v.name or "gamma" in v.name or "beta" in v.name:
+            v.assign(rng.normal(size=v.shape).astype(np.float32) * 0.3 + (
+                1.0 if "gamma" in v.name else 0.0))
+
+
 def _ids(seed=0, batch=4, length=7, num_ids=30):
     rng = np.random.default_rng(seed)
     ids = rng.integers(1, num_ids, size=(batch, length)).astype(np.int32)
@@ -62,11 +70,7 @@ def test_forward_matches_gsasrec_equations(num_heads):
     ids = _ids()
     encoder(ids)
     # Random biases and layer-norm parameters, so every term of the equations counts.
-    rng = np.random.default_rng(1)
-    for v in encoder.weights:
-        if "bias" in v.name or "gamma" in v.name or "beta" in v.name:
-            v.assign(rng.normal(size=v.shape).astype(np.float32) * 0.3 + (
-                1.0 if "gamma" in v.name else 0.0))
+    _randomise_biases_and_norms(encoder, seed=1)
     got = encoder(ids, training=False).numpy()
     np.testing.assert_allclose(got, _reference_forward(encoder, ids), atol=2e-5)
     # Dropout is active in training, inactive at inference.
@@ -152,11 +156,7 @@ def test_length_buckets_give_the_same_outputs_and_gradients(batch):
     bucketed(ids)
     # Random biases and layer-norm parameters: a non-zero final-norm offset, which the
     # cut columns' outputs must equal.
-    rng = np.random.default_rng(2)
-    for v in plain.weights:
-        if "bias" in v.name or "gamma" in v.name or "beta" in v.name:
-            v.assign(rng.normal(size=v.shape).astype(np.float32) * 0.3 + (
-                1.0 if "gamma" in v.name else 0.0))
+    _randomise_biases_and_norms(plain, seed=2)
     bucketed.set_weights(plain.get_weights())
     # The blocks really run on groups cut to their span (not once on the full batch).
     widths, blocks = [], bucketed._blocks
