@@ -123,6 +123,12 @@ def write_statistics(result: dict, staging: str, depth: int, width: int, seed: i
                         sketch=result["sketch"], depth=depth, width=width, seed=seed)
 
 
+def _check_sketch_shape(depth: int, width: int) -> None:
+    if int(depth) < 1 or int(width) < 1:
+        raise ValueError(f"the sketch's depth and width must be positive, received "
+                         f"{depth}, {width}.")
+
+
 @dataclasses.dataclass
 class Statistics:
     """Builds the Statistics artifact from the ExampleGen artifact.
@@ -142,9 +148,7 @@ class Statistics:
     version = VERSION
 
     def __post_init__(self) -> None:
-        if int(self.depth) < 1 or int(self.width) < 1:
-            raise ValueError(f"the sketch's depth and width must be positive, received "
-                             f"{self.depth}, {self.width}.")
+        _check_sketch_shape(self.depth, self.width)
 
     def inputs(self, root: str) -> dict:
         manifest = verified_manifest(self.examples_dir, "ExampleGen")
@@ -270,9 +274,7 @@ class SyntheticStatistics:
     version = VERSION
 
     def __post_init__(self) -> None:
-        if int(self.depth) < 1 or int(self.width) < 1:
-            raise ValueError(f"the sketch's depth and width must be positive, received "
-                             f"{self.depth}, {self.width}.")
+        _check_sketch_shape(self.depth, self.width)
         if self.mode not in STATISTICS_MODES:
             raise ValueError(f"`mode` must be one of {STATISTICS_MODES}, received "
                              f"{self.mode!r}.")
