@@ -122,7 +122,9 @@ def test_cross_replica_negatives_pool_targets_of_all_replicas(mirrored_strategy)
 
 @pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
 @pytest.mark.parametrize("compact", [True, False])
-def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correction, compact):
+@pytest.mark.parametrize("dense", [True, False])
+def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correction, compact,
+                                                                         dense):
     """Per-position uniform negatives + shared in-batch negatives (the official code's
     MNS), every negative corrected with the unigram log Q (Q' for corrected)."""
     from tfrs_logq.objectives import SampledIds
@@ -130,6 +132,8 @@ def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correctio
     queries, table, targets, is_target, counts = _batch(seed=3)
     objective = make_objective(f"mns-{correction}", 12, counts, num_negatives=8,
                                compact_positions=compact)
+    assert objective._dense_uniform  # 13 ids <= 32 x 4 uniform negatives
+    objective._dense_uniform = dense  # both ways of scoring the uniform negatives
     n = targets.size
     rng = np.random.default_rng(4)
     uniform = rng.integers(1, 13, size=(n, 4)).astype(np.int32)
@@ -171,3 +175,56 @@ def test_sampling_draws_per_position_uniform_and_in_batch_from_targets_only():
     pool = set(targets[is_target].tolist())
     got = drawn.in_batch.numpy()[drawn.in_batch_valid.numpy()]
     assert set(got.tolist()) == pool and len(got) == len(pool)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_dense_sampled_logits_and_their_gradients_equal_the_gather_of_the_matmul(jit):
+    """`_sampled_logits_dense` (its own gradient: a per-row bincount and two matmuls)
+    against TensorFlow's gradient of ``gather(q @ table.T, ids, batch_dims=1)``, with
+    repeated ids in a row (their gradients add up) and ids never drawn."""
+    from tfrs_logq.objectives import _sampled_logits_dense
+
+    rng = np.random.default_rng(7)
+    q = tf.constant(rng.normal(size=(9, 6)), tf.float32)
+    table = tf.constant(rng.normal(size=(11, 6)), tf.float32)
+    ids = rng.integers(0, 8, size=(9, 14)).astype(np.int32)  # ids 8..10 never drawn
+    ids[0, :5] = 3  # one id five times in a row
+    ids = tf.constant(ids)
+    upstream = tf.constant(rng.normal(size=(9, 14)), tf.float32)
+
+    def value_and_grads(fn):
+        with tf.GradientTape() as tape:
+            tape.watch([q, table])
+            logits = fn(q, table, ids)
+            loss = tf.reduce_sum(logits * upstream)
+        return [logits, *tape.gradient(loss, [q, table])]
+
+    got = tf.function(lambda: value_and_grads(_sampled_logits_dense), jit_compile=jit)()
+    want = value_and_grads(
+        lambda a, b, i: tf.gather(tf.matmul(a, b, transpose_b=True), i, batch_dims=1))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[2].numpy()[8:], 0.0)  # never drawn: no gradient
+    q64, t64 = q.numpy().astype(np.float64), table.numpy().astype(np.float64)
+    np.testing.assert_allclose(got[0].numpy(),
+                               np.einsum("nd,nkd->nk", q64, t64[ids.numpy()]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mns-none", "mns-corrected", "uniform", "gbce"])
+def test_dense_and_gathered_uniform_scoring_give_the_same_loss_and_gradients(name):
+    """The one-matmul scoring (small catalogs) and the [positions, k, dim] gather
+    (large ones) are the same function of the queries and the table."""
+    queries, table, targets, is_target, counts = _batch(seed=6)
+    results = []
+    for dense in (True, False):
+        objective = make_objective(name, 12, counts, num_negatives=8, seed=3)
+        objective._dense_uniform = dense
+        negatives = objective.sample(targets, is_target)  # same seed: same draws
+        q, tbl = tf.Variable(queries), tf.Variable(table)
+        with tf.GradientTape() as tape:
+            loss = objective.loss(q, targets, is_target, tbl, negatives)
+        results.append([loss, *tape.gradient(loss, [q, tbl])])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
+                                   tf.convert_to_tensor(b).numpy(), rtol=1e-5, atol=1e-6)
+    assert np.abs(tf.convert_to_tensor(results[0][2]).numpy()).sum() > 0

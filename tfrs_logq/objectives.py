@@ -41,6 +41,30 @@ from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
 DENSE_UNIFORM_FACTOR = 32
 
 
+@tf.custom_gradient
+def _sampled_logits_dense(queries: tf.Tensor, table: tf.Tensor, ids: tf.Tensor):
+    """``queries[n] . table[ids[n, j]]`` as `[n, k]`, through one `[n, catalog]` matmul.
+
+    The gradient (the same as differentiating ``tf.gather(queries @ table.T, ids,
+    batch_dims=1)``) scatters the `[n, k]` upstream gradient into a dense
+    `[n, catalog]` matrix with one weighted per-row bincount (duplicates add up) and
+    multiplies it back: about twice as fast on CPU as the `UnsortedSegmentSum` of
+    the gather's own gradient, which was the largest single op of an MNS step.
+    """
+    all_logits = tf.matmul(queries, table, transpose_b=True)
+    logits = tf.gather(all_logits, ids, batch_dims=1)
+
+    def grad(upstream):
+        dense = tf.raw_ops.DenseBincount(input=ids, size=tf.shape(table)[0],
+                                         weights=tf.cast(upstream, all_logits.dtype),
+                                         binary_output=False)
+        return (tf.matmul(dense, table),
+                tf.matmul(dense, queries, transpose_a=True),
+                None)
+
+    return logits, grad
+
+
 @dataclasses.dataclass(frozen=True)
 class ObjectiveSpec:
     name: str
@@ -203,27 +227,30 @@ class SequenceObjective(tf.Module):
             per_position = full_softmax_loss(logits, flat_t, exclude=exclude)
             return self._reduce(per_position, weight)
 
-        positive = tf.reduce_sum(flat_q * tf.gather(table, flat_t), axis=-1)
         n = tf.size(flat_t)
-        neg_ids, neg_valid, neg_logits = [], [], []
+        neg_ids, neg_valid = [], []
         if uniform is not None:
-            ids = uniform
-            if self._dense_uniform:
-                all_logits = tf.matmul(flat_q, table, transpose_b=True)
-                logits = tf.gather(all_logits, ids, batch_dims=1)
-            else:
-                logits = tf.einsum("nd,nkd->nk", flat_q, tf.gather(table, ids))
-            neg_ids.append(ids)
-            neg_valid.append(tf.ones_like(ids, tf.bool))
-            neg_logits.append(logits)
+            neg_ids.append(uniform)
+            neg_valid.append(tf.ones_like(uniform, tf.bool))
         if negatives.in_batch is not None:
-            ids, valid = negatives.in_batch, negatives.in_batch_valid
             k = spec.num_in_batch
-            neg_ids.append(tf.broadcast_to(ids[None, :], [n, k]))
-            neg_valid.append(tf.broadcast_to(valid[None, :], [n, k]))
-            neg_logits.append(tf.matmul(flat_q, tf.gather(table, ids), transpose_b=True))
+            neg_ids.append(tf.broadcast_to(negatives.in_batch[None, :], [n, k]))
+            neg_valid.append(tf.broadcast_to(negatives.in_batch_valid[None, :], [n, k]))
         ids = tf.concat(neg_ids, axis=1)
-        logits = tf.concat(neg_logits, axis=1)
+        if uniform is not None and self._dense_uniform:
+            # The positive, the uniform and the in-batch negatives all read one
+            # [positions, catalog] matmul (one backward scatter and two matmuls).
+            scored = _sampled_logits_dense(flat_q, table, tf.concat([flat_t[:, None], ids], 1))
+            positive, logits = scored[:, 0], scored[:, 1:]
+        else:
+            positive = tf.reduce_sum(flat_q * tf.gather(table, flat_t), axis=-1)
+            parts = []
+            if uniform is not None:
+                parts.append(tf.einsum("nd,nkd->nk", flat_q, tf.gather(table, uniform)))
+            if negatives.in_batch is not None:
+                parts.append(tf.matmul(flat_q, tf.gather(table, negatives.in_batch),
+                                       transpose_b=True))
+            logits = tf.concat(parts, axis=1)
         mask = tf.logical_and(tf.concat(neg_valid, axis=1), tf.not_equal(ids, flat_t[:, None]))
 
         if spec.loss in ("bce", "gbce"):
