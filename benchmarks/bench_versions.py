@@ -3,10 +3,11 @@
 Answers "how much faster than release X" on the same machine and data: each version
 runs from its own snapshot (``git archive REV`` of ``tfrs_logq``, ``pipelines`` and
 ``serving``, or a copy of the work tree for ``WORKTREE``) in its own process, and the
-versions alternate for ``--rounds`` rounds so that drifting machine load hits both
-alike. Each process builds the model at the preset, warms up, then times
-3 x ``--steps`` training steps; the table gives the median over rounds of each
-process's median, wall and CPU (all threads) milliseconds per step, and the ratio.
+versions alternate for ``--rounds`` rounds (which goes first alternates too) so that
+drifting machine load hits both alike. Each process builds the model at the preset,
+warms up, then times 3 x ``--steps`` training steps (full batches only); the table
+gives the median over rounds of each process's median, wall and CPU (all threads)
+milliseconds per step, and the ratio.
 
     python benchmarks/bench_versions.py --baseline 40bc40e --candidate WORKTREE \\
         --preset cpu --losses inbatch-corrected,mns-corrected
@@ -34,9 +35,10 @@ def snapshot(rev: str, into: str) -> str:
             shutil.copytree(os.path.join(ROOT, name), os.path.join(into, name),
                             ignore=shutil.ignore_patterns("__pycache__"))
     else:
-        archive = subprocess.run(["git", "archive", rev, *PACKAGES], cwd=ROOT,
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+        proc = subprocess.run(["git", "archive", rev, *PACKAGES], cwd=ROOT, capture_output=True)
+        if proc.returncode:
+            raise SystemExit(f"git archive {rev} failed: {proc.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", into], input=proc.stdout, check=True)
     for name in PACKAGES[1:]:  # installed as tfrs_logq.pipelines / tfrs_logq.serving
         shutil.move(os.path.join(into, name), os.path.join(into, "tfrs_logq", name))
     return into
@@ -47,7 +49,10 @@ def child(args) -> None:
     import time
 
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    import numpy as np
+    # An editable install of this project adds a finder that would serve any module
+    # the snapshot lacks from the work tree; only the snapshot may be imported.
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    import numpy as np  # noqa: I001  (after the finder is gone)
     import tensorflow as tf
 
     import tfrs_logq
@@ -69,7 +74,8 @@ def child(args) -> None:
     split = make_split(inter, "gsasrec")
     cfg = resolve_config(args.preset, loss=args.loss)
     model = build_model(cfg, split, tf.distribute.get_strategy())
-    data = iter(training_dataset(split, cfg.batch_size, cfg.max_length).repeat())
+    full = lambda x: tf.shape(tf.nest.flatten(x)[0])[0] == cfg.batch_size  # noqa: E731
+    data = iter(training_dataset(split, cfg.batch_size, cfg.max_length).repeat().filter(full))
     step = model.make_train_function()
     for _ in range(3):
         float(step(data)["loss"])
@@ -81,6 +87,12 @@ def child(args) -> None:
         float(logs["loss"])
         wall.append((time.perf_counter() - start) / args.steps * 1000)
         cpu.append((time.process_time() - start_cpu) / args.steps * 1000)
+    outside = sorted(name for name, module in sys.modules.items()
+                     if name.split(".")[0] == "tfrs_logq" and getattr(module, "__file__", None)
+                     and not os.path.abspath(module.__file__).startswith(
+                         os.path.abspath(args.snapshot)))
+    if outside:
+        raise SystemExit(f"modules imported from outside the snapshot: {outside}")
     print(json.dumps({"wall_ms": statistics.median(wall), "cpu_ms": statistics.median(cpu)}))
 
 
@@ -96,6 +108,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--data-dir", default=DEFAULT_DATA)
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds one version's process may take")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", help=argparse.SUPPRESS)
     parser.add_argument("--loss", help=argparse.SUPPRESS)
@@ -114,15 +128,21 @@ def main():
     results = {(who, loss): [] for who in revs for loss in losses}
     with tempfile.TemporaryDirectory(prefix="bench-versions-") as tmp:
         snaps = {who: snapshot(rev, tempfile.mkdtemp(dir=tmp)) for who, rev in revs.items()}
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for loss in losses:
-                for who, snap in snaps.items():
+                order = list(snaps.items())
+                for who, snap in (order if round_ % 2 == 0 else order[::-1]):
                     env = {**os.environ, "PYTHONPATH": snap, "TF_CPP_MIN_LOG_LEVEL": "2"}
-                    proc = subprocess.run(
-                        [sys.executable, "-P", os.path.abspath(__file__), "--child",
-                         "--snapshot", snap, "--loss", loss, "--preset", args.preset,
-                         "--steps", str(args.steps), "--data-dir", args.data_dir],
-                        env=env, cwd=snap, capture_output=True, text=True)
+                    try:
+                        proc = subprocess.run(
+                            [sys.executable, "-P", os.path.abspath(__file__), "--child",
+                             "--snapshot", snap, "--loss", loss, "--preset", args.preset,
+                             "--steps", str(args.steps), "--data-dir", args.data_dir],
+                            env=env, cwd=snap, capture_output=True, text=True,
+                            timeout=args.timeout)
+                    except subprocess.TimeoutExpired as err:
+                        raise SystemExit(f"{revs[who]} {loss}: over {args.timeout:.0f} s"
+                                         ) from err
                     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
                     if proc.returncode or not lines:
                         raise SystemExit(f"{revs[who]} {loss} failed:\n{proc.stderr[-3000:]}")

@@ -178,11 +178,20 @@ def test_sampling_draws_per_position_uniform_and_in_batch_from_targets_only():
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_dense_sampled_logits_and_their_gradients_equal_the_gather_of_the_matmul(jit):
-    """`_sampled_logits_dense` (its own gradient: a per-row bincount and two matmuls)
-    against TensorFlow's gradient of ``gather(q @ table.T, ids, batch_dims=1)``, with
+@pytest.mark.parametrize("scatter", ["bincount", "large", "deterministic"])
+def test_dense_sampled_logits_and_their_gradients_equal_the_gather_of_the_matmul(
+        jit, scatter, monkeypatch):
+    """`_sampled_logits_dense` (its own gradient: a per-row bincount, or a segment sum
+    for large matrices and under op determinism, and two matmuls) against
+    TensorFlow's gradient of ``gather(q @ table.T, ids, batch_dims=1)``, with
     repeated ids in a row (their gradients add up) and ids never drawn."""
+    from tfrs_logq import objectives
     from tfrs_logq.objectives import _sampled_logits_dense
+
+    if scatter == "large":
+        monkeypatch.setattr(objectives, "BINCOUNT_MAX_CELLS", 0)
+    if scatter == "deterministic":
+        monkeypatch.setattr(objectives, "_op_determinism_enabled", lambda: True)
 
     rng = np.random.default_rng(7)
     q = tf.constant(rng.normal(size=(9, 6)), tf.float32)
@@ -210,14 +219,16 @@ def test_dense_sampled_logits_and_their_gradients_equal_the_gather_of_the_matmul
                                np.einsum("nd,nkd->nk", q64, t64[ids.numpy()]), rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["mns-none", "mns-corrected", "uniform", "gbce"])
-def test_dense_and_gathered_uniform_scoring_give_the_same_loss_and_gradients(name):
+@pytest.mark.parametrize("name", ["mns-none", "mns-corrected", "uniform", "gbce", "bce"])
+@pytest.mark.parametrize("compact", [True, False])
+def test_dense_and_gathered_uniform_scoring_give_the_same_loss_and_gradients(name, compact):
     """The one-matmul scoring (small catalogs) and the [positions, k, dim] gather
     (large ones) are the same function of the queries and the table."""
     queries, table, targets, is_target, counts = _batch(seed=6)
     results = []
     for dense in (True, False):
-        objective = make_objective(name, 12, counts, num_negatives=8, seed=3)
+        objective = make_objective(name, 12, counts, num_negatives=8, seed=3,
+                                   compact_positions=compact)
         objective._dense_uniform = dense
         negatives = objective.sample(targets, is_target)  # same seed: same draws
         q, tbl = tf.Variable(queries), tf.Variable(table)

@@ -41,6 +41,32 @@ from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
 DENSE_UNIFORM_FACTOR = 32
 
 
+# The bincount gradient is used below this many `[n, catalog]` cells (TensorFlow's
+# GPU bincount indexes with 32-bit ints) and when op determinism is off (its GPU
+# kernel refuses to run deterministically); otherwise an `UnsortedSegmentSum`,
+# TensorFlow's own gradient of the gather.
+BINCOUNT_MAX_CELLS = 2 ** 29
+
+
+def _op_determinism_enabled() -> bool:
+    try:
+        from tensorflow.python.framework import config as tf_config
+
+        return bool(tf_config.is_op_determinism_enabled())
+    except (ImportError, AttributeError):  # pragma: no cover - other TF versions
+        return False
+
+
+def _scatter_rows(upstream: tf.Tensor, ids: tf.Tensor, num_columns) -> tf.Tensor:
+    """`[n, num_columns]` with ``upstream[i, j]`` added at ``[i, ids[i, j]]``."""
+    n = tf.shape(ids, out_type=tf.int64)[0]
+    columns = tf.cast(num_columns, tf.int64)
+    flat = tf.range(n)[:, None] * columns + tf.cast(ids, tf.int64)
+    summed = tf.math.unsorted_segment_sum(tf.reshape(upstream, [-1]), tf.reshape(flat, [-1]),
+                                          n * columns)
+    return tf.reshape(summed, tf.stack([n, columns]))
+
+
 @tf.custom_gradient
 def _sampled_logits_dense(queries: tf.Tensor, table: tf.Tensor, ids: tf.Tensor):
     """``queries[n] . table[ids[n, j]]`` as `[n, k]`, through one `[n, catalog]` matmul.
@@ -51,13 +77,20 @@ def _sampled_logits_dense(queries: tf.Tensor, table: tf.Tensor, ids: tf.Tensor):
     multiplies it back: about twice as fast on CPU as the `UnsortedSegmentSum` of
     the gather's own gradient, which was the largest single op of an MNS step.
     """
-    all_logits = tf.matmul(queries, table, transpose_b=True)
-    logits = tf.gather(all_logits, ids, batch_dims=1)
+    logits = tf.gather(tf.matmul(queries, table, transpose_b=True), ids, batch_dims=1)
 
     def grad(upstream):
-        dense = tf.raw_ops.DenseBincount(input=ids, size=tf.shape(table)[0],
-                                         weights=tf.cast(upstream, all_logits.dtype),
-                                         binary_output=False)
+        upstream = tf.cast(upstream, queries.dtype)
+        num_columns = tf.shape(table)[0]
+        if _op_determinism_enabled():
+            dense = _scatter_rows(upstream, ids, num_columns)
+        else:
+            cells = tf.cast(tf.shape(ids)[0], tf.int64) * tf.cast(num_columns, tf.int64)
+            dense = tf.cond(
+                cells < BINCOUNT_MAX_CELLS,
+                lambda: tf.raw_ops.DenseBincount(input=ids, size=num_columns,
+                                                 weights=upstream, binary_output=False),
+                lambda: _scatter_rows(upstream, ids, num_columns))
         return (tf.matmul(dense, table),
                 tf.matmul(dense, queries, transpose_a=True),
                 None)
