@@ -52,25 +52,18 @@ def child(args) -> None:
     # An editable install of this project adds a finder that would serve any module
     # the snapshot lacks from the work tree; only the snapshot may be imported.
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
-    import numpy as np  # noqa: I001  (after the finder is gone)
-    import tensorflow as tf
+    sys.path.insert(0, HERE)  # common.py; it imports tfrs_logq, here the snapshot's
+    import tensorflow as tf  # noqa: I001  (after the finder is gone)
+    from common import ml1m_or_stand_in
 
     import tfrs_logq
-    from tfrs_logq.pipelines.datasets import load_movielens_1m
-    from tfrs_logq.pipelines.interactions import build_interactions
     from tfrs_logq.pipelines.sequential import training_dataset
     from tfrs_logq.pipelines.splits import make_split
     from tfrs_logq.training import build_model, resolve_config
 
     if not os.path.abspath(tfrs_logq.__file__).startswith(os.path.abspath(args.snapshot)):
         raise SystemExit(f"imported {tfrs_logq.__file__}, not the snapshot {args.snapshot}")
-    if os.path.isdir(args.data_dir):
-        inter = load_movielens_1m(args.data_dir, fmt="sasrec", download_ok=False)
-    else:  # the stand-in of benchmarks/common.py
-        rng = np.random.default_rng(0)
-        n = 1_000_000
-        inter = build_interactions(rng.integers(0, 6000, n), rng.zipf(1.2, n) % 3400 + 1,
-                                   np.arange(n), min_item_interactions=1)
+    inter, _ = ml1m_or_stand_in(args.data_dir)
     split = make_split(inter, "gsasrec")
     cfg = resolve_config(args.preset, loss=args.loss)
     model = build_model(cfg, split, tf.distribute.get_strategy())
