@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq.config import CORRECTED_NAMES, OBJECTIVES  # noqa: F401  (TensorFlow-free)
-from tfrs_logq.losses import full_softmax_loss, gbce_loss, masked_value, sampled_softmax_loss
+from tfrs_logq.losses import full_softmax_loss, gbce_loss, sampled_softmax_loss
 from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
 
 # Score per-position uniform negatives against the whole catalog (one matmul and a
@@ -186,10 +186,16 @@ class SequenceObjective(tf.Module):
             if counts.shape != (self.num_items + 1,):
                 raise ValueError(f"`item_counts` must have shape [{self.num_items + 1}], "
                                  f"received {counts.shape}.")
-            self._counts = tf.constant(np.maximum(counts, 1.0), tf.float32)
-            self._total = float(counts.sum())
+            clamped = np.maximum(counts, 1.0)
+            total = float(counts.sum())
+            # log Q(d) = log c_d - log N; log Q'(d) = log c_d - log(N - c_p), as
+            # per-item tables (float64 logs, then float32) read by id.
+            self._log_counts = tf.constant(np.log(clamped), tf.float32)
+            self._log_total = float(np.log(max(total, 1.0)))
+            self._log_remaining = tf.constant(np.log(np.maximum(total - clamped, 1.0)),
+                                              tf.float32)
         else:
-            self._counts = None
+            self._log_counts = None
         # Per-position uniform negatives are scored by one matmul against the whole
         # catalog and a gather when that is cheaper than gathering a
         # [positions, k, dim] block of embeddings (small catalogs such as ML-1M).
@@ -261,30 +267,33 @@ class SequenceObjective(tf.Module):
             return self._reduce(per_position, weight)
 
         n = tf.size(flat_t)
-        neg_ids, neg_valid = [], []
-        if uniform is not None:
-            neg_ids.append(uniform)
-            neg_valid.append(tf.ones_like(uniform, tf.bool))
-        if negatives.in_batch is not None:
-            k = spec.num_in_batch
-            neg_ids.append(tf.broadcast_to(negatives.in_batch[None, :], [n, k]))
-            neg_valid.append(tf.broadcast_to(negatives.in_batch_valid[None, :], [n, k]))
-        ids = tf.concat(neg_ids, axis=1)
+        in_batch, in_batch_valid = ((None, None) if negatives.in_batch is None
+                                    else (negatives.in_batch, negatives.in_batch_valid))
+        # In-batch negatives are shared by every position: their ids, counts and
+        # validity stay `[k]` and broadcast, rather than a `[positions, k]` copy.
         if uniform is not None and self._dense_uniform:
             # The positive, the uniform and the in-batch negatives all read one
             # [positions, catalog] matmul (one backward scatter and two matmuls).
-            scored = _sampled_logits_dense(flat_q, table, tf.concat([flat_t[:, None], ids], 1))
+            ids = [flat_t[:, None], uniform]
+            if in_batch is not None:
+                ids.append(tf.broadcast_to(in_batch[None, :], [n, tf.size(in_batch)]))
+            scored = _sampled_logits_dense(flat_q, table, tf.concat(ids, 1))
             positive, logits = scored[:, 0], scored[:, 1:]
         else:
             positive = tf.reduce_sum(flat_q * tf.gather(table, flat_t), axis=-1)
             parts = []
             if uniform is not None:
                 parts.append(tf.einsum("nd,nkd->nk", flat_q, tf.gather(table, uniform)))
-            if negatives.in_batch is not None:
-                parts.append(tf.matmul(flat_q, tf.gather(table, negatives.in_batch),
-                                       transpose_b=True))
-            logits = tf.concat(parts, axis=1)
-        mask = tf.logical_and(tf.concat(neg_valid, axis=1), tf.not_equal(ids, flat_t[:, None]))
+            if in_batch is not None:
+                parts.append(tf.matmul(flat_q, tf.gather(table, in_batch), transpose_b=True))
+            logits = _concat_columns(parts)
+        masks = []
+        if uniform is not None:
+            masks.append(tf.not_equal(uniform, flat_t[:, None]))
+        if in_batch is not None:
+            masks.append(tf.logical_and(in_batch_valid[None, :],
+                                        tf.not_equal(in_batch[None, :], flat_t[:, None])))
+        mask = _concat_columns(masks)
 
         if spec.loss in ("bce", "gbce"):
             rate = min(1.0, spec.num_uniform / max(self.num_items - 1, 1))
@@ -295,13 +304,21 @@ class SequenceObjective(tf.Module):
 
         log_q = None
         if spec.correction != "none":
-            counts = tf.gather(self._counts, ids)
+            # Masked entries need no care: the loss drops them, value and gradient.
+            log_counts = []
+            if uniform is not None:
+                log_counts.append(tf.gather(self._log_counts, uniform))
+            if in_batch is not None:
+                shared = tf.gather(self._log_counts, in_batch)[None, :]
+                log_counts.append(shared if uniform is None else
+                                  tf.broadcast_to(shared, [n, tf.size(in_batch)]))
+            log_counts = _concat_columns(log_counts)
             if spec.correction == "logq":
-                log_q = tf.math.log(counts / self._total)
+                log_q = log_counts - self._log_total  # [1, k] when in-batch only
+                if uniform is None:
+                    log_q = log_q[0]
             else:
-                remaining = self._total - tf.gather(self._counts, flat_t)[:, None]
-                log_q = tf.math.log(counts / tf.maximum(remaining, 1.0))
-            log_q = tf.where(mask, log_q, masked_value(tf.float32))
+                log_q = log_counts - tf.gather(self._log_remaining, flat_t)[:, None]
         per_position = sampled_softmax_loss(
             positive, logits, correction=spec.correction, negative_log_q=log_q,
             is_negative=mask)
@@ -314,6 +331,10 @@ class SequenceObjective(tf.Module):
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync if ctx is not None else 1
         return total / count / float(replicas)
+
+
+def _concat_columns(parts: list) -> tf.Tensor:
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
 
 
 def make_objective(name: str, num_items: int, item_counts: Optional[np.ndarray] = None,
