@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfrs_logq.models import SASRecEncoder
+from tfrs_logq.models import SASRecEncoder, WordDropout
 
 
 def _layer_norm(x, gamma, beta, eps=1e-5):
@@ -206,3 +206,90 @@ def test_length_buckets_in_config_and_validated():
     assert SASRecEncoder(30, 7, dim=8).length_buckets == 1
     with pytest.raises(ValueError, match="length_buckets"):
         SASRecEncoder(30, 7, dim=8, length_buckets=0)
+
+
+# --- WordDropout: Keras' dropout semantics from random integer words ---------------
+
+@pytest.mark.parametrize("rate", [0.5, 0.25, 0.2, 0.9])
+def test_word_dropout_keeps_each_entry_with_probability_one_minus_rate(rate):
+    layer = WordDropout(rate)
+    assert layer.bits == (16 if rate in (0.5, 0.25) else 32)
+    x = tf.fill([250, 4001], 3.0)  # odd size: the last word is partly used
+    y = layer(x, training=True).numpy()
+    kept = y != 0
+    np.testing.assert_array_equal(y[kept], np.float32(3.0) * np.float32(1 / (1 - rate)))
+    n = kept.size
+    sigma = np.sqrt(rate * (1 - rate) / n)
+    assert abs(kept.mean() - (1 - rate)) < 5 * sigma
+    # Entries sharing a word (neighbours in the 16-bit case) are independent,
+    # and so are the rows of the block.
+    flat = kept.reshape(-1)[: n - n % 2].reshape(-1, 2)
+    both = np.mean(flat[:, 0] & flat[:, 1])
+    assert abs(both - (1 - rate) ** 2) < 5 * np.sqrt((1 - rate) ** 2 / (n / 2))
+    assert abs(kept[0].mean() - kept[1].mean()) < 10 * np.sqrt(rate * (1 - rate) / 4001)
+
+
+def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded():
+    layer = WordDropout(0.5)
+    x = tf.random.normal([64, 33]) + 5.0  # no zero entries
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(y * 1.5)
+        return y, tape.gradient(loss, x)
+
+    y, grad = step(x)
+    mask = (y.numpy() != 0).astype(np.float32)
+    np.testing.assert_allclose(grad.numpy(), 1.5 * 2.0 * mask)
+    np.testing.assert_allclose(y.numpy(), x.numpy() * 2.0 * mask, rtol=1e-6)
+    y2, _ = step(x)
+    assert not np.array_equal(y2.numpy() != 0, mask != 0)  # a new mask every call
+
+    def two_draws():
+        tf.keras.utils.set_random_seed(7)
+        drop = WordDropout(0.5)
+        fn = tf.function(lambda x: drop(x, training=True))
+        return fn(x).numpy(), fn(x).numpy()
+
+    first, second = two_draws(), two_draws()
+    np.testing.assert_array_equal(first[0], second[0])
+    np.testing.assert_array_equal(first[1], second[1])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_word_dropout_inference_identity_dtypes_xla_and_errors(dtype):
+    x = tf.cast(tf.reshape(tf.range(1, 211, dtype=tf.float32), [2, 3, 5, 7]), dtype)
+    layer = WordDropout(0.25, dtype=dtype)  # a layer computes in its policy's dtype
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+    np.testing.assert_array_equal(layer(x).numpy(), x.numpy())  # inference by default
+    np.testing.assert_array_equal(WordDropout(0.0, dtype=dtype)(x, training=True).numpy(),
+                                  x.numpy())
+    y = tf.function(lambda x: layer(x, training=True), jit_compile=True)(x)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    kept = y.numpy() != 0
+    np_dtype = x.dtype.as_numpy_dtype  # Keras' rule: x * (1 / (1 - rate)) in x's dtype
+    np.testing.assert_array_equal(y.numpy()[kept].astype(np.float32),
+                                  (x.numpy()[kept] * np_dtype(1 / 0.75)).astype(np.float32))
+    assert 0 < kept.mean() < 1
+    with pytest.raises(ValueError, match="rate"):
+        WordDropout(1.0)
+    with pytest.raises(ValueError, match="rate"):
+        WordDropout(-0.1)
+
+
+def test_word_dropout_under_a_distribution_strategy(mirrored_strategy):
+    with mirrored_strategy.scope():
+        layer = WordDropout(0.5)
+
+    @tf.function
+    def run():
+        def replica():
+            return tf.reduce_mean(tf.cast(layer(tf.ones([200, 200]), training=True) != 0,
+                                          tf.float32))
+        return mirrored_strategy.experimental_local_results(mirrored_strategy.run(replica))
+
+    for fraction in run():
+        assert abs(float(fraction) - 0.5) < 5 * np.sqrt(0.25 / 40000)

@@ -110,6 +110,69 @@ def _embedding(rows: int, dim: int, name: str) -> tf.keras.layers.Embedding:
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class WordDropout(tf.keras.layers.Layer):
+    """`tf.keras.layers.Dropout` with the keep decisions read from random integer
+    words instead of one random float per entry.
+
+    Each entry is kept with probability ``1 - rate`` and scaled by
+    ``1 / (1 - rate)``, as in Keras. When ``rate`` is a multiple of ``2**-16``
+    (0.5, 0.25, ...) an entry's decision is one 16-bit half of a random 32-bit
+    word (``half >= rate * 2**16``), so the keep probability is exactly
+    ``1 - rate`` and a word serves two entries; otherwise each entry compares a
+    whole 32-bit word with ``round(rate * 2**32)`` (keep probability within
+    ``2**-33`` of ``1 - rate``; Keras' float draw is quantised at ``2**-24``).
+    Random integers are cheaper than floats: on a 2-core AMD EPYC (Zen 3) a
+    dropout of SASRec's attention weights (2.6M entries, forward and backward)
+    takes about two thirds of the time of Keras' layer at rate 0.5.
+
+    The words come from a stateless Philox draw whose seed is drawn by a stateful
+    op, so runs are reproducible under `tf.keras.utils.set_random_seed` and every
+    call draws fresh masks, as Keras' legacy dropout does.
+
+    Args:
+      rate: float in ``[0, 1)``. Fraction of entries dropped.
+      seed: optional int. Op seed of the seed draw.
+    """
+
+    def __init__(self, rate: float, seed: Optional[int] = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) < 1.0:
+            raise ValueError(f"`rate` must be in [0, 1), received {rate}.")
+        self.rate, self.seed = float(rate), seed
+        self.bits = 16 if float(self.rate * 2 ** 16).is_integer() else 32
+        self.supports_masking = True
+
+    def call(self, inputs, training=None):
+        if self.rate == 0.0:
+            return tf.identity(inputs)
+        if training is None:
+            training = tf.keras.backend.learning_phase()
+        return tf.__internal__.smart_cond.smart_cond(
+            training, lambda: self._drop(inputs), lambda: tf.identity(inputs))
+
+    def _drop(self, inputs):
+        inputs = tf.convert_to_tensor(inputs)
+        size = tf.size(inputs)
+        per_word = 32 // self.bits
+        seed = tf.random.uniform([2], minval=-2 ** 62, maxval=2 ** 62, dtype=tf.int64,
+                                 seed=self.seed)
+        words = tf.random.stateless_uniform([(size + per_word - 1) // per_word], seed,
+                                            minval=None, maxval=None, dtype=tf.uint32)
+        if self.bits == 16:
+            draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]
+            threshold = tf.constant(int(self.rate * 2 ** 16), tf.uint16)
+        else:
+            draws = words
+            threshold = tf.constant(min(round(self.rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
+        keep = tf.reshape(draws >= threshold, tf.shape(inputs))
+        scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
+        return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class SASRecAttention(tf.keras.layers.Layer):
     """SASRec's causal self-attention, as gSASRec's PyTorch code computes it.
 
@@ -135,7 +198,7 @@ class SASRecAttention(tf.keras.layers.Layer):
         self.dim, self.num_heads, self.dropout = int(dim), int(num_heads), float(dropout)
         self.query, self.key, self.value = (_dense(self.dim, name) for name in
                                             ("query", "key", "value"))
-        self.weight_dropout = tf.keras.layers.Dropout(self.dropout)
+        self.weight_dropout = WordDropout(self.dropout)
 
     def _heads(self, x: tf.Tensor) -> tf.Tensor:
         batch, length = tf.shape(x)[0], tf.shape(x)[1]
@@ -190,7 +253,7 @@ class SASRecBlock(tf.keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, name="ffn_norm")
         self.ffn_in = _dense(self.dim, "ffn_in", activation="relu")
         self.ffn_out = _dense(self.dim, "ffn_out")
-        self.ffn_dropout = tf.keras.layers.Dropout(self.dropout)
+        self.ffn_dropout = WordDropout(self.dropout)
 
     def call(self, x, is_item, training=False):
         q = self.attention_norm(x)
@@ -254,7 +317,7 @@ class SASRecEncoder(tf.keras.layers.Layer):
         self.position_embedding = _embedding(self.max_length, self.dim, "positions")
         self.output_embedding = None if self.share_item_embeddings else (
             _embedding(self.num_ids, self.dim, "output_items"))
-        self.input_dropout = tf.keras.layers.Dropout(self.dropout)
+        self.input_dropout = WordDropout(self.dropout)
         self.blocks = [SASRecBlock(self.dim, self.num_heads, self.dropout, name=f"block_{i}")
                        for i in range(self.num_blocks)]
         self.final_norm = tf.keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
@@ -371,4 +434,4 @@ class SequentialRetrievalModel(tfrs.Model):
 
 
 __all__ = ["HistoryQueryTower", "SASRecAttention", "SASRecBlock", "SASRecEncoder",
-           "SequentialRetrievalModel", "TwoTowerModel", "gsasrec_initializer"]
+           "SequentialRetrievalModel", "TwoTowerModel", "WordDropout", "gsasrec_initializer"]
