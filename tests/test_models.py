@@ -226,7 +226,9 @@ def test_word_dropout_keeps_each_entry_with_probability_one_minus_rate(rate):
     flat = kept.reshape(-1)[: n - n % 2].reshape(-1, 2)
     both = np.mean(flat[:, 0] & flat[:, 1])
     assert abs(both - (1 - rate) ** 2) < 5 * np.sqrt((1 - rate) ** 2 / (n / 2))
-    assert abs(kept[0].mean() - kept[1].mean()) < 10 * np.sqrt(rate * (1 - rate) / 4001)
+    same = np.mean(kept[0] == kept[1])  # rows do not repeat one mask
+    agree = rate ** 2 + (1 - rate) ** 2
+    assert abs(same - agree) < 5 * np.sqrt(agree * (1 - agree) / 4001)
 
 
 def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded():
@@ -258,6 +260,11 @@ def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded
     np.testing.assert_array_equal(first[0], second[0])
     np.testing.assert_array_equal(first[1], second[1])
 
+    # An explicit seed: two calls in one graph still draw different masks.
+    seeded = WordDropout(0.5, seed=3)
+    a, b = tf.function(lambda x: (seeded(x, training=True), seeded(x, training=True)))(x)
+    assert not np.array_equal(a.numpy() != 0, b.numpy() != 0)
+
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_word_dropout_inference_identity_dtypes_xla_and_errors(dtype):
@@ -287,9 +294,11 @@ def test_word_dropout_under_a_distribution_strategy(mirrored_strategy):
     @tf.function
     def run():
         def replica():
-            return tf.reduce_mean(tf.cast(layer(tf.ones([200, 200]), training=True) != 0,
-                                          tf.float32))
+            kept = layer(tf.ones([200, 200]), training=True) != 0
+            return tf.reduce_mean(tf.cast(kept, tf.float32)), kept
         return mirrored_strategy.experimental_local_results(mirrored_strategy.run(replica))
 
-    for fraction in run():
+    results = run()
+    for fraction, _ in results:
         assert abs(float(fraction) - 0.5) < 5 * np.sqrt(0.25 / 40000)
+    assert not np.array_equal(results[0][1].numpy(), results[1][1].numpy())  # per replica

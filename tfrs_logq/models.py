@@ -127,12 +127,15 @@ class WordDropout(tf.keras.layers.Layer):
     step that is about 2%.
 
     The words come from a stateless Philox draw whose seed is drawn by a stateful
-    op, so runs are reproducible under `tf.keras.utils.set_random_seed` and every
-    call draws fresh masks, as Keras' legacy dropout does.
+    op, so every call draws fresh masks and runs are reproducible under
+    `tf.keras.utils.set_random_seed`, as with Keras' legacy dropout (and, as with
+    it, not under XLA, where TensorFlow's stateful random ops ignore their seeds).
 
     Args:
       rate: float in ``[0, 1)``. Fraction of entries dropped.
-      seed: optional int. Op seed of the seed draw.
+      seed: optional int. Op seed of the first call's seed draw; later calls
+        use ``seed + 1``, ``seed + 2``, ... (as Keras does), so a layer called
+        several times in one graph draws different masks.
     """
 
     def __init__(self, rate: float, seed: Optional[int] = None, **kwargs) -> None:
@@ -140,6 +143,7 @@ class WordDropout(tf.keras.layers.Layer):
         if not 0.0 <= float(rate) < 1.0:
             raise ValueError(f"`rate` must be in [0, 1), received {rate}.")
         self.rate, self.seed = float(rate), seed
+        self._next_seed = seed
         self.bits = 16 if float(self.rate * 2 ** 16).is_integer() else 32
         self.supports_masking = True
 
@@ -155,8 +159,11 @@ class WordDropout(tf.keras.layers.Layer):
         inputs = tf.convert_to_tensor(inputs)
         size = tf.size(inputs)
         per_word = 32 // self.bits
+        op_seed = self._next_seed
+        if op_seed is not None:
+            self._next_seed += 1
         seed = tf.random.uniform([2], minval=-2 ** 62, maxval=2 ** 62, dtype=tf.int64,
-                                 seed=self.seed)
+                                 seed=op_seed)
         words = tf.random.stateless_uniform([(size + per_word - 1) // per_word], seed,
                                             minval=None, maxval=None, dtype=tf.uint32)
         if self.bits == 16:
