@@ -267,8 +267,7 @@ class SequenceObjective(tf.Module):
             return self._reduce(per_position, weight)
 
         n = tf.size(flat_t)
-        in_batch, in_batch_valid = ((None, None) if negatives.in_batch is None
-                                    else (negatives.in_batch, negatives.in_batch_valid))
+        in_batch, in_batch_valid = negatives.in_batch, negatives.in_batch_valid
         # In-batch negatives are shared by every position: their ids, counts and
         # validity stay `[k]` and broadcast, rather than a `[positions, k]` copy.
         if uniform is not None and self._dense_uniform:
