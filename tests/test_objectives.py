@@ -120,11 +120,25 @@ def test_cross_replica_negatives_pool_targets_of_all_replicas(mirrored_strategy)
         assert set(ids.numpy().tolist()) - {0} == {1, 2, 3, 4}
 
 
+SCORINGS = ["native", "native-sparse", "dense", "gather"]
+
+
+def _set_scoring(objective, scoring, monkeypatch):
+    """Scores per-position negatives with the native kernel (dense or, as for large
+    catalogs, sparse table gradient), one catalog matmul, or a gather."""
+    from tfrs_logq import objectives
+
+    objective.native_kernels = scoring.startswith("native")
+    if scoring == "native-sparse":
+        monkeypatch.setattr(objectives, "NATIVE_DENSE_TABLE_ROWS", 0)
+    objective._dense_uniform = scoring == "dense"
+
+
 @pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
 @pytest.mark.parametrize("compact", [True, False])
-@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("scoring", SCORINGS)
 def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correction, compact,
-                                                                         dense):
+                                                                         scoring, monkeypatch):
     """Per-position uniform negatives + shared in-batch negatives (the official code's
     MNS), every negative corrected with the unigram log Q (Q' for corrected)."""
     from tfrs_logq.objectives import SampledIds
@@ -133,7 +147,7 @@ def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correctio
     objective = make_objective(f"mns-{correction}", 12, counts, num_negatives=8,
                                compact_positions=compact)
     assert objective._dense_uniform  # 13 ids <= 32 x 4 uniform negatives
-    objective._dense_uniform = dense  # both ways of scoring the uniform negatives
+    _set_scoring(objective, scoring, monkeypatch)  # every way of scoring them
     n = targets.size
     rng = np.random.default_rng(4)
     uniform = rng.integers(1, 13, size=(n, 4)).astype(np.int32)
@@ -221,21 +235,25 @@ def test_dense_sampled_logits_and_their_gradients_equal_the_gather_of_the_matmul
 
 @pytest.mark.parametrize("name", ["mns-none", "mns-corrected", "uniform", "gbce", "bce"])
 @pytest.mark.parametrize("compact", [True, False])
-def test_dense_and_gathered_uniform_scoring_give_the_same_loss_and_gradients(name, compact):
-    """The one-matmul scoring (small catalogs) and the [positions, k, dim] gather
-    (large ones) are the same function of the queries and the table."""
+def test_every_uniform_scoring_gives_the_same_loss_and_gradients(name, compact, monkeypatch):
+    """The native kernel (dense and sparse table gradients), the one-matmul scoring
+    (small catalogs) and the [positions, k, dim] gather (large ones) are the same
+    function of the queries and the table."""
     queries, table, targets, is_target, counts = _batch(seed=6)
     results = []
-    for dense in (True, False):
+    for scoring in SCORINGS:
         objective = make_objective(name, 12, counts, num_negatives=8, seed=3,
                                    compact_positions=compact)
-        objective._dense_uniform = dense
-        negatives = objective.sample(targets, is_target)  # same seed: same draws
-        q, tbl = tf.Variable(queries), tf.Variable(table)
-        with tf.GradientTape() as tape:
-            loss = objective.loss(q, targets, is_target, tbl, negatives)
-        results.append([loss, *tape.gradient(loss, [q, tbl])])
-    for a, b in zip(*results):
-        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
-                                   tf.convert_to_tensor(b).numpy(), rtol=1e-5, atol=1e-6)
+        with monkeypatch.context() as patch:
+            _set_scoring(objective, scoring, patch)
+            negatives = objective.sample(targets, is_target)  # same seed: same draws
+            q, tbl = tf.Variable(queries), tf.Variable(table)
+            with tf.GradientTape() as tape:
+                loss = objective.loss(q, targets, is_target, tbl, negatives)
+            results.append([loss, *tape.gradient(loss, [q, tbl])])
+        assert objective._native == scoring.startswith("native")
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(),
+                                       tf.convert_to_tensor(b).numpy(), rtol=1e-5, atol=1e-6)
     assert np.abs(tf.convert_to_tensor(results[0][2]).numpy()).sum() > 0

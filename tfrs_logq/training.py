@@ -217,7 +217,8 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
                                    training_item_counts(config, split),
                                    num_negatives=config.num_negatives, seed=config.seed,
                                    cross_replica_negatives=config.cross_replica_negatives,
-                                   compact_positions=not config.jit_compile)
+                                   compact_positions=not config.jit_compile,
+                                   native_kernels=False if config.jit_compile else None)
         model = SequentialRetrievalModel(encoder, objective)
         # Create every weight now (a forward pass) so checkpoints and
         # BackupAndRestore can restore into a built model.
