@@ -12,8 +12,10 @@ import tensorflow as tf
 from tfrs_logq import native
 from tfrs_logq.objectives import make_objective
 
-needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
-                                    reason="no C++ compiler to build the native kernel")
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++").split()[0]) is None
+    or os.environ.get("TFRS_LOGQ_NATIVE", "").lower() in ("0", "off", "false", "no"),
+    reason="no C++ compiler to build the native kernel, or TFRS_LOGQ_NATIVE=0")
 
 
 def _case(seed=0, n=9, rows=11, dim=6, k=14):
@@ -54,6 +56,47 @@ def test_sampled_dot_and_its_gradients_match_numpy(graph, dim):
     for g, w in zip(got, _numpy_reference(q, table, ids, upstream)):
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[2].numpy()[-3:], 0.0)  # never drawn: no gradient
+
+
+@needs_compiler
+@pytest.mark.parametrize("n,rows,k", [(0, 11, 14), (9, 11, 0), (9, 1, 14), (40, 3, 5)])
+def test_sampled_dot_edge_shapes(n, rows, k):
+    """No rows, no columns, and tables with fewer rows than worker threads."""
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(n, 6)).astype(np.float32)
+    table = rng.normal(size=(rows, 6)).astype(np.float32)
+    ids = rng.integers(0, rows, size=(n, k)).astype(np.int32)
+    upstream = rng.normal(size=(n, k)).astype(np.float32)
+    got = _value_and_grads(q, table, ids, upstream)
+    for g, w in zip(got, _numpy_reference(q, table, ids, upstream)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_second_derivatives_are_refused():
+    q, table, ids, upstream = _case()
+    q = tf.constant(q)
+    with tf.GradientTape() as outer:
+        outer.watch(q)
+        with tf.GradientTape() as inner:
+            inner.watch(q)
+            loss = tf.reduce_sum(native.sampled_dot(q, table, ids) * upstream)
+        grad = inner.gradient(loss, q)
+        total = tf.reduce_sum(grad * grad)
+    with pytest.raises(NotImplementedError, match="second derivative"):
+        outer.gradient(total, q)
+
+
+@needs_compiler
+def test_reloading_the_module_keeps_the_kernel_working():
+    import importlib
+
+    q, table, ids, upstream = _case(seed=4)
+    importlib.reload(native)
+    got = _value_and_grads(q, table, ids, upstream)
+    for g, w in zip(got, _numpy_reference(q, table, ids, upstream)):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-5, atol=1e-5)
 
 
 @needs_compiler
@@ -140,6 +183,35 @@ def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, monkeypatc
     monkeypatch.setenv("CXX", "no-such-compiler-xyz")
     with pytest.raises(native.NativeBuildError, match="no C\\+\\+ compiler"):
         native.build()
+    # A compiler that writes part of its output and then fails.
+    fake = tmp_path / "half-compiler"
+    fake.write_text('#!/bin/sh\nfor a; do case "$prev" in -o) echo partial > "$a";; esac; '
+                    'prev="$a"; done\nexit 3\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    with pytest.raises(native.NativeBuildError, match="failed"):
+        native.build()
+    assert not [p for p in broken.iterdir() if p.suffix == ".so"]
+
+
+_BUILD = """
+import sys
+from tfrs_logq import native
+print(native.build())
+"""
+
+
+@needs_compiler
+def test_concurrent_builds_produce_one_library(tmp_path):
+    env = {**os.environ, "TFRS_LOGQ_CACHE": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILD], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    paths = {o[0].strip().splitlines()[-1] for o in outs}
+    assert len(paths) == 1
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".so"] == [
+        os.path.basename(paths.pop())]
 
 
 _FALLBACK = """
@@ -158,17 +230,15 @@ print("native", objective._native, "available", native.available(), "finite",
 """
 
 
-@pytest.mark.parametrize("env,expect", [
-    ({"TFRS_LOGQ_NATIVE": "0"}, "native False available False finite True"),
-    ({"CXX": "no-such-compiler-xyz"}, "native False available False finite True"),
-])
-def test_objectives_fall_back_to_tensorflow_ops(env, expect, tmp_path):
+@pytest.mark.parametrize("env", [{"TFRS_LOGQ_NATIVE": "0"},
+                                 {"CXX": "no-such-compiler-xyz", "TFRS_LOGQ_NATIVE": "auto"}])
+def test_objectives_fall_back_to_tensorflow_ops(env, tmp_path):
     """Turned off, or no compiler: a warning and TensorFlow ops, not an error."""
     result = subprocess.run([sys.executable, "-c", _FALLBACK], capture_output=True, text=True,
                             env={**os.environ, "TFRS_LOGQ_CACHE": str(tmp_path), **env},
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert expect in result.stdout
+    assert "native False available False finite True" in result.stdout
     if "CXX" in env:
         assert "native kernels unavailable" in result.stderr
 
@@ -177,7 +247,8 @@ def test_a_required_native_kernel_that_cannot_build_is_an_error(tmp_path):
     code = _FALLBACK.replace('num_negatives=8)', 'num_negatives=8, native_kernels=True)')
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={**os.environ, "TFRS_LOGQ_CACHE": str(tmp_path),
-                                 "CXX": "no-such-compiler-xyz"}, timeout=300)
+                                 "CXX": "no-such-compiler-xyz", "TFRS_LOGQ_NATIVE": "auto"},
+                            timeout=300)
     assert result.returncode != 0
     assert "native kernels are unavailable" in result.stderr
 
@@ -189,6 +260,8 @@ def test_native_mode_is_validated(monkeypatch):
 
 
 @needs_compiler
+@pytest.mark.skipif(bool(tf.config.list_logical_devices("GPU")),
+                    reason="by default the kernel is used on CPU-only hosts")
 def test_objective_uses_the_kernel_by_default_on_a_cpu_host_and_not_when_told():
     counts = np.ones(13)
     targets = tf.constant([[1, 2, 3, 0]])

@@ -222,11 +222,12 @@ class SequenceObjective(tf.Module):
                 wanted = (not tf.config.list_logical_devices("GPU")
                           and not tf.config.list_logical_devices("TPU")
                           and "TPU" not in strategy)
-            self._native = bool(wanted) and (self.spec.num_uniform > 0) and native.available()
-            if self.native_kernels and not self._native and self.spec.num_uniform > 0:
+            use = bool(wanted) and self.spec.num_uniform > 0 and native.available()
+            if self.native_kernels and self.spec.num_uniform > 0 and not use:
                 raise native.NativeBuildError(
                     "`native_kernels=True` but the native kernels are unavailable (see the "
                     "warning above, or set TFRS_LOGQ_NATIVE=1 for the compiler's error).")
+            self._native = use
         return self._native
 
     def _seed(self) -> tf.Tensor:

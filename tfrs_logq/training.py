@@ -218,7 +218,7 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
                                    num_negatives=config.num_negatives, seed=config.seed,
                                    cross_replica_negatives=config.cross_replica_negatives,
                                    compact_positions=not config.jit_compile,
-                                   native_kernels=False if config.jit_compile else None)
+                                   native_kernels=False if static_shapes else None)
         model = SequentialRetrievalModel(encoder, objective)
         # Create every weight now (a forward pass) so checkpoints and
         # BackupAndRestore can restore into a built model.

@@ -22,10 +22,12 @@ hosts, outside ``jit_compile`` (see `SequenceObjective`'s ``native_kernels``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -70,25 +72,36 @@ def cache_dir() -> Path:
     return Path(base) / "tfrs_logq"
 
 
-def _cpu_signature() -> str:
-    """The CPU model and feature flags (``-march=native`` code is only valid there)."""
+@functools.lru_cache(maxsize=None)
+def _cpu_signature(compiler: str) -> str:
+    """What ``-march=native`` means here (code built for one CPU may not run on
+    another): the compiler's resolved target options, else the CPU model and flags."""
     parts = [platform.machine(), platform.system()]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        result = subprocess.run([*shlex.split(compiler), "-march=native", "-Q", "--help=target"],
+                                capture_output=True, text=True, timeout=60)
+        if result.returncode == 0:
+            parts.append(result.stdout)
     with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
+            seen = set()
             for line in f:
-                if line.startswith(("model name", "flags", "Features")):
+                key = line.split(":")[0].strip()
+                if key in ("model name", "flags", "Features", "CPU implementer", "CPU part"):
+                    if key in seen:
+                        break  # the next processor: the same again
+                    seen.add(key)
                     parts.append(line.strip())
-                if len(parts) >= 4:
-                    break
     return "\n".join(parts)
 
 
-def _compiler() -> str:
-    return os.environ.get("CXX", "g++")
+def _compiler() -> list[str]:
+    """``$CXX`` (may carry arguments, e.g. ``ccache g++``), default ``g++``."""
+    return shlex.split(os.environ.get("CXX", "g++")) or ["g++"]
 
 
 def _build_command(output: str) -> list[str]:
-    return [_compiler(), *_CXXFLAGS, str(SOURCE), "-o", output,
+    return [*_compiler(), *_CXXFLAGS, str(SOURCE), "-o", output,
             *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
@@ -96,7 +109,8 @@ def library_path() -> Path:
     """Where the library for this source, TensorFlow, compiler and CPU lives."""
     key = hashlib.sha256()
     key.update(SOURCE.read_bytes())
-    for part in (tf.__version__, _compiler(), " ".join(_CXXFLAGS), _cpu_signature(),
+    compiler = " ".join(_compiler())
+    for part in (tf.__version__, compiler, " ".join(_CXXFLAGS), _cpu_signature(compiler),
                  " ".join(tf.sysconfig.get_compile_flags())):
         key.update(b"\0" + part.encode())
     return cache_dir() / f"sampled_dot-{tf.__version__}-{key.hexdigest()[:16]}.so"
@@ -111,16 +125,22 @@ def build(force: bool = False) -> Path:
     target = library_path()
     if target.exists() and not force:
         return target
-    if shutil.which(_compiler()) is None:
-        raise NativeBuildError(f"no C++ compiler {_compiler()!r} on PATH (set $CXX).")
+    if shutil.which(_compiler()[0]) is None:
+        raise NativeBuildError(f"no C++ compiler {_compiler()[0]!r} on PATH (set $CXX).")
+    try:
+        import fcntl
+    except ImportError as e:  # not POSIX: callers fall back to TensorFlow ops
+        raise NativeBuildError("building the native kernels needs a POSIX system") from e
     target.parent.mkdir(parents=True, exist_ok=True)
-    import fcntl  # POSIX; on other systems the build raises and callers fall back
 
     with open(str(target) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.exists() and not force:  # built by another process meanwhile
             return target
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        for stale in target.parent.glob(".tmp-*.so"):  # left by a killed build
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=target.parent)
         os.close(fd)
         try:
             logger.warning("tfrs_logq: compiling the native sampled-logits kernel (once; about "
@@ -140,11 +160,33 @@ def build(force: bool = False) -> Path:
     return target
 
 
-def _register_gradient(module) -> None:
-    @tf.RegisterGradient("TfrsLogqSampledDot")
-    def _sampled_dot_grad(op, upstream):
-        d_queries, d_table = module.tfrs_logq_sampled_dot_grad(upstream, *op.inputs)
-        return d_queries, d_table, None
+def _sampled_dot_grad(op, upstream):
+    d_queries, d_table = _state["module"].tfrs_logq_sampled_dot_grad(upstream, *op.inputs)
+    return d_queries, d_table, None
+
+
+def _no_second_derivative(op, *upstream):
+    raise NotImplementedError("tfrs_logq.native.sampled_dot has no second derivative; use "
+                              "native_kernels=False for higher-order gradients.")
+
+
+# Registered by op name, once per process (a module reload must not register twice).
+for _name, _fn in (("TfrsLogqSampledDot", _sampled_dot_grad),
+                   ("TfrsLogqSampledDotGrad", _no_second_derivative)):
+    with contextlib.suppress(KeyError):
+        tf.RegisterGradient(_name)(_fn)
+
+
+def _load_library() -> object:
+    path = build()
+    try:
+        return tf.load_op_library(str(path))
+    except (tf.errors.OpError, OSError):
+        # A cached library that does not load (truncated by a crash, or built for
+        # another system): rebuild it once.
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return tf.load_op_library(str(build(force=True)))
 
 
 def load() -> Optional[object]:
@@ -159,10 +201,8 @@ def load() -> Optional[object]:
     with _lock:
         if "module" not in _state and "error" not in _state:
             try:
-                module = tf.load_op_library(str(build()))
-                _register_gradient(module)
-                _state["module"] = module
-            except (NativeBuildError, OSError, tf.errors.OpError) as e:
+                _state["module"] = _load_library()
+            except (NativeBuildError, OSError, tf.errors.OpError, subprocess.SubprocessError) as e:
                 _state["error"] = e
                 logger.warning("tfrs_logq: native kernels unavailable, using TensorFlow ops "
                                "instead: %s", e)
@@ -179,8 +219,9 @@ def available() -> bool:
 
 
 def sampled_dot(queries: tf.Tensor, table: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
-    """``queries[i] . table[ids[i, j]]`` as `[n, k]` float32, differentiable in
-    ``queries`` and ``table`` (the table's gradient is dense, `[num_rows, dim]`).
+    """``queries[i] . table[ids[i, j]]`` as `[n, k]` float32, differentiable once in
+    ``queries`` and ``table`` (the table's gradient is dense, `[num_rows, dim]`;
+    a second derivative raises `NotImplementedError`).
 
     Args:
       queries: `[n, dim]`, cast to float32.

@@ -5,7 +5,8 @@
 // [n, catalog] matmul and a gather (catalog / k times the arithmetic). This kernel reads the
 // table rows in place. Its gradient op returns d/dqueries and a dense d/dtable; the table
 // gradient is split by id range between threads, so every thread scans the ids in the same
-// order and the result is deterministic (no atomics).
+// order and the result is deterministic (no atomics); each thread scans all n * k ids, which
+// is cheap beside the dim-wide updates at a few threads (ids are not sorted by block).
 //
 // Built on first use by `tfrs_logq.native` (g++ with TensorFlow's compile flags).
 
@@ -107,8 +108,15 @@ REGISTER_OP("TfrsLogqSampledDotGrad")
     .Output("d_queries: float")
     .Output("d_table: float")
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(1));
-      c->set_output(1, c->input(2));
+      ShapeHandle upstream, queries, table, ids;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &upstream));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &queries));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &table));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 2, &ids));
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->Merge(upstream, ids, &unused));
+      c->set_output(0, queries);
+      c->set_output(1, table);
       return Status();
     });
 
