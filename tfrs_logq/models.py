@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import tensorflow as tf
@@ -173,8 +174,11 @@ class WordDropout(tf.keras.layers.Layer):
             draws = words
             threshold = tf.constant(min(round(self.rate * 2 ** 32), 2 ** 32 - 1), tf.uint32)
         keep = tf.reshape(draws >= threshold, tf.shape(inputs))
-        scale = tf.cast(1.0 / (1.0 - self.rate), inputs.dtype)
-        return tf.where(keep, inputs * scale, tf.zeros_like(inputs))
+        # One scaled 0/scale mask and one multiply (its gradient is one multiply), as
+        # `tf.nn.dropout` computes it, rather than a select on a scaled copy.
+        mask = tf.where(keep, tf.constant(1.0 / (1.0 - self.rate), inputs.dtype),
+                        tf.constant(0.0, inputs.dtype))
+        return inputs * mask
 
     def get_config(self) -> dict:
         return {**super().get_config(), "rate": self.rate, "seed": self.seed}
@@ -209,6 +213,8 @@ class SASRecAttention(tf.keras.layers.Layer):
         self.weight_dropout = WordDropout(self.dropout)
 
     def _heads(self, x: tf.Tensor) -> tf.Tensor:
+        if self.num_heads == 1:
+            return x  # [batch, L, dim]: no head axis to move
         batch, length = tf.shape(x)[0], tf.shape(x)[1]
         x = tf.reshape(x, [batch, length, self.num_heads, self.dim // self.num_heads])
         return tf.transpose(x, [0, 2, 1, 3])  # [batch, heads, L, dim / heads]
@@ -218,20 +224,29 @@ class SASRecAttention(tf.keras.layers.Layer):
         bool ``is_item`` -> `[b, L, dim]`."""
         q, k, v = (self._heads(layer(x)) for layer, x in
                    ((self.query, queries), (self.key, keys), (self.value, keys)))
+        # The 1/sqrt(d) scale on the [L, d] queries rather than the [L, L] scores
+        # (exact when d is a power of 4, else within float rounding).
+        q *= tf.cast(1.0 / math.sqrt(self.dim // self.num_heads), q.dtype)
         scores = tf.matmul(q, k, transpose_b=True)
-        scores /= tf.sqrt(tf.cast(self.dim // self.num_heads, scores.dtype))
         length = tf.shape(is_item)[1]
         causal = tf.linalg.band_part(tf.ones([length, length], tf.bool), -1, 0)
-        visible = tf.logical_and(causal[None, None], is_item[:, None, None, :])
-        scores = tf.where(visible, scores, tf.cast(-1e4 if scores.dtype == tf.float16 else -1e9,
-                                                   scores.dtype))
-        # A query that sees no key (a padding position) gets uniform weights here, not
-        # 0 as in gSASRec: its state is zeroed at the end of the block (`SASRecBlock`),
-        # so no output and no gradient depends on it, and a [b, h, L, L] pass is saved.
+        visible = tf.logical_and(causal[None], is_item[:, None, :])  # [b, L, L]
+        if self.num_heads > 1:
+            visible = visible[:, None]
+        # An additive mask (its gradient is the identity): hidden keys get -1e9
+        # (-1e4 in float16), whose exp is 0.
+        hidden = tf.constant(-1e4 if scores.dtype == tf.float16 else -1e9, scores.dtype)
+        scores += tf.where(visible, tf.constant(0.0, scores.dtype), hidden)
+        # A query that sees no key (a padding position) gets arbitrary weights here,
+        # not 0 as in gSASRec: its state is zeroed at the end of the block
+        # (`SASRecBlock`), so no output and no gradient depends on it, and a
+        # [b, h, L, L] pass is saved.
         weights = tf.nn.softmax(scores, axis=-1)
         weights = self.weight_dropout(weights, training=training)
-        out = tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3])
-        return tf.reshape(out, tf.shape(queries))
+        out = tf.matmul(weights, v)
+        if self.num_heads == 1:
+            return out
+        return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), tf.shape(queries))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
