@@ -236,7 +236,9 @@ def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
     from tfrs_logq.training import build_encoder  # the encoder the run trained
 
     # One bucket: serving batches are small, where empty groups would only cost time.
-    encoder = build_encoder(config, config["num_items"], length_buckets=1)
+    # TensorFlow ops only: the SavedModel must load without tfrs_logq's kernels.
+    encoder = build_encoder(config, config["num_items"], length_buckets=1,
+                            native_kernels=False)
     objective = make_objective(config["loss"], config["num_items"],
                                np.ones(config["num_items"] + 1),
                                num_negatives=config["num_negatives"])

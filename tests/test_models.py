@@ -2,12 +2,19 @@
 gSASRec's equations, its initialisation, its output table, and its config."""
 
 import json
+import os
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfrs_logq.models import SASRecEncoder, WordDropout
+from tfrs_logq.models import LayerNorm, SASRecEncoder, WordDropout
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++").split()[0]) is None
+    or os.environ.get("TFRS_LOGQ_NATIVE", "").lower() in ("0", "off", "false", "no"),
+    reason="no C++ compiler to build the native kernels, or TFRS_LOGQ_NATIVE=0")
 
 
 def _layer_norm(x, gamma, beta, eps=1e-5):
@@ -210,9 +217,14 @@ def test_length_buckets_in_config_and_validated():
 
 # --- WordDropout: Keras' dropout semantics from random integer words ---------------
 
+# Both paths: TensorFlow ops (False) and, where a compiler is present, the native kernel.
+NATIVE_DROPOUT = [False, pytest.param(True, marks=needs_compiler)]
+
+
+@pytest.mark.parametrize("native_kernels", NATIVE_DROPOUT)
 @pytest.mark.parametrize("rate", [0.5, 0.25, 0.2, 0.9])
-def test_word_dropout_keeps_each_entry_with_probability_one_minus_rate(rate):
-    layer = WordDropout(rate)
+def test_word_dropout_keeps_each_entry_with_probability_one_minus_rate(rate, native_kernels):
+    layer = WordDropout(rate, native_kernels=native_kernels)
     assert layer.bits == (16 if rate in (0.5, 0.25) else 32)
     x = tf.fill([250, 4001], 3.0)  # odd size: the last word is partly used
     y = layer(x, training=True).numpy()
@@ -231,8 +243,9 @@ def test_word_dropout_keeps_each_entry_with_probability_one_minus_rate(rate):
     assert abs(same - agree) < 5 * np.sqrt(agree * (1 - agree) / 4001)
 
 
-def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded():
-    layer = WordDropout(0.5)
+@pytest.mark.parametrize("native_kernels", NATIVE_DROPOUT)
+def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded(native_kernels):
+    layer = WordDropout(0.5, native_kernels=native_kernels)
     x = tf.random.normal([64, 33]) + 5.0  # no zero entries
 
     @tf.function
@@ -252,7 +265,7 @@ def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded
 
     def two_draws():
         tf.keras.utils.set_random_seed(7)
-        drop = WordDropout(0.5)
+        drop = WordDropout(0.5, native_kernels=native_kernels)
         fn = tf.function(lambda x: drop(x, training=True))
         return fn(x).numpy(), fn(x).numpy()
 
@@ -261,7 +274,7 @@ def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded
     np.testing.assert_array_equal(first[1], second[1])
 
     # An explicit seed: two calls in one graph still draw different masks.
-    seeded = WordDropout(0.5, seed=3)
+    seeded = WordDropout(0.5, seed=3, native_kernels=native_kernels)
     a, b = tf.function(lambda x: (seeded(x, training=True), seeded(x, training=True)))(x)
     assert not np.array_equal(a.numpy() != 0, b.numpy() != 0)
 
@@ -287,9 +300,10 @@ def test_word_dropout_inference_identity_dtypes_xla_and_errors(dtype):
         WordDropout(-0.1)
 
 
-def test_word_dropout_under_a_distribution_strategy(mirrored_strategy):
+@pytest.mark.parametrize("native_kernels", NATIVE_DROPOUT)
+def test_word_dropout_under_a_distribution_strategy(mirrored_strategy, native_kernels):
     with mirrored_strategy.scope():
-        layer = WordDropout(0.5)
+        layer = WordDropout(0.5, native_kernels=native_kernels)
 
     @tf.function
     def run():
@@ -302,3 +316,111 @@ def test_word_dropout_under_a_distribution_strategy(mirrored_strategy):
     for fraction, _ in results:
         assert abs(float(fraction) - 0.5) < 5 * np.sqrt(0.25 / 40000)
     assert not np.array_equal(results[0][1].numpy(), results[1][1].numpy())  # per replica
+
+
+# --- native kernels in the encoder: the same training maths as TensorFlow's ops -------
+
+def _op_types(fn, *args) -> set:
+    graph = tf.function(fn).get_concrete_function(*args).graph
+    types = {op.type for op in graph.get_operations()}
+    for function in graph.as_graph_def().library.function:  # nested bodies (cond, ...)
+        types |= {node.op for node in function.node_def}
+    return types
+
+
+@needs_compiler
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_native_and_tensorflow_encoders_train_alike(buckets):
+    """dropout 0: the only difference is the layer-norm kernel, whose outputs and
+    gradients (to every weight) match Keras' ops; inference graphs keep Keras' ops."""
+    kwargs = dict(num_ids=40, max_length=9, dim=8, num_blocks=2, num_heads=2, dropout=0.0,
+                  length_buckets=buckets)
+    native_encoder = SASRecEncoder(**kwargs, native_kernels=True)
+    plain = SASRecEncoder(**kwargs, native_kernels=False)
+    ids = tf.constant(np.random.default_rng(0).integers(0, 40, size=(6, 9)), tf.int32)
+    ids = tf.where(tf.range(9)[None] < tf.constant([[0], [2], [5], [8], [9], [3]]), 0, ids)
+    native_encoder(ids), plain(ids)
+    plain.set_weights(native_encoder.get_weights())
+    upstream = tf.random.stateless_normal([6, 9, 8], [1, 2])
+
+    def step(encoder):
+        with tf.GradientTape() as tape:
+            out = encoder(ids, training=True)
+            loss = tf.reduce_sum(out * upstream)
+        return out, tape.gradient(loss, encoder.trainable_variables)
+
+    (out_a, grads_a), (out_b, grads_b) = tf.function(step)(native_encoder), step(plain)
+    np.testing.assert_allclose(out_a.numpy(), out_b.numpy(), rtol=1e-5, atol=1e-5)
+    for var, a, b in zip(plain.trainable_variables, grads_a, grads_b):
+        assert (a is None) == (b is None), var.name
+        if a is None:  # the output table: not used by the encoder's forward pass
+            continue
+        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=var.name)
+    assert "TfrsLogqLayerNorm" in _op_types(lambda x: native_encoder(x, training=True), ids)
+    assert not {t for t in _op_types(lambda x: native_encoder(x, training=False), ids)
+                if t.startswith("TfrsLogq")}
+    assert not {t for t in _op_types(lambda x: plain(x, training=True), ids)
+                if t.startswith("TfrsLogq")}
+    # Under XLA the kernels are skipped (XLA cannot compile them), with the same result.
+    xla = tf.function(lambda x: native_encoder(x, training=True), jit_compile=True)
+    if buckets == 1:
+        np.testing.assert_allclose(xla(ids).numpy(), out_b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_native_dropout_in_the_encoder_graph_and_config():
+    encoder = SASRecEncoder(30, 7, dim=8, native_kernels=True)
+    ids = tf.constant([[0, 0, 3, 4, 5, 6, 7]])
+    assert "TfrsLogqDropout" in _op_types(lambda x: encoder(x, training=True), ids)
+    config = encoder.get_config()
+    assert config["native_kernels"] is True
+    assert SASRecEncoder.from_config(config).blocks[0].attention_norm.native_kernels is True
+    assert SASRecEncoder(30, 7, dim=8).native_kernels is None
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_layer_norm_runs_keras_ops_for_half_precision(dtype):
+    x = tf.random.stateless_normal([4, 5, 6], [3, 4])
+    native_layer = LayerNorm(native_kernels=True, dtype=dtype)
+    keras_layer = tf.keras.layers.LayerNormalization(epsilon=1e-5, dtype=dtype)
+    got = native_layer(tf.cast(x, dtype), training=True)
+    want = keras_layer(tf.cast(x, dtype), training=True)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert LayerNorm.from_config(native_layer.get_config()).native_kernels is True
+
+
+@needs_compiler
+def test_layer_norm_under_a_distribution_strategy(mirrored_strategy):
+    x = tf.random.stateless_normal([8, 5, 6], [5, 6])
+    upstream = tf.random.stateless_normal([8, 5, 6], [7, 8])
+    with mirrored_strategy.scope():
+        layer = LayerNorm(native_kernels=True)
+        layer.build(x.shape)
+        layer.gamma.assign(tf.linspace(0.5, 2.0, 6))
+        layer.beta.assign(tf.linspace(-1.0, 1.0, 6))
+
+    @tf.function
+    def run():
+        def replica():
+            ctx = tf.distribute.get_replica_context()
+            half = 8 // ctx.num_replicas_in_sync
+            rows = tf.range(ctx.replica_id_in_sync_group * half,
+                            (ctx.replica_id_in_sync_group + 1) * half)
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(layer(tf.gather(x, rows), training=True)
+                                     * tf.gather(upstream, rows))
+            return ctx.all_reduce("sum", tape.gradient(loss, [layer.gamma, layer.beta]))
+        return mirrored_strategy.experimental_local_results(mirrored_strategy.run(replica))[0]
+
+    gamma, beta = run()
+    reference = tf.keras.layers.LayerNormalization(epsilon=1e-5)
+    reference.build(x.shape)
+    reference.set_weights(layer.get_weights())
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(reference(x) * upstream)
+    want = tape.gradient(loss, [reference.gamma, reference.beta])
+    np.testing.assert_allclose(gamma.numpy(), want[0].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(beta.numpy(), want[1].numpy(), rtol=1e-5, atol=1e-5)

@@ -272,3 +272,158 @@ def test_objective_uses_the_kernel_by_default_on_a_cpu_host_and_not_when_told():
         objective(tf.ones([1, 4, 4]), targets, targets > 0, tf.ones([13, 4]))
     assert on._native is True and off._native is False
     assert not inbatch._native  # no per-position negatives: nothing to fuse
+
+
+# --- layer_norm: the fused layer normalisation ------------------------------------------
+
+def _layer_norm_reference(x, gamma, beta, upstream, eps):
+    """y and the gradients of sum(y * upstream), from the formulas, in float64."""
+    x, gamma, beta, g = (a.astype(np.float64) for a in (x, gamma, beta, upstream))
+    mean = x.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + eps)
+    xhat = (x - mean) * rstd
+    y = xhat * gamma + beta
+    gx = g * gamma
+    d_x = rstd * (gx - gx.mean(-1, keepdims=True) - xhat * (gx * xhat).mean(-1, keepdims=True))
+    axes = tuple(range(x.ndim - 1))
+    return y, d_x, (g * xhat).sum(axes), g.sum(axes)
+
+
+def _layer_norm_case(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=shape) * 3 + 1).astype(np.float32)
+    gamma = rng.normal(size=shape[-1:]).astype(np.float32)
+    beta = rng.normal(size=shape[-1:]).astype(np.float32)
+    return x, gamma, beta, rng.normal(size=shape).astype(np.float32)
+
+
+def _layer_norm_and_grads(x, gamma, beta, upstream, eps=1e-5):
+    x, gamma, beta = (tf.convert_to_tensor(a) for a in (x, gamma, beta))
+    with tf.GradientTape() as tape:
+        tape.watch([x, gamma, beta])
+        y = native.layer_norm(x, gamma, beta, eps)
+        loss = tf.reduce_sum(y * upstream)
+    return [y, *tape.gradient(loss, [x, gamma, beta])]
+
+
+@needs_compiler
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("shape", [(3, 70, 64), (5, 131), (4, 1), (0, 8), (2, 0, 6)])
+def test_layer_norm_and_its_gradients_match_the_formulas(graph, shape):
+    x, gamma, beta, upstream = _layer_norm_case(shape)
+    fn = tf.function(_layer_norm_and_grads) if graph else _layer_norm_and_grads
+    got = fn(x, gamma, beta, upstream)
+    for g, w in zip(got, _layer_norm_reference(x, gamma, beta, upstream, 1e-5)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-4)
+
+
+@needs_compiler
+def test_layer_norm_matches_keras_and_is_deterministic_on_many_rows():
+    """Enough rows for every thread to take many blocks of the d/dgamma sums: two runs
+    are bitwise equal, and the result is Keras' up to float rounding."""
+    x, gamma, beta, upstream = _layer_norm_case((3000, 48), seed=1)
+    first = [a.numpy() for a in _layer_norm_and_grads(x, gamma, beta, upstream)]
+    second = [a.numpy() for a in _layer_norm_and_grads(x, gamma, beta, upstream)]
+    keras = tf.keras.layers.LayerNormalization(epsilon=1e-5)
+    keras.build(x.shape)
+    keras.set_weights([gamma, beta])
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        y = keras(xt)
+        loss = tf.reduce_sum(y * upstream)
+    want = [y, *tape.gradient(loss, [xt, keras.gamma, keras.beta])]
+    for a, b, w in zip(first, second, want):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, w.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@needs_compiler
+def test_layer_norm_second_derivative_refused_and_bad_inputs_named():
+    x, gamma, beta, upstream = _layer_norm_case((4, 6))
+    xt = tf.constant(x)
+    with tf.GradientTape() as outer:
+        outer.watch(xt)
+        with tf.GradientTape() as inner:
+            inner.watch(xt)
+            loss = tf.reduce_sum(native.layer_norm(xt, gamma, beta, 1e-5) * upstream)
+        total = tf.reduce_sum(inner.gradient(loss, xt) ** 2)
+    with pytest.raises(NotImplementedError, match="second derivative"):
+        outer.gradient(total, xt)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="gamma|Dimensions"):
+        native.layer_norm(x, gamma[:5], beta, 1e-5)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="beta|Dimensions"):
+        native.layer_norm(x, gamma, beta[:5], 1e-5)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="epsilon"):
+        native.layer_norm(x, gamma, beta, -1.0)
+
+
+# --- dropout: one pass, bits of a Philox stream -------------------------------------------
+
+@needs_compiler
+@pytest.mark.parametrize("rate", [0.5, 0.25, 0.2, 3 / 2 ** 16, 0.9])
+def test_dropout_keeps_with_probability_one_minus_rate_and_scales(rate):
+    x = tf.constant(np.random.default_rng(0).normal(size=(300, 1001)).astype(np.float32) + 10)
+    y = native.dropout(x, [11, 12], rate).numpy()
+    kept = y != 0
+    np.testing.assert_array_equal(y[kept], x.numpy()[kept] * np.float32(1 / (1 - rate)))
+    n = kept.size
+    assert abs(kept.mean() - (1 - rate)) < 5 * np.sqrt(rate * (1 - rate) / n)
+    # Neighbours (sharing a word of the stream) are independent.
+    pairs = kept.reshape(-1)[: n - n % 2].reshape(-1, 2)
+    both = np.mean(pairs[:, 0] & pairs[:, 1])
+    assert abs(both - (1 - rate) ** 2) < 5 * np.sqrt((1 - rate) ** 2 / (n / 2))
+
+
+@needs_compiler
+def test_dropout_mask_depends_on_the_seed_and_position_only():
+    x = tf.random.stateless_normal([5000, 37], [1, 2]) + 5.0
+    y = native.dropout(x, [3, 4], 0.5).numpy()
+    np.testing.assert_array_equal(native.dropout(x, [3, 4], 0.5).numpy(), y)  # same seed
+    other = native.dropout(x, [3, 5], 0.5).numpy()
+    assert abs(np.mean((other != 0) == (y != 0)) - 0.5) < 0.01  # another seed: independent
+    # A prefix of the flat tensor (fewer chunks, other thread splits) gets the same mask.
+    flat = tf.reshape(x, [-1])
+    prefix = native.dropout(flat[:12345], [3, 4], 0.5).numpy()
+    np.testing.assert_array_equal(prefix, y.reshape(-1)[:12345])
+    assert native.dropout(tf.zeros([0, 3]), [3, 4], 0.5).shape == (0, 3)
+    np.testing.assert_array_equal(native.dropout(x, [3, 4], 0.0).numpy(), x.numpy())
+
+
+@needs_compiler
+@pytest.mark.parametrize("graph", [False, True])
+def test_dropout_gradients_of_every_order_are_the_mask(graph):
+    x = tf.random.stateless_normal([64, 33], [5, 6]) + 5.0
+    seed = tf.constant([7, 8], tf.int64)
+
+    def fn(x):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                y = native.dropout(x, seed, 0.5)
+                loss = tf.reduce_sum(y * y)
+            grad = inner.gradient(loss, x)
+            total = tf.reduce_sum(grad * 3.0)
+        return y, grad, outer.gradient(total, x)
+
+    y, grad, second = (tf.function(fn) if graph else fn)(x)
+    mask = np.where(y.numpy() != 0, 2.0, 0.0)
+    np.testing.assert_allclose(grad.numpy(), 2 * y.numpy() * mask, rtol=1e-6)
+    np.testing.assert_allclose(second.numpy(), 3.0 * 2 * mask * mask, rtol=1e-6)
+
+
+@needs_compiler
+def test_dropout_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="rate"):
+        native.dropout(tf.ones([3]), [1, 2], 1.0)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="seed|rank|must be"):
+        native.dropout(tf.ones([3]), [1, 2, 3], 0.5)
+    module = native.load()
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="bits"):
+        module.tfrs_logq_dropout(tf.ones([3]), tf.constant([1, 2], tf.int64), bits=4,
+                                 threshold=1, scale=2.0)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="threshold"):
+        module.tfrs_logq_dropout(tf.ones([3]), tf.constant([1, 2], tf.int64), bits=1,
+                                 threshold=2, scale=2.0)

@@ -8,6 +8,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from tfrs_logq import native
 from tfrs_logq.tasks import CorrectedRetrieval
 
 
@@ -132,18 +133,29 @@ class WordDropout(tf.keras.layers.Layer):
     `tf.keras.utils.set_random_seed`, as with Keras' legacy dropout (and, as with
     it, not under XLA, where TensorFlow's stateful random ops ignore their seeds).
 
+    With ``native_kernels``, float32 inputs are dropped by the one-pass CPU kernel
+    `tfrs_logq.native.dropout` instead (the same seed draw; its fields are 1 bit at
+    rate 0.5, 8 or 16 bits when they represent the rate exactly, else 32 bits); the
+    masks differ from the TensorFlow-op path's but have the same distribution.
+
     Args:
       rate: float in ``[0, 1)``. Fraction of entries dropped.
       seed: optional int. Op seed of the first call's seed draw; later calls
         use ``seed + 1``, ``seed + 2``, ... (as Keras does), so a layer called
         several times in one graph draws different masks.
+      native_kernels: bool or None. See `tfrs_logq.native.enabled`: None (default)
+        uses the kernel on hosts without GPU or TPU when it builds. Inside XLA
+        compilation (``jit_compile``), which cannot compile it, TensorFlow's ops run.
     """
 
-    def __init__(self, rate: float, seed: Optional[int] = None, **kwargs) -> None:
+    def __init__(self, rate: float, seed: Optional[int] = None,
+                 native_kernels: Optional[bool] = None, **kwargs) -> None:
         super().__init__(**kwargs)
         if not 0.0 <= float(rate) < 1.0:
             raise ValueError(f"`rate` must be in [0, 1), received {rate}.")
         self.rate, self.seed = float(rate), seed
+        self.native_kernels = native_kernels
+        self._native = None  # decided (and the kernel built) at the first training call
         self._next_seed = seed
         self.bits = 16 if float(self.rate * 2 ** 16).is_integer() else 32
         self.supports_masking = True
@@ -165,6 +177,11 @@ class WordDropout(tf.keras.layers.Layer):
             self._next_seed += 1
         seed = tf.random.uniform([2], minval=-2 ** 62, maxval=2 ** 62, dtype=tf.int64,
                                  seed=op_seed)
+        if inputs.dtype == tf.float32:
+            if self._native is None:
+                self._native = native.enabled(self.native_kernels)
+            if self._native and not native.in_xla_context():
+                return native.dropout(inputs, seed, self.rate)
         words = tf.random.stateless_uniform([(size + per_word - 1) // per_word], seed,
                                             minval=None, maxval=None, dtype=tf.uint32)
         if self.bits == 16:
@@ -181,7 +198,50 @@ class WordDropout(tf.keras.layers.Layer):
         return inputs * mask
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed,
+                "native_kernels": self.native_kernels}
+
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
+class LayerNorm(tf.keras.layers.LayerNormalization):
+    """`tf.keras.layers.LayerNormalization` (PyTorch's default epsilon, 1e-5) that
+    trains with the fused CPU kernel of `tfrs_logq.native` when asked to.
+
+    Keras takes its unfused path when epsilon is below 1.001e-5 (six or so full-size
+    elementwise ops forward, more backward); the kernel reads each row once forward
+    and once backward, with the same result up to float rounding. It is used in
+    training calls on float32 inputs normalised over the last axis with a scale and
+    an offset; inference (``training=False``, e.g. exported serving graphs) and every
+    other case run Keras' ops, so SavedModels never hold the custom op. The weights
+    (``gamma``, ``beta``) are Keras', so checkpoints are interchangeable.
+
+    Args:
+      epsilon: float. Defaults to 1e-5.
+      native_kernels: bool or None. See `tfrs_logq.native.enabled`: None (default)
+        uses the kernel on hosts without GPU or TPU when it builds. Inside XLA
+        compilation (``jit_compile``), which cannot compile it, TensorFlow's ops run.
+      **kwargs: `tf.keras.layers.LayerNormalization`'s.
+    """
+
+    def __init__(self, epsilon: float = 1e-5, native_kernels: Optional[bool] = None,
+                 **kwargs) -> None:
+        super().__init__(epsilon=epsilon, **kwargs)
+        self.native_kernels = native_kernels
+        self._native = None  # decided (and the kernel built) at the first training call
+
+    def call(self, inputs, training=None):
+        if training is True or (training is None and tf.keras.backend.learning_phase() == 1):
+            rank = inputs.shape.rank
+            if (inputs.dtype == tf.float32 and rank is not None and self.axis == [rank - 1]
+                    and self.center and self.scale):
+                if self._native is None:
+                    self._native = native.enabled(self.native_kernels)
+                if self._native and not native.in_xla_context():
+                    return native.layer_norm(inputs, self.gamma, self.beta, self.epsilon)
+        return super().call(inputs)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "native_kernels": self.native_kernels}
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -201,16 +261,20 @@ class SASRecAttention(tf.keras.layers.Layer):
       dim: int. Model width; must be divisible by ``num_heads``.
       num_heads: int.
       dropout: float. Attention-weight dropout rate.
+      native_kernels: bool or None. Dropout by `tfrs_logq.native` (see
+        `WordDropout`).
     """
 
-    def __init__(self, dim: int, num_heads: int, dropout: float, **kwargs) -> None:
+    def __init__(self, dim: int, num_heads: int, dropout: float,
+                 native_kernels: Optional[bool] = None, **kwargs) -> None:
         super().__init__(**kwargs)
         if int(dim) % int(num_heads):
             raise ValueError(f"`dim` ({dim}) must be divisible by `num_heads` ({num_heads}).")
         self.dim, self.num_heads, self.dropout = int(dim), int(num_heads), float(dropout)
         self.query, self.key, self.value = (_dense(self.dim, name) for name in
                                             ("query", "key", "value"))
-        self.weight_dropout = WordDropout(self.dropout)
+        self.native_kernels = native_kernels
+        self.weight_dropout = WordDropout(self.dropout, native_kernels=native_kernels)
 
     def _heads(self, x: tf.Tensor) -> tf.Tensor:
         if self.num_heads == 1:
@@ -250,7 +314,7 @@ class SASRecAttention(tf.keras.layers.Layer):
 
     def get_config(self) -> dict:
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
-                "dropout": self.dropout}
+                "dropout": self.dropout, "native_kernels": self.native_kernels}
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -265,29 +329,33 @@ class SASRecBlock(tf.keras.layers.Layer):
     """
 
     def __init__(self, dim: int, num_heads: int, dropout: float,
-                 layer_norm_epsilon: float = 1e-5, **kwargs) -> None:
+                 layer_norm_epsilon: float = 1e-5, native_kernels: Optional[bool] = None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.dim, self.num_heads, self.dropout = int(dim), int(num_heads), float(dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.attention_norm = tf.keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="attention_norm")
-        self.attention = SASRecAttention(self.dim, self.num_heads, self.dropout, name="attention")
-        self.ffn_norm = tf.keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="ffn_norm")
+        self.native_kernels = native_kernels
+        self.attention_norm = LayerNorm(self.layer_norm_epsilon, native_kernels,
+                                        name="attention_norm")
+        self.attention = SASRecAttention(self.dim, self.num_heads, self.dropout, native_kernels,
+                                         name="attention")
+        self.ffn_norm = LayerNorm(self.layer_norm_epsilon, native_kernels, name="ffn_norm")
         self.ffn_in = _dense(self.dim, "ffn_in", activation="relu")
         self.ffn_out = _dense(self.dim, "ffn_out")
-        self.ffn_dropout = WordDropout(self.dropout)
+        self.ffn_dropout = WordDropout(self.dropout, native_kernels=native_kernels)
 
     def call(self, x, is_item, training=False):
-        q = self.attention_norm(x)
-        h = self.ffn_norm(q + self.attention(q, x, is_item, training=training))
+        q = self.attention_norm(x, training=training)
+        h = self.ffn_norm(q + self.attention(q, x, is_item, training=training),
+                          training=training)
         f = self.ffn_dropout(self.ffn_in(h), training=training)
         f = self.ffn_dropout(self.ffn_out(f), training=training)
         return (h + f) * tf.cast(is_item, h.dtype)[..., None]
 
     def get_config(self) -> dict:
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
-                "dropout": self.dropout, "layer_norm_epsilon": self.layer_norm_epsilon}
+                "dropout": self.dropout, "layer_norm_epsilon": self.layer_norm_epsilon,
+                "native_kernels": self.native_kernels}
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -323,11 +391,16 @@ class SASRecEncoder(tf.keras.layers.Layer):
         without buckets). On ML-1M at L = 200, where half of all positions are
         padding, 8 buckets do about 0.59 of the dense and 0.47 of the attention
         work. Needs dynamic shapes: use 1 under XLA or on TPU. Defaults to 1.
+      native_kernels: bool or None. Layer norms and dropout in training calls run
+        the fused CPU kernels of `tfrs_logq.native` (see `LayerNorm`,
+        `WordDropout`): None (default) on hosts without GPU or TPU when they build;
+        never inside XLA compilation.
     """
 
     def __init__(self, num_ids: int, max_length: int, dim: int = 128, num_blocks: int = 2,
                  num_heads: int = 1, dropout: float = 0.5, share_item_embeddings: bool = False,
-                 length_buckets: int = 1, **kwargs) -> None:
+                 length_buckets: int = 1, native_kernels: Optional[bool] = None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self.num_ids, self.max_length, self.dim = int(num_ids), int(max_length), int(dim)
         self.num_blocks, self.num_heads = int(num_blocks), int(num_heads)
@@ -336,14 +409,16 @@ class SASRecEncoder(tf.keras.layers.Layer):
         if int(length_buckets) < 1:
             raise ValueError(f"`length_buckets` must be >= 1, received {length_buckets}.")
         self.length_buckets = int(length_buckets)
+        self.native_kernels = native_kernels
         self.item_embedding = _embedding(self.num_ids, self.dim, "items")
         self.position_embedding = _embedding(self.max_length, self.dim, "positions")
         self.output_embedding = None if self.share_item_embeddings else (
             _embedding(self.num_ids, self.dim, "output_items"))
-        self.input_dropout = WordDropout(self.dropout)
-        self.blocks = [SASRecBlock(self.dim, self.num_heads, self.dropout, name=f"block_{i}")
+        self.input_dropout = WordDropout(self.dropout, native_kernels=native_kernels)
+        self.blocks = [SASRecBlock(self.dim, self.num_heads, self.dropout,
+                                   native_kernels=native_kernels, name=f"block_{i}")
                        for i in range(self.num_blocks)]
-        self.final_norm = tf.keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")
+        self.final_norm = LayerNorm(1e-5, native_kernels, name="final_norm")
 
     def build(self, input_shape=None):
         for table in (self.item_embedding, self.output_embedding):
@@ -355,7 +430,8 @@ class SASRecEncoder(tf.keras.layers.Layer):
         """`[batch, L]` item ids (0 = padding, left-padded) -> `[batch, L, dim]`."""
         if self.length_buckets == 1:
             length = tf.shape(input_ids)[1]
-            return self.final_norm(self._blocks(input_ids, tf.range(length), training))
+            return self.final_norm(self._blocks(input_ids, tf.range(length), training),
+                                   training=training)
         return self._bucketed_blocks(input_ids, training)
 
     def _blocks(self, input_ids, positions, training):
@@ -389,7 +465,8 @@ class SASRecEncoder(tf.keras.layers.Layer):
             # well-formed shapes; the group's longest span is its first (sorted).
             width = tf.maximum(tf.reduce_max(tf.concat([sorted_span[start:end], [1]], 0)), 1)
             ids = tf.gather(input_ids, order[start:end])[:, length - width:]
-            x = self.final_norm(self._blocks(ids, tf.range(length - width, length), training))
+            x = self.final_norm(self._blocks(ids, tf.range(length - width, length), training),
+                                training=training)
             offset = tf.broadcast_to(tf.cast(self.final_norm.beta, x.dtype),
                                      [tf.shape(x)[0], length - width, self.dim])
             outputs.append(tf.concat([offset, x], axis=1))
@@ -412,7 +489,7 @@ class SASRecEncoder(tf.keras.layers.Layer):
         return {**super().get_config(), "num_ids": self.num_ids, "max_length": self.max_length,
                 "dim": self.dim, "num_blocks": self.num_blocks, "num_heads": self.num_heads,
                 "dropout": self.dropout, "share_item_embeddings": self.share_item_embeddings,
-                "length_buckets": self.length_buckets}
+                "length_buckets": self.length_buckets, "native_kernels": self.native_kernels}
 
 
 class SequentialRetrievalModel(tfrs.Model):
@@ -456,5 +533,5 @@ class SequentialRetrievalModel(tfrs.Model):
         return self.encoder.last_query(history, training=False)
 
 
-__all__ = ["HistoryQueryTower", "SASRecAttention", "SASRecBlock", "SASRecEncoder",
+__all__ = ["HistoryQueryTower", "LayerNorm", "SASRecAttention", "SASRecBlock", "SASRecEncoder",
            "SequentialRetrievalModel", "TwoTowerModel", "WordDropout", "gsasrec_initializer"]

@@ -175,8 +175,8 @@ class SequenceObjective(tf.Module):
         BCE/gBCE) with the fused gather-dot CPU kernel of `tfrs_logq.native`
         (compiled on first use) instead of TensorFlow ops: the same logits up to
         float rounding, about 5x cheaper at the paper's MNS shapes. None (default):
-        when it builds and the host has no GPU or TPU; set it False under XLA, which
-        cannot compile it.
+        when it builds and the host has no GPU or TPU. Inside XLA compilation
+        (``jit_compile``), which cannot compile it, TensorFlow's ops run.
     """
 
     def __init__(self, spec: ObjectiveSpec, num_items: int, item_counts=None, seed: int = 0,
@@ -216,17 +216,7 @@ class SequenceObjective(tf.Module):
 
     def _use_native(self) -> bool:
         if self._native is None:
-            wanted = self.native_kernels
-            if wanted is None:  # a CPU-only host, not under a TPU strategy
-                strategy = type(tf.distribute.get_strategy()).__name__
-                wanted = (not tf.config.list_logical_devices("GPU")
-                          and not tf.config.list_logical_devices("TPU")
-                          and "TPU" not in strategy)
-            use = bool(wanted) and self.spec.num_uniform > 0 and native.available()
-            if self.native_kernels and self.spec.num_uniform > 0 and not use:
-                raise native.NativeBuildError(
-                    "`native_kernels=True` but the native kernels are unavailable (see the "
-                    "warning above, or set TFRS_LOGQ_NATIVE=1 for the compiler's error).")
+            use = self.spec.num_uniform > 0 and native.enabled(self.native_kernels)
             self._native = use
         return self._native
 
@@ -299,7 +289,7 @@ class SequenceObjective(tf.Module):
         in_batch, in_batch_valid = negatives.in_batch, negatives.in_batch_valid
         # In-batch negatives are shared by every position: their ids, counts and
         # validity stay `[k]` and broadcast, rather than a `[positions, k]` copy.
-        if uniform is not None and self._use_native():
+        if uniform is not None and self._use_native() and not native.in_xla_context():
             # One fused kernel scores the positive and the per-position negatives
             # (no [positions, k, dim] gather); shared in-batch negatives are a matmul.
             scored = self._native_logits(flat_q, table, tf.concat([flat_t[:, None], uniform], 1))

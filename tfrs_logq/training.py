@@ -212,7 +212,8 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
                                 getattr(tf.distribute.experimental, "TPUStrategy", None)) if t)
         static_shapes = config.jit_compile or isinstance(strategy, tpu)
         encoder = build_encoder(config, split.num_items,
-                                length_buckets=1 if static_shapes else None)
+                                length_buckets=1 if static_shapes else None,
+                                native_kernels=False if static_shapes else None)
         objective = make_objective(config.loss, split.num_items,
                                    training_item_counts(config, split),
                                    num_negatives=config.num_negatives, seed=config.seed,
@@ -233,17 +234,18 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
     return model
 
 
-def build_encoder(config, num_items: int, length_buckets: Optional[int] = None
-                  ) -> SASRecEncoder:
+def build_encoder(config, num_items: int, length_buckets: Optional[int] = None,
+                  native_kernels: Optional[bool] = None) -> SASRecEncoder:
     """The `SASRecEncoder` a `TrainConfig` (or its saved ``config.json`` dict) describes;
-    ``length_buckets`` overrides the config's (a speed-only choice)."""
+    ``length_buckets`` overrides the config's, ``native_kernels`` is the encoder's
+    (both speed-only choices)."""
     get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else (
         lambda k, d=None: getattr(config, k, d))
     buckets = length_buckets if length_buckets is not None else get("length_buckets", 1) or 1
     return SASRecEncoder(int(num_items) + 1, get("max_length"), get("embedding_dim"),
                          get("num_blocks"), get("num_heads"), get("dropout"),
                          share_item_embeddings=bool(get("share_item_embeddings", False)),
-                         length_buckets=int(buckets))
+                         length_buckets=int(buckets), native_kernels=native_kernels)
 
 
 def load_split(config: TrainConfig) -> Split:

@@ -1,22 +1,31 @@
-"""Native CPU kernels, compiled on first use: the fused gather-dot of sampled logits.
+"""Native CPU kernels, compiled on first use.
 
-`sampled_dot(queries, table, ids)` is ``queries[i] . table[ids[i, j]]`` as `[n, k]`
-without the `[n, k, dim]` block of gathered embeddings that `tf.gather` + `einsum`
-builds, and without the `[n, catalog]` matmul of the dense alternative. It is what
-makes per-position uniform negatives (uniform, MNS, BCE/gBCE) cheap on CPU.
+- `sampled_dot(queries, table, ids)` is ``queries[i] . table[ids[i, j]]`` as `[n, k]`
+  without the `[n, k, dim]` block of gathered embeddings that `tf.gather` + `einsum`
+  builds, and without the `[n, catalog]` matmul of the dense alternative. It is what
+  makes per-position uniform negatives (uniform, MNS, BCE/gBCE) cheap on CPU.
+- `layer_norm(x, gamma, beta, epsilon)` is layer normalisation over the last axis in
+  one pass forward and one backward, where Keras' `LayerNormalization` takes its
+  unfused path (epsilon below 1.001e-5, e.g. gSASRec's 1e-5).
+- `dropout(x, seed, rate)` is dropout in one pass with the keep decisions read from a
+  few bits of a Philox stream per entry (one bit at rate 0.5), its gradient the same op
+  on the upstream gradient (the mask is recomputed, not stored).
 
-The kernel (`sampled_dot.cc`, beside this file) is compiled with TensorFlow's own
-compile and link flags the first time it is needed, into a cache directory
-(``$TFRS_LOGQ_CACHE``, else ``$XDG_CACHE_HOME/tfrs_logq`` or ``~/.cache/tfrs_logq``),
-keyed by the source, TensorFlow's version, the compiler and the CPU; the build writes
-to a temporary file and renames it, under a file lock, so concurrent processes build
-it once and never load a half-written library. ``$CXX`` names the compiler (default
-``g++``). ``TFRS_LOGQ_NATIVE=0`` turns the kernels off, ``=1`` makes a failed build an
-error; by default a failed build logs a warning once and callers fall back to
-TensorFlow ops (the same results up to float rounding).
+The kernels (`sampled_dot.cc`, `layer_norm.cc`, `dropout.cc`, beside this file) are
+compiled into one library with TensorFlow's own compile and link flags the first time
+they are needed, into a cache directory (``$TFRS_LOGQ_CACHE``, else
+``$XDG_CACHE_HOME/tfrs_logq`` or ``~/.cache/tfrs_logq``), keyed by the sources,
+TensorFlow's version, the compiler and the CPU; the build writes to a temporary file
+and renames it, under a file lock, so concurrent processes build it once and never
+load a half-written library. ``$CXX`` names the compiler (default ``g++``).
+``TFRS_LOGQ_NATIVE=0`` turns the kernels off, ``=1`` makes a failed build an error; by
+default a failed build logs a warning once and callers fall back to TensorFlow ops
+(the same results up to float rounding; dropout draws other, equally distributed,
+masks).
 
-There is a CPU kernel only, and XLA cannot compile it: callers use it on CPU-only
-hosts, outside ``jit_compile`` (see `SequenceObjective`'s ``native_kernels``).
+There are CPU kernels only, and XLA cannot compile them: callers use them on CPU-only
+hosts, outside XLA compilation (`enabled`, `in_xla_context`; see `SequenceObjective`'s
+and `SASRecEncoder`'s ``native_kernels``).
 """
 
 from __future__ import annotations
@@ -40,7 +49,8 @@ import tensorflow as tf
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "TFRS_LOGQ_NATIVE"
-SOURCE = Path(__file__).with_name("sampled_dot.cc")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("sampled_dot.cc", "layer_norm.cc",
+                                                                "dropout.cc"))
 _CXXFLAGS = ["-shared", "-fPIC", "-O3", "-march=native", "-fopenmp-simd",
              "-Wno-deprecated-declarations"]
 _BUILD_TIMEOUT_S = 600
@@ -101,19 +111,20 @@ def _compiler() -> list[str]:
 
 
 def _build_command(output: str) -> list[str]:
-    return [*_compiler(), *_CXXFLAGS, str(SOURCE), "-o", output,
+    return [*_compiler(), *_CXXFLAGS, *map(str, SOURCES), "-o", output,
             *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
 def library_path() -> Path:
     """Where the library for this source, TensorFlow, compiler and CPU lives."""
     key = hashlib.sha256()
-    key.update(SOURCE.read_bytes())
+    for source in SOURCES:
+        key.update(source.read_bytes() + b"\0")
     compiler = " ".join(_compiler())
     for part in (tf.__version__, compiler, " ".join(_CXXFLAGS), _cpu_signature(compiler),
                  " ".join(tf.sysconfig.get_compile_flags())):
         key.update(b"\0" + part.encode())
-    return cache_dir() / f"sampled_dot-{tf.__version__}-{key.hexdigest()[:16]}.so"
+    return cache_dir() / f"kernels-{tf.__version__}-{key.hexdigest()[:16]}.so"
 
 
 def build(force: bool = False) -> Path:
@@ -143,17 +154,19 @@ def build(force: bool = False) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=target.parent)
         os.close(fd)
         try:
-            logger.warning("tfrs_logq: compiling the native sampled-logits kernel (once; about "
-                           "20 s) into %s", target)
+            logger.warning("tfrs_logq: compiling the native kernels (once; about 30 s) into %s",
+                           target)
             result = subprocess.run(_build_command(tmp), capture_output=True, text=True,
                                     timeout=_BUILD_TIMEOUT_S)
             if result.returncode != 0:
                 raise NativeBuildError(
-                    f"compiling {SOURCE.name} failed ({' '.join(_build_command(tmp))}):\n"
+                    f"compiling {', '.join(s.name for s in SOURCES)} failed "
+                    f"({' '.join(_build_command(tmp))}):\n"
                     f"{result.stderr[-4000:]}")
             os.replace(tmp, target)
         except subprocess.TimeoutExpired as e:
-            raise NativeBuildError(f"compiling {SOURCE.name} took over {_BUILD_TIMEOUT_S} s") from e
+            raise NativeBuildError(f"compiling the native kernels took over {_BUILD_TIMEOUT_S} s"
+                                   ) from e
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
@@ -165,14 +178,32 @@ def _sampled_dot_grad(op, upstream):
     return d_queries, d_table, None
 
 
+def _layer_norm_grad(op, upstream, unused_d_mean, unused_d_rstd):
+    # `layer_norm` returns only y: mean and rstd are the gradient's cache.
+    x, gamma, _ = op.inputs
+    return _state["module"].tfrs_logq_layer_norm_grad(upstream, x, gamma, op.outputs[1],
+                                                      op.outputs[2])
+
+
+def _dropout_grad(op, upstream):
+    # y = x * mask: dx = upstream * mask, the same op with the same seed (linear, so
+    # it has derivatives of every order).
+    return (_state["module"].tfrs_logq_dropout(
+        upstream, op.inputs[1], bits=op.get_attr("bits"), threshold=op.get_attr("threshold"),
+        scale=op.get_attr("scale")), None)
+
+
 def _no_second_derivative(op, *upstream):
-    raise NotImplementedError("tfrs_logq.native.sampled_dot has no second derivative; use "
+    raise NotImplementedError(f"tfrs_logq.native's {op.type} has no second derivative; use "
                               "native_kernels=False for higher-order gradients.")
 
 
 # Registered by op name, once per process (a module reload must not register twice).
 for _name, _fn in (("TfrsLogqSampledDot", _sampled_dot_grad),
-                   ("TfrsLogqSampledDotGrad", _no_second_derivative)):
+                   ("TfrsLogqSampledDotGrad", _no_second_derivative),
+                   ("TfrsLogqLayerNorm", _layer_norm_grad),
+                   ("TfrsLogqLayerNormGrad", _no_second_derivative),
+                   ("TfrsLogqDropout", _dropout_grad)):
     with contextlib.suppress(KeyError):
         tf.RegisterGradient(_name)(_fn)
 
@@ -218,6 +249,37 @@ def available() -> bool:
     return load() is not None
 
 
+def in_xla_context() -> bool:
+    """Whether ops built now will be compiled by XLA (``jit_compile``, TPU), which
+    cannot compile these kernels: callers then use TensorFlow ops."""
+    try:
+        from tensorflow.python.framework import ops
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # internal modules moved: assume not
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
+
+
+def enabled(native_kernels: Optional[bool] = None) -> bool:
+    """Whether a caller asked for ``native_kernels`` should use the kernels: None
+    means when they build and the host has no GPU or TPU (nor a TPU strategy);
+    False never. Callers also check `in_xla_context` where they build ops.
+
+    Raises:
+      NativeBuildError: ``native_kernels=True`` and the kernels are unavailable.
+    """
+    if native_kernels is None:
+        strategy = type(tf.distribute.get_strategy()).__name__
+        return (not tf.config.list_logical_devices("GPU")
+                and not tf.config.list_logical_devices("TPU")
+                and "TPU" not in strategy and available())
+    if native_kernels and not available():
+        raise NativeBuildError("`native_kernels=True` but the native kernels are unavailable (see "
+                               "the warning above, or set TFRS_LOGQ_NATIVE=1 for the compiler's "
+                               "error).")
+    return bool(native_kernels)
+
+
 def sampled_dot(queries: tf.Tensor, table: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
     """``queries[i] . table[ids[i, j]]`` as `[n, k]` float32, differentiable once in
     ``queries`` and ``table`` (the table's gradient is dense, `[num_rows, dim]`;
@@ -239,5 +301,55 @@ def sampled_dot(queries: tf.Tensor, table: tf.Tensor, ids: tf.Tensor) -> tf.Tens
                                         tf.cast(ids, tf.int32))
 
 
-__all__ = ["ENV_VAR", "NativeBuildError", "available", "build", "cache_dir", "library_path",
-           "load", "sampled_dot"]
+def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) -> tf.Tensor:
+    """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over the last axis (biased
+    variance, as `tf.keras.layers.LayerNormalization` computes it), float32,
+    differentiable once in all three inputs (a second derivative raises
+    `NotImplementedError`).
+
+    Args:
+      x: `[..., dim]` float32.
+      gamma: `[dim]` float32 scale.
+      beta: `[dim]` float32 offset.
+      epsilon: float >= 0.
+
+    Raises:
+      NativeBuildError: the kernels are off or could not be built.
+    """
+    module = load()
+    if module is None:
+        raise NativeBuildError(f"the native kernels are off ({ENV_VAR}=0) or failed to build.")
+    y, _, _ = module.tfrs_logq_layer_norm(x, gamma, beta, epsilon=float(epsilon))
+    return y
+
+
+def dropout(x: tf.Tensor, seed: tf.Tensor, rate: float) -> tf.Tensor:
+    """Each entry of float32 ``x`` kept with probability ``1 - rate`` and scaled by
+    ``1 / (1 - rate)``, else 0; the decisions are a function of ``seed`` and the
+    entry's position only (the same seed gives the same mask on any number of
+    threads). Entry ``e`` compares a field of B bits of the Philox stream keyed by
+    ``seed`` with ``rate * 2**B``, B the fewest of 1, 8, 16 bits that represent the
+    rate exactly (1 for 0.5), else 32.
+
+    Args:
+      x: float32 tensor, any shape.
+      seed: `[2]` int64.
+      rate: float in ``[0, 1)``.
+
+    Raises:
+      NativeBuildError: the kernels are off or could not be built.
+    """
+    module = load()
+    if module is None:
+        raise NativeBuildError(f"the native kernels are off ({ENV_VAR}=0) or failed to build.")
+    rate = float(rate)
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"`rate` must be in [0, 1), received {rate}.")
+    bits = next((b for b in (1, 8, 16) if (rate * 2 ** b).is_integer()), 32)
+    threshold = min(round(rate * 2 ** bits), 2 ** bits - 1)
+    return module.tfrs_logq_dropout(x, tf.cast(seed, tf.int64), bits=bits, threshold=threshold,
+                                    scale=1.0 / (1.0 - rate))
+
+
+__all__ = ["ENV_VAR", "NativeBuildError", "available", "build", "cache_dir", "dropout",
+           "enabled", "in_xla_context", "layer_norm", "library_path", "load", "sampled_dot"]
