@@ -230,7 +230,9 @@ class LayerNorm(tf.keras.layers.LayerNormalization):
         self._native = None  # decided (and the kernel built) at the first training call
 
     def call(self, inputs, training=None):
-        if training is True or (training is None and tf.keras.backend.learning_phase() == 1):
+        # Only in calls known (in Python) to train; a symbolic or absent `training`
+        # runs Keras' ops, which compute the same.
+        if training is True:
             rank = inputs.shape.rank
             if (inputs.dtype == tf.float32 and rank is not None and self.axis == [rank - 1]
                     and self.center and self.scale):
