@@ -221,6 +221,18 @@ def test_length_buckets_in_config_and_validated():
 NATIVE_DROPOUT = [False, pytest.param(True, marks=needs_compiler)]
 
 
+def _op_types(fn, *args) -> set:
+    graph = tf.function(fn).get_concrete_function(*args).graph
+    types = {op.type for op in graph.get_operations()}
+    for function in graph.as_graph_def().library.function:  # nested bodies (cond, ...)
+        types |= {node.op for node in function.node_def}
+    return types
+
+
+def _uses_native_dropout(fn, *args) -> bool:
+    return "TfrsLogqDropout" in _op_types(fn, *args)
+
+
 @pytest.mark.parametrize("native_kernels", NATIVE_DROPOUT)
 @pytest.mark.parametrize("rate", [0.5, 0.25, 0.2, 0.9])
 def test_word_dropout_keeps_each_entry_with_probability_one_minus_rate(rate, native_kernels):
@@ -228,6 +240,7 @@ def test_word_dropout_keeps_each_entry_with_probability_one_minus_rate(rate, nat
     assert layer.bits == (16 if rate in (0.5, 0.25) else 32)
     x = tf.fill([250, 4001], 3.0)  # odd size: the last word is partly used
     y = layer(x, training=True).numpy()
+    assert _uses_native_dropout(lambda x: layer(x, training=True), x) is native_kernels
     kept = y != 0
     np.testing.assert_array_equal(y[kept], np.float32(3.0) * np.float32(1 / (1 - rate)))
     n = kept.size
@@ -257,6 +270,7 @@ def test_word_dropout_gradient_is_the_scaled_mask_and_masks_are_fresh_and_seeded
         return y, tape.gradient(loss, x)
 
     y, grad = step(x)
+    assert _uses_native_dropout(step, x) is native_kernels
     mask = (y.numpy() != 0).astype(np.float32)
     np.testing.assert_allclose(grad.numpy(), 1.5 * 2.0 * mask)
     np.testing.assert_allclose(y.numpy(), x.numpy() * 2.0 * mask, rtol=1e-6)
@@ -313,20 +327,13 @@ def test_word_dropout_under_a_distribution_strategy(mirrored_strategy, native_ke
         return mirrored_strategy.experimental_local_results(mirrored_strategy.run(replica))
 
     results = run()
+    assert _uses_native_dropout(run) is native_kernels
     for fraction, _ in results:
         assert abs(float(fraction) - 0.5) < 5 * np.sqrt(0.25 / 40000)
     assert not np.array_equal(results[0][1].numpy(), results[1][1].numpy())  # per replica
 
 
 # --- native kernels in the encoder: the same training maths as TensorFlow's ops -------
-
-def _op_types(fn, *args) -> set:
-    graph = tf.function(fn).get_concrete_function(*args).graph
-    types = {op.type for op in graph.get_operations()}
-    for function in graph.as_graph_def().library.function:  # nested bodies (cond, ...)
-        types |= {node.op for node in function.node_def}
-    return types
-
 
 @needs_compiler
 @pytest.mark.parametrize("buckets", [1, 3])
@@ -380,6 +387,26 @@ def test_native_dropout_in_the_encoder_graph_and_config():
 
 
 @needs_compiler
+def test_saved_models_never_hold_the_native_ops(tmp_path):
+    """Keras' SavedModel saver also traces training calls: those traces must use
+    TensorFlow's ops, or a process without this package could not load the model."""
+    encoder = SASRecEncoder(30, 7, dim=8, dropout=0.5, native_kernels=True)
+    ids = tf.constant([[0, 0, 3, 4, 5, 6, 7]])
+    assert {"TfrsLogqLayerNorm", "TfrsLogqDropout"} <= _op_types(
+        lambda x: encoder(x, training=True), ids)
+    inputs = tf.keras.Input((7,), dtype=tf.int32)
+    model = tf.keras.Model(inputs, encoder(inputs))
+    for path, save in ((tmp_path / "keras", lambda p: tf.keras.models.save_model(model, p)),
+                       (tmp_path / "tf", lambda p: tf.saved_model.save(model, p))):
+        save(str(path))
+        assert b"TfrsLogq" not in (path / "saved_model.pb").read_bytes(), path.name
+    np.testing.assert_allclose(tf.keras.models.load_model(str(tmp_path / "keras"))(ids).numpy(),
+                               model(ids).numpy(), rtol=1e-6)
+    # Training calls after saving use the kernels again.
+    assert "TfrsLogqLayerNorm" in _op_types(lambda x: encoder(x, training=True), ids)
+
+
+@needs_compiler
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_layer_norm_runs_keras_ops_for_half_precision(dtype):
     x = tf.random.stateless_normal([4, 5, 6], [3, 4])
@@ -416,6 +443,7 @@ def test_layer_norm_under_a_distribution_strategy(mirrored_strategy):
         return mirrored_strategy.experimental_local_results(mirrored_strategy.run(replica))[0]
 
     gamma, beta = run()
+    assert "TfrsLogqLayerNorm" in _op_types(run)
     reference = tf.keras.layers.LayerNormalization(epsilon=1e-5)
     reference.build(x.shape)
     reference.set_weights(layer.get_weights())

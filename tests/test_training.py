@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -47,6 +48,11 @@ def test_train_cli_smoke_writes_model_dir_and_json(data_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["loss"] == "mns-corrected" and result["seed"] == 3
+    # The path is recorded: on this CPU host the kernels run when they can be built.
+    native_possible = (shutil.which(os.environ.get("CXX", "g++").split()[0]) is not None
+                       and os.environ.get("TFRS_LOGQ_NATIVE", "").lower()
+                       not in ("0", "off", "false", "no"))
+    assert result["native_kernels"] is native_possible
     for part in ("validation", "test"):
         for key in ("recall@10", "ndcg@10", "recall@20", "ndcg@20"):
             assert 0.0 <= result[part][key] <= 1.0

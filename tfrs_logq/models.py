@@ -180,7 +180,7 @@ class WordDropout(tf.keras.layers.Layer):
         if inputs.dtype == tf.float32:
             if self._native is None:
                 self._native = native.enabled(self.native_kernels)
-            if self._native and not native.in_xla_context():
+            if self._native and native.usable_here():
                 return native.dropout(inputs, seed, self.rate)
         words = tf.random.stateless_uniform([(size + per_word - 1) // per_word], seed,
                                             minval=None, maxval=None, dtype=tf.uint32)
@@ -211,8 +211,9 @@ class LayerNorm(tf.keras.layers.LayerNormalization):
     elementwise ops forward, more backward); the kernel reads each row once forward
     and once backward, with the same result up to float rounding. It is used in
     training calls on float32 inputs normalised over the last axis with a scale and
-    an offset; inference (``training=False``, e.g. exported serving graphs) and every
-    other case run Keras' ops, so SavedModels never hold the custom op. The weights
+    an offset (not ragged), outside XLA compilation and SavedModel tracing; inference
+    (``training=False``, e.g. exported serving graphs) and every other case run Keras'
+    ops, so SavedModels never hold the custom op. The weights
     (``gamma``, ``beta``) are Keras', so checkpoints are interchangeable.
 
     Args:
@@ -234,11 +235,12 @@ class LayerNorm(tf.keras.layers.LayerNormalization):
         # runs Keras' ops, which compute the same.
         if training is True:
             rank = inputs.shape.rank
-            if (inputs.dtype == tf.float32 and rank is not None and self.axis == [rank - 1]
+            if (isinstance(inputs, tf.Tensor) and inputs.dtype == tf.float32
+                    and rank is not None and self.axis == [rank - 1]
                     and self.center and self.scale):
                 if self._native is None:
                     self._native = native.enabled(self.native_kernels)
-                if self._native and not native.in_xla_context():
+                if self._native and native.usable_here():
                     return native.layer_norm(inputs, self.gamma, self.beta, self.epsilon)
         return super().call(inputs)
 

@@ -289,7 +289,7 @@ class SequenceObjective(tf.Module):
         in_batch, in_batch_valid = negatives.in_batch, negatives.in_batch_valid
         # In-batch negatives are shared by every position: their ids, counts and
         # validity stay `[k]` and broadcast, rather than a `[positions, k]` copy.
-        if uniform is not None and self._use_native() and not native.in_xla_context():
+        if uniform is not None and self._use_native() and native.usable_here():
             # One fused kernel scores the positive and the per-position negatives
             # (no [positions, k, dim] gather); shared in-batch negatives are a matmul.
             scored = self._native_logits(flat_q, table, tf.concat([flat_t[:, None], uniform], 1))

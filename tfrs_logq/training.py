@@ -425,6 +425,10 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         "train_seconds": round(train_seconds, 1),
         "validation_curve": [round(e[MONITOR], 6) for e in keeper.history],
         "validation": val_full, "test": test,
+        # Whether this process trained with `tfrs_logq.native`'s kernels (same maths;
+        # its dropout masks differ from TensorFlow's ops', so a seed reproduces a run
+        # only on the same path).
+        "native_kernels": any(getattr(m, "_native", None) is True for m in model.submodules),
     }
     _atomic_json(os.path.join(model_dir, "metrics.json"), result)
     return result

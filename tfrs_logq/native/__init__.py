@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 ENV_VAR = "TFRS_LOGQ_NATIVE"
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("sampled_dot.cc", "layer_norm.cc",
                                                                 "dropout.cc"))
-_CXXFLAGS = ["-shared", "-fPIC", "-O3", "-march=native", "-fopenmp-simd",
+_CXXFLAGS = ["-shared", "-fPIC", "-O3", "-DNDEBUG", "-march=native", "-fopenmp-simd",
              "-Wno-deprecated-declarations"]
 _BUILD_TIMEOUT_S = 600
 
@@ -148,10 +148,13 @@ def build(force: bool = False) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.exists() and not force:  # built by another process meanwhile
             return target
-        for stale in target.parent.glob(".tmp-*.so"):  # left by a killed build
+        # Left by a killed build of this library (the lock is this target's, so only
+        # its own temporaries; a build of another key may be running beside it).
+        prefix = f".tmp-{target.stem}-"
+        for stale in target.parent.glob(prefix + "*.so"):
             with contextlib.suppress(OSError):
                 stale.unlink()
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".so", dir=target.parent)
         os.close(fd)
         try:
             logger.warning("tfrs_logq: compiling the native kernels (once; about 30 s) into %s",
@@ -260,10 +263,32 @@ def in_xla_context() -> bool:
     return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
 
 
+def in_save_context() -> bool:
+    """Whether a SavedModel is being traced now (`tf.saved_model.save`, Keras'
+    ``model.save``, which also traces training calls): saved graphs must not hold these
+    ops, which a process without this package's library cannot load."""
+    try:
+        from tensorflow.python.saved_model import save_context
+    except ImportError:  # internal module moved: assume not
+        return False
+    return bool(save_context.in_save_context())
+
+
+def usable_here() -> bool:
+    """Whether ops built now may be the kernels: not under XLA compilation
+    (`in_xla_context`) nor while a SavedModel is traced (`in_save_context`).
+
+    Checked where the ops are built, i.e. when a `tf.function` traces: a trace made
+    outside XLA and later called from inside an XLA cluster is not retraced, so code
+    that compiles with XLA must build its models with ``native_kernels=False`` (as
+    `tfrs_logq.training` does under ``xla`` and on TPU) or trace with ``jit_compile``."""
+    return not in_xla_context() and not in_save_context()
+
+
 def enabled(native_kernels: Optional[bool] = None) -> bool:
     """Whether a caller asked for ``native_kernels`` should use the kernels: None
     means when they build and the host has no GPU or TPU (nor a TPU strategy);
-    False never. Callers also check `in_xla_context` where they build ops.
+    False never. Callers also check `usable_here` where they build ops.
 
     Raises:
       NativeBuildError: ``native_kernels=True`` and the kernels are unavailable.
