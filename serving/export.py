@@ -257,6 +257,16 @@ def next_version(base: str) -> int:
     return max(versions, default=0) + 1
 
 
+def _free_version_path(base: str, version: int) -> str:
+    """``base/version`` if ``version`` is a positive integer not yet written, else an error."""
+    if int(version) < 1:
+        raise ValueError(f"`version` must be a positive integer, received {version}.")
+    final = os.path.join(base, str(int(version)))
+    if os.path.exists(final):
+        raise FileExistsError(f"{final} exists; versions are immutable, choose another.")
+    return final
+
+
 def export(model_dir: str, model_base_path: str, model_name: str, version: Optional[int] = None,
            index: str = "scann", default_k: int = 100, scann_params: Optional[dict] = None,
            module: Optional[RetrievalModule] = None) -> str:
@@ -283,6 +293,8 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
     """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
+    if version is not None:  # refused before the model is loaded and the index built
+        _free_version_path(base_path, version)
     config, fingerprint = {}, None
     if module is None:
         encoder, config, raw_ids = load_trained(model_dir)
@@ -296,11 +308,7 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
     for path in remove_stale_temporaries(base):
         logger.warning("removed %s, left by an export that did not finish", path)
     version = next_version(base) if version is None else int(version)
-    if version < 1:
-        raise ValueError(f"`version` must be a positive integer, received {version}.")
-    final = os.path.join(base, str(version))
-    if os.path.exists(final):
-        raise FileExistsError(f"{final} exists; versions are immutable, choose another.")
+    final = _free_version_path(base, version)  # again: another export may have taken it
     tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{version}-{os.getpid()}-", dir=base)
     try:
         signatures = {

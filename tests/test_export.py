@@ -106,6 +106,30 @@ def test_cli_export_base_path_is_the_version_directory_and_old_layout_warns(runs
     assert "warning" in err and "TF Serving's base path" in err
 
 
+def test_an_existing_version_is_refused_before_the_model_is_loaded(runs, tmp_path, monkeypatch,
+                                                                    capsys):
+    # Issue 23: `export --version N` over an existing N built the (ScaNN) index first.
+    from tfrs_logq.serving import export as export_module
+
+    base = tmp_path / "ml1m"
+    (base / "3").mkdir(parents=True)
+    loaded = []
+    real_load = export_module.load_trained
+    monkeypatch.setattr(export_module, "load_trained",
+                        lambda *a, **k: loaded.append(a) or real_load(*a, **k))
+    with pytest.raises(FileExistsError, match="versions are immutable"):
+        export_version(runs[0], str(base), version=3, index="scann", default_k=5)
+    code = cli.main(["export", "--model-dir", runs[0], "--model_base_path", str(base),
+                     "--model_name", "ml1m", "--version", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "versions are immutable" in err and len(err.strip().splitlines()) == 1
+    assert loaded == [] and sorted(os.listdir(base)) == ["3"]  # nothing loaded, nothing written
+    # A free version still exports (and loads the run once).
+    assert export_version(runs[0], str(base), version=4, index="brute-force",
+                          default_k=5) == str(base / "4")
+    assert len(loaded) == 1
+
+
 def test_evaluate_refuses_a_server_that_serves_another_run(runs, tmp_path, capsys):
     from tfrs_logq.serving.server import ModelServer, ServerOptions
 
