@@ -54,7 +54,10 @@ class ParseReport:
 
 
 def open_text(path: str, member: Optional[str] = None, encoding: str = "latin-1") -> io.TextIOBase:
-    """Opens a plain, ``.gz`` or ``.zip`` (with ``member``) file as text, streamed."""
+    """Opens a plain, ``.gz`` or ``.zip`` (with ``member``) file as text, streamed.
+
+    A plain file is recognised by content (gzip's magic bytes), but a ``.gz`` name
+    without them is a `DataFormatError`: its bytes are not text."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
     if path.endswith(".zip"):
@@ -71,6 +74,10 @@ def open_text(path: str, member: Optional[str] = None, encoding: str = "latin-1"
         magic = f.read(2)
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rt", encoding=encoding)
+    if path.endswith(".gz"):  # read as text, its bytes would surface in a parse error
+        raise DataFormatError(f"{path} is not a gzip file (it does not start with gzip's magic "
+                              f"bytes 1f 8b but {magic.hex(' ') or 'nothing'}); download or "
+                              "copy it again.")
     return open(path, encoding=encoding)
 
 

@@ -523,6 +523,26 @@ def test_a_damaged_gzip_is_a_data_error_naming_the_file(tmp_path, damage):
         load_movielens_1m(str(data), download_ok=False)
 
 
+def test_a_gz_file_that_is_not_gzip_is_a_one_line_error_naming_the_file(tmp_path, capsys):
+    # Issue 23: random bytes named .gz were read as latin-1 text and the parse error
+    # quoted them.
+    from tfrs_logq import cli
+
+    data = tmp_path / "d"
+    data.mkdir()
+    noise = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    assert noise[:2] != b"\x1f\x8b"
+    (data / "ratings.dat.gz").write_bytes(noise)
+    with pytest.raises(DataFormatError, match=r"ratings\.dat\.gz is not a gzip file") as info:
+        load_movielens_1m(str(data), download_ok=False)
+    message = str(info.value)
+    assert message.isprintable() and len(message) < 300, message  # no bytes of the file
+    code = cli.main(["data", "stats", "--dataset", "ml-1m", "--data-dir", str(data)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "not a gzip file" in err, err
+    assert str(data / "ratings.dat.gz") in err and err.isprintable()
+
+
 def _cache_entry(tmp_path):
     (entry,) = (tmp_path / "cache" / "preprocessed").iterdir()
     return entry
