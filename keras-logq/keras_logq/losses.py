@@ -59,7 +59,8 @@ def _as_float(x, name: str, dtype: str):
 
 
 def _shape(x) -> tuple:
-    return tuple(ops.shape(x))
+    """The static shape: ints, None where unknown (TensorFlow graphs give tensors there)."""
+    return tuple(d if isinstance(d, int) else None for d in ops.shape(x))
 
 
 def _check_rank(x, name: str, ranks: tuple) -> None:

@@ -1,0 +1,168 @@
+"""`keras_logq.losses.sampled_softmax_loss`: values and gradients against the numpy
+references of the paper's formulas (tests/reference.py), on the current backend."""
+
+import numpy as np
+import pytest
+import reference
+from conftest import BACKEND, jit, to_numpy, value_and_grads
+
+from keras_logq.losses import sampled_softmax_loss
+
+B, N = 5, 7
+
+
+def _case(rng, poison=True):
+    """Logits, per-row log Q, a mask with an all-masked last row, masked entries poisoned."""
+    s_p = rng.normal(size=B)
+    s_n = rng.normal(size=(B, N)) * 2.0
+    log_q = np.log(rng.uniform(0.01, 0.3, size=(B, N)))
+    log_q_p = np.log(rng.uniform(0.01, 0.3, size=B))
+    mask = rng.uniform(size=(B, N)) > 0.3
+    mask[0] = True
+    mask[-1] = False  # no valid negative
+    s_n_in, log_q_in = s_n.copy(), log_q.copy()
+    if poison:  # masked entries may hold anything
+        s_n_in[~mask] = np.where(rng.uniform(size=(~mask).sum()) > 0.5, np.inf, np.nan)
+        log_q_in[~mask] = np.nan
+    return s_p, s_n, log_q, log_q_p, mask, s_n_in, log_q_in
+
+
+def _run(correction, s_p, s_n, mask, log_q=None, log_q_p=None, dtype="float32"):
+    args = [s_p.astype(dtype), s_n.astype(dtype), mask]
+    if log_q is not None:
+        args.append(log_q.astype(dtype))
+    if log_q_p is not None:
+        args.append(log_q_p.astype(dtype))
+
+    def fn(sp, sn, m, *rest):
+        kwargs = {}
+        if log_q is not None:
+            kwargs["negative_log_q"] = rest[0]
+        if log_q_p is not None:
+            kwargs["positive_log_q"] = rest[1]
+        return sampled_softmax_loss(sp, sn, correction=correction, is_negative=m, **kwargs)
+
+    return value_and_grads(fn, args, wrt=[0, 1])
+
+
+def test_none_matches_reference(rng):
+    s_p, s_n, _, _, mask, s_n_in, _ = _case(rng)
+    loss, (g_p, g_n) = _run("none", s_p, s_n_in, mask)
+    ref, ref_p, ref_n = reference.loss_none(s_p, s_n, mask)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_p, ref_p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_n, rtol=1e-5, atol=1e-6)
+    assert loss[-1] == 0.0 and g_p[-1] == 0.0
+
+
+@pytest.mark.parametrize("with_positive_log_q", [False, True])
+def test_logq_matches_reference(rng, with_positive_log_q):
+    s_p, s_n, log_q, log_q_p, mask, s_n_in, log_q_in = _case(rng)
+    lqp = log_q_p if with_positive_log_q else None
+    loss, (g_p, g_n) = _run("logq", s_p, s_n_in, mask, log_q_in, lqp)
+    ref, ref_p, ref_n = reference.loss_logq(s_p, s_n, log_q, mask, lqp)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_p, ref_p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_n, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(g_n).all()
+
+
+def test_corrected_matches_reference_with_stop_gradient_weight(rng):
+    s_p, s_n, log_q, _, mask, s_n_in, log_q_in = _case(rng)
+    loss, (g_p, g_n) = _run("corrected", s_p, s_n_in, mask, log_q_in)
+    ref, ref_p, ref_n, weights = reference.loss_corrected(s_p, s_n, log_q, mask)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    # dL/ds_p = -w exactly: the weight is held constant (stop-gradient).
+    np.testing.assert_allclose(g_p, ref_p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_p, -weights, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_n, rtol=1e-5, atol=1e-6)
+    # The row without a valid negative: loss 0, zero (finite) gradients.
+    assert loss[-1] == 0.0 and g_p[-1] == 0.0 and (g_n[-1] == 0.0).all()
+
+
+def test_corrected_paper_example():
+    # s_p = 2; negatives s = 0, 1 with Q = 0.1, 0.2; Q(p) = 0.5: log Q' = log 0.2, log 0.4.
+    loss = sampled_softmax_loss(np.array([2.0], "float32"), np.array([[0.0, 1.0]], "float32"),
+                                correction="corrected",
+                                negative_log_q=np.log([[0.2, 0.4]]).astype("float32"))
+    ref = reference.loss_corrected(np.array([2.0]), np.array([[0.0, 1.0]]),
+                                   np.log([[0.2, 0.4]]), np.ones((1, 2), bool))[0]
+    np.testing.assert_allclose(to_numpy(loss), ref, rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(loss), [0.2076], atol=1e-4)
+
+
+def test_one_dimensional_log_q_is_shared_by_rows(rng):
+    s_p, s_n = rng.normal(size=B), rng.normal(size=(B, N))
+    log_q = np.log(rng.uniform(0.01, 0.3, size=N))
+    mask = np.ones((B, N), bool)
+    for correction, ref_fn in (("logq", reference.loss_logq),
+                               ("corrected", reference.loss_corrected)):
+        loss = sampled_softmax_loss(s_p.astype("float32"), s_n.astype("float32"),
+                                    correction=correction,
+                                    negative_log_q=log_q.astype("float32"))
+        ref = ref_fn(s_p, s_n, np.broadcast_to(log_q, (B, N)), mask)[0]
+        np.testing.assert_allclose(to_numpy(loss), ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+def test_half_precision_inputs_computed_in_float32(rng, dtype, correction):
+    import keras
+
+    s_p, s_n, log_q, _, mask, s_n_in, log_q_in = _case(rng, poison=False)
+    cast = lambda x: keras.ops.convert_to_tensor(x.astype("float32"), dtype=dtype)  # noqa: E731
+    rounded = lambda x: to_numpy(keras.ops.cast(cast(x), "float32")).astype(np.float64)  # noqa
+    kwargs = {} if correction == "none" else {"negative_log_q": cast(log_q)}
+    loss = sampled_softmax_loss(cast(s_p), cast(s_n), correction=correction,
+                                is_negative=mask, **kwargs)
+    assert keras.backend.standardize_dtype(loss.dtype) == "float32"
+    # Exactly the float32 loss of the rounded inputs (no half-precision arithmetic inside).
+    if correction == "none":
+        ref = reference.loss_none(rounded(s_p), rounded(s_n), mask)[0]
+    elif correction == "logq":
+        ref = reference.loss_logq(rounded(s_p), rounded(s_n), rounded(log_q), mask)[0]
+    else:
+        ref = reference.loss_corrected(rounded(s_p), rounded(s_n), rounded(log_q), mask)[0]
+    np.testing.assert_allclose(to_numpy(loss), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+def test_jit_compiled_equals_reference(rng, correction):
+    s_p, s_n, log_q, _, mask, s_n_in, log_q_in = _case(rng)
+
+    def fn(sp, sn, lq, m):
+        kwargs = {} if correction == "none" else {"negative_log_q": lq}
+        return sampled_softmax_loss(sp, sn, correction=correction, is_negative=m, **kwargs)
+
+    compiled = jit(fn)
+    import keras
+
+    args = [keras.ops.convert_to_tensor(a) for a in
+            (s_p.astype("float32"), s_n_in.astype("float32"), log_q_in.astype("float32"), mask)]
+    out = to_numpy(compiled(*args))
+    if correction == "none":
+        ref = reference.loss_none(s_p, s_n, mask)[0]
+    elif correction == "logq":
+        ref = reference.loss_logq(s_p, s_n, log_q, mask)[0]
+    else:
+        ref = reference.loss_corrected(s_p, s_n, log_q, mask)[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_input_raises_value_error_naming_the_argument():
+    s_p, s_n = np.zeros(3, "float32"), np.zeros((3, 4), "float32")
+    with pytest.raises(ValueError, match="correction"):
+        sampled_softmax_loss(s_p, s_n, correction="sampled")
+    with pytest.raises(ValueError, match="negative_log_q"):
+        sampled_softmax_loss(s_p, s_n, correction="corrected")
+    with pytest.raises(ValueError, match="positive_log_q"):
+        sampled_softmax_loss(s_p, s_n, correction="corrected", negative_log_q=s_n,
+                             positive_log_q=s_p)
+    with pytest.raises(ValueError, match="positive_logits.*floating"):
+        sampled_softmax_loss(np.zeros(3, "int32"), s_n, correction="none")
+    with pytest.raises(ValueError, match="negative_logits.*rows"):
+        sampled_softmax_loss(s_p, np.zeros((2, 4), "float32"), correction="none")
+    with pytest.raises(ValueError, match="is_negative.*bool"):
+        sampled_softmax_loss(s_p, s_n, correction="none", is_negative=np.ones((3, 4), "int32"))
+    with pytest.raises(ValueError, match="negative_log_q.*entries"):
+        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=np.zeros(5, "float32"))
