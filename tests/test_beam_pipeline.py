@@ -650,6 +650,29 @@ def test_an_unblessed_model_is_not_pushed(built, tmp_path, capsys):
     assert "threshold 0.99" in manifest["counts"]["reason"]
 
 
+def test_a_run_whose_model_is_not_blessed_exits_non_zero_with_one_line(built, tmp_path,
+                                                                         capsys):
+    """Issue 23: `pipeline run` exited 0 when the Evaluator withheld the blessing, so a
+    scheduler saw a good run. It exits 3 (2 is an error), also when the run is repeated
+    and every component is current, and also with --json."""
+    root = tmp_path / "root"
+    shutil.copytree(built["root"], root)
+    argv = list(built["argv"])
+    argv[argv.index("--pipeline-root") + 1] = root
+    argv[argv.index("--serving-base-path") + 1] = tmp_path / "serving"
+    argv += ["--threshold", "recall@10=0.99"]
+    for extra in ([], ["--json"]):
+        code, out, err = cli_run(capsys, *argv, *extra)
+        lines = err.strip().splitlines()  # progress lines ("Evaluator: running"), then it
+        assert code == 3, (code, err)
+        assert [line for line in lines if "blessed" in line] == lines[-1:], err
+        assert "not blessed: recall@10" in lines[-1] and "threshold 0.99" in lines[-1]
+        assert "nothing pushed" in lines[-1] and "Traceback" not in err
+    assert not (tmp_path / "serving").exists()
+    code, out, err = cli_run(capsys, *argv[:-2])  # without the threshold: blessed, pushed
+    assert code == 0 and "blessed" not in err and os.listdir(tmp_path / "serving") == ["1"]
+
+
 def test_bless_holds_figures_to_thresholds_and_a_baseline():
     from tfrs_logq.pipelines.beam.evaluation import bless
 

@@ -13,7 +13,8 @@ command is parsed or its help printed, and TensorFlow's start-up logs are
 silenced before anything imports it (``--verbose`` keeps them). Errors a user
 can fix (bad flags, data, files, ports, servers) end the command with one line,
 ``tfrs-logq: error: ...`` on stderr, and exit status 2; ``--verbose`` adds the
-traceback.
+traceback. ``pipeline run`` exits 3, with one line, when its Evaluator does not bless
+the model.
 """
 
 from __future__ import annotations
@@ -700,7 +701,8 @@ def _populate_pipeline_run(p) -> None:
          help="Pusher copies a blessed export here as the next integer version (TF "
               "Serving's --model_base_path) (default: none, no Pusher)")
     _add(p, "stop-after", choices=COMPONENTS, default=COMPONENTS[-1],
-         help="run the components up to this one")
+         help="run the components up to this one (the run exits 3 when the Evaluator ran "
+              "and did not bless the model)")
     _add(p, "force", action="store_true", help="rebuild every component, current or not")
     _add(p, "json", action="store_true", help="print one JSON object")
     _add_verbose(p)
@@ -1284,12 +1286,29 @@ def _pipeline_run(args) -> int:
                                               "pushed_to") if k in r.manifest},
                                           "counts": r.manifest.get("counts")}
                                          for r in results]}))
-        return 0
+        return _blessing_status(results)
     split = "leave-one-out" if args.dataset == "synthetic" else args.split
     print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {split}")
     for result in results:
         _print_component(result, args)
-    return 0
+    return _blessing_status(results)
+
+
+# `pipeline run`'s exit status when the Evaluator did not bless the model (2 is an error).
+NOT_BLESSED_EXIT = 3
+
+
+def _blessing_status(results) -> int:
+    """0, or `NOT_BLESSED_EXIT` with one line on stderr when the Evaluator ran and did not
+    bless the model (so a scheduler sees the run fail; Pusher pushed nothing)."""
+    evaluator = [r for r in results if r.name == "Evaluator"]
+    if not evaluator or evaluator[0].manifest.get("blessed", True):
+        return 0
+    from tfrs_logq.pipelines.beam.evaluation import describe_blessing
+
+    print(f"{PROG}: the model is {describe_blessing(evaluator[0].manifest['blessing'])}; "
+          "nothing pushed (exit status 3)", file=sys.stderr)
+    return NOT_BLESSED_EXIT
 
 
 # ------------------------------------------------------------------- output and errors
