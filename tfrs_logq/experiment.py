@@ -245,11 +245,13 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _chart(rows: list[dict], path: str) -> None:
+def _chart_figure(rows: list[dict]):
+    """The figure of ``table.png``: test NDCG@20 per loss, one panel per dataset and split."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     groups = _summary(rows)
     columns = sorted({(r["dataset"], r["split"]) for r in rows})
@@ -264,9 +266,20 @@ def _chart(rows: list[dict], path: str) -> None:
         ax.barh(range(len(losses)), means, xerr=errs, color="tab:blue")
         ax.set_yticks(range(len(losses)), [ROW_LABELS[k] for k in losses], fontsize=8)
         ax.invert_yaxis()
+        # At most 5 x ticks: with small figures (a smoke run's 0.0035) the default ~10
+        # labels of 6 characters each overlapped in the panel left of the loss names.
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, min_n_ticks=3))
+        ax.tick_params(axis="x", labelsize=8)
         ax.set_xlabel("test NDCG@20")
         ax.set_title(f"{d}, {s} split", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def _chart(rows: list[dict], path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = _chart_figure(rows)
     tmp = path + ".tmp"
     fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
