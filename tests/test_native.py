@@ -194,6 +194,33 @@ def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, monkeypatc
     assert not [p for p in broken.iterdir() if p.suffix == ".so"]
 
 
+def test_a_compile_says_so_once_per_process_and_a_cache_hit_says_nothing(tmp_path, monkeypatch,
+                                                                         caplog):
+    # Issue 23: the first training compiled for about 50 s without a word. A stand-in
+    # compiler (writes its -o file) keeps this test fast.
+    fake = tmp_path / "fake-compiler"
+    fake.write_text('#!/bin/sh\nfor a; do case "$prev" in -o) echo lib > "$a";; esac; '
+                    'prev="$a"; done\nexit 0\n')
+    fake.chmod(0o755)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setenv("TFRS_LOGQ_CACHE", str(cache))
+    monkeypatch.setattr(native, "_announced", False)  # as in a fresh process
+
+    def lines():
+        found = [r.getMessage() for r in caplog.records if r.name == native.logger.name]
+        caplog.clear()
+        return found
+
+    with caplog.at_level("DEBUG", logger=native.logger.name):
+        path = native.build()
+        assert path.read_text() == "lib\n"
+        assert lines() == [f"compiling native CPU kernels (once, cached in {cache})"]
+        assert native.build() == path and lines() == []  # the cache hit: nothing
+        native.build(force=True)  # a rebuild (a cached library that did not load)
+        assert lines() == []  # once per process
+
+
 _BUILD = """
 import sys
 from tfrs_logq import native

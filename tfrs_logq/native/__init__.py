@@ -57,6 +57,7 @@ _BUILD_TIMEOUT_S = 600
 
 _lock = threading.Lock()
 _state: dict = {}  # "module", "error"
+_announced = False  # whether this process said it compiles (`_announce_compile`)
 
 
 class NativeBuildError(RuntimeError):
@@ -127,6 +128,15 @@ def library_path() -> Path:
     return cache_dir() / f"kernels-{tf.__version__}-{key.hexdigest()[:16]}.so"
 
 
+def _announce_compile(target: Path) -> None:
+    """One line the first time this process compiles (a first training otherwise sits
+    silent for the build, about 50 s on 2 busy cores); a cache hit says nothing."""
+    global _announced
+    if not _announced:
+        _announced = True
+        logger.warning("compiling native CPU kernels (once, cached in %s)", target.parent)
+
+
 def build(force: bool = False) -> Path:
     """Compiles the kernels unless the cached library exists; returns its path.
 
@@ -157,8 +167,7 @@ def build(force: bool = False) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".so", dir=target.parent)
         os.close(fd)
         try:
-            logger.warning("tfrs_logq: compiling the native kernels (once; about 30 s) into %s",
-                           target)
+            _announce_compile(target)
             result = subprocess.run(_build_command(tmp), capture_output=True, text=True,
                                     timeout=_BUILD_TIMEOUT_S)
             if result.returncode != 0:
