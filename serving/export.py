@@ -121,9 +121,26 @@ def scann_parameters(num_items: int, k: int) -> dict:
             "anisotropic_threshold": 0.2, "reorder": min(num_items, reorder), "k": k}
 
 
-def build_scann_searcher(embeddings: np.ndarray, params: dict):
-    from scann import scann_ops
+def scann_ops_or_error():
+    """``scann.scann_ops``, or an ImportError whose one line says why and what to do.
 
+    scann 1.4.2's TF ops load only with TensorFlow 2.20.x: with 2.21 the import fails
+    (an undefined absl symbol, or pip could not install it beside 2.21 at all).
+    """
+    try:
+        from scann import scann_ops
+    except Exception as exc:  # ImportError, or TF's NotFoundError from the ops library
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ImportError(
+            f"--index scann needs ScaNN, which does not load with TensorFlow {tf.__version__} "
+            f"({reason}); scann 1.4.2 loads only with TensorFlow 2.20: install it with "
+            "pip install 'tfrs-logq[scann]' (TensorFlow 2.20), or export with "
+            "--index brute-force") from exc
+    return scann_ops
+
+
+def build_scann_searcher(embeddings: np.ndarray, params: dict):
+    scann_ops = scann_ops_or_error()
     builder = scann_ops.builder(embeddings, params["k"], "dot_product")
     if params["tree"]:
         builder = builder.tree(num_leaves=params["num_leaves"],
@@ -200,8 +217,7 @@ class RetrievalModule(tf.Module):
         extra = tf.where(exclude_history, tf.shape(history)[1], 0)
         n = tf.minimum(k + extra, self.num_items)
         if self.index_kind == "scann":
-            from scann import scann_ops
-
+            scann_ops = scann_ops_or_error()
             searcher = scann_ops.searcher_from_module(self.scann_index)
             # Reorder at least n candidates exactly, however large a k is asked for.
             reorder = tf.maximum(n, self.scann_params["reorder"])
