@@ -2,18 +2,55 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml keras-logq/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench lint clean install pipeline help
+# keras-logq (keras-logq/, Keras 3) on JAX and PyTorch runs in its own environment with no
+# TensorFlow; its TensorFlow-backend tests run in .venv. torch==2.13.0 resolves to the CPU
+# wheel in this machine's wheel directory (plain `torch` from PyPI is a multi-GB CUDA build).
+KERAS_VENV     ?= .venv-keras
+KERAS_PY       := $(KERAS_VENV)/bin/python
+KERAS_PACKAGES ?= "keras>=3.10" "jax[cpu]>=0.4.34" "torch==2.13.0" "keras-rs>=0.4,<0.5" \
+                  "numpy>=1.26" "pytest>=8"
+KERAS_STAMP    := $(KERAS_VENV)/.installed-$(shell echo '$(KERAS_PACKAGES)' | cat - keras-logq/pyproject.toml | cksum | cut -d' ' -f1)
+# tfrs-logq on TensorFlow 2.21 (no ScaNN: scann 1.4.2 loads only with 2.20): a second
+# environment that runs the tests below; .venv keeps TF 2.20 and runs everything.
+TF221_VENV     ?= .venv-tf221
+TF221_PY       := $(TF221_VENV)/bin/python
+TF221_STAMP    := $(TF221_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_tasks.py \
+                  tests/test_sampling.py tests/test_frequency.py tests/test_export.py \
+                  tests/test_training.py::test_train_cli_smoke_writes_model_dir_and_json
+PIP_PROGRESS   := --progress-bar off
+
+.PHONY: demo test test-keras test-tf221 bench lint clean install pipeline help
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test,serving]"
+	@echo "== $(VENV): keras-logq (editable) and keras-rs, for the Keras 3 TensorFlow-backend tests"
+	$(PY) -m pip install -q "keras-rs>=0.4,<0.5"
+	$(PY) -m pip install -q --no-deps -e keras-logq
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-install: $(STAMP)
+$(KERAS_STAMP): keras-logq/pyproject.toml
+	@echo "== $(KERAS_VENV): keras, jax (CPU), torch (CPU), keras-rs, keras-logq; no TensorFlow"
+	test -x $(KERAS_PY) || $(PYTHON) -m venv $(KERAS_VENV)
+	$(KERAS_PY) -m pip install $(PIP_PROGRESS) $(KERAS_PACKAGES)
+	$(KERAS_PY) -m pip install $(PIP_PROGRESS) --no-deps -e keras-logq
+	rm -f $(KERAS_VENV)/.installed-*
+	touch $(KERAS_STAMP)
+
+$(TF221_STAMP): pyproject.toml
+	@echo "== $(TF221_VENV): tfrs-logq on TensorFlow 2.21 and tf-keras 2.21, without ScaNN"
+	test -x $(TF221_PY) || $(PYTHON) -m venv $(TF221_VENV)
+	$(TF221_PY) -m pip install $(PIP_PROGRESS) "tensorflow==2.21.*" "tf-keras==2.21.*" \
+	  "tensorflow-recommenders==0.7.7" -e ".[serving-brute-force]" "pytest>=8" "scipy>=1.11"
+	rm -f $(TF221_VENV)/.installed-*
+	touch $(TF221_STAMP)
+
+install: $(STAMP) $(KERAS_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/tfrs-logq demo --output-dir demo_output
@@ -38,8 +75,25 @@ pipeline: $(STAMP)
 	    --dataset synthetic; \
 	fi
 
-test: $(STAMP)
+# The full suite on TF 2.20, keras-logq on three backends, then a selection on TF 2.21.
+test: $(STAMP) $(KERAS_STAMP) $(TF221_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-keras test-tf221
+
+# keras-logq: one pytest process per Keras backend.
+test-keras: $(STAMP) $(KERAS_STAMP)
+	@echo "== keras-logq, KERAS_BACKEND=jax ($(KERAS_VENV), no TensorFlow)"
+	cd keras-logq && KERAS_BACKEND=jax $(abspath $(KERAS_PY)) -m pytest -q
+	@echo "== keras-logq, KERAS_BACKEND=torch ($(KERAS_VENV), no TensorFlow)"
+	cd keras-logq && KERAS_BACKEND=torch $(abspath $(KERAS_PY)) -m pytest -q
+	@echo "== keras-logq, KERAS_BACKEND=tensorflow ($(VENV), TensorFlow 2.20)"
+	cd keras-logq && KERAS_BACKEND=tensorflow $(abspath $(PY)) -m pytest -q
+
+# tfrs-logq on TensorFlow 2.21: task, losses, samplers, frequency, training smoke,
+# brute-force export and serving (test_export.py serves through the in-process server).
+test-tf221: $(TF221_STAMP)
+	@echo "== tfrs-logq on TensorFlow 2.21 ($(TF221_VENV)): $(TF221_TESTS)"
+	$(TF221_PY) -m pytest -q $(TF221_TESTS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_task.py
@@ -54,11 +108,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check tfrs_logq pipelines serving tests benchmarks
 
 clean:
-	rm -rf $(VENV) demo_output pipeline_output build *.egg-info
+	rm -rf $(VENV) $(KERAS_VENV) $(TF221_VENV) demo_output pipeline_output build *.egg-info \
+	  keras-logq/*.egg-info
 
 help:
 	@echo "make demo      train none/logq/corrected on the synthetic stream (demo_output/)"
-	@echo "make test      the test suite"
+	@echo "make test      the test suite (TF 2.20), keras-logq on jax/torch/tensorflow, and a"
+	@echo "               selection on TF 2.21 (make test-keras, make test-tf221: those parts alone)"
 	@echo "make pipeline  the Beam pipeline on ML-1M into pipeline_output/, all seven components;"
 	@echo "               the Trainer uses the smoke preset (minutes on 2 CPU cores, not a usable"
 	@echo "               model; PIPELINE_PRESET=cpu or long for one, hours)"
