@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tfrs_logq.diagnose import Proposal, diagnose, full_softmax_gradient
 
@@ -51,14 +52,17 @@ def test_full_softmax_gradient_is_chunk_independent_and_exact():
     np.testing.assert_allclose(p_pos, prob[np.arange(4), pos], rtol=1e-10)
 
 
-@pytest.mark.parametrize("sampler", ["in-batch", "uniform", "mixed"])
+@pytest.mark.parametrize("sampler", ["in-batch", "uniform", "mixed", "mixed-unigram"])
 def test_exact_expectation_equals_numpy_enumeration(sampler):
     q, items, pos, unigram = _toy()
     k = 2
     result = diagnose(q, items, pos, unigram, samplers=[sampler], num_negatives=[k], exact=True)
     proposal = Proposal(sampler, k, unigram)
-    log_q = proposal.log_q()
     n = len(unigram)
+    # What each sampler's negatives are corrected with (k = 2: one uniform slot of two).
+    log_q = {"in-batch": np.log(unigram), "uniform": np.full(n, -np.log(n)),
+             "mixed": np.log(0.5 / n + 0.5 * unigram), "mixed-unigram": np.log(unigram)}[sampler]
+    np.testing.assert_allclose(proposal.log_q(), log_q, rtol=1e-12)
     slots = [np.full(n, 1 / n)] * proposal.num_uniform + [unigram] * (k - proposal.num_uniform)
     g_star, p_pos = full_softmax_gradient(q, items, pos)
     for row in result["rows"]:
@@ -143,3 +147,65 @@ def test_cli_model_dir_that_is_not_a_run_is_a_one_line_error(tmp_path, capsys):
     code = cli.main(["diagnose", "--model-dir", str(tmp_path / "missing")])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and "does not exist" in err
+
+
+def test_mixed_sampler_offers_both_proposals_on_the_same_draws_and_labels_mns():
+    """``mixed`` corrects with the mixture's own log Q, ``mixed-unigram`` with the unigram
+    (the paper's convention, what ``mns-*`` trains), on the same random draws."""
+    from tfrs_logq.diagnose import SAMPLER_PROPOSALS, format_table
+
+    q, items, pos, unigram = _toy(num_items=20, num_queries=6, seed=5)
+    result = diagnose(q, items, pos, unigram, samplers=["mixed", "mixed-unigram"],
+                      num_negatives=[4], num_draws=30, seed=3)
+    per_query = result["_per_query"]
+    # "none" ignores log Q: identical numbers prove the draws are the same.
+    for key in ("bias", "variance", "cosine"):
+        np.testing.assert_array_equal(per_query[("mixed", 4, "none")][key],
+                                      per_query[("mixed-unigram", 4, "none")][key])
+    assert not np.allclose(per_query[("mixed", 4, "corrected")]["bias"],
+                           per_query[("mixed-unigram", 4, "corrected")]["bias"])
+    assert "mns-*" in SAMPLER_PROPOSALS["mixed-unigram"]
+    assert "mns" not in SAMPLER_PROPOSALS["mixed"]
+    assert result["proposals"] == {s: SAMPLER_PROPOSALS[s] for s in ("mixed", "mixed-unigram")}
+    table = format_table(result)
+    assert "| mixed-unigram | 4 | corrected |" in table
+    assert "- mixed-unigram: negatives corrected with unigram Q(d)" in table
+    assert "what mns-* trains" in table.splitlines()[-1]
+
+
+def test_cli_model_dir_logs_the_data_loading_line_once(tmp_path, capsys, monkeypatch):
+    """Issue 23: `diagnose --model-dir` printed its data-loading line twice."""
+    from tfrs_logq import cli
+    from tfrs_logq.serving import export
+
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    (data / "ratings.dat").write_text("".join(
+        f"{u}::{int(rng.zipf(1.5) % 20) + 1}::5::{1_000_000 + 1000 * k + u}\n"
+        for u in range(1, 31) for k in range(10)))
+    model_dir = tmp_path / "model"  # a training output's config.json (no weights)
+    model_dir.mkdir()
+    config = {"dataset": "ml-1m", "split": "loo", "data_dir": str(data),
+              "data_format": "ratings", "max_length": 5, "temporal_fraction": None}
+    (model_dir / "config.json").write_text(json.dumps(config))
+
+    class Encoder:  # the trained encoder's two methods diagnose reads
+        def last_query(self, history, training=False):
+            return tf.cast(tf.one_hot(history[:, -1], 4), tf.float32)
+
+        def item_embeddings(self):
+            return tf.eye(num_items + 1, 4)
+
+    from tfrs_logq.pipelines.datasets import load_dataset
+
+    num_items = load_dataset("ml-1m", str(data), fmt="ratings", download_ok=False).num_items
+
+    monkeypatch.setattr(export, "load_trained", lambda d: (Encoder(), config, None))
+    capsys.readouterr()
+    code = cli.main(["diagnose", "--model-dir", str(model_dir), "--queries", "5",
+                     "--num-negatives", "2", "--draws", "2", "--corrections", "none"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert len([line for line in err.splitlines() if "ratings.dat" in line]) == 1, err

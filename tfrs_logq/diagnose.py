@@ -28,7 +28,14 @@ Samplers (``k`` negatives per query, accidental hits masked):
   from the unigram ``Q`` (positives drawn i.i.d. from the training distribution);
 - ``"uniform"``: ``k`` uniform draws, ``Q = 1 / N``;
 - ``"mixed"``: ``k // 2`` uniform and ``k - k // 2`` unigram draws, each
-  corrected with the mixture's per-slot proposal ``a / N + (1 - a) Q(d)``.
+  corrected with the mixture's own per-slot proposal ``a / N + (1 - a) Q(d)``;
+- ``"mixed-unigram"``: the same draws (the same random numbers as ``"mixed"``),
+  every negative, the uniform ones too, corrected with the unigram ``log Q``: the
+  paper's convention, and what the ``mns-*`` objectives train
+  (`tfrs_logq.objectives`; `tfrs_logq.sampling.MixedSampler`'s default).
+
+``log Q'`` and the weight ``w`` come from `tfrs_logq.proposal.excluded_log_q` and
+`tfrs_logq.losses.corrected_weight`, the functions the losses use.
 
 Results are averaged over queries, overall and by the positive's popularity
 decile (decile 0 = the 10% most popular items).
@@ -43,9 +50,23 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfrs_logq.losses import CORRECTIONS, sampled_softmax_loss
+from tfrs_logq.losses import (
+    CORRECTIONS,
+    corrected_weight,
+    masked_row_logsumexp,
+    sampled_softmax_loss,
+)
+from tfrs_logq.proposal import excluded_log_q, mixture_probability
 
-SAMPLERS = ("in-batch", "uniform", "mixed")
+SAMPLERS = ("in-batch", "uniform", "mixed", "mixed-unigram")
+# What each sampler's negatives are corrected with (shown under the table).
+SAMPLER_PROPOSALS = {
+    "in-batch": "unigram Q(d)",
+    "uniform": "1 / N",
+    "mixed": "the mixture's own log Q, a / N + (1 - a) Q(d)",
+    "mixed-unigram": "unigram Q(d) for every negative, the uniform ones too "
+                     "(the paper's convention; what mns-* trains)",
+}
 
 
 def full_softmax_gradient(queries, items, positives, chunk_size: int = 65_536):
@@ -97,14 +118,15 @@ class Proposal:
     @property
     def num_uniform(self) -> int:
         k = self.num_negatives
-        return {"in-batch": 0, "uniform": k, "mixed": k // 2}[self.name]
+        return {"in-batch": 0, "uniform": k, "mixed": k // 2, "mixed-unigram": k // 2}[self.name]
 
     def log_q(self) -> np.ndarray:
-        """`[N]` log per-draw proposal of a negative slot."""
+        """`[N]` log proposal a negative is corrected with: the per-slot proposal of the
+        draws, or the unigram for ``"mixed-unigram"`` (the paper's convention)."""
         num_items = len(self.unigram)
-        a = self.num_uniform / self.num_negatives
+        a = 0.0 if self.name == "mixed-unigram" else self.num_uniform / self.num_negatives
         with np.errstate(divide="ignore"):
-            return np.log(a / num_items + (1.0 - a) * self.unigram)
+            return np.log(mixture_probability(self.unigram, a, num_items))
 
     def draw(self, rng: np.random.Generator, num_queries: int) -> np.ndarray:
         """`[num_queries, k]` negative item rows."""
@@ -144,8 +166,7 @@ def _sampled_gradients(correction: str, queries, items, positives, negatives, lo
         kwargs = dict(negative_log_q=negative_log_q, positive_log_q=positive_log_q)
     elif correction == "corrected":
         # Q'(d) = Q(d) / (1 - Q(p)): the proposal with the positive excluded.
-        kwargs = dict(negative_log_q=negative_log_q
-                      - tf.math.log1p(-tf.minimum(tf.exp(positive_log_q), 1 - 1e-9))[:, None])
+        kwargs = dict(negative_log_q=excluded_log_q(negative_log_q, positive_log_q))
     with tf.GradientTape() as tape:
         tape.watch(u)
         s_p = tf.einsum("nd,nd->n", u, v_p)
@@ -155,11 +176,10 @@ def _sampled_gradients(correction: str, queries, items, positives, negatives, lo
         total = tf.reduce_sum(loss)
     grad = tape.gradient(total, u)
     w_hat = None
-    if correction == "corrected":
-        adjusted = tf.where(is_negative, s_n - kwargs["negative_log_q"], -np.inf)
-        lse = tf.reduce_logsumexp(adjusted, axis=1)
-        count = tf.maximum(tf.reduce_sum(tf.cast(is_negative, tf.float64), 1), 1.0)
-        w_hat = tf.sigmoid(lse - tf.math.log(count) - s_p)
+    if correction == "corrected":  # the weight the loss used: w = 1 - P(p|u)
+        lse = masked_row_logsumexp(s_n - kwargs["negative_log_q"], tf.logical_not(is_negative))
+        num_valid = tf.reduce_sum(tf.cast(is_negative, tf.int32), 1)
+        w_hat = corrected_weight(s_p, lse, num_valid)
     return grad, w_hat
 
 
@@ -241,8 +261,9 @@ def diagnose(
             if exact:
                 draws = ((np.broadcast_to(combo, (len(queries), k)), prob)
                          for combo, prob in proposal.enumerate_draws())
-            else:
-                rng = np.random.default_rng([seed, SAMPLERS.index(sampler), int(k)])
+            else:  # mixed-unigram draws what mixed draws: common random numbers
+                stream = SAMPLERS.index("mixed" if sampler == "mixed-unigram" else sampler)
+                rng = np.random.default_rng([seed, stream, int(k)])
                 draws = ((proposal.draw(rng, len(queries)), 1.0 / num_draws)
                          for _ in range(num_draws))
             for negatives, weight in draws:
@@ -280,6 +301,7 @@ def diagnose(
                 rows.append(row)
     return {"rows": rows, "num_queries": int(len(queries)), "num_items": int(num_items),
             "num_draws": None if exact else int(num_draws), "exact": bool(exact),
+            "proposals": {s: SAMPLER_PROPOSALS[s] for s in samplers},
             "_per_query": per_query}
 
 
@@ -299,6 +321,10 @@ def format_table(result: dict) -> str:
         w = f"{r['w_bias']:+.4f}" if "w_bias" in r else "-"
         lines.append(f"| {r['sampler']} | {r['k']} | {r['correction']} | {r['bias']:.4f} | "
                      f"{r['variance']:.4f} | {r['cosine']:.4f} | {w} |")
+    samplers = [s for s in SAMPLERS if any(r["sampler"] == s for r in result["rows"])]
+    if any(s.startswith("mixed") for s in samplers):
+        lines.append("")
+        lines += [f"- {s}: negatives corrected with {SAMPLER_PROPOSALS[s]}" for s in samplers]
     return "\n".join(lines)
 
 
@@ -411,5 +437,5 @@ def model_dir_inputs(model_dir: str, num_queries: int, part: str = "test", seed:
     return queries, items, arrays["targets"][idx] - 1, np.maximum(counts, 1e-12)
 
 
-__all__ = ["SAMPLERS", "Proposal", "diagnose", "format_table", "full_softmax_gradient",
-           "model_dir_inputs", "plot", "synthetic_inputs"]
+__all__ = ["SAMPLERS", "SAMPLER_PROPOSALS", "Proposal", "diagnose", "format_table",
+           "full_softmax_gradient", "model_dir_inputs", "plot", "synthetic_inputs"]

@@ -16,10 +16,13 @@ drawn from and ``Q'`` the proposal with the positive excluded.
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+
+from tfrs_logq.proposal import log_complement
 
 CORRECTIONS = ("none", "logq", "corrected")
 
@@ -110,20 +113,41 @@ def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     return m + tf.math.log(tf.exp(a - m) + tf.exp(b - m))
 
 
-def corrected_from_logsumexp(
+def corrected_weight(
     positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor
 ) -> tf.Tensor:
-    """``-w (s_p - lse)`` with ``w = sg(1 - P)``; rows with no valid negative give 0.
+    """The corrected loss's weight ``w = sg(1 - P(p|u))``, `[batch]`; 0 where ``n = 0``.
 
-    ``lse = log sum_i e^{s_i - log Q'(d_i)}`` over the ``num_valid`` negatives, and
-    ``P = e^{s_p} / (e^{s_p} + e^{lse} / n) = sigmoid(s_p - lse + log n)``, so
-    ``1 - P = sigmoid(lse - log n - s_p)``.
+    ``negative_lse = log sum_i e^{s_i - log Q'(d_i)}`` over the row's ``num_valid``
+    (``n``) negatives, and ``P = e^{s_p} / (e^{s_p} + (1/n) sum_i e^{s_i - log Q'(d_i)})
+    = sigmoid(s_p - lse + log n)``, so ``1 - P = sigmoid(lse - log n - s_p)``.
+    Its gradient is zero (stop-gradient). A row with no valid negative has no loss,
+    and weight 0.
+
+    >>> w = corrected_weight(tf.constant([2.0]), tf.math.log([11.7957]), [2])
+    >>> round(float(w[0]), 3)
+    0.444
     """
+    positive_logits = tf.convert_to_tensor(positive_logits)
     num_valid = tf.cast(num_valid, positive_logits.dtype)
     has_negative = num_valid > 0
     safe_lse = tf.where(has_negative, negative_lse, positive_logits)
     log_n = tf.math.log(tf.maximum(num_valid, 1.0))
     weight = tf.stop_gradient(tf.sigmoid(safe_lse - log_n - positive_logits))
+    return tf.where(has_negative, weight, tf.zeros_like(weight))
+
+
+def corrected_from_logsumexp(
+    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor
+) -> tf.Tensor:
+    """``-w (s_p - lse)`` with ``w = sg(1 - P)`` (`corrected_weight`); rows with no
+    valid negative give 0.
+
+    ``lse = log sum_i e^{s_i - log Q'(d_i)}`` over the ``num_valid`` negatives.
+    """
+    has_negative = tf.cast(num_valid, positive_logits.dtype) > 0
+    safe_lse = tf.where(has_negative, negative_lse, positive_logits)
+    weight = corrected_weight(positive_logits, safe_lse, num_valid)
     loss = weight * (safe_lse - positive_logits)
     return tf.where(has_negative, loss, tf.zeros_like(loss))
 
@@ -136,6 +160,7 @@ def sampled_softmax_loss(
     negative_log_q=None,
     positive_log_q=None,
     is_negative=None,
+    negative_mask=None,
 ) -> tf.Tensor:
     """Per-example sampled softmax loss with the chosen logQ correction.
 
@@ -152,6 +177,9 @@ def sampled_softmax_loss(
         variant of the paper's official code). Defaults to None.
       is_negative: `[batch, n]` bool. False marks an entry that is not a
         negative (accidental hit, duplicate, padding). Defaults to all True.
+      negative_mask: deprecated name of ``is_negative`` (same meaning: True =
+        counts as a negative); it warns with a `DeprecationWarning` and will be
+        removed in the next release. Passing both is an error.
 
     Returns:
       `[batch]` loss in float32 (float64 if an input is float64). A row with
@@ -163,6 +191,19 @@ def sampled_softmax_loss(
       ValueError: on an unknown correction, a missing ``negative_log_q``, a
         non-floating input, or shapes that do not agree.
     """
+    if negative_mask is not None:
+        if is_negative is not None:
+            raise ValueError(
+                "Pass `is_negative` only: `negative_mask` is its deprecated name, and both "
+                "were given."
+            )
+        warnings.warn(
+            "`negative_mask` is deprecated and will be removed in the next release: pass "
+            "`is_negative` (same meaning: True = counts as a negative).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        is_negative = negative_mask
     if correction not in CORRECTIONS:
         raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
     positive_logits = tf.convert_to_tensor(positive_logits)
@@ -248,7 +289,8 @@ def in_batch_softmax_loss(
       correction: ``"none"``, ``"logq"`` or ``"corrected"``.
       log_q: `[num_candidates]` ``log Q(d)`` of each candidate (``"logq"`` and
         ``"corrected"``). For ``"corrected"`` ``log Q'(d) = log Q(d) - log(1 - Q(p))``
-        is applied per row here.
+        is applied per row here (`tfrs_logq.proposal.log_complement`: ``Q(p)``
+        capped at ``1 - 1e-6``).
       is_negative: `[batch, num_candidates]` bool, True where the column counts
         as a negative of the row (False: accidental hit, duplicate, masked).
         The diagonal (the positive) never counts, whatever it holds. Defaults
@@ -287,8 +329,7 @@ def in_batch_softmax_loss(
             if num_negatives is None:
                 num_negatives = tf.reduce_sum(tf.cast(tf.logical_not(excluded), tf.int32), -1)
             # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
-            q_positive = tf.minimum(tf.exp(tf.cast(log_q, dtype)[:batch]), 1.0 - 1e-6)
-            negative_lse = negative_lse + tf.math.log1p(-q_positive)
+            negative_lse = negative_lse + log_complement(tf.cast(log_q, dtype)[:batch])
             return corrected_from_logsumexp(positive_logits, negative_lse, num_negatives)
         lse = logaddexp(negative_lse, diagonal)
     if correction == "logq" and numerator_log_q:

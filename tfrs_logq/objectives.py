@@ -16,12 +16,12 @@ table to one scalar loss: the mean over target positions. Names:
 In-batch negatives follow the paper's official code: the distinct targets of the
 batch, shuffled, first k, shared by every position; ``log Q`` is the exact
 unigram frequency of the training data, ``log Q'(d) = log(#d / (N - #p))`` for
-``corrected``; ``logq`` leaves the positive's denominator term uncorrected, as the
-official code does. For MNS every negative, uniform ones too, is corrected with
-the unigram ``log Q`` (the paper). Accidental hits are always masked (the
-official gBCE/BCE scripts do not mask them; a uniform negative equals the
-positive with probability ``1/|I|``). Uniform negatives are drawn independently
-for every position, as the official code does.
+``corrected`` (`tfrs_logq.proposal.unigram_log_tables`); ``logq`` leaves the
+positive's denominator term uncorrected, as the official code does. For MNS every
+negative, uniform ones too, is corrected with the unigram ``log Q`` (the paper).
+Accidental hits are always masked (the official gBCE/BCE scripts do not mask them;
+a uniform negative equals the positive with probability ``1/|I|``). Uniform
+negatives are drawn independently for every position, as the official code does.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import tensorflow as tf
 from tfrs_logq import native
 from tfrs_logq.config import CORRECTED_NAMES, OBJECTIVES  # noqa: F401  (TensorFlow-free)
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, sampled_softmax_loss
+from tfrs_logq.proposal import unigram_log_tables
 from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
 
 # Score per-position uniform negatives against the whole catalog (one matmul and a
@@ -199,14 +200,11 @@ class SequenceObjective(tf.Module):
             if counts.shape != (self.num_items + 1,):
                 raise ValueError(f"`item_counts` must have shape [{self.num_items + 1}], "
                                  f"received {counts.shape}.")
-            clamped = np.maximum(counts, 1.0)
-            total = float(counts.sum())
             # log Q(d) = log c_d - log N; log Q'(d) = log c_d - log(N - c_p), as
             # per-item tables (float64 logs, then float32) read by id.
-            self._log_counts = tf.constant(np.log(clamped), tf.float32)
-            self._log_total = float(np.log(max(total, 1.0)))
-            self._log_remaining = tf.constant(np.log(np.maximum(total - clamped, 1.0)),
-                                              tf.float32)
+            log_counts, self._log_total, log_remaining = unigram_log_tables(counts)
+            self._log_counts = tf.constant(log_counts, tf.float32)
+            self._log_remaining = tf.constant(log_remaining, tf.float32)
         else:
             self._log_counts = None
         # Per-position uniform negatives are scored by one matmul against the whole

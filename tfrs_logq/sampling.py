@@ -24,6 +24,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from tfrs_logq.proposal import mixture_probability
+
 
 class SampledNegatives(NamedTuple):
     """Negatives shared by a batch.
@@ -235,7 +237,7 @@ class MixedSampler:
             log_q = unigram
         else:
             a = self.uniform.num_negatives / self.num_negatives
-            log_q = tf.math.log(a / self.uniform.num_items + (1.0 - a) * tf.exp(unigram))
+            log_q = tf.math.log(mixture_probability(tf.exp(unigram), a, self.uniform.num_items))
         log_q = tf.where(is_valid, log_q, tf.zeros_like(log_q))
         return SampledNegatives(ids, log_q, is_valid)
 

@@ -31,6 +31,12 @@ from tfrs_logq.losses import (
     masked_value,
     row_logsumexp,
 )
+from tfrs_logq.proposal import (  # noqa: F401  (inclusion_log_q re-exported)
+    MIN_PROBABILITY,
+    inclusion_log_q,
+    log_complement,
+    log_q_from_probability,
+)
 
 REDUCTIONS = ("sum", "sum_over_batch_size", "none")
 DEDUPLICATED_PROPOSALS = ("per_draw", "inclusion")
@@ -178,7 +184,7 @@ def proposal_log_q(
     log_probability=None,
     *,
     num_candidates: Optional[int] = None,
-    min_probability: float = 1e-6,
+    min_probability: float = MIN_PROBABILITY,
     dtype: tf.DType = tf.float32,
     correction: str = "logq",
 ) -> tf.Tensor:
@@ -192,7 +198,8 @@ def proposal_log_q(
     the corrected loss's weight ``w = 1 - P(p|u)`` to 0 otherwise.
 
     ``probability`` is clipped to ``[min_probability, 1]`` before the log (TFRS
-    clips at 1e-6); ``log_probability`` is used as given.
+    clips at 1e-6; `tfrs_logq.proposal.log_q_from_probability`); ``log_probability``
+    is used as given.
 
     Raises:
       ValueError: neither given, a wrong shape, or (for concrete values)
@@ -209,7 +216,7 @@ def proposal_log_q(
         q = tf.cast(tf.convert_to_tensor(probability), dtype)
         too_large = tf.logical_or(q > 1.0 + _Q_TOLERANCE, q < 0.0)
         limit = "0 <= Q <= 1"
-        log_q = tf.math.log(tf.clip_by_value(q, min_probability, 1.0))
+        log_q = log_q_from_probability(q, min_probability)
     else:
         raise ValueError(
             f"correction={correction!r} needs `candidate_sampling_probability` "
@@ -236,18 +243,6 @@ def proposal_log_q(
         ):
             log_q = tf.identity(log_q)
     return log_q
-
-
-def inclusion_log_q(log_q: tf.Tensor, num_draws) -> tf.Tensor:
-    """``log(1 - (1 - Q)^B)``: the log probability that ``B`` draws include ``d`` at least once.
-
-    The proposal behind deduplicated in-batch negatives: a batch of ``B`` draws
-    with ``Q = 0.01`` contains the item with probability ``1 - 0.99^B`` (0.634
-    at ``B = 100``), not ``B * Q`` (1.0).
-    """
-    num_draws = tf.cast(num_draws, log_q.dtype)
-    q = tf.minimum(tf.exp(log_q), 1.0 - 1e-7)
-    return tf.math.log(-tf.math.expm1(num_draws * tf.math.log1p(-q)))
 
 
 def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None) -> tf.Tensor:
@@ -295,7 +290,17 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
     Example: ``s_p = 2``, two negatives with ``s = 0, 1`` and ``Q(d) = 0.1, 0.2``,
     ``Q(p) = 0.5``: ``log Q' = log 0.2, log 0.4``, the sum is
     ``e^0/0.2 + e^1/0.4 = 11.80``, ``P = e^2 / (e^2 + 11.80/2) = 0.556``,
-    loss ``= 0.444 * (log 11.80 - 2) = 0.207``.
+    loss ``= 0.444 * (log 11.80 - 2) = 0.208``. One query whose positive is
+    candidate 0 and two extra candidates as its negatives:
+
+    >>> task = CorrectedRetrieval()
+    >>> loss = task(
+    ...     query_embeddings=tf.constant([[1.0]]),
+    ...     candidate_embeddings=tf.constant([[2.0], [0.0], [1.0]]),  # s = 2, 0, 1
+    ...     candidate_sampling_probability=tf.constant([0.5, 0.1, 0.2]),
+    ...     candidate_ids=tf.constant([7, 3, 5]))
+    >>> round(float(loss), 3)
+    0.208
 
     ``Q`` is a per-draw probability (see `proposal_log_q`); values above 1 are
     rejected. With ``deduplicate_candidates=True`` the paper's convention is kept
@@ -545,8 +550,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         top = tf.where(is_valid, top, masked)
         positive_logits = tf.linalg.diag_part(scores[:, :num_queries])
         if self._correction == "corrected":
-            q_positive = tf.minimum(tf.exp(log_q[:num_queries]), 1.0 - 1e-6)
-            lse = row_logsumexp(top) + tf.math.log1p(-q_positive)
+            lse = row_logsumexp(top) + log_complement(log_q[:num_queries])
             num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
             return corrected_from_logsumexp(positive_logits, lse, num_valid)
         diagonal = tf.linalg.diag_part(adjusted[:, :num_queries])

@@ -1,0 +1,133 @@
+"""The proposal ``Q``: ``log Q``, ``log Q'`` (positive excluded), inclusion and mixture.
+
+One home for the quantities every sampled loss of this library is corrected with
+(Khrylchenko et al., RecSys 2025, Section 3). ``Q(d)`` is the *per-draw* proposal:
+the probability that one draw of the sampler returns ``d`` (for in-batch negatives,
+the item's share of all interactions, ``#d / N``). The corrected loss draws its
+negatives from the proposal with the positive ``p`` excluded,
+
+    Q'(d) = Q(d) / (1 - Q(p)),        log Q'(d) = log Q(d) - log(1 - Q(p)).
+
+Example: ``Q(d) = 0.1`` and ``Q(p) = 0.5`` give ``Q'(d) = 0.2``.
+
+Clipping policy (the only one; every caller goes through these functions):
+
+- ``Q(d)`` given as a probability is clipped to ``[MIN_PROBABILITY, 1]`` before
+  the log (TFRS clips at 1e-6 too); a ``log Q`` given by the caller is used as is.
+- A probability that enters ``log(1 - q)`` is capped at ``1 - COMPLEMENT_EPSILON``
+  (``log(1 - Q(p))`` in ``log Q'``, ``log(1 - Q(d))`` in the inclusion probability),
+  so the logs stay finite when a catalog has a single item or a caller passes
+  ``Q = 1``. Below the cap the functions are exact.
+- From training *counts* (`unigram_log_tables`) the same cap is expressed in counts:
+  the remaining count ``N - #p`` is floored at one interaction, and every count at 1
+  (``#d = 0`` would give ``log Q = -inf``).
+
+Functions take TensorFlow tensors; `mixture_probability` is plain arithmetic and
+also takes numpy arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+# Floor of a per-draw probability before its log (as TFRS's Retrieval).
+MIN_PROBABILITY = 1e-6
+# A probability q in log(1 - q) is capped at 1 - COMPLEMENT_EPSILON.
+COMPLEMENT_EPSILON = 1e-6
+
+
+def log_q_from_probability(probability, min_probability: float = MIN_PROBABILITY) -> tf.Tensor:
+    """``log Q`` of a per-draw probability, clipped to ``[min_probability, 1]`` first.
+
+    >>> log_q_from_probability([0.5, 1e-9]).numpy().round(4)
+    array([ -0.6931, -13.8155], dtype=float32)
+    """
+    q = tf.convert_to_tensor(probability)
+    return tf.math.log(tf.clip_by_value(q, min_probability, 1.0))
+
+
+def log_complement(log_q) -> tf.Tensor:
+    """``log(1 - Q)`` from ``log Q``, with ``Q`` capped at ``1 - COMPLEMENT_EPSILON``.
+
+    >>> log_complement(tf.math.log(tf.constant([0.5, 1.0], tf.float64))).numpy().round(4)
+    array([ -0.6931, -13.8155])
+
+    (In float32, ``1 - 1e-6`` rounds to ``0.99999899``: ``Q = 1`` gives -13.8023.)
+    """
+    log_q = tf.convert_to_tensor(log_q)
+    return tf.math.log1p(-tf.minimum(tf.exp(log_q), 1.0 - COMPLEMENT_EPSILON))
+
+
+def excluded_log_q(negative_log_q, positive_log_q) -> tf.Tensor:
+    """``log Q'(d) = log Q(d) - log(1 - Q(p))``: the proposal with the positive excluded.
+
+    Args:
+      negative_log_q: `[batch, n]` ``log Q(d_i)`` of each row's negatives.
+      positive_log_q: `[batch]` ``log Q(p)`` of each row's positive.
+
+    Returns:
+      `[batch, n]` ``log Q'(d_i)``.
+
+    >>> excluded_log_q(tf.math.log([[0.1, 0.2]]), tf.math.log([0.5])).numpy().round(4)
+    array([[-1.6094, -0.9163]], dtype=float32)
+    """
+    return tf.convert_to_tensor(negative_log_q) - log_complement(positive_log_q)[:, None]
+
+
+def inclusion_log_q(log_q, num_draws) -> tf.Tensor:
+    """``log(1 - (1 - Q)^B)``: the log probability that ``B`` draws include ``d`` at least once.
+
+    The proposal behind deduplicated in-batch negatives: a batch of ``B`` draws
+    with ``Q = 0.01`` contains the item with probability ``1 - 0.99^B`` (0.634
+    at ``B = 100``), not ``B * Q`` (1.0). ``Q`` is capped as in `log_complement`.
+
+    >>> float(tf.exp(inclusion_log_q(tf.math.log([0.01]), 100))[0])  # doctest: +ELLIPSIS
+    0.633...
+    """
+    log_q = tf.convert_to_tensor(log_q)
+    num_draws = tf.cast(num_draws, log_q.dtype)
+    return tf.math.log(-tf.math.expm1(num_draws * log_complement(log_q)))
+
+
+def mixture_probability(unigram, uniform_fraction: float, num_items: int):
+    """Per-slot proposal of mixed negatives: ``a / N + (1 - a) Q_unigram(d)``.
+
+    ``a`` is the fraction of the negatives drawn uniformly from the ``N`` items.
+    Plain arithmetic: takes numpy arrays or tensors of probabilities (not logs).
+
+    >>> mixture_probability(np.array([0.5, 0.0]), 0.5, 4)
+    array([0.375, 0.125])
+    """
+    a = uniform_fraction
+    return a / num_items + (1.0 - a) * unigram
+
+
+def unigram_log_tables(counts) -> tuple[np.ndarray, float, np.ndarray]:
+    """Per-item tables of the unigram proposal from training counts, in float64.
+
+    ``log Q(d) = log #d - log N`` and ``log Q'(d) = log #d - log(N - #p)``: returns
+    ``(log #d, log N, log(N - #d))`` with counts floored at 1 and ``N - #d`` floored
+    at 1 (the clipping policy in counts). Index the third table by the positive.
+
+    >>> log_counts, log_total, log_remaining = unigram_log_tables([3, 1])
+    >>> np.exp(log_counts - log_remaining[1]).round(4)  # Q'(d) for positive 1
+    array([1.    , 0.3333])
+    """
+    counts = np.asarray(counts, np.float64)
+    clamped = np.maximum(counts, 1.0)
+    total = float(counts.sum())
+    return (np.log(clamped), float(np.log(max(total, 1.0))),
+            np.log(np.maximum(total - clamped, 1.0)))
+
+
+__all__ = [
+    "COMPLEMENT_EPSILON",
+    "MIN_PROBABILITY",
+    "excluded_log_q",
+    "inclusion_log_q",
+    "log_complement",
+    "log_q_from_probability",
+    "mixture_probability",
+    "unigram_log_tables",
+]
