@@ -671,6 +671,10 @@ def test_a_run_whose_model_is_not_blessed_exits_non_zero_with_one_line(built, tm
     assert not (tmp_path / "serving").exists()
     code, out, err = cli_run(capsys, *argv[:-2])  # without the threshold: blessed, pushed
     assert code == 0 and "blessed" not in err and os.listdir(tmp_path / "serving") == ["1"]
+    # The Trainer ran the smoke preset (the default): the run says it is no usable model.
+    assert err.strip().splitlines()[-1] == (
+        "tfrs-logq: warning: smoke preset: a plumbing check, not a usable model; use "
+        "--preset cpu for a useful one")
 
 
 def test_bless_holds_figures_to_thresholds_and_a_baseline():

@@ -303,6 +303,39 @@ def test_train_skips_bad_lines_and_reports_the_count(capsys, tmp_path):
     assert saved["data_format"] == "ratings"  # the resolved source is recorded
 
 
+SMOKE_LINE = ("tfrs-logq: warning: smoke preset: a plumbing check, not a usable model; use "
+              "--preset cpu for a useful one")
+
+
+def test_a_smoke_run_ends_saying_it_is_not_a_usable_model(capsys, tmp_path, monkeypatch):
+    # Issue 23: the README's walkthrough trained a smoke model at random-level recall
+    # (test Recall@10 0.0023 on ML-1M, 10/3,416 = 0.0029 for a random list) and said
+    # nothing. Another preset, cut as small, trains as little and says nothing.
+    data = tmp_path / "data"
+    _write_ratings(data)
+    tiny = ["--split", "loo", "--max-epochs", "1", "--steps-per-epoch", "2", "--max-length",
+            "20", "--embedding-dim", "8", "--data-dir", data]
+    for preset, json_flag in (("smoke", "--json"), ("smoke", None), ("cpu", "--json")):
+        argv = ["train", "--preset", preset, *tiny, "--model-dir", tmp_path / preset,
+                "--overwrite", *([json_flag] if json_flag else [])]
+        code, out, err = run(capsys, *argv)
+        assert code == 0, err
+        if json_flag:
+            assert json.loads(out)["epochs"] == 1  # stdout stays one JSON object
+        lines = err.strip().splitlines()
+        if preset == "smoke":
+            assert lines[-1] == SMOKE_LINE and err.count("smoke preset") == 1, err
+        else:
+            assert "smoke preset" not in err, err
+    import tfrs_logq.experiment as experiment
+
+    monkeypatch.setattr(experiment, "run_grid", lambda *a, **kw: None)
+    for preset in ("smoke", "cpu"):
+        code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--preset",
+                           preset, "--losses", "inbatch-none", "--seeds", "0")
+        assert code == 0 and (SMOKE_LINE in err) == (preset == "smoke"), err
+
+
 def test_a_cache_directory_that_is_a_file_is_a_one_line_error(capsys, tmp_path, monkeypatch):
     data = tmp_path / "data"
     _write_ratings(data)

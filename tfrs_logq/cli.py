@@ -880,6 +880,7 @@ def _train(args) -> int:
                             split=split, **kwargs)
     result = {**result, "data": _data_record(split.interactions)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    _warn_if_smoke(config.preset)
     return 0
 
 
@@ -934,6 +935,7 @@ def _experiment(args) -> int:
              data_dir=data_dir, verbose=0 if args.json else 2, parallel=args.parallel,
              **overrides)
     print(f"wrote {os.path.join(args.output_dir, 'results.csv')}, table.md and table.png")
+    _warn_if_smoke(preset)
     return 0
 
 
@@ -1286,12 +1288,25 @@ def _pipeline_run(args) -> int:
                                               "pushed_to") if k in r.manifest},
                                           "counts": r.manifest.get("counts")}
                                          for r in results]}))
-        return _blessing_status(results)
-    split = "leave-one-out" if args.dataset == "synthetic" else args.split
-    print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {split}")
-    for result in results:
-        _print_component(result, args)
+    else:
+        split = "leave-one-out" if args.dataset == "synthetic" else args.split
+        print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {split}")
+        for result in results:
+            _print_component(result, args)
+    if any(r.name == "Trainer" for r in results):
+        _warn_if_smoke(preset)
     return _blessing_status(results)
+
+
+SMOKE_WARNING = ("smoke preset: a plumbing check, not a usable model; use --preset cpu for a "
+                 "useful one")
+
+
+def _warn_if_smoke(preset: Optional[str]) -> None:
+    """One line on stderr when a run trained with the smoke preset (its recall is near
+    random: the README's walkthrough measured test Recall@10 0.0023 on ML-1M)."""
+    if preset == "smoke":
+        print(f"{PROG}: warning: {SMOKE_WARNING}", file=sys.stderr)
 
 
 # `pipeline run`'s exit status when the Evaluator did not bless the model (2 is an error).
