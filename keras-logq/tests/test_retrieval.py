@@ -86,6 +86,8 @@ def test_accidental_hits_are_removed_for_real(rng):
 def test_keras_rs_remove_accidental_hits_would_fail_this_check(rng):
     """Keras-RS's own layer, where installed: its output keeps the hit's full softmax share."""
     keras_rs = pytest.importorskip("keras_rs")
+    if not keras_rs.__version__.startswith("0.4."):
+        pytest.skip(f"documents keras-rs 0.4's no-op (PR #206); found {keras_rs.__version__}")
     b = 4
     scores = rng.normal(size=(b, b)).astype("float32")
     ids = np.array([7, 1, 7, 2], "int32")
