@@ -90,6 +90,33 @@ def test_demo_cli_writes_table_csv_and_png(tmp_path):
     assert (out / "recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_demo_says_what_it_is_doing_in_a_log(tmp_path):
+    # Issue 23: piped or logged (stdout not a terminal), a demo correction printed
+    # nothing for its whole training (Keras' bar is one line per epoch, the demo one
+    # epoch). Now: a timed line per phase and a line every tenth of the steps.
+    steps = 30
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrs_logq.cli", "demo", "--output-dir", str(tmp_path / "d"),
+         "--num-items", "3000", "--num-users", "500", "--steps", str(steps), "--batch-size",
+         "128", "--num-eval", "256"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    every = -(-steps // 10)
+    expected = [f"step {n}/{steps}:" for n in range(every, steps + 1, every)]
+    for correction in ("none", "logq", "corrected"):
+        start = next(i for i, line in enumerate(lines) if f"correction={correction!r}" in line)
+        done = next(i for i, line in enumerate(lines) if f"{correction}: trained in" in line)
+        steps_seen = [line.split()[0] + " " + line.split()[1] for line in lines[start + 1:done]]
+        assert steps_seen == expected, lines[start:done + 1]
+        assert lines[done - 1].endswith("about 0 s left")
+    stamped = [line for line in lines if line.startswith("[")]
+    assert len(stamped) == 2 + 2 * 3  # the stream, 2 a correction, the files
+    seconds = [float(line[1:line.index(" s]")]) for line in stamped]
+    assert seconds == sorted(seconds)
+
+
 def test_demo_cli_rejects_bad_corrections():
     proc = subprocess.run(
         [sys.executable, "-m", "tfrs_logq.cli", "demo", "--corrections", "none,bogus"],
