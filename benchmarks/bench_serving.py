@@ -12,9 +12,11 @@
    all starting at once, each sending single-user POST :predict requests, over one
    keep-alive connection per client or a new connection per request: how many
    succeeded, requests/s, p50/p99 latency of the successful ones.
+4. Slow clients: p50/p99 of normal REST requests with none, then 64, connections that
+   each sent part of a request (half the headers, or the headers and part of a body).
 
     python benchmarks/bench_serving.py [--num-items 1000000 --queries 2000 --clients 8]
-    python benchmarks/bench_serving.py --skip-ann --skip-grpc   # the REST load only
+    python benchmarks/bench_serving.py --skip-ann --skip-grpc   # the REST parts only
 """
 
 import argparse
@@ -186,6 +188,54 @@ def rest_load_benchmark(args, model_base_path):
             print(f"  failures, e.g.: {r['errors'][:3]}")
 
 
+def slow_clients_benchmark(args, model_base_path):
+    """Normal REST requests while ``--slow-clients`` connections each hold part of a
+    request (half the headers, or the headers and part of the body)."""
+    import socket
+
+    srv = start_server(args, model_base_path)
+    held = []
+    try:
+        body = json.dumps({"instances": [[1, 2, 3]]}).encode()
+
+        def latency_ms() -> float:
+            import http.client
+
+            t0 = time.perf_counter()
+            connection = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=60)
+            connection.request("POST", "/v1/models/bench:predict", body)
+            response = connection.getresponse()
+            response.read()
+            connection.close()
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status}")
+            return (time.perf_counter() - t0) * 1e3
+
+        rows = []
+        for slow in (0, args.slow_clients):
+            while len(held) < slow:
+                sock = socket.create_connection(("127.0.0.1", srv.rest_port), timeout=10)
+                sock.sendall(b"POST /v1/models/bench:predict HTTP/1.1\r\nHost: x\r\n" +
+                             (b"Content-Le" if len(held) % 2 else
+                              b"Content-Length: 1000\r\n\r\n{\"instances\": [[1"))
+                held.append(sock)
+            time.sleep(0.2)
+            latencies = sorted(latency_ms() for _ in range(args.slow_requests))
+            rows.append((slow, statistics.median(latencies),
+                         latencies[int(0.99 * (len(latencies) - 1))]))
+    finally:
+        for sock in held:
+            sock.close()
+        srv.stop()
+    print(f"REST :predict beside clients that sent part of a request (top-100 of "
+          f"{args.server_items:,} items, {args.slow_requests} sequential requests, new "
+          "connection each):")
+    print("| slow clients connected | p50 ms | p99 ms |")
+    print("|------------------------|--------|--------|")
+    for slow, p50, p99 in rows:
+        print(f"| {slow:22d} | {p50:6.1f} | {p99:6.1f} |")
+
+
 CLIENT = r"""
 import json, statistics, sys, threading, time
 import numpy as np
@@ -285,6 +335,10 @@ def main():
     parser.add_argument("--rest-clients", default="32,200",
                         help="comma-separated numbers of concurrent REST clients")
     parser.add_argument("--rest-requests-per-client", type=int, default=10)
+    parser.add_argument("--skip-slow", action="store_true", help="skip part 4")
+    parser.add_argument("--slow-clients", type=int, default=64,
+                        help="part 4: connections that each send part of a request")
+    parser.add_argument("--slow-requests", type=int, default=50)
     parser.add_argument("--max-batch-size", type=int, default=256)
     parser.add_argument("--batch-timeout-micros", type=int, default=500)
     args = parser.parse_args()
@@ -292,13 +346,15 @@ def main():
     print(f"machine: {machine()}")
     if not args.skip_ann:
         ann_benchmark(args, rng)
-    if args.skip_grpc and args.skip_rest:
+    if args.skip_grpc and args.skip_rest and args.skip_slow:
         return
     model_base_path = serving_export(args)
     if not args.skip_grpc:
         server_benchmark(args, rng, model_base_path)
     if not args.skip_rest:
         rest_load_benchmark(args, model_base_path)
+    if not args.skip_slow:
+        slow_clients_benchmark(args, model_base_path)
 
 
 if __name__ == "__main__":

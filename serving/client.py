@@ -1,4 +1,6 @@
-"""`tfrs-logq evaluate --server`: Recall@k through a TF Serving endpoint, beside the exact figures.
+"""A TF Serving client: requests, and the rank of each test target through a server.
+
+`tfrs_logq.serving.evaluation` (``tfrs-logq evaluate --server``) builds on it.
 
 Requests go through the official ``PredictionServiceStub`` (so any TF Serving
 server, ours or ``tensorflow_model_server``, can be measured), pipelined: up to
@@ -105,10 +107,14 @@ def ranks_through_server(stub, model_name: str, histories_raw: list, targets_raw
 
 
 def recall_ndcg(ranks: np.ndarray, recall_ks: Sequence[int], ndcg_ks: Sequence[int]) -> dict:
-    out = {f"recall@{k}": float(np.mean(ranks < k)) for k in recall_ks}
-    for k in ndcg_ks:
-        out[f"ndcg@{k}"] = float(np.mean(np.where(ranks < k, 1 / np.log2(ranks + 2.0), 0.0)))
-    return out
+    """Recall@k for ``recall_ks`` and NDCG@k for ``ndcg_ks`` from 0-based ranks: the
+    figures of `tfrs_logq.metrics.recall_ndcg_from_ranks` (the one implementation),
+    keeping the cutoffs asked for."""
+    from tfrs_logq.metrics import recall_ndcg_from_ranks
+
+    every = recall_ndcg_from_ranks(ranks, sorted(set(recall_ks) | set(ndcg_ks)))
+    return {**{f"recall@{k}": every[f"recall@{k}"] for k in recall_ks},
+            **{f"ndcg@{k}": every[f"ndcg@{k}"] for k in ndcg_ks}}
 
 
 __all__ = ["make_request", "predict_stub", "ranks_through_server", "recall_ndcg"]

@@ -174,7 +174,7 @@ def test_a_stuck_batch_worker_times_out_instead_of_hanging(runs, tmp_path, monke
     from tfrs_logq.serving.server import ServingError
 
     servable = _servable(runs, tmp_path, request_timeout_in_ms=300)
-    monkeypatch.setattr(servable, "_run_batch", lambda name, batch: None)  # never answers
+    monkeypatch.setattr(servable.batcher, "_run_batch", lambda name, batch: None)  # never answers
     start = time.monotonic()
     with pytest.raises(ServingError, match="no result within") as info:
         servable.run(_request(servable))
@@ -187,7 +187,7 @@ def test_a_dead_batch_worker_fails_its_requests_and_is_replaced(runs, tmp_path, 
     from tfrs_logq.serving.server import ServingError
 
     servable = _servable(runs, tmp_path, request_timeout_in_ms=20_000)
-    body = servable._batch_loop_body
+    body = servable.batcher._batch_loop_body
 
     def crash(name, q):
         import time
@@ -195,11 +195,11 @@ def test_a_dead_batch_worker_fails_its_requests_and_is_replaced(runs, tmp_path, 
         time.sleep(0.2)  # let the request queue up, then die
         raise RuntimeError("worker bug")
 
-    monkeypatch.setattr(servable, "_batch_loop_body", crash)
+    monkeypatch.setattr(servable.batcher, "_batch_loop_body", crash)
     with pytest.raises(ServingError, match="batch worker stopped") as info:
         servable.run(_request(servable))
     assert info.value.code == "UNAVAILABLE"
-    monkeypatch.setattr(servable, "_batch_loop_body", body)
+    monkeypatch.setattr(servable.batcher, "_batch_loop_body", body)
     out = servable.run(_request(servable))  # a new worker serves the next request
     assert out["item_ids"].shape == (1, 5)
     servable.close()

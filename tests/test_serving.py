@@ -5,6 +5,7 @@ The server runs for real on ephemeral loopback ports; clients are the official
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -477,8 +478,13 @@ def _post_raw(body: bytes, length="auto", extra=b""):
      400, ["UTF-8"]),
     ("integer_of_5000_digits", _post_raw(b'{"instances": [[1%s]]}' % (b"1" * 5000)), 400,
      ["JSON"]),
-    ("chunked", _post_raw(b"5\r\nhello\r\n0\r\n\r\n", None, b"Transfer-Encoding: chunked\r\n"),
-     400, ["Transfer-Encoding", "Content-Length"]),
+    ("chunked_not_json", _post_raw(b"5\r\nhello\r\n0\r\n\r\n", None,
+                                   b"Transfer-Encoding: chunked\r\n"), 400, ["JSON"]),
+    ("chunked_too_large", _post_raw(b"40000\r\n" + b"[" * 0x40000 + b"\r\n0\r\n\r\n", None,
+                                    b"Transfer-Encoding: chunked\r\n"), 413,
+     ["exceeds the limit", "200000"]),
+    ("bad_transfer_encoding", _post_raw(b"{}", None, b"Transfer-Encoding: gzip\r\n"), 400,
+     ["Transfer-Encoding"]),
     ("short_body", _post_raw(b"{}", "10", b"Connection: close\r\n"), 400, ["ended after 2"]),
     ("bad_request_line", b"GARBAGE\r\n\r\n", 400, []),
     ("unknown_method", b"BREW /v1/models/ml HTTP/1.1\r\nHost: x\r\n\r\n", 501, ["BREW"]),
@@ -491,9 +497,12 @@ def test_rest_malformed_requests_get_a_json_error(server, case, request_bytes, s
     num_items = server.manager.get("ml").meta["num_items"]
     for fragment in fragments:
         assert fragment.format(num_items=num_items) in reply["error"], (fragment, reply)
-    if case in ("negative_length", "text_length", "two_lengths", "too_large", "chunked",
-                "short_body", "bad_request_line", "unknown_method"):
-        assert headers["Connection"] == "close"  # the bytes that follow are not a request
+    if case in ("negative_length", "text_length", "two_lengths", "bad_transfer_encoding",
+                "short_body", "bad_request_line"):
+        # The framing is unknown: the bytes that follow are not a request. (A refusal of a
+        # well-framed request keeps the connection: the server skips its body; see
+        # test_rest_keep_alive_serves_several_requests_on_one_connection.)
+        assert headers["Connection"] == "close"
     assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
 
 
@@ -517,11 +526,20 @@ def test_rest_keep_alive_serves_several_requests_on_one_connection(server):
         connection.request("GET", "/v1/models/ml")
         response = connection.getresponse()
         assert response.status == 200 and json.loads(response.read())["model_version_status"]
-    # An error that leaves the body unread closes the connection, and says so.
+    # A body refused from its Content-Length is skipped by its framing, unread: the
+    # connection serves the next request.
     connection.request("POST", "/v1/models/ml:predict", b"x" * 300_000)
     response = connection.getresponse()
-    assert response.status == 413 and response.getheader("Connection") == "close"
+    assert response.status == 413 and response.getheader("Connection") is None
     assert "exceeds the limit" in json.loads(response.read())["error"]
+    connection.request("POST", "/v1/models/ml:predict", _predict_body())
+    response = connection.getresponse()
+    assert response.status == 200 and json.loads(response.read())["predictions"]
+    # A chunked body (which the hand-written server refused) is read like any other.
+    connection.request("POST", "/v1/models/ml:predict", iter([_predict_body()]),
+                       encode_chunked=True)
+    response = connection.getresponse()
+    assert response.status == 200 and json.loads(response.read())["predictions"]
     connection.close()
 
 
@@ -571,3 +589,382 @@ def test_served_top_k_leaves_out_the_history_by_default(trained, exports, index)
         servable.close()
     assert all(not set(r.tolist()) & set(x.tolist()) for r, x in zip(default["item_ids"], h))
     assert any(set(r.tolist()) & set(x.tolist()) for r, x in zip(kept["item_ids"], h))
+
+
+# ------------------------------------------------------------------ graceful shutdown
+
+
+def _predict_in_threads(rest_port, grpc_port, model, n_each, results):
+    """Starts ``n_each`` REST and ``n_each`` gRPC predictions; each appends its outcome."""
+    import http.client
+
+    def rest():
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", rest_port, timeout=60)
+            connection.request("POST", f"/v1/models/{model}:predict", _predict_body())
+            response = connection.getresponse()
+            body = json.loads(response.read())
+            predictions = body.get("predictions") or [{"item_ids": []}]
+            results.append(("rest", response.status, len(predictions[0]["item_ids"])))
+        except Exception as exc:  # the assertion reports it
+            results.append(("rest", repr(exc), 0))
+
+    def grpc_call():
+        try:
+            stub, channel = predict_stub(f"127.0.0.1:{grpc_port}")
+            response = stub.Predict(make_request(model, _histories()), timeout=60)
+            results.append(("grpc", "OK", response.outputs["item_ids"].tensor_shape.dim[0].size))
+            channel.close()
+        except Exception as exc:
+            results.append(("grpc", repr(exc), 0))
+
+    threads = [threading.Thread(target=fn) for fn in [rest] * n_each + [grpc_call] * n_each]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_sigterm_drains_requests_in_flight_on_both_protocols_and_exits_0(trained, exports):
+    """The requests wait in a 4 s batch window when SIGTERM arrives: all are answered,
+    the log says how many were drained, the exit code is 0 (it was -15: killed)."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfrs_logq.cli", "serve", "--model_name", "drain",
+         "--model_base_path", str(exports["base"] / "brute_force"), "--port", "0",
+         "--rest_api_port", "0", "--batch_timeout_micros", "4000000",
+         "--max_batch_size", "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # "serving drain from ...: gRPC H:P, REST H:P"
+        assert "serving drain" in line, (line, proc.stderr.read() if proc.poll() else "")
+        grpc_port = int(line.split("gRPC ")[1].split(",")[0].rsplit(":", 1)[1])
+        rest_port = int(line.split("REST ")[1].strip().rsplit(":", 1)[1])
+        # A first request opens the batch window; the others join it.
+        results: list = []
+        threads = _predict_in_threads(rest_port, grpc_port, "drain", 6, results)
+        time.sleep(1.5)  # every request has reached the server, none is answered yet
+        assert not results, results
+        proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=60)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sorted(results) == [("grpc", "OK", 3)] * 6 + [("rest", 200, 10)] * 6, results
+    assert proc.returncode == 0, err[-3000:]
+    drained = [ln for ln in err.splitlines() if "drained" in ln]
+    assert len(drained) == 1 and "received SIGTERM" in drained[0], err[-3000:]
+    assert "drained 12 request(s) in flight (REST 6, gRPC 6)" in drained[0], drained
+
+
+def test_sigint_drains_in_process_and_the_ports_then_refuse(exports):
+    import signal
+    import socket
+
+    options = ServerOptions(model_name="int", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"),
+                            batch_timeout_micros=2_000_000, max_batch_size=1000)
+    srv = ModelServer(options).start()
+    handler_before = signal.getsignal(signal.SIGINT)
+    results: list = []
+    threads = _predict_in_threads(srv.rest_port, srv.port, "int", 2, results)
+    threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT)).start()
+    summary = srv.serve_until_signal()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(results) == [("grpc", "OK", 3)] * 2 + [("rest", 200, 10)] * 2, results
+    assert summary["drained"] == {"rest": 2, "grpc": 2} and summary["cut"] == 0, summary
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", srv.rest_port), timeout=5).close()
+    assert signal.getsignal(signal.SIGINT) is handler_before  # restored
+
+
+# ------------------------------------------------------------------ slow clients
+
+
+@pytest.fixture(scope="module")
+def short_timeout_server(exports):
+    options = ServerOptions(model_name="slow", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"),
+                            rest_api_timeout_in_ms=1500)
+    srv = ModelServer(options).start()
+    yield srv
+    srv.stop()
+
+
+def test_64_slow_clients_do_not_delay_a_normal_request(short_timeout_server):
+    """33 clients that sent part of a request made a normal one wait 29 s (each held one
+    of the 32 workers); now they hold a socket each, and only rest_api_timeout_in_ms."""
+    import http.client
+    import socket
+
+    srv = short_timeout_server
+    slow = []
+    for i in range(64):
+        sock = socket.create_connection(("127.0.0.1", srv.rest_port), timeout=10)
+        if i % 2:  # part of the headers
+            sock.sendall(b"POST /v1/models/slow:predict HTTP/1.1\r\nHost: x\r\nContent-Le")
+        else:  # the headers and part of the body
+            sock.sendall(b"POST /v1/models/slow:predict HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"instances\": [[1")
+        slow.append(sock)
+    time.sleep(0.2)
+    try:
+        start = time.monotonic()
+        connection = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=10)
+        connection.request("POST", "/v1/models/slow:predict", _predict_body())
+        response = connection.getresponse()
+        elapsed = time.monotonic() - start
+        assert response.status == 200 and json.loads(response.read())["predictions"]
+        assert elapsed < 1.0, f"a normal request took {elapsed:.2f} s beside 64 slow clients"
+        # Then each slow client is answered 408 (JSON) and closed, after about 1.5 s.
+        for sock in slow[:2]:
+            sock.settimeout(10)
+            response = http.client.HTTPResponse(sock, method="POST")
+            response.begin()
+            assert response.status == 408, response.status
+            assert "rest_api_timeout_in_ms" in json.loads(response.read())["error"]
+        assert time.monotonic() - start < 6
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+# ------------------------------------------------------------------ strict inputs
+
+
+@pytest.mark.parametrize("value", ["false", "true", None, 0, 1, [False]])
+def test_rest_exclude_history_takes_only_a_json_boolean(server, value):
+    """``"false"`` (a string) was taken as true, null as false."""
+    body = {"signature_name": "top_k",
+            "inputs": {"history": _histories().tolist(), "k": 5, "exclude_history": value}}
+    code, reply = _http(server, "POST", "/v1/models/ml:predict", body)
+    assert code == 400 and "'exclude_history'" in reply["error"], reply
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_rest_exclude_history_booleans_equal_the_in_process_savedmodel(server, exports, value):
+    local = tf.saved_model.load(exports["paths"]["scann"])
+    expected = local.signatures["top_k"](history=tf.constant(_histories()), k=tf.constant(5),
+                                         exclude_history=tf.constant(value))
+    for body in ({"signature_name": "top_k", "inputs": {
+                      "history": _histories().tolist(), "k": 5, "exclude_history": value}},
+                 {"signature_name": "top_k", "instances": [
+                     {"history": h, "k": 5, "exclude_history": value}
+                     for h in _histories().tolist()]}):
+        code, reply = _http(server, "POST", "/v1/models/ml:predict", body)
+        assert code == 200, reply
+        ids = reply["outputs"]["item_ids"] if "outputs" in reply else \
+            [p["item_ids"] for p in reply["predictions"]]
+        assert ids == expected["item_ids"].numpy().tolist()
+
+
+# (history sent, whether the model's int64 input accepts it): one rule for both protocols
+_DTYPE_CASES = [
+    ("int64", np.array([[101, 102]], np.int64), True),
+    ("int32", np.array([[101, 102]], np.int32), True),
+    ("float_integral", np.array([[101.0, 102.0]], np.float32), False),
+    ("float_fraction", np.array([[101.5, 102.0]], np.float64), False),
+    ("bool", np.array([[True, False]]), False),
+    ("string", np.array([["101", "102"]]), False),
+]
+
+
+@pytest.mark.parametrize("case,history,accepted", _DTYPE_CASES, ids=[c[0] for c in _DTYPE_CASES])
+def test_rest_and_grpc_apply_the_same_dtype_rules(server, case, history, accepted):
+    """gRPC cast a float32 history to integers while REST refused floats."""
+    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
+    request = make_request("ml", _histories())
+    request.inputs["history"].CopyFrom(tf.make_tensor_proto(history))
+    try:
+        response = stub.Predict(request, timeout=30)
+        grpc_outcome = ("accepted", tf.make_ndarray(response.outputs["item_ids"]).tolist())
+    except grpc.RpcError as exc:
+        grpc_outcome = (exc.code().name, exc.details())
+    channel.close()
+    code, reply = _http(server, "POST", "/v1/models/ml:predict",
+                        {"instances": history.tolist()})
+    rest_outcome = ("accepted", [p["item_ids"] for p in reply["predictions"]]) \
+        if code == 200 else (code, reply["error"])
+    if accepted:
+        assert grpc_outcome == rest_outcome and grpc_outcome[0] == "accepted"
+    else:
+        assert grpc_outcome[0] == "INVALID_ARGUMENT" and rest_outcome[0] == 400
+        for details in (grpc_outcome[1], rest_outcome[1]):
+            assert "'history'" in details and "int64" in details, details
+
+
+@pytest.mark.parametrize("field,value", [("port", 70000), ("rest_api_port", -1),
+                                         ("port", 65536)])
+def test_ports_are_checked_to_0_65535(field, value):
+    with pytest.raises(ValueError, match=f"--{field} {value} is not a port: give 0 to 65535"):
+        ServerOptions(model_name="m", model_base_path="/nowhere", **{field: value})
+
+
+def test_serve_refuses_a_port_out_of_range_and_a_bad_model_name_in_one_line(capsys, tmp_path):
+    """`serve --port 70000` ended in an OverflowError traceback; `--model_name a/b` was
+    served although `export` refuses it."""
+    from tfrs_logq import cli
+
+    for flags, words in [(["--model_name", "m", "--port", "70000"], ["--port 70000", "65535"]),
+                         (["--model_name", "a/b"], ["--model_name 'a/b'", "not a valid"])]:
+        code = cli.main(["serve", "--model_base_path", str(tmp_path / "missing"), *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        for word in words:
+            assert word in err, err
+
+
+def test_serve_and_export_refuse_the_same_model_names():
+    from tfrs_logq.serving.export import check_model_name
+
+    for name in ["a/b", "..", ".hidden", "-x", "", "a" * 200, "ok.name_1-2"]:
+        try:
+            check_model_name(name)
+            export_ok = True
+        except ValueError:
+            export_ok = False
+        try:
+            ServerOptions(model_name=name, model_base_path="/nowhere")
+            serve_ok = True
+        except ValueError:
+            serve_ok = False
+        assert serve_ok == export_ok, name
+
+
+# ------------------------------------------------------------------ corrupt versions
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_a_corrupt_version_is_logged_once_shown_in_the_status_and_the_good_one_serves(
+        exports, tmp_path):
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(exports["paths"]["brute-force"], base / "1")
+    shutil.copytree(exports["paths"]["brute-force"], base / "2")
+    (base / "2" / "saved_model.pb").write_bytes(os.urandom(2000))  # corrupt
+    records = _Records()
+    logger = logging.getLogger("tfrs_logq.serving")
+    logger.addHandler(records)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    options = ServerOptions(model_name="c", port=0, rest_api_port=0, model_base_path=str(base),
+                            file_system_poll_wait_seconds=0.05)
+    srv = ModelServer(options).start()
+    try:
+        time.sleep(1.0)  # about 20 polls
+        failures = [m for m in records.messages if "could not load version 2" in m]
+        assert len(failures) == 1, records.messages
+        stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
+        assert stub.Predict(make_request("c", _histories()), timeout=30) \
+            .model_spec.version.value == 1
+        code, body = _http(srv, "GET", "/v1/models/c")
+        assert code == 200
+        statuses = {s["version"]: s for s in body["model_version_status"]}
+        assert statuses["1"]["state"] == "AVAILABLE"
+        assert statuses["1"]["status"]["error_code"] == "OK"
+        assert statuses["2"]["state"] == "END"
+        assert statuses["2"]["status"]["error_code"] != "OK"
+        assert statuses["2"]["status"]["error_message"]
+        assert _http(srv, "GET", "/v1/models/c/versions/2")[1]["model_version_status"] == \
+            [statuses["2"]]
+        grpc_status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "c"}), timeout=30)
+        by_version = {s.version: s for s in grpc_status.model_version_status}
+        assert by_version[1].state == get_model_status_pb2.ModelVersionStatus.AVAILABLE
+        assert by_version[2].state == get_model_status_pb2.ModelVersionStatus.END
+        assert by_version[2].status.error_code != 0 and by_version[2].status.error_message
+        channel.close()
+        # Changed (still corrupt): tried and logged once more, and only once.
+        (base / "2" / "saved_model.pb").write_bytes(os.urandom(3000))
+        time.sleep(1.0)
+        failures = [m for m in records.messages if "could not load version 2" in m]
+        assert len(failures) == 2, records.messages
+    finally:
+        srv.stop()
+        logger.removeHandler(records)
+        logger.setLevel(level)
+
+
+# ------------------------------------------------------------------ metrics, evaluate
+
+
+def test_client_recall_ndcg_is_the_metrics_implementation():
+    from tfrs_logq.serving.client import recall_ndcg
+
+    from tfrs_logq.metrics import recall_ndcg_from_ranks
+
+    ranks = np.random.default_rng(3).integers(0, 1500, size=500)
+    got = recall_ndcg(ranks, (10, 100, 1000), (20,))
+    assert list(got) == ["recall@10", "recall@100", "recall@1000", "ndcg@20"]
+    reference = {f"recall@{k}": np.mean(ranks < k) for k in (10, 100, 1000)}
+    reference["ndcg@20"] = np.mean([1 / np.log2(r + 2) if r < 20 else 0.0 for r in ranks])
+    for key, value in reference.items():
+        assert got[key] == pytest.approx(value, rel=1e-12)
+    library = recall_ndcg_from_ranks(ranks, (10, 20, 100, 1000))
+    assert all(got[key] == library[key] for key in got)
+
+
+def test_evaluate_through_server_is_a_library_function(trained, exports):
+    from tfrs_logq.serving.evaluation import evaluate_through_server
+
+    options = ServerOptions(model_name="lib", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"))
+    srv = ModelServer(options).start()
+    try:
+        result = evaluate_through_server(f"127.0.0.1:{srv.port}", "lib",
+                                         trained["model_dir"], max_targets=30,
+                                         recall_ks=(5, 10), ndcg_ks=(10,))
+    finally:
+        srv.stop()
+    assert result["num_targets"] == 30
+    assert set(result["served"]) == {"recall@5", "recall@10", "ndcg@10"}
+    assert result["served"] == result["exact"]  # brute force loses nothing
+
+
+def test_the_evaluate_command_only_parses_flags_and_calls_the_library(trained, monkeypatch,
+                                                                     capsys):
+    from tfrs_logq.serving import evaluation
+
+    from tfrs_logq import cli
+
+    calls = []
+    monkeypatch.setattr(evaluation, "evaluate_through_server",
+                        lambda *a, **kw: calls.append((a, kw)) or {"served": {}})
+    code = cli.main(["evaluate", "--server", "h:1", "--model_name", "m", "--model-dir",
+                     trained["model_dir"], "--max-targets", "7", "--timeout", "3", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out) == {"served": {}}
+    (args, kwargs), = calls
+    assert args == ("h:1", "m", trained["model_dir"])
+    assert kwargs["max_targets"] == 7 and kwargs["timeout"] == 3.0
+
+
+def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(exports):
+    """Requests that wait in a 5 s batch window outlive a 0.5 s drain: they are cut,
+    counted as cut, and stop() returns in about the drain timeout."""
+    options = ServerOptions(model_name="cut", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"),
+                            batch_timeout_micros=5_000_000, max_batch_size=1000,
+                            drain_timeout_in_ms=500)
+    srv = ModelServer(options).start()
+    results: list = []
+    threads = _predict_in_threads(srv.rest_port, srv.port, "cut", 2, results)
+    time.sleep(0.8)
+    start = time.monotonic()
+    summary = srv.stop()
+    assert time.monotonic() - start < 4.0
+    for t in threads:
+        t.join(timeout=30)
+    assert summary["cut"] == 4 and summary["drained"] == {"rest": 0, "grpc": 0}, summary
+    assert not any(outcome in (200, "OK") for _, outcome, _ in results), results

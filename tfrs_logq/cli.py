@@ -526,7 +526,10 @@ _SERVE_HELP = {
     "max_request_bytes": "largest request body",
     "num_threads": "gRPC worker threads",
     "rest_api_num_threads": "REST worker threads (connections beyond them wait, not fail)",
-    "rest_api_timeout_in_ms": "REST: longest wait for a client's request, in ms",
+    "rest_api_timeout_in_ms": "REST: longest a client may take to send a request (its "
+                              "headers, then its body), in ms",
+    "drain_timeout_in_ms": "on SIGTERM or SIGINT, longest wait for requests in flight to "
+                           "finish before exiting, in ms",
     "request_timeout_in_ms": "longest a request waits for its batch's result, in ms (then "
                              "DEADLINE_EXCEEDED / HTTP 504)",
 }
@@ -985,6 +988,10 @@ def _check_port(host: str, port: int, flag: str) -> None:
 
 
 def _serve(args) -> int:
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    # Checks the name (as export does), the ports (0-65535), the counts and timeouts.
+    options = ServerOptions(**{name: getattr(args, name) for name in args.server_fields})
     base = args.model_base_path
     if not os.path.isdir(base):
         raise FileNotFoundError(
@@ -998,24 +1005,11 @@ def _serve(args) -> int:
               file=sys.stderr, flush=True)
     _check_port(args.host, args.port, "--port")
     _check_port(args.host, args.rest_api_port, "--rest_api_port")
-    from tfrs_logq.serving.server import ModelServer, ServerOptions
-
     _log_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    options = ServerOptions(**{name: getattr(args, name) for name in args.server_fields})
-    try:
-        server = ModelServer(options)
-    except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
-        if "bind" not in str(exc).lower():
-            raise
-        raise OSError(f"--port {args.port}: cannot bind {args.host}:{args.port} ({exc})") \
-            from None
-    server.start()
+    server = ModelServer(options).start()
     print(f"serving {args.model_name} from {args.model_base_path}: gRPC {args.host}:"
           f"{server.port}, REST {args.host}:{server.rest_port}", flush=True)
-    try:
-        server.wait()
-    except KeyboardInterrupt:
-        server.stop()
+    server.serve_until_signal()  # SIGTERM/SIGINT: drain requests in flight, log, exit 0
     return 0
 
 
@@ -1036,117 +1030,14 @@ def _read_model_config(model_dir: str) -> dict:
                          "damaged; train again.") from None
 
 
-def _connect(address: str, model_name: str, timeout: float):
-    """A channel to a TF Serving endpoint that answers and serves ``model_name``."""
-    import grpc
-    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
-
-    channel = grpc.insecure_channel(address, options=[
-        ("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-    try:
-        grpc.channel_ready_future(channel).result(timeout=timeout)
-    except grpc.FutureTimeoutError:
-        channel.close()
-        raise ConnectionError(
-            f"no TF Serving endpoint answers at {address} (--server) within {timeout:g} s: "
-            "start one (`tfrs-logq serve --model_name NAME --model_base_path DIR`) or fix "
-            "the address.") from None
-    request = get_model_status_pb2.GetModelStatusRequest()
-    request.model_spec.name = model_name
-    try:
-        model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(request,
-                                                                        timeout=timeout)
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.NOT_FOUND:
-            channel.close()
-            raise ValueError(f"the server at {address} serves no model named {model_name!r} "
-                             f"(--model_name): {exc.details()}") from None
-        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-            channel.close()
-            raise
-    return channel
-
-
 def _evaluate(args) -> int:
-    import numpy as np
+    from tfrs_logq.serving.evaluation import evaluate_through_server
 
-    from tfrs_logq.pipelines.datasets import load_split
-
-    config = _read_model_config(args.model_dir)
-    dataset = args.dataset or config["dataset"]
-    split_name = args.split or config["split"]
-    data_format = args.data_format or config.get("data_format")
-    if split_name == "temporal" and data_format == "sasrec":
-        raise ValueError(
-            "the temporal split needs timestamps; this model was trained on SASRec's "
-            f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
-            "evaluate it with --split loo or --split gsasrec.")
-    if config.get("examples") and not (args.dataset or args.split or args.data_dir):
-        # trained on a pipeline's ExampleGen artifact (`train --examples`): its split
-        from tfrs_logq.pipelines.beam.examples import read_split
-
-        split = read_split(config["examples"])
-    else:
-        split = load_split(dataset, split_name, args.data_dir or config.get("data_dir"),
-                           data_format=data_format,
-                           temporal_fraction=config.get("temporal_fraction"),
-                           **_load_options(args))
-    with open(os.path.join(args.model_dir, "vocabulary.json")) as f:
-        vocabulary = json.load(f)["raw_items"]
-    if vocabulary != [str(x) for x in split.interactions.raw_items]:
-        raise ValueError(
-            f"{split.interactions.source} ({split.num_items:,} items) is not the data the "
-            f"model at --model-dir was trained on ({len(vocabulary):,} items): evaluate with "
-            "its data (--data-dir, --data-format).")
-    channel = _connect(args.server, args.model_name, args.timeout)
-
-    from tfrs_logq.metrics import target_ranks
-    from tfrs_logq.pipelines.sequential import evaluation_arrays
-    from tfrs_logq.serving.client import (
-        predict_stub,
-        ranks_through_server,
-        recall_ndcg,
-        served_query_embeddings,
-    )
-    from tfrs_logq.serving.export import load_trained
-
-    channel.close()
-    encoder, config, raw_ids = load_trained(args.model_dir)
-    part = split.test
-    idx = np.arange(len(part))
-    if args.max_targets and len(idx) > args.max_targets:
-        idx = np.sort(np.random.default_rng(0).choice(len(idx), args.max_targets, replace=False))
-    recall_ks, ndcg_ks = (10, 100, 1000), (20,)
-    max_k = max(recall_ks + ndcg_ks)
-    arrays = evaluation_arrays(split, part, config["max_length"])
-    arrays = {k: (None if v is None else v[idx]) for k, v in arrays.items()}
-    full = [split.sequences[u][:n] for u, n in zip(part.users[idx], part.history_lengths[idx])]
-    sent_raw = [raw_ids[h[-config["max_length"]:] - 1] for h in full]
-    seen_raw = [raw_ids[h - 1] for h in full]
-    targets_raw = raw_ids[arrays["targets"] - 1]
-    stub, channel = predict_stub(args.server)
-    try:
-        # The served model must be this run's: compare query embeddings on a few users.
-        probe = sent_raw[:8]
-        local = encoder.last_query(arrays["history"][:8], training=False).numpy()
-        remote = served_query_embeddings(stub, args.model_name, probe, timeout=args.timeout)
-        gap = float(np.max(np.abs(remote - local)) / max(np.max(np.abs(local)), 1e-12))
-        if remote.shape != local.shape or gap > 1e-3:
-            raise ValueError(
-                f"the model the server at {args.server} serves as {args.model_name!r} is not "
-                f"the run at --model-dir {args.model_dir} (its query embeddings differ by "
-                f"{gap:.2g} relative): serve that run's export, or give its --model-dir.")
-        served = ranks_through_server(stub, args.model_name, sent_raw, targets_raw, max_k,
-                                      num_items=len(raw_ids), seen_raw=seen_raw)
-    finally:
-        channel.close()
-    queries = encoder.last_query(arrays["history"], training=False)
-    exact = target_ranks(queries, encoder.item_embeddings(), arrays["targets"],
-                         exclude=arrays["exclude"])
-    result = {"server": args.server, "model_name": args.model_name, "num_targets": len(idx),
-              "served": recall_ndcg(served, recall_ks, ndcg_ks),
-              "exact": recall_ndcg(np.minimum(exact, max_k), recall_ks, ndcg_ks),
-              "data": _data_record(split.interactions)}
+    _read_model_config(args.model_dir)  # a directory that is no training output: one line
+    result = evaluate_through_server(
+        args.server, args.model_name, args.model_dir, dataset=args.dataset, split=args.split,
+        data_dir=args.data_dir, data_format=args.data_format, max_targets=args.max_targets,
+        timeout=args.timeout, load_options=_load_options(args))
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
 

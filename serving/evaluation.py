@@ -1,0 +1,176 @@
+"""Recall/NDCG of a served model through TF Serving's gRPC API, beside the exact figures.
+
+`evaluate_through_server` is what ``tfrs-logq evaluate --server`` runs: it loads the
+run's test split, checks that the server serves that run (query embeddings on a few
+users), ranks every test target through the server (`client.ranks_through_server`)
+and in process by brute force (`tfrs_logq.metrics.target_ranks`), and reports both
+with `tfrs_logq.metrics.recall_ndcg_from_ranks`. A brute-force export loses nothing:
+its served figures equal the exact ones; a ScaNN export shows what the index costs.
+
+Example:
+
+    from tfrs_logq.serving.evaluation import evaluate_through_server
+
+    result = evaluate_through_server("127.0.0.1:8500", "ml1m", "runs/ml1m")
+    result["served"]["recall@10"], result["exact"]["recall@10"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+RECALL_KS = (10, 100, 1000)
+NDCG_KS = (20,)
+
+
+def connect(address: str, model_name: str, timeout: float):
+    """A gRPC channel to a TF Serving endpoint that answers and serves ``model_name``;
+    ConnectionError (none answers in ``timeout``) or ValueError (no such model)."""
+    import grpc
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
+    channel = grpc.insecure_channel(address, options=[
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        channel.close()
+        raise ConnectionError(
+            f"no TF Serving endpoint answers at {address} (--server) within {timeout:g} s: "
+            "start one (`tfrs-logq serve --model_name NAME --model_base_path DIR`) or fix "
+            "the address.") from None
+    request = get_model_status_pb2.GetModelStatusRequest()
+    request.model_spec.name = model_name
+    try:
+        model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(request,
+                                                                        timeout=timeout)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            channel.close()
+            raise ValueError(f"the server at {address} serves no model named {model_name!r} "
+                             f"(--model_name): {exc.details()}") from None
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            channel.close()
+            raise
+    return channel
+
+
+def _load_test_split(model_dir: str, config: dict, dataset, split_name, data_dir, data_format,
+                     load_options: dict):
+    from tfrs_logq.pipelines.datasets import load_split
+
+    overridden = bool(dataset or split_name or data_dir)
+    dataset = dataset or config["dataset"]
+    split_name = split_name or config["split"]
+    fmt = data_format or config.get("data_format")
+    if split_name == "temporal" and fmt == "sasrec":
+        raise ValueError(
+            "the temporal split needs timestamps; this model was trained on SASRec's "
+            f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
+            "evaluate it with --split loo or --split gsasrec.")
+    if config.get("examples") and not overridden:
+        # trained on a pipeline's ExampleGen artifact (`train --examples`): its split
+        from tfrs_logq.pipelines.beam.examples import read_split
+
+        split = read_split(config["examples"])
+    else:
+        split = load_split(dataset, split_name, data_dir or config.get("data_dir"),
+                           data_format=fmt, temporal_fraction=config.get("temporal_fraction"),
+                           **load_options)
+    with open(os.path.join(model_dir, "vocabulary.json")) as f:
+        vocabulary = json.load(f)["raw_items"]
+    if vocabulary != [str(x) for x in split.interactions.raw_items]:
+        raise ValueError(
+            f"{split.interactions.source} ({split.num_items:,} items) is not the data the "
+            f"model at --model-dir was trained on ({len(vocabulary):,} items): evaluate with "
+            "its data (--data-dir, --data-format).")
+    return split
+
+
+def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
+                            dataset: Optional[str] = None, split: Optional[str] = None,
+                            data_dir: Optional[str] = None, data_format: Optional[str] = None,
+                            max_targets: Optional[int] = None, timeout: float = 10.0,
+                            recall_ks: Sequence[int] = RECALL_KS,
+                            ndcg_ks: Sequence[int] = NDCG_KS,
+                            load_options: Optional[dict] = None) -> dict:
+    """Recall@k and NDCG@k of the model served at ``server`` on the run's test split.
+
+    Args:
+        server: str. The gRPC endpoint, ``HOST:PORT``.
+        model_name: str. The servable's name.
+        model_dir: str. The training output of the served model (its config, vocabulary
+            and best weights: the data and the exact figures come from it).
+        dataset, split, data_dir, data_format: override the run's data. Default: the
+            run's own.
+        max_targets: int. A seeded sample of this many test targets. Defaults to all.
+        timeout: float. Seconds to wait for the server to answer at start.
+        recall_ks, ndcg_ks: the cutoffs. Default ``(10, 100, 1000)`` and ``(20,)``.
+        load_options: dict. ``skip_bad_lines``, ``use_cache``, ``download_ok`` for
+            `load_split`.
+
+    Returns:
+        ``{"server", "model_name", "num_targets", "served": {"recall@10": ...},
+        "exact": {...}, "data": {"source", "data_format", "rows", "skipped_lines"}}``.
+    """
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
+    from tfrs_logq.serving.client import (
+        predict_stub,
+        ranks_through_server,
+        recall_ndcg,
+        served_query_embeddings,
+    )
+    from tfrs_logq.serving.export import load_trained
+
+    from tfrs_logq.metrics import target_ranks
+
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    data = _load_test_split(model_dir, config, dataset, split, data_dir, data_format,
+                            load_options or {})
+    connect(server, model_name, timeout).close()
+    encoder, config, raw_ids = load_trained(model_dir)
+    part = data.test
+    idx = np.arange(len(part))
+    if max_targets and len(idx) > max_targets:
+        idx = np.sort(np.random.default_rng(0).choice(len(idx), max_targets, replace=False))
+    max_k = max(tuple(recall_ks) + tuple(ndcg_ks))
+    arrays = evaluation_arrays(data, part, config["max_length"])
+    arrays = {k: (None if v is None else v[idx]) for k, v in arrays.items()}
+    full = [data.sequences[u][:n] for u, n in zip(part.users[idx], part.history_lengths[idx])]
+    sent_raw = [raw_ids[h[-config["max_length"]:] - 1] for h in full]
+    seen_raw = [raw_ids[h - 1] for h in full]
+    targets_raw = raw_ids[arrays["targets"] - 1]
+    stub, channel = predict_stub(server)
+    try:
+        # The served model must be this run's: compare query embeddings on a few users.
+        local = encoder.last_query(arrays["history"][:8], training=False).numpy()
+        remote = served_query_embeddings(stub, model_name, sent_raw[:8], timeout=timeout)
+        gap = float(np.max(np.abs(remote - local)) / max(np.max(np.abs(local)), 1e-12)) \
+            if remote.shape == local.shape else float("inf")
+        if gap > 1e-3:
+            raise ValueError(
+                f"the model the server at {server} serves as {model_name!r} is not the run "
+                f"at --model-dir {model_dir} (its query embeddings differ by {gap:.2g} "
+                "relative): serve that run's export, or give its --model-dir.")
+        served = ranks_through_server(stub, model_name, sent_raw, targets_raw, max_k,
+                                      num_items=len(raw_ids), seen_raw=seen_raw)
+    finally:
+        channel.close()
+    queries = encoder.last_query(arrays["history"], training=False)
+    exact = target_ranks(queries, encoder.item_embeddings(), arrays["targets"],
+                         exclude=arrays["exclude"])
+    interactions = data.interactions
+    return {"server": server, "model_name": model_name, "num_targets": len(idx),
+            "served": recall_ndcg(served, recall_ks, ndcg_ks),
+            "exact": recall_ndcg(np.minimum(exact, max_k), recall_ks, ndcg_ks),
+            "data": {"source": interactions.source, "data_format": interactions.data_format,
+                     "rows": interactions.num_rows,
+                     "skipped_lines": interactions.skipped_lines}}
+
+
+__all__ = ["NDCG_KS", "RECALL_KS", "connect", "evaluate_through_server"]

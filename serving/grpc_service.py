@@ -1,0 +1,159 @@
+"""The gRPC front end: TF Serving's ``PredictionService`` and ``ModelService``.
+
+``Predict``, ``GetModelMetadata`` and ``GetModelStatus`` with the official
+``tensorflow-serving-api`` messages, so existing TF Serving clients work unchanged
+(TF Serving's ``prediction_service_impl`` and ``model_service_impl``). Failures are
+`ServingError` statuses (see ``errors``); inputs are checked as REST's are (``inputs``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+from typing import Optional
+
+import tensorflow as tf
+from tfrs_logq.serving.drain import InFlight
+from tfrs_logq.serving.errors import ServingError
+from tfrs_logq.serving.manager import ModelManager
+from tfrs_logq.serving.options import ServerOptions
+
+
+def _version_of(spec) -> Optional[int]:
+    if spec.HasField("version"):
+        return int(spec.version.value)
+    if spec.version_label:
+        raise ServingError("INVALID_ARGUMENT", "version labels are not supported")
+    return None
+
+
+def _guarded(fn):
+    """Counts the call in flight and answers a `ServingError` with its status."""
+
+    @functools.wraps(fn)
+    def wrapper(self, request, context):
+        with self.in_flight.track() as tracked:
+            try:
+                response = fn(self, request, context)
+            except ServingError as exc:
+                context.abort(exc.grpc_status, str(exc))  # answered, with its error
+            tracked.cut = not context.is_active()  # cancelled, or cut by the drain
+            return response
+
+    return wrapper
+
+
+def _services(manager: ModelManager, in_flight: InFlight):
+    from google.protobuf import any_pb2
+    from tensorflow_serving.apis import (
+        get_model_metadata_pb2,
+        get_model_status_pb2,
+        model_service_pb2_grpc,
+        predict_pb2,
+        prediction_service_pb2_grpc,
+    )
+
+    class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def __init__(self) -> None:
+            self.in_flight = in_flight
+
+        @_guarded
+        def Predict(self, request, context):  # noqa: N802 (gRPC method name)
+            servable = manager.get(request.model_spec.name, _version_of(request.model_spec))
+            try:
+                inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            except Exception as exc:
+                raise ServingError("INVALID_ARGUMENT", f"malformed input tensor: {exc}") from None
+            checked = servable.validate(request.model_spec.signature_name, inputs)
+            outputs = servable.run(checked)
+            response = predict_pb2.PredictResponse()
+            response.model_spec.name = request.model_spec.name
+            response.model_spec.version.value = servable.version
+            response.model_spec.signature_name = checked["signature"]
+            wanted = set(request.output_filter) or set(outputs)
+            for key, value in outputs.items():
+                if key in wanted:
+                    response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
+            return response
+
+        @_guarded
+        def GetModelMetadata(self, request, context):  # noqa: N802
+            servable = manager.get(request.model_spec.name, _version_of(request.model_spec))
+            fields = set(request.metadata_field)
+            if fields != {"signature_def"}:
+                raise ServingError("INVALID_ARGUMENT",
+                                   "Metadata field(s) must be ['signature_def'], got "
+                                   f"{sorted(fields)}")
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            response.model_spec.name = request.model_spec.name
+            response.model_spec.version.value = servable.version
+            signature_map = get_model_metadata_pb2.SignatureDefMap()
+            for key, value in servable.signature_defs.items():
+                signature_map.signature_def[key].CopyFrom(value)
+            packed = any_pb2.Any()
+            packed.Pack(signature_map)
+            response.metadata["signature_def"].CopyFrom(packed)
+            return response
+
+    class ModelService(model_service_pb2_grpc.ModelServiceServicer):
+        def __init__(self) -> None:
+            self.in_flight = in_flight
+
+        @_guarded
+        def GetModelStatus(self, request, context):  # noqa: N802
+            from tensorflow.core.protobuf import error_codes_pb2
+
+            response = get_model_status_pb2.GetModelStatusResponse()
+            states = get_model_status_pb2.ModelVersionStatus.State
+            for version in manager.status(request.model_spec.name,
+                                          _version_of(request.model_spec)):
+                status = response.model_version_status.add()
+                status.version = version.version
+                status.state = states.Value(version.state)
+                status.status.error_code = error_codes_pb2.Code.Value(version.error_code)
+                status.status.error_message = version.error_message
+            return response
+
+    return PredictionService(), ModelService(), prediction_service_pb2_grpc, model_service_pb2_grpc
+
+
+def build_grpc_server(options: ServerOptions):
+    """A ``grpc.server`` on ``options.num_threads`` workers, not yet bound.
+
+    ``grpc.so_reuseport`` is off (grpc sets it by default): otherwise a second server
+    on the same port would start and take half of the new connections.
+    """
+    import grpc
+
+    return grpc.server(
+        concurrent.futures.ThreadPoolExecutor(max_workers=options.num_threads,
+                                              thread_name_prefix="tfrs-logq-grpc"),
+        options=[("grpc.max_receive_message_length", options.max_request_bytes),
+                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                 ("grpc.so_reuseport", 0)])
+
+
+def add_services(server, manager: ModelManager, in_flight: InFlight) -> None:
+    prediction, model_service, pred_grpc, model_grpc = _services(manager, in_flight)
+    pred_grpc.add_PredictionServiceServicer_to_server(prediction, server)
+    model_grpc.add_ModelServiceServicer_to_server(model_service, server)
+
+
+def bind_grpc(server, host: str, port: int) -> int:
+    """Binds ``server`` to ``host:port``; the bound port, or an OSError that says why not."""
+    from tfrs_logq.serving.http_server import bind_error
+
+    address = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else \
+        f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpc >= 1.5x raises "Failed to bind to address ..."
+        bound, reason = 0, exc
+    else:
+        reason = None
+    if not bound:
+        raise bind_error("gRPC", "port", host, port, reason)
+    return bound
+
+
+__all__ = ["add_services", "bind_grpc", "build_grpc_server"]

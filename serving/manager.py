@@ -1,0 +1,196 @@
+"""`ModelManager`: which version of the model is served (TF Serving's ``ServerCore``).
+
+It polls ``model_base_path`` every ``file_system_poll_wait_seconds`` and serves the
+newest integer version that loads. A version that fails to load (a corrupt
+``saved_model.pb``, a directory without one) is logged once, kept as an error in the
+model's status, and tried again only when its directory changes; the version being
+served keeps serving meanwhile. A swap lets requests in flight finish on the version
+they started with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from typing import Callable, Optional
+
+from tfrs_logq.serving.errors import ServingError
+from tfrs_logq.serving.options import ServerOptions
+from tfrs_logq.serving.servable import Servable
+
+log = logging.getLogger("tfrs_logq.serving")
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionStatus:
+    """A version's state as TF Serving's ``ModelVersionStatus`` reports it.
+
+    ``state`` is ``"AVAILABLE"`` (being served) or ``"END"`` (not served; with
+    ``error_code``/``error_message`` when it failed to load).
+    """
+
+    version: int
+    state: str
+    error_code: str = "OK"
+    error_message: str = ""
+
+
+def _fingerprint(path: str) -> tuple:
+    """What changes when a version's directory changes: its files' names, sizes, mtimes."""
+    entries = []
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            entries.append((os.path.relpath(full, path), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(entries))
+
+
+def _error_code(exc: BaseException) -> str:
+    """The canonical code of a load failure, as TF Serving reports it in the status."""
+    import tensorflow as tf
+
+    if isinstance(exc, tf.errors.OpError):
+        return _TF_CODES.get(exc.error_code, "UNKNOWN")
+    if isinstance(exc, FileNotFoundError):
+        return "NOT_FOUND"
+    return "UNKNOWN"
+
+
+_TF_CODES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 5: "NOT_FOUND",
+             7: "PERMISSION_DENIED", 9: "FAILED_PRECONDITION", 13: "INTERNAL",
+             15: "DATA_LOSS"}
+
+
+class ModelManager:
+    """Watches ``model_base_path`` and keeps the newest loadable version served.
+
+    Args:
+        options: `ServerOptions`.
+        load: ``(path, version, options) -> Servable``. Defaults to `Servable`.
+    """
+
+    def __init__(self, options: ServerOptions,
+                 load: Callable[[str, int, ServerOptions], Servable] = Servable) -> None:
+        self.options = options
+        self._load = load
+        self._servable: Optional[Servable] = None
+        self._failed: dict = {}  # version -> (fingerprint, VersionStatus)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._retired: list = []
+        self.poll()
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        name="tfrs-logq-version-watcher")
+        self._thread.start()
+
+    def versions_on_disk(self) -> list[int]:
+        """The integer version directories under the base path, oldest first."""
+        base = self.options.model_base_path
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return []
+        return sorted(int(d) for d in names
+                      if d.isdigit() and os.path.isdir(os.path.join(base, d)))
+
+    def poll(self) -> None:
+        """Serves the newest version that loads, if it is not served already."""
+        versions = self.versions_on_disk()
+        for version in list(self._failed):
+            if version not in versions:
+                del self._failed[version]  # removed: nothing to report any more
+        current = self._servable
+        for version in reversed(versions):
+            if current is not None and version <= current.version:
+                return  # what is served is the newest that loads
+            path = os.path.join(self.options.model_base_path, str(version))
+            fingerprint = _fingerprint(path)
+            failed = self._failed.get(version)
+            if failed is not None and failed[0] == fingerprint:
+                continue  # failed before, unchanged since: not again, and not logged again
+            try:
+                if not os.path.exists(os.path.join(path, "saved_model.pb")):
+                    raise FileNotFoundError(f"no saved_model.pb in {path}")
+                servable = self._load(path, version, self.options)
+            except Exception as exc:  # a broken version must not take the server down
+                message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+                self._failed[version] = (fingerprint, VersionStatus(
+                    version, "END", _error_code(exc), message))
+                log.error("could not load version %d of %s (%s); %s", version,
+                          self.options.model_name, message,
+                          f"still serving version {current.version}" if current is not None
+                          else "trying older versions")
+                continue
+            self._failed.pop(version, None)
+            with self._lock:
+                old, self._servable = self._servable, servable
+            log.info("serving %s version %d", self.options.model_name, version)
+            if old is not None:
+                # Requests already holding `old` finish on it; its batchers stop later.
+                timer = threading.Timer(30.0, old.close)
+                timer.daemon = True
+                timer.start()
+                self._retired.append((timer, old))
+            return
+
+    def _watch(self) -> None:
+        wait = max(0.05, self.options.file_system_poll_wait_seconds)
+        while not self._stop.wait(wait):
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 (the watcher must keep watching)
+                log.exception("polling %s failed", self.options.model_base_path)
+
+    def _check_name(self, model_name: str, version: Optional[int]) -> None:
+        if model_name != self.options.model_name:
+            raise ServingError("NOT_FOUND", f"Servable not found for request: Latest({model_name})"
+                               if version is None else
+                               f"Servable not found for request: Specific({model_name}, "
+                               f"{version})")
+
+    def get(self, model_name: str, version: Optional[int] = None) -> Servable:
+        """The servable for a request; NOT_FOUND for another name or version."""
+        self._check_name(model_name, version)
+        servable = self._servable
+        if servable is None:
+            raise ServingError("NOT_FOUND", f"Servable not found for request: "
+                                            f"Latest({model_name}): no version loaded yet")
+        if version is not None and version != servable.version:
+            raise ServingError("NOT_FOUND", f"Servable not found for request: Specific("
+                                            f"{model_name}, {version})")
+        return servable
+
+    def status(self, model_name: str, version: Optional[int] = None) -> list[VersionStatus]:
+        """The versions' states, newest first: the one served (AVAILABLE) and those that
+        failed to load (END, with their error). NOT_FOUND when there is none to report."""
+        self._check_name(model_name, version)
+        servable = self._servable
+        out = [failed for _, failed in self._failed.values()]
+        if servable is not None:
+            out.append(VersionStatus(servable.version, "AVAILABLE"))
+        out.sort(key=lambda s: -s.version)
+        if version is not None:
+            out = [s for s in out if s.version == version]
+        if not out:
+            raise ServingError("NOT_FOUND", "Servable not found for request: "
+                               + (f"Latest({model_name}): no version loaded yet"
+                                  if version is None else f"Specific({model_name}, {version})"))
+        return out
+
+    def stop(self) -> None:
+        """Stops watching; with the servables' batch workers."""
+        self._stop.set()
+        for timer, old in self._retired:
+            timer.cancel()
+            old.close()
+        if self._servable is not None:
+            self._servable.close()
+
+
+__all__ = ["ModelManager", "VersionStatus"]

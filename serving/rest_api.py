@@ -1,0 +1,334 @@
+"""The REST API: TF Serving's ``/v1/models`` routes as a Starlette (ASGI) application.
+
+``POST /v1/models/NAME[/versions/V]:predict`` ("instances" and "inputs" forms),
+``GET /v1/models/NAME[/versions/V]`` (status) and ``.../metadata``, with TF Serving's
+JSON shapes (its ``http_rest_api_handler``). Every reply is JSON, refusals included:
+``{"error": "..."}`` with the status `errors.STATUS` gives. The body is read on the
+event loop, bounded in size (``max_request_bytes``, 413, refused from its
+Content-Length before it is read) and in time (``rest_api_timeout_in_ms``, 408); the
+JSON decoding, the model call and the encoding run on ``rest_api_num_threads`` workers.
+The HTTP/1.1 server under it is `http_server.HttpServer` (uvicorn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import json
+import logging
+from typing import Optional
+
+import numpy as np
+from tfrs_logq.serving.drain import InFlight
+from tfrs_logq.serving.errors import ServingError
+from tfrs_logq.serving.manager import ModelManager
+from tfrs_logq.serving.options import ServerOptions
+
+log = logging.getLogger("tfrs_logq.serving")
+
+ALLOWED_METHODS = "GET, HEAD, POST"
+_HTTP_METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"}
+
+
+def json_response(status: int, body: dict, headers: Optional[dict] = None):
+    from starlette.responses import Response
+
+    # json.dumps as is (Starlette's JSONResponse refuses NaN, and scores may hold -inf)
+    return Response(json.dumps(body).encode(), status_code=status, headers=headers,
+                    media_type="application/json")
+
+
+def error_response(exc: ServingError, headers: Optional[dict] = None):
+    return json_response(exc.http_status, {"error": str(exc)}, headers)
+
+
+class RestApi:
+    """The Starlette app over a `ModelManager` (``.app``), counting requests in flight.
+
+    Args:
+        manager: `ModelManager`. Resolves model names and versions.
+        options: `ServerOptions`. ``max_request_bytes``, ``rest_api_timeout_in_ms``,
+            ``rest_api_num_threads``.
+        in_flight: `InFlight`. Counts this protocol's requests (for the drain).
+    """
+
+    def __init__(self, manager: ModelManager, options: ServerOptions,
+                 in_flight: Optional[InFlight] = None) -> None:
+        from starlette.applications import Starlette
+        from starlette.exceptions import HTTPException
+        from starlette.routing import Route
+
+        self.manager, self.options = manager, options
+        self.in_flight = in_flight or InFlight()
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=options.rest_api_num_threads, thread_name_prefix="tfrs-logq-rest")
+        base, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version}"
+        routes = [Route(base + ":predict", self._endpoint(self.predict), methods=["POST"]),
+                  Route(version + ":predict", self._endpoint(self.predict), methods=["POST"])]
+        for path in (base, version):
+            routes.append(Route(path, self._endpoint(self.status), methods=["GET"]))
+            routes.append(Route(path + "/metadata", self._endpoint(self.metadata),
+                                methods=["GET"]))
+        self.app = Starlette(routes=routes,
+                             exception_handlers={HTTPException: self._http_exception})
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _endpoint(self, handler):
+        """Counts the request in flight; a `ServingError` or a bug becomes a JSON reply."""
+
+        @functools.wraps(handler)
+        async def endpoint(request):
+            with self.in_flight.track() as tracked:
+                try:
+                    return await handler(request)
+                except asyncio.CancelledError:  # the drain timed out: say so if we still can
+                    tracked.cut = True
+                    return error_response(ServingError(
+                        "UNAVAILABLE", "the server shut down before this request finished "
+                                       "(drain_timeout_in_ms)"), {"Connection": "close"})
+                except ServingError as exc:
+                    # A body that did not arrive in time leaves the framing unknown.
+                    return error_response(exc, {"Connection": "close"}
+                                          if exc.code == "REQUEST_TIMEOUT" else None)
+                except Exception as exc:  # a bug answers 500; the server keeps going
+                    log.exception("REST %s %s failed", request.method, request.url.path)
+                    return json_response(500, {"error": f"internal error: "
+                                                        f"{type(exc).__name__}: {exc}"})
+
+        return endpoint
+
+    async def _http_exception(self, request, exc):
+        """Starlette's own refusals (no route, a method the route does not take) as JSON."""
+        method, path = request.method, request.url.path
+        if exc.status_code == 405:
+            if method not in _HTTP_METHODS:
+                return error_response(ServingError(
+                    "NOT_IMPLEMENTED", f"method {method} is not supported; this server answers "
+                                       f"{ALLOWED_METHODS}"), {"Allow": ALLOWED_METHODS})
+            return error_response(ServingError(
+                "METHOD_NOT_ALLOWED", f"method {method} is not allowed on {path}: this server "
+                                      f"answers {ALLOWED_METHODS}"), {"Allow": ALLOWED_METHODS})
+        if exc.status_code == 404:
+            return error_response(ServingError("NOT_FOUND",
+                                               f"Malformed request: {method} {path}"))
+        return json_response(exc.status_code, {"error": str(exc.detail)}, exc.headers)
+
+    async def _in_worker(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    # -- routes ------------------------------------------------------------------
+
+    @staticmethod
+    def _version(request) -> Optional[int]:
+        text = request.path_params.get("version")
+        if text is None:
+            return None
+        if not text.isdigit():
+            raise ServingError("INVALID_ARGUMENT", f"Malformed version in {request.url.path}")
+        return int(text)
+
+    async def status(self, request):
+        name = request.path_params["name"]
+        versions = self.manager.status(name, self._version(request))
+        return json_response(200, {"model_version_status": [
+            {"version": str(v.version), "state": v.state,
+             "status": {"error_code": v.error_code, "error_message": v.error_message}}
+            for v in versions]})
+
+    async def metadata(self, request):
+        from google.protobuf import json_format
+
+        name = request.path_params["name"]
+        servable = self.manager.get(name, self._version(request))
+        signatures = {k: json_format.MessageToDict(v)
+                      for k, v in servable.signature_defs.items()}
+        return json_response(200, {
+            "model_spec": {"name": name, "signature_name": "",
+                           "version": str(servable.version)},
+            "metadata": {"signature_def": {"signature_def": signatures}}})
+
+    async def predict(self, request):
+        body = await self._read_body(request)
+        name, version = request.path_params["name"], self._version(request)
+        servable = self.manager.get(name, version)
+        return json_response(200, await self._in_worker(_predict, servable, body))
+
+    async def _read_body(self, request) -> bytes:
+        """The body, within ``max_request_bytes`` and ``rest_api_timeout_in_ms``."""
+        limit = self.options.max_request_bytes
+        headers = request.headers
+        declared: Optional[int] = None
+        if "content-length" in headers:  # the server checked its form (digits, one value)
+            declared = int(headers["content-length"])
+            if declared > limit:
+                raise ServingError("RESOURCE_EXHAUSTED",
+                                   f"request body of {declared} bytes exceeds the limit of "
+                                   f"{limit} (max_request_bytes)")
+        elif "transfer-encoding" not in headers:
+            raise ServingError("INVALID_ARGUMENT", f"{request.method} needs a Content-Length "
+                                                   "header: the body's size in bytes")
+        timeout = self.options.rest_api_timeout_in_ms / 1000
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        chunks, size = [], 0
+        while True:
+            try:
+                message = await asyncio.wait_for(request.receive(), deadline - loop.time())
+            except asyncio.TimeoutError:
+                raise ServingError("REQUEST_TIMEOUT",
+                                   f"the request body did not arrive within {timeout:g} s "
+                                   f"(rest_api_timeout_in_ms): {size} bytes came") from None
+            if message["type"] == "http.disconnect":
+                raise ServingError("INVALID_ARGUMENT", "the client went away")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise ServingError("RESOURCE_EXHAUSTED",
+                                   f"request body of more than {limit} bytes exceeds the limit "
+                                   f"of {limit} (max_request_bytes)")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        if declared is not None and size < declared:
+            raise ServingError("INVALID_ARGUMENT", f"the body ended after {size} of the "
+                                                   f"{declared} bytes of its Content-Length")
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)  # the drain waited already
+
+
+# ------------------------------------------------------------------ JSON <-> tensors
+
+
+def _predict(servable, body: bytes) -> dict:
+    """Runs on a worker: decode, check, run, encode (TF Serving's JSON forms)."""
+    request = _decode_json(body)
+    if not isinstance(request, dict):
+        raise ServingError("INVALID_ARGUMENT", "JSON body must be an object")
+    signature = request.get("signature_name", "")
+    if not isinstance(signature, str):
+        raise ServingError("INVALID_ARGUMENT", "'signature_name' must be a string")
+    if ("instances" in request) == ("inputs" in request):
+        raise ServingError("INVALID_ARGUMENT", "JSON Value must have exactly one of "
+                                               "'instances' or 'inputs'")
+    row_format = "instances" in request
+    inputs = json_inputs(servable, signature, request, row_format)
+    checked = servable.validate(signature, inputs)
+    outputs = servable.run(checked)
+    if row_format:
+        n = next(iter(outputs.values())).shape[0]
+        return {"predictions": [{k: _jsonable(v[i]) for k, v in outputs.items()}
+                                for i in range(n)]}
+    return {"outputs": {k: _jsonable(v) for k, v in outputs.items()}}
+
+
+def _decode_json(body: bytes):
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ServingError("INVALID_ARGUMENT",
+                           f"the body is not valid UTF-8: byte 0x{body[exc.start]:02x} "
+                           f"at offset {exc.start} ({exc.reason})") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ServingError("INVALID_ARGUMENT", "JSON Parse error: arrays or objects "
+                                               "nest too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
+        raise ServingError("INVALID_ARGUMENT", f"JSON Parse error: {exc}") from None
+
+
+def _jsonable(value: np.ndarray):
+    if value.dtype.kind in ("S", "O"):
+        return np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else str(b),
+                            otypes=[object])(value).tolist()
+    return value.tolist()
+
+
+def json_inputs(servable, signature: str, request: dict, row_format: bool) -> dict:
+    """The request's inputs as arrays: a scalar input (``k``, ``exclude_history``) one
+    value, the others rectangular lists of one JSON type each."""
+    _, fn = servable.signature(signature)
+    specs = fn.structured_input_signature[1]
+    scalars = {k for k, spec in specs.items() if spec.shape.rank == 0}
+    input_names = sorted(specs)
+    if row_format:
+        instances = request["instances"]
+        if not isinstance(instances, list) or not instances:
+            raise ServingError("INVALID_ARGUMENT", "'instances' must be a non-empty list")
+        if all(isinstance(x, dict) for x in instances):
+            keys = set(instances[0])
+            if any(set(x) != keys for x in instances):
+                raise ServingError("INVALID_ARGUMENT", "every instance must have the same keys")
+            inputs = {}
+            for key in keys:
+                values = [x[key] for x in instances]
+                if key in scalars:  # one value for the whole request
+                    if len({json.dumps(v) for v in values}) != 1:
+                        raise ServingError("INVALID_ARGUMENT",
+                                           f"all instances must share {key!r}")
+                    inputs[key] = _scalar(values[0])
+                else:
+                    inputs[key] = _rectangular(values, key)
+            return inputs
+        if len(input_names) != 1:
+            raise ServingError("INVALID_ARGUMENT", f"instances must be objects naming the inputs "
+                                                   f"{input_names}")
+        return {input_names[0]: _rectangular(instances, input_names[0])}
+    value = request["inputs"]
+    if isinstance(value, dict):
+        return {k: (_rectangular(v, k) if isinstance(v, list) else _scalar(v))
+                for k, v in value.items()}
+    if len(input_names) != 1:
+        raise ServingError("INVALID_ARGUMENT", f"'inputs' must be an object naming {input_names}")
+    return {input_names[0]: _rectangular(value, input_names[0])}
+
+
+def _scalar(value) -> np.ndarray:
+    """A JSON scalar as a 0-d array that keeps its JSON type (null and strings included)."""
+    if value is None or isinstance(value, (dict, list)):
+        return np.array(value, dtype=object)
+    return np.asarray(value)
+
+
+def _leaves(rows):
+    for row in rows:
+        if isinstance(row, list):
+            yield from _leaves(row)
+        else:
+            yield row
+
+
+def _rectangular(rows, key: str) -> np.ndarray:
+    """``rows`` as an array; refused unless rectangular and of one JSON type (numbers,
+    strings or booleans: ``[true, 1]`` would otherwise become ``[1, 1]``)."""
+    if not _is_rectangular(rows):
+        _raise(key)
+    kinds = {type(x) for x in _leaves(rows)}
+    if len(kinds - {int, float}) > 1 or (kinds - {int, float} and kinds & {int, float}) or \
+            kinds - {int, float, str, bool}:
+        names = ", ".join(sorted("null" if k is type(None) else k.__name__ for k in kinds))
+        raise ServingError("INVALID_ARGUMENT",
+                           f"input {key!r} must hold values of one type, got {names}")
+    try:
+        return np.array(rows)
+    except (ValueError, OverflowError):
+        _raise(key)
+
+
+def _is_rectangular(rows) -> bool:
+    if not isinstance(rows, list):
+        return False
+    if rows and isinstance(rows[0], list):
+        return len({len(r) if isinstance(r, list) else -1 for r in rows}) == 1
+    return True
+
+
+def _raise(key: str):
+    raise ServingError("INVALID_ARGUMENT", f"input {key!r} must be a rectangular list of lists")
+
+
+__all__ = ["ALLOWED_METHODS", "RestApi", "json_inputs"]
