@@ -25,14 +25,28 @@ PIP_PROGRESS   := --progress-bar off
 .PHONY: demo test test-keras test-tf221 bench lint clean install pipeline help
 
 $(STAMP): pyproject.toml
+	@echo "== $(VENV): tfrs-logq with its test and serving extras (TensorFlow, ScaNN, Beam, ...):"
+	@echo "   pip prints a line per package, then unpacks them all (minutes, TensorFlow the most)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,serving]"
+	$(PY) -m pip install $(PIP_PROGRESS) --upgrade pip
+	$(PY) -m pip install $(PIP_PROGRESS) -e ".[test,serving]"
 	@echo "== $(VENV): keras-logq (editable) and keras-rs, for the Keras 3 TensorFlow-backend tests"
-	$(PY) -m pip install -q "keras-rs>=0.4,<0.5"
-	$(PY) -m pip install -q --no-deps -e keras-logq
+	$(PY) -m pip install $(PIP_PROGRESS) "keras-rs>=0.4,<0.5"
+	$(PY) -m pip install $(PIP_PROGRESS) --no-deps -e keras-logq
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
+
+# `make demo` needs the package alone (TensorFlow, tf-keras, TFRS, matplotlib): without the
+# full install above it installs just that (no ScaNN, Beam, TFDS, serving or test tools).
+DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+$(DEMO_STAMP): pyproject.toml
+	@echo "== $(VENV): tfrs-logq for the demo (TensorFlow, tf-keras, TFRS, matplotlib): pip"
+	@echo "   prints a line per package, then unpacks them all (minutes, TensorFlow the most)"
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_PROGRESS) --upgrade pip
+	$(PY) -m pip install $(PIP_PROGRESS) -e .
+	touch $(DEMO_STAMP)
 
 $(KERAS_STAMP): keras-logq/pyproject.toml
 	@echo "== $(KERAS_VENV): keras, jax (CPU), torch (CPU), keras-rs, keras-logq; no TensorFlow"
@@ -52,7 +66,9 @@ $(TF221_STAMP): pyproject.toml
 
 install: $(STAMP) $(KERAS_STAMP)
 
-demo: $(STAMP)
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
+	@echo "== the demo: none, logq and corrected on the synthetic stream (a line per phase and"
+	@echo "   per tenth of the steps when piped; Keras' progress bar in a terminal)"
 	$(VENV)/bin/tfrs-logq demo --output-dir demo_output
 
 # The batch pipeline (Apache Beam, local FnApiRunner) on SASRec's ML-1M, gSASRec's split:
