@@ -5,7 +5,8 @@ Where the files are looked for (one place, never a fallback from one to the next
 1. ``data_dir`` (the ``--data-dir`` flag), when given: it must be an existing
    directory, and only it is searched;
 2. else ``$TFRS_LOGQ_DATA_DIR``, when set (the same rules);
-3. else the download cache ``~/.cache/tfrs_logq`` (``$TFRS_LOGQ_CACHE_DIR``), where
+3. else the download cache ``~/.cache/tfrs_logq`` (``$TFRS_LOGQ_CACHE_DIR``; see
+   `tfrs_logq.cache.cache_dir`), where
    an official archive (``ml-1m.zip``, ``steam_reviews.json.gz``) is downloaded with
    a progress bar and checked against its published checksum.
 
@@ -37,12 +38,13 @@ import glob
 import hashlib
 import logging
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from typing import Optional
 
 import numpy as np
+from tfrs_logq.atomic import atomic_write
+from tfrs_logq.cache import cache_dir  # the one cache location (re-exported here)
 from tfrs_logq.pipelines.interactions import (
     DataFormatError,
     Interactions,
@@ -87,12 +89,6 @@ class DataNotFoundError(FileNotFoundError):
 
 class AmbiguousDataError(ValueError):
     """Several files could be the data; the message names them and the flag that picks."""
-
-
-def cache_dir() -> str:
-    return os.environ.get(
-        "TFRS_LOGQ_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "tfrs_logq")
-    )
 
 
 def _checked_cache_dir() -> str:
@@ -167,25 +163,21 @@ def download(url: str, sha256: str, destination: str) -> str:
     from tqdm import tqdm
 
     os.makedirs(os.path.dirname(destination), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(destination), prefix=".download-")
     digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=30) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=os.path.basename(url)) as bar:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    out.write(block)
-                    digest.update(block)
-                    bar.update(len(block))
+    # Written beside the destination and renamed into place only once the checksum
+    # matches; a failed or interrupted download leaves no file.
+    with atomic_write(destination, "wb") as out, \
+            urllib.request.urlopen(url, timeout=30) as response:
+        total = int(response.headers.get("Content-Length") or 0) or None
+        with tqdm(total=total, unit="B", unit_scale=True, desc=os.path.basename(url)) as bar:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                out.write(block)
+                digest.update(block)
+                bar.update(len(block))
         if digest.hexdigest() != sha256:
             raise OSError(f"checksum mismatch for {url}: got {digest.hexdigest()}, "
                           f"expected {sha256}")
-        os.replace(tmp, destination)
-        return destination
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    return destination
 
 
 def _fetch_or_explain(url: str, sha256: str, filename: str, kind: str, root: str, origin: str,

@@ -35,6 +35,7 @@ import shutil
 import tempfile
 from typing import Iterator, Optional
 
+from tfrs_logq.atomic import write_json
 from tfrs_logq.pipelines.interactions import file_fingerprint
 
 MANIFEST = "manifest.json"
@@ -160,14 +161,7 @@ def write_manifest(staging: str, record: dict) -> dict:
     manifest = {**record, "outputs": output_fingerprints(staging),
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds")}
-    fd, tmp = tempfile.mkstemp(dir=staging, prefix=".manifest-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=False)
-        f.write("\n")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would outlive the rename
-    os.replace(tmp, os.path.join(staging, MANIFEST))
+    write_json(os.path.join(staging, MANIFEST), manifest, indent=1)
     return manifest
 
 
