@@ -635,3 +635,27 @@ def test_shared_data_root_is_ambiguous_for_loo_and_resolves_with_data_format():
         ds_mod.load_dataset("ml-1m", SHARED, download_ok=False)
     inter = ds_mod.load_dataset("ml-1m", SHARED, fmt="sasrec", download_ok=False)
     assert inter.source.endswith("ml-1m-sasrec/ml-1m.txt.gz") and inter.num_rows == 999_611
+
+
+@pytest.mark.parametrize("split_name, fraction", [("temporal", None), ("temporal", 0.2),
+                                                  ("loo", None)])
+def test_training_load_split_gives_the_data_layer_split(tmp_path, split_name, fraction):
+    """`tfrs_logq.training.load_split(config)` and `pipelines.datasets.load_split` (the one
+    implementation, with `DEFAULT_TEMPORAL_FRACTION`) give the same split."""
+    import types
+
+    from tfrs_logq import training
+
+    data = tmp_path / "d"
+    data.mkdir()
+    _write_ratings(data / "ratings.dat", _ratings_rows())
+    config = types.SimpleNamespace(dataset="ml-1m", split=split_name, data_dir=str(data),
+                                   data_format=None, temporal_fraction=fraction, examples=None)
+    ours = ds_mod.load_split("ml-1m", split_name, str(data), temporal_fraction=fraction)
+    theirs = training.load_split(config)
+    assert ours.name == theirs.name == split_name
+    np.testing.assert_array_equal(ours.train_lengths, theirs.train_lengths)
+    for part in ("validation", "test"):
+        for field in ("users", "history_lengths", "targets"):
+            np.testing.assert_array_equal(getattr(getattr(ours, part), field),
+                                          getattr(getattr(theirs, part), field))
