@@ -415,11 +415,47 @@ def test_worker_code_is_shipped_by_value_and_runs_without_tensorflow(tmp_path):
     assert proc.stdout.split() == ["False", "False"]
 
 
+# The documented public names of `tfrs_logq.pipelines.beam` and their modules.
+BEAM_PUBLIC_API = {
+    "ArtifactError": "artifacts",
+    "BulkInferrer": "bulk_inferrer",
+    "COMPONENTS": "pipeline",
+    "ComponentResult": "pipeline",
+    "Evaluator": "evaluator",
+    "ExampleGen": "example_gen",
+    "Exporter": "exporter",
+    "ItemStatistics": "item_statistics",
+    "METRICS": "evaluation",
+    "Pusher": "pusher",
+    "Statistics": "statistics",
+    "TopKModelHandler": "bulk_inferrer",
+    "Trainer": "trainer",
+    "load_evaluation": "evaluation",
+    "load_item_statistics": "item_statistics",
+    "load_log_q": "item_statistics",
+    "push_version": "pusher",
+    "read_predictions": "predictions",
+    "read_split": "examples",
+    "run_components": "pipeline",
+    "run_pipeline": "pipeline",
+}
+
+
 def test_every_public_name_imports():
+    """`__all__` is the documented list, and each name is the object its module defines."""
+    import importlib
+    import types
+
     import tfrs_logq.pipelines.beam as beam_pipeline
 
-    for name in beam_pipeline.__all__:
-        assert getattr(beam_pipeline, name) is not None, name
+    assert sorted(beam_pipeline.__all__) == sorted([*BEAM_PUBLIC_API, "SOURCE_FORMATS"])
+    assert beam_pipeline.SOURCE_FORMATS == ("ratings", "sasrec", "csv", "steam")
+    for name, module in BEAM_PUBLIC_API.items():
+        defining = importlib.import_module(f"tfrs_logq.pipelines.beam.{module}")
+        obj = getattr(beam_pipeline, name)
+        assert obj is getattr(defining, name), name
+        if isinstance(obj, (type, types.FunctionType)):
+            assert obj.__module__ == defining.__name__, (name, obj.__module__)
     with pytest.raises(AttributeError):
         beam_pipeline.no_such_name  # noqa: B018
 

@@ -36,14 +36,82 @@ def test_target_ranks_and_metrics_match_numpy():
     assert metrics["ndcg@10"] == pytest.approx(np.mean(np.where(r < 10, 1 / np.log2(r + 2), 0)))
 
 
+def test_recall_ndcg_from_ranks_histograms_and_the_beam_evaluator_agree():
+    """One implementation: the Beam Evaluator's figures are `tfrs_logq.metrics`' on the same
+    ranks, and both are the formula in numpy."""
+    from tfrs_logq.metrics import rank_histogram, recall_ndcg_from_histogram
+    from tfrs_logq.pipelines.beam import evaluation
+
+    ranks = np.random.default_rng(2).integers(0, 3000, size=500) // 3
+    r = ranks.astype(np.float64)
+    histogram = rank_histogram(ranks, 1000)
+    assert histogram.sum() == 500 and histogram[-1] == int(np.sum(ranks >= 1000))
+    from_ranks = recall_ndcg_from_ranks(ranks, (10, 20, 100, 1000))
+    from_histogram = recall_ndcg_from_histogram(histogram, (10, 100, 1000), (20,))
+    beam = evaluation.metrics_from_histogram(histogram)
+    assert beam == from_histogram
+    for k in (10, 100, 1000):
+        assert from_histogram[f"recall@{k}"] == pytest.approx(np.mean(r < k), rel=1e-12)
+        assert from_ranks[f"recall@{k}"] == pytest.approx(np.mean(r < k), rel=1e-12)
+    expected = np.mean(np.where(r < 20, 1 / np.log2(r + 2), 0))
+    assert from_histogram["ndcg@20"] == pytest.approx(expected, rel=1e-12)
+    assert from_ranks["ndcg@20"] == pytest.approx(expected, rel=1e-12)
+    # The docstring's example: ranks [0, 3, miss].
+    example = evaluation.metrics_from_histogram(rank_histogram([0, 3, 5000], 1000))
+    assert example["recall@10"] == pytest.approx(2 / 3)
+    assert round(example["ndcg@20"], 4) == 0.4769
+
+
+def test_metrics_docstring_examples_run():
+    import doctest
+
+    from tfrs_logq import metrics
+
+    result = doctest.testmod(metrics, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted >= 2
+
+
 def test_ties_count_against_the_target():
     ranks = target_ranks(np.zeros((2, 3), np.float32), np.ones((5, 3), np.float32), [1, 4])
     np.testing.assert_array_equal(ranks, [3, 3])  # 4 real items, all tied
 
 
+# The documented public API: each name and the module that defines it.
+PUBLIC_API = {
+    "CORRECTIONS": "tfrs_logq.losses",
+    "CorrectedRetrieval": "tfrs_logq.tasks",
+    "CountMinSketch": "tfrs_logq.frequency",
+    "ExactFrequency": "tfrs_logq.frequency",
+    "InBatchSampler": "tfrs_logq.sampling",
+    "MixedSampler": "tfrs_logq.sampling",
+    "SampledNegatives": "tfrs_logq.sampling",
+    "StreamingFrequency": "tfrs_logq.frequency",
+    "UniformSampler": "tfrs_logq.sampling",
+    "sampled_softmax_loss": "tfrs_logq.losses",
+}
+PUBLIC_MODULES = ("frequency", "losses", "sampling", "tasks")
+
+
 def test_public_api_names_import():
-    for name in tfrs_logq.__all__:
-        assert getattr(tfrs_logq, name) is not None, name
+    """`__all__` is the hand-written list, and every name is the object its module defines."""
+    import importlib
+    import types
+
+    assert sorted(tfrs_logq.__all__) == sorted([*PUBLIC_API, *PUBLIC_MODULES, "__version__"])
+    for name, module_name in PUBLIC_API.items():
+        module = importlib.import_module(module_name)
+        obj = getattr(tfrs_logq, name)
+        assert obj is getattr(module, name), name
+        if isinstance(obj, (type, types.FunctionType)):
+            assert obj.__module__ == module_name, (name, obj.__module__)
+    for name in PUBLIC_MODULES:
+        assert getattr(tfrs_logq, name) is importlib.import_module(f"tfrs_logq.{name}")
+    from tfrs_logq._version import __version__
+
+    assert tfrs_logq.__version__ == __version__ and __version__.count(".") >= 2
+    assert tfrs_logq.CORRECTIONS == ("none", "logq", "corrected")
+    with pytest.raises(AttributeError):
+        tfrs_logq.no_such_name  # noqa: B018
 
 
 def test_two_tower_model_trains_on_the_stream_and_beats_untrained(tmp_path):

@@ -84,16 +84,58 @@ def _chunk_ranks(q, items, targets, exclude, padding_id, num_ids):
     return tf.reduce_sum(tf.cast(tf.logical_and(above, valid), tf.int64), axis=1)
 
 
+def dcg_gain(ranks) -> np.ndarray:
+    """``1 / log2(rank + 2)``: the DCG gain of a target at 0-based ``rank``.
+
+    One relevant item per query, so the ideal DCG is 1 and NDCG@k is the mean gain
+    of the targets ranked below ``k`` (0 for the others).
+
+    >>> dcg_gain([0, 3]).round(4)
+    array([1.    , 0.4307])
+    """
+    return 1.0 / np.log2(np.asarray(ranks) + 2.0)
+
+
 def recall_ndcg_from_ranks(ranks, ks: Sequence[int] = (10, 20)) -> dict[str, float]:
-    """Recall@k (hit rate of the single target) and NDCG@k from 0-based ranks."""
+    """Recall@k (hit rate of the single target) and NDCG@k from 0-based ranks.
+
+    >>> recall_ndcg_from_ranks([0, 3, 50], ks=(10,))
+    {'recall@10': 0.6666666666666666, 'ndcg@10': 0.4768...}
+    """
     ranks = np.asarray(ranks)
     out = {}
     for k in ks:
         hit = ranks < k
         out[f"recall@{k}"] = float(hit.mean()) if ranks.size else float("nan")
-        gain = np.where(hit, 1.0 / np.log2(ranks + 2.0), 0.0)
+        gain = np.where(hit, dcg_gain(ranks), 0.0)
         out[f"ndcg@{k}"] = float(gain.mean()) if ranks.size else float("nan")
     return out
 
 
-__all__ = ["recall_ndcg_from_ranks", "target_ranks"]
+def rank_histogram(ranks, max_cutoff: int) -> np.ndarray:
+    """`[max_cutoff + 1]` int64: how many targets have each rank ``0..max_cutoff-1``,
+    then the misses (rank ``>= max_cutoff``). Histograms of parts add up exactly."""
+    ranks = np.minimum(np.asarray(ranks, np.int64), int(max_cutoff))
+    return np.bincount(ranks, minlength=int(max_cutoff) + 1).astype(np.int64)
+
+
+def recall_ndcg_from_histogram(histogram, recall_cutoffs: Sequence[int],
+                               ndcg_cutoffs: Sequence[int]) -> dict:
+    """Recall@k and NDCG@k (the formulas of `recall_ndcg_from_ranks`) from a
+    `rank_histogram`, plus ``num_targets``; NaN when there is no target.
+
+    The Beam Evaluator's form: integer histograms merge exactly in any order.
+    """
+    histogram = np.asarray(histogram, np.int64)
+    n = int(histogram.sum())
+    out: dict = {"num_targets": n}
+    for k in recall_cutoffs:
+        out[f"recall@{k}"] = float(histogram[:k].sum() / n) if n else float("nan")
+    for k in ndcg_cutoffs:
+        gains = dcg_gain(np.arange(k))
+        out[f"ndcg@{k}"] = float(np.dot(histogram[:k], gains) / n) if n else float("nan")
+    return out
+
+
+__all__ = ["dcg_gain", "rank_histogram", "recall_ndcg_from_histogram", "recall_ndcg_from_ranks",
+           "target_ranks"]

@@ -7,9 +7,10 @@ is not there), and over ``n`` targets
 
 (one target per query, so the ideal DCG is 1). Example: ranks ``[0, 3, miss]`` give
 Recall@10 = 2/3 and NDCG@20 = (1 + 1/log2 5) / 3 = 0.4769. The figures are computed
-from a histogram of the ranks below the largest cut-off (`metrics_from_histogram`),
-which the Evaluator's ``CombineFn`` builds; integers, so partial histograms merge
-exactly in any order.
+from a histogram of the ranks below the largest cut-off (`metrics_from_histogram`,
+through `tfrs_logq.metrics.recall_ndcg_from_histogram`, the library's one
+implementation), which the Evaluator's ``CombineFn`` builds; integers, so partial
+histograms merge exactly in any order.
 
 Slices: ``popularity_decile`` ``0``..``9`` of the target by training count (0 =
 the 10% most popular items, ties by item index; as ``tfrs-logq diagnose``),
@@ -26,6 +27,7 @@ import os
 from typing import Optional
 
 import numpy as np
+from tfrs_logq.metrics import recall_ndcg_from_histogram
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
 
 COMPONENT = "Evaluator"
@@ -67,14 +69,7 @@ def metrics_from_histogram(histogram: np.ndarray) -> dict:
         raise ValueError(f"the histogram must have more than {max(RECALL_CUTOFFS + NDCG_CUTOFFS)} "
                          f"bins (ranks below the largest cut-off, then misses), received "
                          f"{len(histogram)}.")
-    n = int(histogram.sum())
-    out: dict = {"num_targets": n}
-    for k in RECALL_CUTOFFS:
-        out[f"recall@{k}"] = float(histogram[:k].sum() / n) if n else float("nan")
-    for k in NDCG_CUTOFFS:
-        gains = 1.0 / np.log2(np.arange(k) + 2.0)
-        out[f"ndcg@{k}"] = float(np.dot(histogram[:k], gains) / n) if n else float("nan")
-    return out
+    return recall_ndcg_from_histogram(histogram, RECALL_CUTOFFS, NDCG_CUTOFFS)
 
 
 def load_evaluation(artifact_dir: str) -> dict:

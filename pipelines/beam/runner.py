@@ -33,6 +33,7 @@ SHARED_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "fuse.gcsfuse", "lustre", "
 
 # Modules whose functions and classes run in Beam workers (shipped by value).
 WORKER_MODULES = (
+    "tfrs_logq.metrics",  # Recall/NDCG of the Evaluator (its functions use numpy only)
     "tfrs_logq.pipelines.interactions",
     "tfrs_logq.pipelines.splits",
     "tfrs_logq.pipelines.datasets",
