@@ -38,26 +38,67 @@ def training_dataset(
     seed: int = 0,
     shuffle: bool = True,
     drop_remainder: bool = False,
+    repeat: bool = False,
+    start_batch: int = 0,
 ) -> tf.data.Dataset:
     """Batches of ``{"input_ids", "target_ids": [b, L] int32, "is_target": [b, L] bool,
-    "user": [b] int32}`` over users with at least 2 training interactions; one pass
-    is one epoch, reshuffled each epoch from ``seed``."""
+    "user": [b] int32}`` over users with at least 2 training interactions.
+
+    One pass over the users is one epoch. Pass ``p`` visits them in the order of a
+    stateless shuffle seeded by ``(seed, p)``, so the stream is a function of
+    ``seed`` alone and batch ``n`` of it is the same batch whether the stream
+    started at 0 or at ``start_batch=n`` (an exact resume restores the data
+    position this way). Every pass ends with its partial batch unless
+    ``drop_remainder``.
+
+    Args:
+      split: the `Split` whose training sequences are used.
+      batch_size: int. Users per batch.
+      max_length: int. ``L``.
+      seed: int. Seed of the shuffles. Defaults to 0.
+      shuffle: bool. False keeps the users in id order. Defaults to True.
+      drop_remainder: bool. Drop each pass's partial batch. Defaults to False.
+      repeat: bool. An endless stream of passes (0, 1, 2, ...) instead of pass 0
+        only. Defaults to False.
+      start_batch: int. Skip the stream's first ``start_batch`` batches (from the
+        start of pass ``start_batch // batches_per_pass``). Defaults to 0.
+    """
     if int(batch_size) < 1 or int(max_length) < 1:
         raise ValueError(f"`batch_size` and `max_length` must be positive, received "
                          f"{batch_size}, {max_length}.")
+    if int(start_batch) < 0:
+        raise ValueError(f"`start_batch` must be >= 0, received {start_batch}.")
+    batch_size, start_batch = int(batch_size), int(start_batch)
     sequences = split.train_sequences()
     users = np.array([u for u, s in enumerate(sequences) if len(s) >= 2], np.int32)
     windows = left_pad([sequences[u] for u in users], max_length + 1)
-    data = {
-        "input_ids": windows[:, :-1],
-        "target_ids": windows[:, 1:],
-        "is_target": (windows[:, :-1] != 0) & (windows[:, 1:] != 0),
-        "user": users,
+    columns = {
+        "input_ids": tf.constant(windows[:, :-1]),
+        "target_ids": tf.constant(windows[:, 1:]),
+        "is_target": tf.constant((windows[:, :-1] != 0) & (windows[:, 1:] != 0)),
+        "user": tf.constant(users),
     }
-    ds = tf.data.Dataset.from_tensor_slices(data)
-    if shuffle:
-        ds = ds.shuffle(len(users), seed=seed, reshuffle_each_iteration=True)
-    return ds.batch(int(batch_size), drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    n = len(users)
+    per_pass = n // batch_size if drop_remainder else -(-n // batch_size)
+    if per_pass == 0:  # fewer users than one batch, remainder dropped: nothing to yield
+        return tf.data.Dataset.from_tensor_slices(columns).take(0).batch(batch_size)
+    first_pass, offset = divmod(start_batch, per_pass)
+    if not repeat and first_pass > 0:
+        raise ValueError(f"`start_batch` {start_batch} is past the single pass of "
+                         f"{per_pass} batches; pass repeat=True.")
+    seed = int(seed)
+
+    def one_pass(p):
+        order = tf.range(n, dtype=tf.int32)
+        if shuffle:
+            order = tf.random.experimental.stateless_shuffle(
+                order, seed=tf.stack([tf.constant(seed, tf.int64), p]))
+        return tf.data.Dataset.from_tensor_slices(order).batch(batch_size, drop_remainder)
+
+    passes = tf.data.Dataset.range(first_pass, 2 ** 62 if repeat else 1)
+    ds = passes.flat_map(one_pass).skip(offset)
+    ds = ds.map(lambda rows: {k: tf.gather(v, rows) for k, v in columns.items()})
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def evaluation_arrays(split: Split, part: EvalPart, max_length: int = 200,

@@ -253,6 +253,130 @@ def test_resume_keeps_best_epoch_patience_and_counts(data_dir, tmp_path):
     assert saved["epochs"] == 5
 
 
+KILLED_RUN = r"""
+import os, signal, sys
+import tfrs_logq
+import tensorflow as tf
+from tfrs_logq.training import TrainConfig, train
+
+class Kill(tf.keras.callbacks.Callback):
+    # SIGKILL in the middle of epoch 2 (0-based), after epochs 0 and 1 were saved.
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 2 and batch == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+config = TrainConfig(**__import__("json").loads(sys.argv[1]))
+train(config, sys.argv[2], verbose=0, extra_callbacks=[Kill()])
+"""
+
+
+def _checkpoint_values(prefix):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    # Every saved tensor but the object graph (a proto that names the layers, which
+    # differ between processes).
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def test_run_killed_mid_epoch_resumes_exactly_as_the_uninterrupted_run(data_dir, tmp_path,
+                                                                       caplog):
+    """Real training, every random source on (shuffled batches that cross epoch
+    boundaries, dropout, uniform and in-batch negatives): SIGKILL in epoch 2, resume,
+    and the validation curve, training losses, best epoch, test metrics and every
+    weight and optimizer slot equal the uninterrupted run's, to the bit."""
+    import dataclasses
+    import logging
+
+    config = resolve_config("smoke", loss="mns-corrected", split="loo", data_dir=data_dir,
+                            max_epochs=4, patience=10, steps_per_epoch=3, batch_size=8,
+                            dropout=0.3, test_window=2)
+    whole = train(config, str(tmp_path / "whole"), verbose=0)
+    killed = str(tmp_path / "killed")
+    proc = subprocess.run([sys.executable, "-c", KILLED_RUN,
+                           json.dumps(dataclasses.asdict(config)), killed],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    saved = json.loads((tmp_path / "killed" / "epochs.json").read_text())["epochs"]
+    assert [e["epoch"] for e in saved] == [0, 1]
+    with caplog.at_level(logging.INFO, logger="tfrs_logq.training"):
+        resumed = train(config, killed, verbose=0)
+    assert any("resuming" in r.getMessage() and "from epoch 3 of 4" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    for key in ("validation_curve", "best_epoch", "epochs", "steps", "validation", "test",
+                "test_window"):
+        assert resumed[key] == whole[key], key
+    # Training losses of every epoch (Keras' logs), not only the validation metric.
+    histories = [[{k: v for k, v in e.items() if k != "seconds"} for e in
+                  json.loads((tmp_path / d / "epochs.json").read_text())["epochs"]]
+                 for d in ("whole", "killed")]
+    assert histories[0] == histories[1]
+    # Every weight, optimizer slot and random counter of the last checkpoint.
+    final = [_checkpoint_values(str(tmp_path / d / "backup" / "ckpt-4"))
+             for d in ("whole", "killed")]
+    assert final[0].keys() == final[1].keys()
+    assert any("calls" in name for name in final[0])  # the dropout and sampling counters
+    for name in final[0]:
+        np.testing.assert_array_equal(final[0][name], final[1][name], err_msg=name)
+
+
+def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
+    from tfrs_logq.training import RunDirectoryError, RunLock
+
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+         str(model_dir / RunLock.NAME)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                                max_epochs=1, steps_per_epoch=2)
+        with pytest.raises(RunDirectoryError, match="in use by another training process"):
+            train(config, str(model_dir), verbose=0)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (model_dir / "config.json").exists()  # refused before touching the run
+    # Released with the process: the same directory trains now.
+    assert train(config, str(model_dir), verbose=0)["epochs"] == 1
+
+
+def test_fixed_preset_scores_the_mean_of_the_last_epochs_on_all_test_users(data_dir, tmp_path):
+    from tfrs_logq.config import PRESETS
+
+    assert PRESETS["fixed"]["patience"] >= PRESETS["fixed"]["max_epochs"]  # never stops early
+    config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data_dir,
+                            max_epochs=3, patience=10, steps_per_epoch=2, test_window=2)
+    result = train(config, str(tmp_path / "m"), verbose=0)
+    epochs = json.loads((tmp_path / "m" / "epochs.json").read_text())["epochs"]
+    assert [("test_recall@20" in e) for e in epochs] == [False, True, True]
+    assert result["test_window"]["epochs"] == [1, 2]
+    for name in ("recall@20", "ndcg@20", "recall@10"):
+        assert result["test_window"][name] == pytest.approx(
+            np.mean([e["test_" + name] for e in epochs[1:]]), abs=0, rel=1e-12)
+    # The windowed score of the best epoch is the full test evaluation of its weights,
+    # which are the ones restored at the end.
+    if result["best_epoch"] in (1, 2):
+        best = epochs[result["best_epoch"]]
+        assert best["test_recall@20"] == pytest.approx(result["test"]["recall@20"])
+    with pytest.raises(ValueError, match="test_window"):
+        resolve_config("smoke", max_epochs=3, test_window=4)
+
+
+def test_config_rejects_what_the_command_line_rejects():
+    for bad, match in (({"loss": "mns-correctd"}, "loss"), ({"strategy": "horovod"}, "strategy"),
+                       ({"batch_size": 0}, "batch_size"), ({"dropout": 1.0}, "dropout"),
+                       ({"patience": -1}, "patience"), ({"test_window": -1}, "test_window")):
+        with pytest.raises(ValueError, match=match):
+            resolve_config("smoke", **bad)
+
+
 def test_run_directory_refuses_other_or_finished_runs(data_dir, tmp_path):
     from tfrs_logq.training import RunDirectoryError
 

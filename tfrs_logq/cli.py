@@ -230,6 +230,8 @@ _TRAIN_HELP = {
     "max_epochs": "most epochs",
     "patience": "epochs without a better validation NDCG@10 before stopping",
     "max_validation_users": "validate each epoch on a seeded sample of this many users",
+    "test_window": "also score every test user after each of the last N epochs; the result's "
+                   "test_window is their mean (0: off)",
     "temporal_fraction": "temporal split: fraction of interactions for test, and again for "
                          "validation",
     "seed": "random seed",
@@ -242,7 +244,9 @@ _TRAIN_HELP = {
                       "similar-length sequences, each without its padding columns "
                       "(1 under --xla and on TPU)",
     "preset": "a set of defaults: smoke (minutes on 2 CPU cores), cpu (a fixed CPU budget), "
-              "paper (the paper's protocol, for a GPU); flags and --config override it",
+              "long (the paper's model, 80 epochs at most, patience 10), fixed (long run "
+              "to its end, scored over its last 20 epochs), paper (the paper's protocol, "
+              "for a GPU); flags and --config override it",
     "examples": "train on this ExampleGen artifact of `tfrs-logq pipeline run` "
                 "(PIPELINE_ROOT/ExampleGen) instead of loading the data file; its dataset and "
                 "split are used",
@@ -251,7 +255,7 @@ _TRAIN_HELP = {
 }
 _TRAIN_METAVARS = {"examples": "DIR", "log_q": "DIR"}
 _TRAIN_FLAG_NAMES = {"jit_compile": ("xla", ("jit-compile",))}
-_NON_NEGATIVE = {"seed", "patience"}
+_NON_NEGATIVE = {"seed", "patience", "test_window"}
 _FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "temporal_fraction": (0.0, 0.5, False)}
 _DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction", "examples",
                 "log_q")

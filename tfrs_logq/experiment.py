@@ -46,7 +46,9 @@ def _row(config, preset: str, result: dict) -> dict:
             "best_epoch": result.get("best_epoch"),
             "steps": result["steps"], "train_seconds": result["train_seconds"],
             **{f"test_{m}": result["test"][m] for m in METRICS},
-            **{f"val_{m}": result["validation"][m] for m in METRICS}}
+            **{f"val_{m}": result["validation"][m] for m in METRICS},
+            # The fixed-length protocol's score: mean test metric over the last epochs.
+            **{f"window_test_{m}": (result.get("test_window") or {}).get(m) for m in METRICS}}
 
 
 _EMPTY_RESULT = {"epochs": 0, "steps": 0, "train_seconds": 0.0,

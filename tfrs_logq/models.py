@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import Optional
 
 import tensorflow as tf
@@ -128,10 +129,12 @@ class WordDropout(tf.keras.layers.Layer):
     sum around it) took about 15 ms against 24 ms with Keras' layer; in a SASRec
     step that is about 2%.
 
-    The words come from a stateless Philox draw whose seed is drawn by a stateful
-    op, so every call draws fresh masks and runs are reproducible under
-    `tf.keras.utils.set_random_seed`, as with Keras' legacy dropout (and, as with
-    it, not under XLA, where TensorFlow's stateful random ops ignore their seeds).
+    The words come from a stateless Philox draw keyed by ``(seed, n)``, where ``n``
+    counts the layer's training calls in a variable of the layer (``calls``, saved
+    in checkpoints). Every call draws a fresh mask, and the masks are a function of
+    the seed and the count only: a run restored from a checkpoint draws exactly
+    the masks the uninterrupted run drew, under XLA too. Under a distribution
+    strategy each replica folds its replica id into the key.
 
     With ``native_kernels``, float32 inputs are dropped by the one-pass CPU kernel
     `tfrs_logq.native.dropout` instead (the same seed draw; its fields are 1 bit at
@@ -140,9 +143,9 @@ class WordDropout(tf.keras.layers.Layer):
 
     Args:
       rate: float in ``[0, 1)``. Fraction of entries dropped.
-      seed: optional int. Op seed of the first call's seed draw; later calls
-        use ``seed + 1``, ``seed + 2``, ... (as Keras does), so a layer called
-        several times in one graph draws different masks.
+      seed: optional int. The layer's key. Defaults to None: drawn from Python's
+        `random` when the layer is made, so `tf.keras.utils.set_random_seed` (which
+        seeds it) before building a model makes its masks reproducible.
       native_kernels: bool or None. See `tfrs_logq.native.enabled`: None (default)
         uses the kernel on hosts without GPU or TPU when it builds. Inside XLA
         compilation (``jit_compile``), which cannot compile it, TensorFlow's ops run.
@@ -156,9 +159,30 @@ class WordDropout(tf.keras.layers.Layer):
         self.rate, self.seed = float(rate), seed
         self.native_kernels = native_kernels
         self._native = None  # decided (and the kernel built) at the first training call
-        self._next_seed = seed
+        self._key = int(seed) if seed is not None else random.getrandbits(62)
+        self._calls = None
         self.bits = 16 if float(self.rate * 2 ** 16).is_integer() else 32
         self.supports_masking = True
+
+    def build(self, input_shape):
+        # Per replica (on-read), so each replica counts its own calls; a checkpoint
+        # holds the first replica's count (they are all equal).
+        self._calls = self.add_weight(
+            name="calls", shape=[], dtype=tf.int64, initializer="zeros", trainable=False,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        super().build(input_shape)
+
+    def _next_seed(self) -> tf.Tensor:
+        """`[2]` int64 Philox key of this call: ``(seed, calls)``, the replica folded in."""
+        self._calls.assign_add(1)
+        seed = tf.stack([tf.constant(self._key, tf.int64), self._calls.read_value()])
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+            replica = tf.cast(ctx.replica_id_in_sync_group, tf.int64)
+            seed = tf.random.experimental.stateless_fold_in(seed, replica, alg="philox")
+            seed = tf.cast(seed, tf.int64)
+        return seed
 
     def call(self, inputs, training=None):
         if self.rate == 0.0:
@@ -172,11 +196,7 @@ class WordDropout(tf.keras.layers.Layer):
         inputs = tf.convert_to_tensor(inputs)
         size = tf.size(inputs)
         per_word = 32 // self.bits
-        op_seed = self._next_seed
-        if op_seed is not None:
-            self._next_seed += 1
-        seed = tf.random.uniform([2], minval=-2 ** 62, maxval=2 ** 62, dtype=tf.int64,
-                                 seed=op_seed)
+        seed = self._next_seed()
         if inputs.dtype == tf.float32:
             if self._native is None:
                 self._native = native.enabled(self.native_kernels)

@@ -1,9 +1,13 @@
 """`tfrs-logq train`: SASRec with any objective, through Keras `model.fit`.
 
 Validation NDCG@10 (full catalog, seen items excluded) after every epoch drives
-early stopping and the best checkpoint, which is restored at the end; a
-`BackupAndRestore` directory makes an interrupted run resume where it stopped;
-TensorBoard logs go to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
+early stopping and the best checkpoint, which is restored at the end. After
+every epoch ``MODEL_DIR/backup`` holds a checkpoint of the weights, the optimizer,
+every random counter (dropout, negative sampling) and the epoch count, and the
+training batches are a function of the seed and the batch number, so a run
+killed at any point (SIGKILL included) resumes from its last finished epoch and
+ends as the uninterrupted run would, to the bit on the same machine and code
+path. TensorBoard logs go to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
 ``config.json``, ``best.weights.*`` (the restored best model), ``metrics.json``
 and ``vocabulary.json`` (item id -> the dataset's own id), which is what
 ``tfrs-logq export`` reads.
@@ -19,7 +23,9 @@ split fields come from the artifact, `examples_config`); ``config.log_q``
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import logging
 import os
 import shutil
 import time
@@ -42,6 +48,8 @@ from tfrs_logq.objectives import make_objective
 from tfrs_logq.pipelines.datasets import load_dataset
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
 from tfrs_logq.pipelines.splits import Split, make_split
+
+log = logging.getLogger("tfrs_logq.training")
 
 
 def make_strategy(kind: str = "auto") -> tf.distribute.Strategy:
@@ -170,6 +178,115 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
             self.model.load_weights(self.best_path)
 
 
+class EpochCheckpoint(tf.keras.callbacks.Callback):
+    """The run's state after every epoch, for an exact resume.
+
+    One `tf.train.CheckpointManager` checkpoint (the last only) in ``directory``
+    holding the model (weights and every counter variable its layers and
+    objective keep: dropout calls, negative-sampling calls), its optimizer (slots
+    and step count) and the number of finished epochs. TensorFlow writes the data
+    and index files first and the ``checkpoint`` state file last, so a process
+    killed while saving leaves the previous checkpoint in force.
+
+    Args:
+      directory: str. Where the checkpoints go.
+      model: a compiled `tf.keras.Model` whose optimizer is built.
+    """
+
+    def __init__(self, directory: str, model) -> None:
+        super().__init__()
+        self.epochs_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="epochs_done")
+        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
+                                               epochs_done=self.epochs_done)
+        self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=1)
+
+    def restore(self) -> int:
+        """Loads the latest checkpoint, if any; returns the number of finished epochs
+        it holds (0 when there is none)."""
+        path = self._manager.latest_checkpoint
+        if path is None:
+            return 0
+        self._checkpoint.restore(path).assert_existing_objects_matched()
+        return int(self.epochs_done.numpy())
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs_done.assign(epoch + 1)
+        self._manager.save(checkpoint_number=epoch + 1)
+
+
+class WindowedTestCallback(tf.keras.callbacks.Callback):
+    """Adds ``test_recall@k`` and ``test_ndcg@k`` (all test users, full catalog) to
+    the logs of the epochs from ``first_epoch`` on, so a fixed-length run can be
+    scored by the mean over its last epochs instead of at an early-stopped one.
+
+    Args:
+      model_ref: the `SequentialRetrievalModel`.
+      arrays: `evaluation_arrays` of the test part.
+      first_epoch: int. 0-based first epoch scored.
+      ks: cut-offs. Defaults to ``(10, 20)``.
+    """
+
+    def __init__(self, model_ref, arrays: dict, first_epoch: int, ks=(10, 20)) -> None:
+        super().__init__()
+        self._model_ref, self.arrays = model_ref, arrays
+        self.first_epoch, self.ks = int(first_epoch), tuple(ks)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch < self.first_epoch or logs is None:
+            return
+        metrics = evaluate(self._model_ref.query, self._model_ref.encoder.item_embeddings(),
+                           self.arrays, ks=self.ks)
+        logs.update({f"test_{name}": value for name, value in metrics.items()})
+
+
+def windowed_test_metrics(history: list, window: int) -> Optional[dict]:
+    """Mean of the ``test_*`` logs over the last ``window`` epochs of ``history``
+    (`BestEpochKeeper.history`), with the epochs it covers; None without them."""
+    scored = [e for e in history if any(k.startswith("test_") for k in e)][-int(window):]
+    if not window or not scored:
+        return None
+    names = sorted({k[len("test_"):] for e in scored for k in e if k.startswith("test_")})
+    return {"epochs": [int(e["epoch"]) for e in scored],
+            **{n: float(np.mean([e["test_" + n] for e in scored])) for n in names}}
+
+
+class RunLock:
+    """An exclusive lock on a model directory (``.lock`` in it, `fcntl.flock`), so two
+    processes never train into one directory; released when the process ends,
+    however it ends.
+
+    Raises:
+      RunDirectoryError: another process holds the lock.
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, model_dir: str) -> None:
+        self.path = os.path.join(model_dir, self.NAME)
+        self._file = None
+
+    def __enter__(self) -> "RunLock":
+        import fcntl
+
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            self._file.close()
+            self._file = None
+            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise RunDirectoryError(
+                    f"--model-dir {os.path.dirname(self.path)} is in use by another "
+                    f"training process; wait for it or choose another directory.") from None
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._file is not None:
+            self._file.close()  # closing releases the lock
+            self._file = None
+
+
 def _subsample(arrays: dict, limit: Optional[int], seed: int) -> dict:
     n = len(arrays["targets"])
     if limit is None or n <= limit:
@@ -231,6 +348,8 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
         if config.mixed_precision == "float16":
             optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
         model.compile(optimizer=optimizer, jit_compile=config.jit_compile)
+        # Its slots now, so a checkpoint restores into them before the first step.
+        model.optimizer.build(model.trainable_variables)
     return model
 
 
@@ -327,10 +446,15 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
         raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
     if overwrite and os.path.isdir(model_dir):
-        shutil.rmtree(model_dir)
+        for name in os.listdir(model_dir):  # all but the lock this process may hold
+            path = os.path.join(model_dir, name)
+            if name == RunLock.NAME:
+                continue
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+                else os.remove(path)
     same = same_run(config, model_dir)
     if same is None:
-        if os.path.isdir(model_dir) and os.listdir(model_dir):
+        if os.path.isdir(model_dir) and set(os.listdir(model_dir)) - {RunLock.NAME}:
             raise RunDirectoryError(
                 f"--model-dir {model_dir} is not empty and holds no tfrs-logq run; choose "
                 f"another directory or pass --overwrite to clear it.")
@@ -346,6 +470,19 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
     return "resume"
 
 
+def _stopped_early(keeper: BestEpochKeeper, initial_epoch: int) -> bool:
+    """Whether the saved epochs before ``initial_epoch`` already met the patience
+    stop (a run killed after its stopping epoch was checkpointed)."""
+    if not os.path.exists(keeper.state_path) or not initial_epoch:
+        return False
+    with open(keeper.state_path) as f:
+        epochs = [e for e in json.load(f)["epochs"] if e["epoch"] < initial_epoch]
+    if len(epochs) < initial_epoch:
+        return False
+    best = max(epochs, key=lambda e: (e[keeper.monitor], -e["epoch"]))["epoch"]
+    return initial_epoch - 1 - best >= keeper.patience
+
+
 def _set_policy(name: str) -> None:
     policy = {"none": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[name]
     tf.keras.mixed_precision.set_global_policy(policy)
@@ -357,16 +494,27 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
     """Trains, restores the best epoch, evaluates validation and test; returns metrics.
 
     A ``model_dir`` holding an interrupted run of the same config resumes it from
-    its last finished epoch (weights, optimizer, best epoch and patience); one
-    holding another run or a finished one is refused unless ``overwrite``.
+    its last finished epoch (weights, optimizer, random counters, data position,
+    best epoch and patience) and logs one line saying so; the resumed run ends as
+    the uninterrupted one would. One holding another run or a finished one is
+    refused unless ``overwrite``, and one another process is training into is
+    refused (`RunLock`).
+
+    With ``config.test_window`` = W > 0 the last W epochs are also scored on every
+    test user, and ``result["test_window"]`` holds their mean (the fixed-length
+    protocol of ``--preset fixed``).
     """
-    mode = prepare_run_directory(config, model_dir, overwrite)
-    previous_policy = tf.keras.mixed_precision.global_policy()
-    _set_policy(config.mixed_precision)
-    try:
-        return _train(config, model_dir, verbose, split, extra_callbacks, mode)
-    finally:
-        tf.keras.mixed_precision.set_global_policy(previous_policy)
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
+    os.makedirs(model_dir, exist_ok=True)
+    with RunLock(model_dir):
+        mode = prepare_run_directory(config, model_dir, overwrite)
+        previous_policy = tf.keras.mixed_precision.global_policy()
+        _set_policy(config.mixed_precision)
+        try:
+            return _train(config, model_dir, verbose, split, extra_callbacks, mode)
+        finally:
+            tf.keras.mixed_precision.set_global_policy(previous_policy)
 
 
 def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
@@ -388,28 +536,48 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         raise ValueError(
             f"{trainable_users} users have training sequences, fewer than one global batch "
             f"({config.batch_size} x {replicas} replicas); lower --batch-size.")
-    data = training_dataset(split, config.batch_size * replicas, config.max_length,
-                            seed=config.seed, drop_remainder=replicas > 1).repeat()
-    val_arrays = _subsample(evaluation_arrays(split, split.validation, config.max_length),
-                            config.max_validation_users, config.seed)
     best_path = os.path.join(model_dir, "best.weights")
     keeper = BestEpochKeeper(os.path.join(model_dir, "epochs.json"), best_path,
                              patience=config.patience)
-    # Order matters at the end of an epoch: validation, then the caller's callbacks
-    # (they see the validation metrics), then the run state, then the backup.
-    callbacks = [
-        ValidationCallback(model, val_arrays),
-        *(extra_callbacks or []),
-        keeper,
-        tf.keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup")),
-        tf.keras.callbacks.TensorBoard(os.path.join(model_dir, "logs"), update_freq="epoch"),
-    ]
+    backup = EpochCheckpoint(os.path.join(model_dir, "backup"), model)
+    initial_epoch = backup.restore()
     # As the official code: an epoch is at most one pass over the training users
     # (ML-1M at batch 128: 48 steps, not 100).
     steps_per_epoch = min(config.steps_per_epoch,
                           -(-trainable_users // (config.batch_size * replicas)))
-    model.fit(data, epochs=config.max_epochs, steps_per_epoch=steps_per_epoch,
-              callbacks=callbacks, verbose=verbose)
+    if initial_epoch:
+        log.info("resuming %s from epoch %d of %d (weights, optimizer, random state and "
+                 "data position restored)", model_dir, initial_epoch + 1, config.max_epochs)
+    # The batch stream is a function of the seed and the batch number: a resumed run
+    # starts at the batch where its last finished epoch ended.
+    data = training_dataset(split, config.batch_size * replicas, config.max_length,
+                            seed=config.seed, drop_remainder=replicas > 1, repeat=True,
+                            start_batch=initial_epoch * steps_per_epoch)
+    val_arrays = _subsample(evaluation_arrays(split, split.validation, config.max_length),
+                            config.max_validation_users, config.seed)
+    test_callbacks = []
+    if config.test_window:
+        test_callbacks.append(WindowedTestCallback(
+            model, evaluation_arrays(split, split.test, config.max_length),
+            first_epoch=config.max_epochs - config.test_window))
+    # Order matters at the end of an epoch: validation (and windowed test metrics),
+    # then the caller's callbacks (they see them), then the run state, then the
+    # checkpoint that marks the epoch finished.
+    callbacks = [
+        ValidationCallback(model, val_arrays),
+        *test_callbacks,
+        *(extra_callbacks or []),
+        keeper,
+        backup,
+        tf.keras.callbacks.TensorBoard(os.path.join(model_dir, "logs"), update_freq="epoch"),
+    ]
+    if initial_epoch < config.max_epochs and not _stopped_early(keeper, initial_epoch):
+        model.fit(data, epochs=config.max_epochs, initial_epoch=initial_epoch,
+                  steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+    else:  # killed after its last epoch was saved: nothing left to train
+        keeper.on_train_begin()
+        keeper.set_model(model)
+        keeper.on_train_end()
     train_seconds = sum(e["seconds"] for e in keeper.history)  # resumed runs: all epochs
     ks = (10, 20)
     val_full = evaluate(model.query, model.encoder.item_embeddings(),
@@ -425,6 +593,7 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         "train_seconds": round(train_seconds, 1),
         "validation_curve": [round(e[MONITOR], 6) for e in keeper.history],
         "validation": val_full, "test": test,
+        "test_window": windowed_test_metrics(keeper.history, config.test_window),
         # Whether this process trained with `tfrs_logq.native`'s kernels (same maths;
         # its dropout masks differ from TensorFlow's ops', so a seed reproduces a run
         # only on the same path).

@@ -1,0 +1,73 @@
+"""Paired standard-vs-improved logQ report of a results directory (issue 26).
+
+Reads OUT/results.csv (rows of `tfrs-logq experiment`), pairs the runs of each
+(standard, improved) loss pair by seed, and writes OUT/paired.md: per pair of
+losses and metric, the paired mean difference improved - standard, its standard
+error and 95% t interval, whether it is within noise, and how many pairs a 95%
+interval of half-width +-TARGET would need at this standard deviation.
+
+    python benchmarks/paired_report.py results/ml1m-loo-fixed [--target 0.003]
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from tfrs_logq.stats import paired_difference, pairs_needed  # noqa: E402
+
+PAIRS = (("inbatch-logq", "inbatch-corrected"), ("mns-logq", "mns-corrected"))
+METRICS = ("window_test_recall@20", "window_test_ndcg@20")
+
+
+def report(rows: list, target: float) -> str:
+    lines = ["| losses (improved - standard) | metric | pairs | mean diff | s.e. | 95% interval "
+             "| reading | pairs for +-%.3f |" % target,
+             "|---|---|---|---|---|---|---|---|"]
+    for standard, improved in PAIRS:
+        for metric in METRICS:
+            a = {int(r["seed"]): float(r[metric]) for r in rows
+                 if r["loss"] == standard and r.get(metric) not in (None, "")}
+            b = {int(r["seed"]): float(r[metric]) for r in rows
+                 if r["loss"] == improved and r.get(metric) not in (None, "")}
+            seeds = sorted(set(a) & set(b))
+            if not seeds:
+                continue
+            d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+            if d["n"] < 2:
+                lines.append(f"| {improved} - {standard} | {metric} | 1 | {d['mean']:+.4f} "
+                             "| - | - | one pair: no interval | - |")
+                continue
+            reading = "within noise" if d["within_noise"] else (
+                "improved better" if d["mean"] > 0 else "standard better")
+            needed = pairs_needed(d["sd"], target) if d["sd"] > 0 else 2
+            lines.append(f"| {improved} - {standard} | {metric} | {d['n']} | {d['mean']:+.4f} "
+                         f"| {d['se']:.4f} | [{d['low']:+.4f}, {d['high']:+.4f}] | {reading} "
+                         f"| {needed} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("output_dir")
+    parser.add_argument("--target", type=float, default=0.003,
+                        help="half-width of the 95%% interval to plan for (default 0.003)")
+    args = parser.parse_args()
+    path = os.path.join(args.output_dir, "results.csv")
+    if not os.path.exists(path):
+        sys.exit(f"paired_report.py: {path} not found")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    text = report(rows, args.target)
+    out = os.path.join(args.output_dir, "paired.md")
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, out)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
