@@ -308,8 +308,7 @@ def _rectangular(rows, key: str) -> np.ndarray:
     if not _is_rectangular(rows):
         _raise(key)
     kinds = {type(x) for x in _leaves(rows)}
-    if len(kinds - {int, float}) > 1 or (kinds - {int, float} and kinds & {int, float}) or \
-            kinds - {int, float, str, bool}:
+    if not (kinds <= {int, float} or kinds == {str} or kinds == {bool}):
         names = ", ".join(sorted("null" if k is type(None) else k.__name__ for k in kinds))
         raise ServingError("INVALID_ARGUMENT",
                            f"input {key!r} must hold values of one type, got {names}")

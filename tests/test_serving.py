@@ -237,6 +237,8 @@ def test_grpc_bad_input_gets_a_clear_status_and_server_keeps_serving(server, cas
     (b'{"instances": [[1, 2', 400, "JSON"),
     ({"instances": [[1.5, 2]]}, 400, "int64"),
     ({"instances": [[1, 2], [3]]}, 400, "rectangular"),
+    ({"instances": [[True, 101]]}, 400, "one type"),  # was taken as [[1, 101]]
+    ({"instances": [[101, None]]}, 400, "null"),
     ({"instances": [[1]], "inputs": [[1]]}, 400, "exactly one"),
     ({"instances": [list(range(31))]}, 400, "at most 30"),
     ({"instances": [[1] * 30] * 3000}, 413, "exceeds the limit"),
