@@ -31,9 +31,8 @@ import json
 import time
 
 import keras
-import numpy as np
-
 import keras_logq
+import numpy as np
 
 
 class SyntheticStream:

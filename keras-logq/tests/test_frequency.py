@@ -6,7 +6,6 @@ import keras
 import numpy as np
 import pytest
 from conftest import to_numpy
-
 from keras_logq import ItemFrequency
 
 

@@ -4,8 +4,7 @@ references of the paper's formulas (tests/reference.py), on the current backend.
 import numpy as np
 import pytest
 import reference
-from conftest import BACKEND, jit, to_numpy, value_and_grads
-
+from conftest import jit, to_numpy, value_and_grads
 from keras_logq.losses import sampled_softmax_loss
 
 B, N = 5, 7

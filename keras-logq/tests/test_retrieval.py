@@ -5,12 +5,11 @@ trips."""
 import json
 
 import keras
+import keras_logq
 import numpy as np
 import pytest
 import reference
 from conftest import BACKEND, jit, to_numpy, value_and_grads
-
-import keras_logq
 from keras_logq import CorrectedRetrieval, SampledNegatives
 
 

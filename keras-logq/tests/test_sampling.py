@@ -7,7 +7,6 @@ import keras
 import numpy as np
 import pytest
 from conftest import jit, to_numpy
-
 from keras_logq import (
     InBatchNegatives,
     ItemFrequency,
