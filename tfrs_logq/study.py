@@ -1,0 +1,528 @@
+"""`tfrs-logq study`: the large-catalog study (issue 26 part 1, the paper's Table 2 setting).
+
+A two-tower model (`HistoryQueryTower` + an item embedding table) is trained on
+the synthetic stream (`tfrs_logq.pipelines.synthetic`, whose true ``P(d|u)`` is
+known) once per *run*: a cell of the grid
+
+    world (catalog size, topics, sharpness, Zipf exponent, history length)
+    x sampler (in-batch deduplicated / uniform / mixed = uniform + in-batch, with counts)
+    x proposal (unigram per draw / mixture / inclusion)
+    x correction (none / logq-paper / logq-official / corrected)
+    x seed.
+
+What each option means (``Q`` is the stream's *true* unigram ``Q(d) = E_u P(d|u)``,
+so no frequency estimate enters the comparison):
+
+- proposal ``unigram``: every negative, uniform ones too, is corrected with the
+  per-draw unigram ``log Q(d)``: the paper's convention, what ``mns-*`` trains.
+  ``mixture``: a negative slot's own proposal ``a / V + (1 - a) Q(d)`` with
+  ``a = k_uniform / k`` (`proposal.mixture_probability`; pure in-batch has
+  ``a = 0``, which is ``unigram``, so that pair is not run twice).
+  ``inclusion``: ``1 - (1 - Q(d))^B``, the probability that the ``B`` draws of
+  the batch include ``d`` (`proposal.inclusion_log_q`): the proposal of
+  deduplicated in-batch negatives; in-batch sampler only.
+- correction ``none``: plain sampled softmax. ``logq-paper``: standard logQ as
+  the paper writes it, ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``
+  (the positive corrected too; TFRS's ``Retrieval``). ``logq-official``: the
+  official code's form, the positive uncorrected (``log Q(p) = 0`` in the same
+  formula). ``corrected``: the paper's corrected loss (`CorrectedRetrieval`).
+  Every correction masks accidental hits, so the four differ only in the loss.
+
+Common random numbers: the world (the users' topic preferences) is drawn from
+``world_seed`` and is the same for every run of a preset; seed ``s`` trains on
+stream batches ``s * 10^8 + i`` (deterministic in the index), starts from the
+weights `tf.keras.utils.set_random_seed(s)` gives and draws its negatives with
+stateless ops keyed by ``(s, step)``. Runs that differ only in proposal or
+correction therefore see identical batches, initial weights and negatives.
+
+Evaluation, on the same ``num_eval_users`` held-out examples for every run
+(stream batch ``10^15``):
+
+(a) exact expected Recall@k = ``sum_{d in model top-k} P(d|u)``, the recall a
+    target drawn from ``P(.|u)`` would get on average (no target-sampling noise),
+    beside the oracle's (the true top-k);
+(b) observed Recall@k of the held-out targets (`metrics.target_ranks`), overall
+    and by the target's popularity band: items sorted by ``Q`` descending, *head*
+    = the most popular items holding the first third of the interaction mass,
+    *torso* the next third, *tail* the rest (each band gets about a third of the
+    targets);
+(c) quantiles (10/50/90 %) of ``P(p|u)`` and of ``P(p|u) / Q(p)`` for the held-out
+    pairs, at the truth and at the trained model (its full-catalog softmax),
+    the regime of the row: the positive's share of the standard loss's
+    denominator is about ``(P/Q) / (P/Q + n)`` with ``n`` negatives.
+
+Top-k and softmax run brute force over the catalog in chunks of queries
+(``chunk x V`` scores at most 2^25 floats, 128 MB, at any ``V``).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import itertools
+import os
+import time
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfrs_logq.atomic import write_text
+from tfrs_logq.lazy_adam import LazyAdam
+from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
+from tfrs_logq.models import HistoryQueryTower
+from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
+from tfrs_logq.proposal import inclusion_log_q, mixture_probability
+from tfrs_logq.sampling import SampledNegatives, distinct_in_random_order, uniform_ids
+from tfrs_logq.tasks import CorrectedRetrieval
+
+KS = (10, 100, 1000)
+SAMPLERS = ("in-batch", "uniform", "mixed")
+PROPOSALS = ("unigram", "mixture", "inclusion")
+CORRECTIONS = ("none", "logq-paper", "logq-official", "corrected")
+OPTIMIZERS = ("adam", "lazy-adam")
+BANDS = ("head", "torso", "tail")
+QUANTILES = (10, 50, 90)
+SEED_STRIDE = 10**8  # seed s trains on stream batches s * SEED_STRIDE + i
+EVAL_BATCH_INDEX = 10**15  # the held-out examples: one stream batch, the same for every run
+MAX_CHUNK_FLOATS = 1 << 25
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run of the study (a cell of the grid and a seed)."""
+
+    num_items: int = 20_000
+    num_users: int = 50_000
+    num_topics: int = 50
+    topic_sharpness: float = 2.5
+    zipf_exponent: float = 1.05
+    history_length: int = 10
+    sampler: str = "mixed"
+    num_in_batch: int = 256
+    num_uniform: int = 256
+    proposal: str = "unigram"
+    correction: str = "corrected"
+    seed: int = 0
+    steps: int = 200
+    batch_size: int = 256
+    embedding_dim: int = 32
+    learning_rate: float = 3e-3
+    optimizer: str = "lazy-adam"
+    num_eval_users: int = 2048
+    world_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("sampler", SAMPLERS), ("proposal", PROPOSALS),
+                              ("correction", CORRECTIONS), ("optimizer", OPTIMIZERS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {allowed}, "
+                                 f"received {getattr(self, name)!r}.")
+        if self.proposal == "inclusion" and self.sampler != "in-batch":
+            raise ValueError("`proposal='inclusion'` is the proposal of deduplicated in-batch "
+                             f"draws: it needs sampler='in-batch', received {self.sampler!r}.")
+        if self.num_eval_users < 1 or self.steps < 0 or self.batch_size < 1:
+            raise ValueError(f"bad budget: steps={self.steps}, batch_size={self.batch_size}, "
+                             f"num_eval_users={self.num_eval_users}.")
+
+    @property
+    def num_in_batch_negatives(self) -> int:
+        return self.num_in_batch if self.sampler in ("in-batch", "mixed") else 0
+
+    @property
+    def num_uniform_negatives(self) -> int:
+        return self.num_uniform if self.sampler in ("uniform", "mixed") else 0
+
+    @property
+    def run_id(self) -> str:
+        """A key of every field (results.csv's first column; resume skips it)."""
+        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
+
+    def world(self) -> SyntheticConfig:
+        return SyntheticConfig(
+            num_items=self.num_items, num_users=self.num_users, num_topics=self.num_topics,
+            zipf_exponent=self.zipf_exponent, topic_sharpness=self.topic_sharpness,
+            history_length=self.history_length, seed=self.world_seed)
+
+
+def grid(base: dict, axes: dict, seeds: Sequence[int]) -> list[Run]:
+    """Runs of every combination of ``axes`` (field -> values; ``"negatives"`` takes
+    ``(sampler, num_in_batch, num_uniform)`` triples) with ``base``'s other fields.
+
+    Order: scenario, then seed, then proposal and correction, so an interrupted grid
+    holds whole seeds. Skipped as duplicates: proposals for ``none`` (only the first
+    proposal is run; ``none`` ignores ``Q``), ``mixture`` for pure in-batch (equals
+    ``unigram``) and ``inclusion`` for the other samplers (undefined).
+    """
+    axes = dict(axes)
+    proposals = axes.pop("proposal", [base.get("proposal", "unigram")])
+    corrections = axes.pop("correction", [base.get("correction", "corrected")])
+    negatives = axes.pop("negatives", [(base.get("sampler", "mixed"),
+                                        base.get("num_in_batch", 256),
+                                        base.get("num_uniform", 256))])
+    names = list(axes)
+    runs = []
+    for values in itertools.product(*(axes[n] for n in names)):
+        for sampler, k_in, k_uni in negatives:
+            for seed in seeds:
+                for correction in corrections:
+                    valid = [p for p in proposals
+                             if not (p == "mixture" and sampler == "in-batch")
+                             and not (p == "inclusion" and sampler != "in-batch")]
+                    for proposal in (valid[:1] if correction == "none" else valid):
+                        runs.append(Run(**{**base, **dict(zip(names, values)),
+                                           "sampler": sampler, "num_in_batch": k_in,
+                                           "num_uniform": k_uni, "proposal": proposal,
+                                           "correction": correction, "seed": seed}))
+    return runs
+
+
+_MIXED_HEADLINE = [("mixed", 4096, 4096), ("in-batch", 4096, 0)]
+PRESETS = {
+    # The SMALL pilot committed in results/synthetic-study-pilot/.
+    "pilot": dict(
+        base=dict(num_items=20_000, num_users=50_000, num_topics=100, topic_sharpness=4.0,
+                  steps=300, batch_size=512, embedding_dim=32, num_eval_users=4096),
+        axes=dict(negatives=[("in-batch", 512, 0), ("mixed", 512, 512)],
+                  proposal=["unigram", "mixture"], correction=["logq-paper", "corrected"]),
+        seeds=[0, 1, 2]),
+    # Table 2's analogue: 1M items, thousands of uniform + in-batch negatives, 3 seeds.
+    "headline": dict(
+        base=dict(num_items=1_000_000, num_users=200_000, num_topics=100, topic_sharpness=4.0,
+                  steps=2000, batch_size=4096, embedding_dim=64, num_eval_users=8192),
+        axes=dict(negatives=_MIXED_HEADLINE, proposal=["unigram", "mixture", "inclusion"],
+                  correction=list(CORRECTIONS)),
+        seeds=[0, 1, 2]),
+    # Where does the correction matter: catalog x negatives x sharpness (smaller).
+    "sweep": dict(
+        base=dict(num_users=100_000, num_topics=100, steps=1000, batch_size=1024,
+                  embedding_dim=32, num_eval_users=4096, proposal="mixture"),
+        axes=dict(num_items=[100_000, 1_000_000], topic_sharpness=[2.5, 5.0],
+                  negatives=[("mixed", 256, 256), ("mixed", 1024, 2048)],
+                  proposal=["unigram", "mixture"], correction=["logq-paper", "corrected"]),
+        seeds=[0, 1, 2]),
+}
+
+
+def preset_runs(name: str, seeds: Optional[Sequence[int]] = None, **overrides) -> list[Run]:
+    if name not in PRESETS:
+        raise ValueError(f"`preset` must be one of {tuple(PRESETS)}, received {name!r}.")
+    spec = PRESETS[name]
+    return grid({**spec["base"], **overrides}, spec["axes"],
+                spec["seeds"] if seeds is None else seeds)
+
+
+# ---------------------------------------------------------------------------- proposal
+
+def proposal_log_q_table(run: Run, log_q_unigram: np.ndarray) -> np.ndarray:
+    """`[V + 1]` float64 ``log Q(d)`` of the run's proposal for every id (row 0: padding)."""
+    if run.proposal == "unigram":
+        return log_q_unigram
+    if run.proposal == "mixture":
+        k = run.num_in_batch_negatives + run.num_uniform_negatives
+        with np.errstate(divide="ignore"):
+            return np.log(mixture_probability(np.exp(log_q_unigram),
+                                              run.num_uniform_negatives / k, run.num_items))
+    return inclusion_log_q(tf.constant(log_q_unigram), run.batch_size).numpy()
+
+
+def positive_log_q(run: Run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
+    """``log Q(p)`` of the positive's column: 0 for ``logq-official`` (uncorrected)."""
+    if run.correction == "logq-official":
+        return tf.zeros(tf.shape(positives), tf.float32)
+    return tf.gather(table, positives)
+
+
+def draw_negatives(run: Run, positives: tf.Tensor, step: tf.Tensor,
+                   table: tf.Tensor) -> SampledNegatives:
+    """The run's negatives at ``step``: stateless, keyed by ``(seed, step)`` only."""
+    key = tf.stack([tf.constant(run.seed, tf.int64), tf.cast(step, tf.int64)])
+    s_uniform, s_in_batch = tf.unstack(tf.random.experimental.stateless_split(key, 2))
+    ids, valid = [], []
+    if run.num_uniform_negatives:
+        ids.append(uniform_ids([run.num_uniform_negatives], run.num_items, s_uniform,
+                               dtype=tf.int64))
+        valid.append(tf.ones([run.num_uniform_negatives], tf.bool))
+    if run.num_in_batch_negatives:
+        b_ids, b_valid = distinct_in_random_order(positives, run.num_in_batch_negatives,
+                                                  s_in_batch)
+        ids.append(b_ids)
+        valid.append(b_valid)
+    ids, is_valid = tf.concat(ids, 0), tf.concat(valid, 0)
+    log_q = tf.where(is_valid, tf.gather(table, ids), tf.zeros(tf.shape(ids), tf.float32))
+    return SampledNegatives(ids, log_q, is_valid)
+
+
+# ---------------------------------------------------------------------------- training
+
+class StudyModel(tf.Module):
+    def __init__(self, run: Run) -> None:
+        super().__init__()
+        tf.keras.utils.set_random_seed(run.seed)
+        self.query_tower = HistoryQueryTower(run.num_items + 1, run.embedding_dim)
+        self.item_tower = tf.keras.layers.Embedding(run.num_items + 1, run.embedding_dim)
+        self.query_tower(tf.zeros([1, run.history_length], tf.int64))
+        self.item_tower(tf.zeros([1], tf.int64))
+
+    @property
+    def weights(self) -> list:
+        return self.query_tower.trainable_variables + self.item_tower.trainable_variables
+
+
+def make_task(run: Run) -> CorrectedRetrieval:
+    correction = {"none": "none", "corrected": "corrected"}.get(run.correction, "logq")
+    return CorrectedRetrieval(correction=correction, remove_accidental_hits=True)
+
+
+def make_optimizer(run: Run):
+    if run.optimizer == "lazy-adam":
+        return LazyAdam(run.learning_rate)
+    return tf.keras.optimizers.Adam(run.learning_rate)
+
+
+def train_batches(run: Run, stream: SyntheticStream) -> tf.data.Dataset:
+    return stream.dataset(run.batch_size, num_batches=run.steps,
+                          start_batch=run.seed * SEED_STRIDE)
+
+
+def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
+          record: Optional[list] = None) -> tuple[StudyModel, float]:
+    """Trains one run; returns the model and the seconds per step (first step excluded).
+
+    ``record``, when a list, receives ``(batch, negatives)`` numpy pairs of every step
+    (for the common-random-numbers test)."""
+    model = StudyModel(run)
+    task, optimizer = make_task(run), make_optimizer(run)
+    optimizer.build(model.weights)  # slots exist before the step is traced
+    table = tf.constant(np.where(np.isfinite(log_q_table), log_q_table, 0.0), tf.float32)
+
+    @tf.function
+    def step(batch, index):
+        positives = batch["target"]
+        negatives = draw_negatives(run, positives, index, table)
+        ids = tf.concat([positives, negatives.ids], 0)
+        log_q = tf.concat([positive_log_q(run, table, positives), negatives.log_q], 0)
+        with tf.GradientTape() as tape:
+            loss = task(model.query_tower(batch["history"]), model.item_tower(ids),
+                        candidate_ids=ids, candidate_log_sampling_probability=log_q,
+                        score_mask=negatives.score_mask(tf.shape(positives)[0]),
+                        compute_metrics=False, compute_batch_metrics=False)
+        grads = tape.gradient(loss, model.weights)
+        optimizer.apply_gradients(zip(grads, model.weights))
+        return loss, negatives.ids, negatives.is_valid
+
+    start, first = time.perf_counter(), None
+    for i, batch in enumerate(train_batches(run, stream)):
+        _, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
+        if record is not None:
+            record.append(({k: v.numpy() for k, v in batch.items()},
+                           neg_ids.numpy(), neg_valid.numpy()))
+        if i == 0:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    per_step = (end - first) / (run.steps - 1) if run.steps > 1 else float("nan")
+    return model, per_step
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+def popularity_bands(log_q_unigram: np.ndarray) -> np.ndarray:
+    """`[V + 1]` int band of every id: 0 head, 1 torso, 2 tail (see the module docstring)."""
+    q = np.exp(log_q_unigram[1:])
+    order = np.argsort(-q, kind="stable")
+    before = np.cumsum(q[order]) - q[order]  # mass of the strictly more popular items
+    band = np.zeros(len(q), np.int64)
+    band[order] = np.minimum((3.0 * before / q.sum()).astype(np.int64), 2)
+    return np.concatenate([[2], band])
+
+
+def model_top_k(queries: np.ndarray, items: np.ndarray, k: int,
+                targets: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force top-``k`` ids of every query over ids ``1..V`` (row 0 of ``items`` is
+    padding) and, when ``targets`` are given, the model's ``log P(target|u)`` under its
+    full-catalog softmax. Chunked: ``chunk x (V + 1)`` scores at most `MAX_CHUNK_FLOATS`."""
+    items_t = tf.constant(items, tf.float32)
+    num_ids = items.shape[0]
+    chunk = max(1, MAX_CHUNK_FLOATS // num_ids)
+    is_pad = tf.one_hot(0, num_ids, on_value=True, off_value=False)
+    tops, log_probs = [], []
+    for start in range(0, len(queries), chunk):
+        scores = tf.matmul(tf.constant(queries[start:start + chunk], tf.float32), items_t,
+                           transpose_b=True)
+        scores = tf.where(is_pad[None, :], -np.inf, scores)
+        tops.append(tf.math.top_k(scores, k=min(k, num_ids - 1)).indices.numpy())
+        if targets is not None:
+            t = tf.constant(targets[start:start + chunk], tf.int64)
+            log_probs.append((tf.gather(scores, t, batch_dims=1)
+                              - tf.reduce_logsumexp(scores, axis=1)).numpy())
+    return (np.concatenate(tops).astype(np.int64),
+            np.concatenate(log_probs) if targets is not None else None)
+
+
+def exact_expected_recall(stream: SyntheticStream, users: np.ndarray, top: np.ndarray,
+                          ks: Sequence[int] = KS) -> dict:
+    """Mean over users of ``sum_{d in top[:, :k]} P(d|u)`` for every ``k``."""
+    n, width = top.shape
+    log_p = stream.true_log_prob(np.repeat(users, width), top.reshape(-1)).numpy()
+    p = np.exp(log_p).reshape(n, width)
+    return {k: float(p[:, :k].sum(axis=1).mean()) for k in ks}
+
+
+def quantiles(values: np.ndarray, prefix: str) -> dict:
+    return {f"{prefix}_q{q}": float(np.percentile(values, q)) for q in QUANTILES}
+
+
+def evaluate(model: StudyModel, stream: SyntheticStream, eval_batch: dict,
+             log_q_unigram: np.ndarray, bands: np.ndarray) -> dict:
+    users = eval_batch["user_id"].numpy()
+    targets = eval_batch["target"].numpy()
+    queries = model.query_tower(eval_batch["history"]).numpy()
+    items = model.item_tower.embeddings.numpy()
+    top, model_log_p = model_top_k(queries, items, max(KS), targets)
+    row = {f"exact_recall@{k}": v
+           for k, v in exact_expected_recall(stream, users, top).items()}
+    ranks = target_ranks(queries, items, targets, chunk_size=max(1, MAX_CHUNK_FLOATS
+                                                                 // items.shape[0]))
+    overall = recall_ndcg_from_ranks(ranks, KS)
+    row.update({f"observed_recall@{k}": overall[f"recall@{k}"] for k in KS})
+    target_band = bands[targets]
+    for b, name in enumerate(BANDS):
+        part = recall_ndcg_from_ranks(ranks[target_band == b], KS)
+        row.update({f"{name}_recall@{k}": part[f"recall@{k}"] for k in KS})
+    log_q_target = log_q_unigram[targets]
+    row.update(quantiles(np.exp(model_log_p), "model_p"))
+    row.update(quantiles(np.exp(model_log_p - log_q_target), "model_p_over_q"))
+    return row
+
+
+def truth_columns(stream: SyntheticStream, eval_batch: dict, log_q_unigram: np.ndarray,
+                  bands: np.ndarray) -> dict:
+    """The run-independent columns: the oracle's exact recall, the truth's P and P/Q
+    quantiles and the share of held-out targets in each band."""
+    users = eval_batch["user_id"].numpy()
+    targets = eval_batch["target"].numpy()
+    top, _ = stream.true_top_k(users, max(KS))
+    row = {f"oracle_exact_recall@{k}": v
+           for k, v in exact_expected_recall(stream, users, top.numpy()).items()}
+    log_p = stream.true_log_prob(users, targets).numpy()
+    row.update(quantiles(np.exp(log_p), "truth_p"))
+    row.update(quantiles(np.exp(log_p - log_q_unigram[targets]), "truth_p_over_q"))
+    for b, name in enumerate(BANDS):
+        row[f"{name}_targets"] = int((bands[targets] == b).sum())
+    return row
+
+
+# ---------------------------------------------------------------------------- the grid
+
+class World:
+    """The stream, its true unigram log Q, bands and held-out batch (shared by runs)."""
+
+    def __init__(self, run: Run) -> None:
+        self.stream = SyntheticStream(run.world())
+        self.log_q = self.stream.item_log_marginal()
+        self.bands = popularity_bands(self.log_q)
+        self.eval_batch = next(iter(self.stream.dataset(
+            run.num_eval_users, num_batches=1, start_batch=EVAL_BATCH_INDEX)))
+        self.truth = truth_columns(self.stream, self.eval_batch, self.log_q, self.bands)
+
+
+def execute(run: Run, world: Optional[World] = None) -> dict:
+    """Trains and evaluates one run: its results.csv row."""
+    world = world or World(run)
+    start = time.perf_counter()
+    model, per_step = train(run, world.stream, proposal_log_q_table(run, world.log_q))
+    train_s = time.perf_counter() - start
+    start = time.perf_counter()
+    row = evaluate(model, world.stream, world.eval_batch, world.log_q, world.bands)
+    return {"run_id": run.run_id, **dataclasses.asdict(run), **row, **world.truth,
+            "seconds_per_step": round(per_step, 4), "train_seconds": round(train_s, 1),
+            "eval_seconds": round(time.perf_counter() - start, 1)}
+
+
+def read_results(output_dir: str) -> list[dict]:
+    path = os.path.join(output_dir, "results.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_results(output_dir: str, rows: list[dict]) -> None:
+    fields = list(rows[0])
+    for row in rows[1:]:
+        fields += [f for f in row if f not in fields]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(os.path.join(output_dir, "results.csv"), buffer.getvalue())
+
+
+def pending(runs: Iterable[Run], output_dir: str) -> list[Run]:
+    done = {row["run_id"] for row in read_results(output_dir)}
+    return [run for run in runs if run.run_id not in done]
+
+
+def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = None,
+             say=print) -> list[dict]:
+    """Runs the unfinished runs in order (at most ``max_runs``), appending each row to
+    ``results.csv`` as it finishes, then rewrites table.md and the chart. Resumable: a
+    run whose ``run_id`` is in results.csv is skipped."""
+    from tfrs_logq.study_report import write_report
+
+    os.makedirs(output_dir, exist_ok=True)
+    todo = pending(runs, output_dir)
+    say(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in {output_dir}")
+    worlds: dict = {}
+    for number, run in enumerate(todo[:max_runs] if max_runs is not None else todo, 1):
+        key = run.world()
+        if key not in worlds:
+            worlds = {key: World(run)}  # one world in memory at a time
+        say(f"run {number}/{len(todo)}: V={run.num_items:,} {run.sampler} "
+            f"({run.num_in_batch_negatives}+{run.num_uniform_negatives}) {run.proposal} "
+            f"{run.correction} seed {run.seed}, {run.steps} steps, {run.optimizer}")
+        row = execute(run, worlds[key])
+        write_results(output_dir, read_results(output_dir) + [row])
+        say(f"  exact Recall@10/100/1000 {row['exact_recall@10']:.4f} / "
+            f"{row['exact_recall@100']:.4f} / {row['exact_recall@1000']:.4f}, "
+            f"{row['seconds_per_step']} s/step")
+    rows = read_results(output_dir)
+    if rows:
+        write_report(rows, output_dir)
+    return rows
+
+
+# ---------------------------------------------------------------------------- command line
+
+def populate_parser(p) -> None:
+    """The flags of `tfrs-logq study` (called by `tfrs_logq.cli`)."""
+    p.add_argument("--preset", choices=tuple(PRESETS), default="pilot",
+                   help="the grid (see PRESETS in tfrs_logq/study.py)")
+    p.add_argument("--output-dir", "--output_dir", default="study_output", metavar="DIR",
+                   help="results.csv, table.md and paired.png go here")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="override the preset's seeds (default: the preset's)")
+    p.add_argument("--steps", type=int, default=None, help="override the preset's steps (default: the preset's)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="override the preset's optimizer (default: the preset's, lazy-adam)")
+    p.add_argument("--max-runs", "--max_runs", type=int, default=None, metavar="N",
+                   help="run at most N unfinished runs, then stop (default: all)")
+    p.add_argument("--pending", action="store_true",
+                   help="print the number of unfinished runs and exit")
+    p.set_defaults(run=command)
+
+
+def command(args) -> int:
+    overrides = {k: getattr(args, k) for k in ("steps", "optimizer")
+                 if getattr(args, k) is not None}
+    runs = preset_runs(args.preset, args.seeds, **overrides)
+    if args.pending:
+        print(len(pending(runs, args.output_dir)))
+        return 0
+    run_grid(runs, args.output_dir, args.max_runs, say=lambda m: print(m, flush=True))
+    return 0
+
+
+__all__ = ["PRESETS", "Run", "execute", "exact_expected_recall", "grid", "model_top_k",
+           "pending", "popularity_bands", "populate_parser", "preset_runs", "run_grid"]
