@@ -731,6 +731,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 parser_class=_Parser)
     sub.add_parser("demo", populate=_populate_demo,
                    help="train none/logq/corrected on the synthetic stream; compare Recall@k")
+    sub.add_parser("study", populate=lambda p: __import__(
+        "tfrs_logq.study", fromlist=["populate_parser"]).populate_parser(p),
+                   help="the large-catalog study on the synthetic stream (issue 26)")
     data = sub.add_parser("data", help="dataset tools")
     _add_verbose(data)
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND",
