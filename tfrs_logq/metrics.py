@@ -1,11 +1,17 @@
-"""Full-catalog retrieval metrics: Recall@k and NDCG@k by exact (brute-force) ranking."""
+"""Full-catalog retrieval metrics: Recall@k and NDCG@k by exact (brute-force) ranking.
+
+The one implementation of ranks, Recall and NDCG in the package: training's
+evaluation, the serving client and the Beam Evaluator call these. Importing the
+module needs numpy only; `target_ranks` imports TensorFlow when first called (so
+the client and Beam workers can use the formulas without it).
+"""
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 
 def target_ranks(
@@ -36,6 +42,8 @@ def target_ranks(
     Returns:
       `[n]` int64 numpy array of ranks.
     """
+    import tensorflow as tf
+
     q = tf.convert_to_tensor(query_embeddings)
     items = tf.convert_to_tensor(item_embeddings)
     targets = tf.cast(tf.reshape(tf.convert_to_tensor(targets), [-1]), tf.int64)
@@ -50,7 +58,7 @@ def target_ranks(
     for start in range(0, n, chunk_size):
         stop = min(n, start + chunk_size)
         ranks.append(
-            _chunk_ranks(
+            _chunk_ranks_function()(
                 q[start:stop],
                 items,
                 targets[start:stop],
@@ -62,8 +70,17 @@ def target_ranks(
     return np.concatenate(ranks) if ranks else np.zeros([0], np.int64)
 
 
-@tf.function(reduce_retracing=True)
+@functools.lru_cache(maxsize=None)
+def _chunk_ranks_function():
+    """`_chunk_ranks` as one `tf.function` (built on first use: TensorFlow loads then)."""
+    import tensorflow as tf
+
+    return tf.function(_chunk_ranks, reduce_retracing=True)
+
+
 def _chunk_ranks(q, items, targets, exclude, padding_id, num_ids):
+    import tensorflow as tf
+
     scores = tf.matmul(tf.cast(q, tf.float32), tf.cast(items, tf.float32), transpose_b=True)
     target_scores = tf.gather(scores, targets, batch_dims=1)
     valid = tf.ones_like(scores, tf.bool)
