@@ -182,8 +182,8 @@ _MIXED_HEADLINE = [("mixed", 4096, 4096), ("in-batch", 4096, 0)]
 PRESETS = {
     # The SMALL pilot committed in results/synthetic-study-pilot/.
     "pilot": dict(
-        base=dict(num_items=20_000, num_users=50_000, num_topics=100, topic_sharpness=4.0,
-                  steps=300, batch_size=512, embedding_dim=32, num_eval_users=4096),
+        base=dict(num_items=50_000, num_users=50_000, num_topics=100, topic_sharpness=4.0,
+                  steps=500, batch_size=512, embedding_dim=32, num_eval_users=4096),
         axes=dict(negatives=[("in-batch", 512, 0), ("mixed", 512, 512)],
                   proposal=["unigram", "mixture"], correction=["logq-paper", "corrected"]),
         seeds=[0, 1, 2]),
