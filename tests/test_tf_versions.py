@@ -1,0 +1,95 @@
+"""TensorFlow 2.20 and 2.21: importing tfrs_logq never needs ScaNN, and where ScaNN cannot
+load (TF 2.21, or not installed) `export --index scann` fails in one line that says why and
+what to do, while a brute-force export still trains, exports and answers queries.
+
+`make test` runs this file in the main .venv (TF 2.20, ScaNN installed) and in .venv-tf221
+(TF 2.21, no ScaNN)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tfrs_logq.serving import export as export_lib
+
+from tfrs_logq import cli
+from tfrs_logq.training import resolve_config, train
+
+
+def _scann_loads() -> bool:
+    try:
+        from scann import scann_ops  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def test_tensorflow_version_is_a_supported_one():
+    major_minor = tuple(int(x) for x in tf.__version__.split(".")[:2])
+    assert major_minor in ((2, 20), (2, 21)), tf.__version__
+
+
+def test_importing_the_package_and_the_serving_modules_never_needs_scann():
+    script = ("import sys; sys.modules['scann'] = None\n"
+              "import tfrs_logq, tfrs_logq.losses, tfrs_logq.tasks\n"
+              "import tfrs_logq.serving.export, tfrs_logq.serving.server\n"
+              "print('OK')")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_scann_unavailable_gives_one_line_that_says_why_and_what_to_do(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scann", None)  # as where the import fails
+    with pytest.raises(ImportError) as info:
+        export_lib.scann_ops_or_error()
+    line = cli._one_line(info.value)
+    assert "\n" not in line
+    for fragment in (f"TensorFlow {tf.__version__}", "TensorFlow 2.20",
+                     "tfrs-logq[scann]", "--index brute-force"):
+        assert fragment in line, line
+
+
+@pytest.fixture(scope="module")
+def smoke_model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tfversions")
+    os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
+    rng = np.random.default_rng(0)
+    lines = [f"{u}::{100 + int(rng.zipf(1.4) % 30)}::4::{1_000_000 + 1000 * k + u}\n"
+             for u in range(1, 41) for k in range(int(rng.integers(8, 14)))]
+    (root / "data").mkdir()
+    (root / "data" / "ratings.dat").write_text("".join(lines))
+    config = resolve_config("smoke", loss="inbatch-corrected", split="loo",
+                            data_dir=str(root / "data"), max_epochs=1, seed=0)
+    model_dir = str(root / "model")
+    train(config, model_dir, verbose=0)
+    return root, model_dir
+
+
+def test_brute_force_export_answers_queries(smoke_model, capsys):
+    root, model_dir = smoke_model
+    base = root / "served"
+    code = cli.main(["export", "--model-dir", model_dir, "--model_base_path", str(base),
+                     "--model_name", "m", "--index", "brute-force", "--k", "5"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    loaded = tf.saved_model.load(out.strip())
+    result = loaded.signatures["serving_default"](history=tf.constant([[100, 101, 0]], tf.int64))
+    ids, scores = result["item_ids"].numpy(), result["scores"].numpy()
+    assert ids.shape == (1, 5) and (np.diff(scores[0]) <= 1e-6).all()
+    assert not set(ids[0].tolist()) & {100, 101}  # the history is left out
+
+
+def test_scann_export_fails_in_one_line_where_scann_cannot_load(smoke_model, capsys):
+    if _scann_loads():
+        pytest.skip(f"ScaNN loads with TensorFlow {tf.__version__}: no failure to check")
+    root, model_dir = smoke_model
+    base = root / "served-scann"
+    code = cli.main(["export", "--model-dir", model_dir, "--model_base_path", str(base),
+                     "--model_name", "m", "--index", "scann", "--k", "5"])
+    out, err = capsys.readouterr()
+    lines = [x for x in err.strip().splitlines() if x.startswith("tfrs-logq: error")]
+    assert code == 2 and len(lines) == 1, err
+    assert "TensorFlow 2.20" in lines[0] and "--index brute-force" in lines[0]
