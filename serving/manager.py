@@ -136,6 +136,8 @@ class ModelManager:
                 timer = threading.Timer(30.0, old.close)
                 timer.daemon = True
                 timer.start()
+                # Kept to close them at stop(); those already closed are let go.
+                self._retired = [(t, s) for t, s in self._retired if t.is_alive()]
                 self._retired.append((timer, old))
             return
 
@@ -171,7 +173,7 @@ class ModelManager:
         failed to load (END, with their error). NOT_FOUND when there is none to report."""
         self._check_name(model_name, version)
         servable = self._servable
-        out = [failed for _, failed in self._failed.values()]
+        out = [failed for _, failed in list(self._failed.values())]  # poll() may change it
         if servable is not None:
             out.append(VersionStatus(servable.version, "AVAILABLE"))
         out.sort(key=lambda s: -s.version)
