@@ -43,8 +43,6 @@ import urllib.request
 from typing import Optional
 
 import numpy as np
-from tfrs_logq.atomic import atomic_write
-from tfrs_logq.cache import cache_dir  # the one cache location (re-exported here)
 from tfrs_logq.pipelines.interactions import (
     DataFormatError,
     Interactions,
@@ -57,6 +55,9 @@ from tfrs_logq.pipelines.interactions import (
     save_cache,
 )
 from tfrs_logq.pipelines.splits import Split, make_split
+
+from tfrs_logq.atomic import atomic_write
+from tfrs_logq.cache import cache_dir  # the one cache location (re-exported here)
 
 log = logging.getLogger("tfrs_logq.data")
 

@@ -14,7 +14,6 @@ from reference import loss_corrected
 
 from tfrs_logq import proposal
 from tfrs_logq.losses import (
-    corrected_from_logsumexp,
     corrected_weight,
     in_batch_softmax_loss,
     sampled_softmax_loss,
@@ -197,7 +196,7 @@ def test_diagnose_uses_the_losses_log_q_prime_and_weight():
     from tfrs_logq.diagnose import _sampled_gradients
 
     rng = np.random.default_rng(4)
-    n, k, num_items, dim = 4, 3, 7, 3
+    n, num_items, dim = 4, 7, 3
     queries = rng.normal(size=(n, dim))
     items = rng.normal(size=(num_items, dim))
     positives = np.array([0, 1, 2, 2])

@@ -35,8 +35,9 @@ import shutil
 import tempfile
 from typing import Iterator, Optional
 
-from tfrs_logq.atomic import write_json
 from tfrs_logq.pipelines.interactions import file_fingerprint
+
+from tfrs_logq.atomic import write_json
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
