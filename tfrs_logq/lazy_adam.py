@@ -68,13 +68,12 @@ class LazyAdam(tf.Module):
     def apply_gradients(self, grads_and_vars) -> None:
         grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
         step = self.iterations.assign_add(1)
-        t = tf.cast(step, tf.float32)
         for grad, var in grads_and_vars:
             m, v = self._moments(var)
             dtype = var.dtype
-            lr = tf.cast(self.learning_rate * tf.sqrt(1.0 - self.beta_2 ** t)
-                         / (1.0 - self.beta_1 ** t), dtype)
-            b1, b2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+            t = tf.cast(step, dtype)
+            lr = self.learning_rate * tf.sqrt(1.0 - self.beta_2 ** t) / (1.0 - self.beta_1 ** t)
+            b1, b2 = tf.constant(self.beta_1, dtype), tf.constant(self.beta_2, dtype)
             if isinstance(grad, tf.IndexedSlices):
                 rows, position = tf.unique(grad.indices)
                 g = tf.math.unsorted_segment_sum(grad.values, position, tf.size(rows))

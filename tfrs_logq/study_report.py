@@ -142,7 +142,8 @@ def write_chart(rows: list[dict], path: str) -> None:
         ax.set_xticks(range(len(KS)), [f"R@{k}" for k in KS])
         ax.set_ylabel("Δ exact expected recall")
         ax.set_title(label(key), fontsize=8)
-        ax.legend(fontsize=6)
+        if per_k[0]:
+            ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(groups):]:
         ax.axis("off")
     fig.suptitle("Corrected minus standard logQ, paired by seed (95 % t intervals)", fontsize=10)

@@ -1,0 +1,241 @@
+"""The large-catalog study (`tfrs_logq.study`): a tiny grid end to end, exact expected
+recall against numpy, common random numbers, resume, and `LazyAdam` against numpy."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfrs_logq import study
+from tfrs_logq.lazy_adam import LazyAdam
+
+TINY = dict(num_items=2000, num_users=1000, num_topics=20, topic_sharpness=3.0,
+            history_length=5, steps=12, batch_size=64, num_in_batch=64, num_uniform=32,
+            embedding_dim=8, num_eval_users=128)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return study.World(study.Run(**TINY))
+
+
+def test_common_random_numbers_two_corrections_see_the_same_batches_and_negatives(world):
+    records = {}
+    for correction in ("logq-paper", "corrected"):
+        run = study.Run(**{**TINY, "sampler": "mixed", "correction": correction, "steps": 3})
+        record: list = []
+        model, _ = study.train(run, world.stream, study.proposal_log_q_table(run, world.log_q),
+                               record)
+        records[correction] = record
+    a, b = records["logq-paper"], records["corrected"]
+    assert len(a) == len(b) == 3
+    for (batch_a, ids_a, valid_a), (batch_b, ids_b, valid_b) in zip(a, b):
+        for key in batch_a:
+            np.testing.assert_array_equal(batch_a[key], batch_b[key])
+        np.testing.assert_array_equal(ids_a, ids_b)
+        np.testing.assert_array_equal(valid_a, valid_b)
+    # Negatives differ from step to step and from seed to seed, and so do batches.
+    assert not np.array_equal(a[0][1], a[1][1])
+    other = study.Run(**{**TINY, "sampler": "mixed", "seed": 1})
+    batch = next(iter(study.train_batches(other, world.stream)))
+    table = tf.zeros([other.num_items + 1])
+    negatives = study.draw_negatives(other, batch["target"], tf.constant(0, tf.int64), table)
+    assert not np.array_equal(negatives.ids.numpy(), a[0][1])
+    assert not np.array_equal(batch["target"].numpy(), a[0][0]["target"])
+    again = study.draw_negatives(other, batch["target"], tf.constant(0, tf.int64), table)
+    np.testing.assert_array_equal(again.ids, negatives.ids)  # keyed by (seed, step) only
+
+
+def test_same_seed_starts_from_the_same_weights():
+    run = study.Run(**TINY)
+    first = [w.numpy() for w in study.StudyModel(run).weights]
+    second = [w.numpy() for w in study.StudyModel(dataclasses.replace(run, correction="none")
+                                                  ).weights]
+    for x, y in zip(first, second):
+        np.testing.assert_array_equal(x, y)
+
+
+def _numpy_true_probabilities(run: study.Run, users: np.ndarray) -> np.ndarray:
+    """`[n, V + 1]` P(d|u) from the stream's definition (column 0: padding, 0)."""
+    v, c = run.num_items, run.num_topics
+    z = run.topic_sharpness * np.random.default_rng(run.world_seed).standard_normal(
+        (run.num_users, c))
+    logits = z[users]
+    p_topic = np.exp(logits - logits.max(1, keepdims=True))
+    p_topic /= p_topic.sum(1, keepdims=True)
+    ids = np.arange(1, v + 1)
+    topic = (ids - 1) % c
+    pop = ids.astype(np.float64) ** -run.zipf_exponent
+    z_topic = np.bincount(topic, weights=pop, minlength=c)
+    p = p_topic[:, topic] * (pop / z_topic[topic])[None, :]
+    return np.concatenate([np.zeros((len(users), 1)), p], axis=1)
+
+
+def test_exact_expected_recall_is_the_true_mass_of_the_model_top_k(world):
+    run = study.Run(**TINY)
+    rng = np.random.default_rng(0)
+    users = world.eval_batch["user_id"].numpy()
+    queries = rng.standard_normal((len(users), 8)).astype(np.float32)
+    items = rng.standard_normal((run.num_items + 1, 8)).astype(np.float32)
+    top, _ = study.model_top_k(queries, items, 1000)
+    got = study.exact_expected_recall(world.stream, users, top)
+    p = _numpy_true_probabilities(run, users)
+    scores = queries.astype(np.float64) @ items.T.astype(np.float64)
+    scores[:, 0] = -np.inf  # padding is not an item
+    order = np.argsort(-scores, axis=1, kind="stable")
+    for k in study.KS:
+        expected = np.take_along_axis(p, order[:, :k], axis=1).sum(1).mean()
+        assert got[k] == pytest.approx(expected, rel=1e-5), k
+    assert 0 < got[10] < got[100] < got[1000] <= 1.0
+    # The oracle's top-k holds the most mass of any k items.
+    oracle = np.sort(p, axis=1)[:, ::-1][:, :100].sum(1).mean()
+    assert world.truth["oracle_exact_recall@100"] == pytest.approx(oracle, rel=1e-6)
+
+
+def test_model_probability_of_the_target_is_the_full_catalog_softmax():
+    rng = np.random.default_rng(1)
+    queries = rng.standard_normal((5, 4)).astype(np.float32)
+    items = rng.standard_normal((300, 4)).astype(np.float32)
+    targets = rng.integers(1, 300, 5)
+    _, log_p = study.model_top_k(queries, items, 10, targets)
+    s = queries.astype(np.float64) @ items[1:].T.astype(np.float64)
+    expected = s[np.arange(5), targets - 1] - np.log(np.exp(s).sum(1))
+    np.testing.assert_allclose(log_p, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_popularity_bands_split_the_interaction_mass_in_thirds(world):
+    q = np.exp(world.log_q[1:])
+    bands = world.bands[1:]
+    for b in range(3):
+        assert q[bands == b].sum() == pytest.approx(1 / 3, abs=0.05)
+    assert q[bands == 0].min() >= q[bands == 1].max() >= q[bands == 2].max()
+
+
+def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world):
+    runs = study.grid({**TINY, "steps": 8},
+                      {"negatives": [("mixed", 64, 32)], "proposal": ["unigram"],
+                       "correction": ["logq-paper", "corrected"]}, seeds=[0])
+    assert [r.correction for r in runs] == ["logq-paper", "corrected"]
+    out = str(tmp_path / "study")
+    said: list = []
+    study.run_grid(runs, out, max_runs=1, say=said.append)  # "killed" after one run
+    assert len(study.read_results(out)) == 1 and len(study.pending(runs, out)) == 1
+    first = study.read_results(out)[0]
+    said.clear()
+    rows = study.run_grid(runs, out, say=said.append)
+    assert said[0].startswith("study: 1 of 2 runs already")
+    assert sum(line.startswith("run ") for line in said) == 1  # the finished one is skipped
+    assert [r["correction"] for r in rows] == ["logq-paper", "corrected"]
+    assert rows[0] == first
+    for name in ("results.csv", "table.md", "paired.png"):
+        assert os.path.getsize(os.path.join(out, name)) > 0
+    with open(os.path.join(out, "results.csv"), newline="") as f:
+        header = next(csv.reader(f))
+    for column in ["num_items", "sampler", "num_in_batch", "num_uniform", "proposal",
+                   "correction", "seed", "steps", "optimizer", "head_recall@1000",
+                   "truth_p_over_q_q50", "model_p_over_q_q50"] + [
+            f"{kind}_recall@{k}" for kind in ("exact", "observed") for k in study.KS]:
+        assert column in header, column
+    assert "corrected (unigram) − logq-paper (unigram)" in open(os.path.join(out, "table.md")
+                                                                ).read()
+    assert study.run_grid(runs, out, say=said.append) and not study.pending(runs, out)
+
+
+def test_grid_skips_duplicate_and_undefined_variants():
+    runs = study.grid(TINY, {"negatives": [("in-batch", 64, 0), ("mixed", 64, 32)],
+                             "proposal": list(study.PROPOSALS),
+                             "correction": list(study.CORRECTIONS)}, seeds=[0])
+    pairs = {(r.sampler, r.proposal, r.correction) for r in runs}
+    assert ("in-batch", "mixture", "corrected") not in pairs  # a = 0: same as unigram
+    assert ("mixed", "inclusion", "corrected") not in pairs
+    assert ("in-batch", "inclusion", "corrected") in pairs
+    assert sum(r.correction == "none" for r in runs) == 2  # none ignores Q
+    assert len(runs) == 14
+    with pytest.raises(ValueError, match="sampler='in-batch'"):
+        study.Run(**{**TINY, "sampler": "mixed", "proposal": "inclusion"})
+
+
+def test_proposals_and_the_positive_column():
+    log_q = np.log(np.array([np.nan, 0.5, 0.3, 0.2]))
+    log_q[0] = -np.inf
+    base = {**TINY, "num_items": 3, "num_topics": 1, "batch_size": 4}
+    mixed = study.Run(**{**base, "sampler": "mixed", "num_in_batch": 3, "num_uniform": 1,
+                         "proposal": "mixture"})
+    np.testing.assert_allclose(np.exp(study.proposal_log_q_table(mixed, log_q)[1:]),
+                               0.25 / 3 + 0.75 * np.array([0.5, 0.3, 0.2]))
+    inclusion = study.Run(**{**base, "sampler": "in-batch", "proposal": "inclusion"})
+    np.testing.assert_allclose(np.exp(study.proposal_log_q_table(inclusion, log_q)[1:]),
+                               1 - (1 - np.array([0.5, 0.3, 0.2])) ** 4)
+    table = tf.constant([0.0, -1.0, -2.0, -3.0])
+    positives = tf.constant([1, 3], tf.int64)
+    for correction, expected in (("logq-paper", [-1.0, -3.0]), ("corrected", [-1.0, -3.0]),
+                                 ("logq-official", [0.0, 0.0])):
+        run = study.Run(**{**TINY, "correction": correction})
+        np.testing.assert_array_equal(study.positive_log_q(run, table, positives), expected)
+
+
+# ------------------------------------------------------------------------------ LazyAdam
+
+def _numpy_lazy_adam(var, m, v, t, rows, grads, lr, b1=0.9, b2=0.999, eps=1e-7):
+    summed = {}
+    for r, g in zip(rows, grads):
+        summed[r] = summed.get(r, 0.0) + g
+    step = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    for r, g in summed.items():
+        m[r] = b1 * m[r] + (1 - b1) * g
+        v[r] = b2 * v[r] + (1 - b2) * g * g
+        var[r] -= step * m[r] / (np.sqrt(v[r]) + eps)
+
+
+def test_lazy_adam_matches_a_numpy_reference_with_repeated_ids():
+    rng = np.random.default_rng(0)
+    init = rng.standard_normal((6, 3))
+    table = tf.Variable(init, dtype=tf.float64)
+    dense = tf.Variable([1.0, -2.0], dtype=tf.float64)
+    opt = LazyAdam(learning_rate=0.1)
+    ref, m, v = init.copy(), np.zeros_like(init), np.zeros_like(init)
+    dense_ref, dm, dv = np.array([1.0, -2.0]), np.zeros(2), np.zeros(2)
+    for t, ids in enumerate([[1, 1, 4], [4, 2, 4, 4], [0, 5]], start=1):
+        grads = rng.standard_normal((len(ids), 3))
+        dense_grad = rng.standard_normal(2)
+        opt.apply_gradients([
+            (tf.IndexedSlices(tf.constant(grads), tf.constant(ids), tf.constant([6, 3])),
+             table),
+            (tf.constant(dense_grad), dense)])
+        _numpy_lazy_adam(ref, m, v, t, ids, grads, 0.1)
+        _numpy_lazy_adam(dense_ref, dm, dv, t, [0, 1], dense_grad, 0.1)
+        np.testing.assert_allclose(table.numpy(), ref, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(dense.numpy(), dense_ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(table.numpy()[3], init[3])  # never in a batch: untouched
+    # The docstring's example: first step of a row with g = 1 moves it by lr.
+    x = tf.Variable([[0.0]], dtype=tf.float32)
+    LazyAdam(0.1).apply_gradients([(tf.IndexedSlices(tf.ones([1, 1]), tf.constant([0]),
+                                                     tf.constant([1, 1])), x)])
+    assert float(x[0, 0]) == pytest.approx(-0.1, rel=1e-4)
+
+
+def test_lazy_adam_in_a_tf_function_and_bad_arguments():
+    table = tf.Variable(tf.ones([4, 2]))
+    opt = LazyAdam(0.01)
+    opt.build([table])
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, [1, 1, 2]))
+        opt.apply_gradients(zip(tape.gradient(loss, [table]), [table]))
+
+    step()
+    step()
+    assert int(opt.iterations) == 2
+    np.testing.assert_array_equal(table.numpy()[[0, 3]], 1.0)
+    assert (table.numpy()[[1, 2]] < 1.0).all()
+    with pytest.raises(ValueError, match="learning_rate"):
+        LazyAdam(0.0)
+    with pytest.raises(ValueError, match="beta_2"):
+        LazyAdam(0.1, beta_2=1.0)
