@@ -233,13 +233,13 @@ def test_resume_keeps_best_epoch_patience_and_counts(data_dir, tmp_path):
     """kill -> resume gives the same best epoch, stop epoch and epoch count as an
     uninterrupted run (Keras' EarlyStopping/ModelCheckpoint would restart their
     best value and patience on resume and save epoch 3 as the best)."""
-    values = [0.1, 0.5, 0.2, 0.3, 0.25, 0.9, 0.95]  # best 1; patience 3 stops after 4
+    values = [0.1, 0.5, 0.2, 0.3, 0.25, 0.9, 0.95]  # best: epoch 2; patience 3 stops after 5
     config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
                             max_epochs=7, patience=3, steps_per_epoch=2)
     whole = train(config, str(tmp_path / "whole"), verbose=0,
                   extra_callbacks=[_ScriptedValidation(values)])
-    assert whole["best_epoch"] == 1 and whole["epochs"] == 5
-    # Killed at the end of epoch 3 (after epochs 0-2 were recorded), then resumed.
+    assert whole["best_epoch"] == 2 and whole["epochs"] == 5  # 1-based, as Keras prints
+    # Killed at the end of the 4th epoch (Keras index 3), before it was recorded, then resumed.
     interrupted = str(tmp_path / "interrupted")
     with pytest.raises(KeyboardInterrupt):
         train(config, interrupted, verbose=0,
@@ -302,7 +302,7 @@ def test_run_killed_mid_epoch_resumes_exactly_as_the_uninterrupted_run(data_dir,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == -9, proc.stderr[-3000:]
     saved = json.loads((tmp_path / "killed" / "epochs.json").read_text())["epochs"]
-    assert [e["epoch"] for e in saved] == [0, 1]
+    assert [e["epoch"] for e in saved] == [1, 2]
     with caplog.at_level(logging.INFO, logger="tfrs_logq.training"):
         resumed = train(config, killed, verbose=0)
     assert any("resuming" in r.getMessage() and "from epoch 3 of 4" in r.getMessage()
@@ -356,14 +356,14 @@ def test_fixed_preset_scores_the_mean_of_the_last_epochs_on_all_test_users(data_
     result = train(config, str(tmp_path / "m"), verbose=0)
     epochs = json.loads((tmp_path / "m" / "epochs.json").read_text())["epochs"]
     assert [("test_recall@20" in e) for e in epochs] == [False, True, True]
-    assert result["test_window"]["epochs"] == [1, 2]
+    assert result["test_window"]["epochs"] == [2, 3]
     for name in ("recall@20", "ndcg@20", "recall@10"):
         assert result["test_window"][name] == pytest.approx(
             np.mean([e["test_" + name] for e in epochs[1:]]), abs=0, rel=1e-12)
     # The windowed score of the best epoch is the full test evaluation of its weights,
     # which are the ones restored at the end.
-    if result["best_epoch"] in (1, 2):
-        best = epochs[result["best_epoch"]]
+    if result["best_epoch"] in (2, 3):
+        best = epochs[result["best_epoch"] - 1]
         assert best["test_recall@20"] == pytest.approx(result["test"]["recall@20"])
     with pytest.raises(ValueError, match="test_window"):
         resolve_config("smoke", max_epochs=3, test_window=4)

@@ -34,6 +34,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.atomic import write_json
 from tfrs_logq.config import (  # noqa: F401  (re-exported)
     MIXED_PRECISION_POLICIES,
     MONITOR,
@@ -45,9 +46,9 @@ from tfrs_logq.config import (  # noqa: F401  (re-exported)
 )
 from tfrs_logq.models import SASRecEncoder, SequentialRetrievalModel
 from tfrs_logq.objectives import make_objective
-from tfrs_logq.pipelines.datasets import load_dataset
+from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
-from tfrs_logq.pipelines.splits import Split, make_split
+from tfrs_logq.pipelines.splits import Split
 
 log = logging.getLogger("tfrs_logq.training")
 
@@ -90,10 +91,7 @@ class ValidationCallback(tf.keras.callbacks.Callback):
 
 
 def _atomic_json(path: str, value) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=2)
-    os.replace(tmp, path)
+    write_json(path, value, indent=2)
 
 
 class BestEpochKeeper(tf.keras.callbacks.Callback):
@@ -106,7 +104,9 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
     value and patience restart when `BackupAndRestore` resumes a run, the best
     value, its epoch and the patience count are rebuilt from the saved epochs,
     so an interrupted and resumed run keeps the same best epoch as an
-    uninterrupted one, and ``history`` holds every epoch.
+    uninterrupted one, and ``history`` holds every epoch. Epochs are numbered from
+    1, as Keras prints them ("Epoch 1/80"), in ``history``, ``best_epoch`` and the
+    state file.
 
     Args:
       state_path: str. JSON file of the run's epochs.
@@ -139,7 +139,7 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
         self._epoch_start = time.perf_counter()
         if not self._started:
             # Resumed at `epoch`: epochs from it on (if saved before the backup was) rerun.
-            self.history = [e for e in self.history if e["epoch"] < epoch]
+            self.history = [e for e in self.history if e["epoch"] <= epoch]
             self._started = True
 
     def on_epoch_end(self, epoch, logs=None):
@@ -151,14 +151,14 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
         previous_value = (None if previous_best is None else
                           next(e[self.monitor] for e in self.history
                                if e["epoch"] == previous_best))
-        self.history.append({"epoch": int(epoch),
+        self.history.append({"epoch": int(epoch) + 1,  # 1-based, as Keras prints it
                              "seconds": round(time.perf_counter() - self._epoch_start, 2),
                              **{k: float(v) for k, v in logs.items()}})
         if previous_value is None or logs[self.monitor] > previous_value:
             self._save_best()
         _atomic_json(self.state_path, {"monitor": self.monitor, "best_epoch": self.best_epoch,
                                        "epochs": self.history})
-        if epoch - self.best_epoch >= self.patience:
+        if epoch + 1 - self.best_epoch >= self.patience:
             self.model.stop_training = True
 
     def _save_best(self) -> None:
@@ -382,16 +382,9 @@ def load_split(config: TrainConfig) -> Split:
             raise ValueError(f"--examples {config.examples} holds the {split.name} split, "
                              f"and the run asks for --split {config.split}.")
         return split
-    kwargs = {}
-    if config.data_format:
-        kwargs["fmt"] = config.data_format
-    interactions = load_dataset(config.dataset, config.data_dir,
-                                needs_timestamps=config.split == "temporal", **kwargs)
-    split_kwargs = {}
-    if config.split == "temporal":
-        split_kwargs["fraction"] = config.temporal_fraction or (
-            0.1 if config.dataset == "ml-1m" else 0.01)
-    return make_split(interactions, config.split, **split_kwargs)
+    return load_dataset_split(config.dataset, config.split, config.data_dir,
+                              data_format=config.data_format,
+                              temporal_fraction=config.temporal_fraction)
 
 
 # Options that change how fast a run trains, not what it computes.
@@ -476,11 +469,11 @@ def _stopped_early(keeper: BestEpochKeeper, initial_epoch: int) -> bool:
     if not os.path.exists(keeper.state_path) or not initial_epoch:
         return False
     with open(keeper.state_path) as f:
-        epochs = [e for e in json.load(f)["epochs"] if e["epoch"] < initial_epoch]
+        epochs = [e for e in json.load(f)["epochs"] if e["epoch"] <= initial_epoch]
     if len(epochs) < initial_epoch:
         return False
     best = max(epochs, key=lambda e: (e[keeper.monitor], -e["epoch"]))["epoch"]
-    return initial_epoch - 1 - best >= keeper.patience
+    return initial_epoch - best >= keeper.patience
 
 
 def _set_policy(name: str) -> None:
@@ -523,8 +516,8 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     strategy = make_strategy(config.strategy)
     os.makedirs(model_dir, exist_ok=True)
     if mode == "new":
-        with open(os.path.join(model_dir, "vocabulary.json"), "w") as f:
-            json.dump({"raw_items": [str(x) for x in split.interactions.raw_items]}, f)
+        write_json(os.path.join(model_dir, "vocabulary.json"),
+                   {"raw_items": [str(x) for x in split.interactions.raw_items]}, indent=None)
         # config.json last: it marks the directory as this run's.
         _atomic_json(os.path.join(model_dir, "config.json"),
                      saved_config(config, split.num_items))
