@@ -111,13 +111,14 @@ test-tf221: $(TF221_STAMP)
 	@echo "== tfrs-logq on TensorFlow 2.21 ($(TF221_VENV)): $(TF221_TESTS)"
 	$(TF221_PY) -m pytest -q $(TF221_TESTS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(KERAS_STAMP)
 	$(PY) benchmarks/bench_task.py
 	$(PY) benchmarks/bench_frequency.py
 	$(PY) benchmarks/bench_synthetic.py
 	$(PY) benchmarks/bench_data.py
 	$(PY) benchmarks/bench_sasrec.py
 	$(PY) benchmarks/bench_serving.py
+	$(PY) benchmarks/bench_keras3.py
 
 lint: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev]"
