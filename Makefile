@@ -96,12 +96,13 @@ test: $(STAMP) $(KERAS_STAMP) $(TF221_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-keras test-tf221
 
-# keras-logq: one pytest process per Keras backend.
+# keras-logq: one pytest process per Keras backend. PyTorch gets one OpenMP thread: its
+# threads spin on shared cores (a step measured 6-25x slower on 2 busy cores).
 test-keras: $(STAMP) $(KERAS_STAMP)
 	@echo "== keras-logq, KERAS_BACKEND=jax ($(KERAS_VENV), no TensorFlow)"
 	cd keras-logq && KERAS_BACKEND=jax $(abspath $(KERAS_PY)) -m pytest -q
 	@echo "== keras-logq, KERAS_BACKEND=torch ($(KERAS_VENV), no TensorFlow)"
-	cd keras-logq && KERAS_BACKEND=torch $(abspath $(KERAS_PY)) -m pytest -q
+	cd keras-logq && OMP_NUM_THREADS=1 KERAS_BACKEND=torch $(abspath $(KERAS_PY)) -m pytest -q
 	@echo "== keras-logq, KERAS_BACKEND=tensorflow ($(VENV), TensorFlow 2.20)"
 	cd keras-logq && KERAS_BACKEND=tensorflow $(abspath $(PY)) -m pytest -q
 
