@@ -30,7 +30,7 @@ class Servable:
     def __init__(self, path: str, version: int, options: ServerOptions) -> None:
         try:
             import scann  # noqa: F401  (registers the ScaNN ops a ScaNN export needs)
-        except ImportError:
+        except Exception:  # noqa: BLE001  not installed, or its ops fail to load (TF 2.21)
             pass
         self.path, self.version = path, version
         self.model = tf.saved_model.load(path)
