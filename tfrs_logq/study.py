@@ -312,7 +312,7 @@ def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
         optimizer.apply_gradients(zip(grads, model.weights))
         return loss, negatives.ids, negatives.is_valid
 
-    start, first = time.perf_counter(), None
+    first = time.perf_counter()
     for i, batch in enumerate(train_batches(run, stream)):
         _, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
         if record is not None:
@@ -503,7 +503,8 @@ def populate_parser(p) -> None:
                    help="results.csv, table.md and paired.png go here")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="override the preset's seeds (default: the preset's)")
-    p.add_argument("--steps", type=int, default=None, help="override the preset's steps (default: the preset's)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="override the preset's steps (default: the preset's)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
                    help="override the preset's optimizer (default: the preset's, lazy-adam)")
     p.add_argument("--max-runs", "--max_runs", type=int, default=None, metavar="N",

@@ -87,7 +87,7 @@ def format_table(rows: list[dict]) -> str:
     for key, variants in scenarios(rows).items():
         any_row = next(iter(next(iter(variants.values())).values()))
         lines += [f"## {label(key)}", "",
-                  f"Oracle exact Recall@10/100/1000: "
+                  "Oracle exact Recall@10/100/1000: "
                   + " / ".join(f"{float(any_row[f'oracle_exact_recall@{k}']):.4f}" for k in KS)
                   + f". Truth at the held-out pairs: P(p|u) median "
                   f"{float(any_row['truth_p_q50']):.2e}, P/Q quantiles 10/50/90 % "
