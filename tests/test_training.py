@@ -173,7 +173,7 @@ def test_multi_worker_mirrored_strategy_two_processes_on_loopback(data_dir, tmp_
                                         "task": {"type": "worker", "index": index}}),
                "CUDA_VISIBLE_DEVICES": ""}
         procs.append(subprocess.Popen(
-            [sys.executable, "-c", WORKER, data_dir, str(tmp_path / f"w{index}")],
+            [sys.executable, "-c", WORKER, data_dir, str(tmp_path / "shared")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     outputs = []
     try:
@@ -187,6 +187,10 @@ def test_multi_worker_mirrored_strategy_two_processes_on_loopback(data_dir, tmp_
                 proc.kill()
     results = [json.loads(o.split("RESULT", 1)[1]) for o in outputs]
     assert results[0] == results[1]  # both workers hold the same model
+    # One --model-dir for the cluster: the chief's run files in it, worker 1's state apart.
+    shared = tmp_path / "shared"
+    assert (shared / "metrics.json").exists() and (shared / "backup").is_dir()
+    assert (shared / "worker-worker-1" / "backup").is_dir()
 
 
 def test_interrupted_training_resumes_from_its_backup(data_dir, tmp_path):
@@ -375,6 +379,86 @@ def test_config_rejects_what_the_command_line_rejects():
                        ({"patience": -1}, "patience"), ({"test_window": -1}, "test_window")):
         with pytest.raises(ValueError, match=match):
             resolve_config("smoke", **bad)
+
+
+def test_worker_directory_is_the_model_dir_on_the_chief_only(monkeypatch, tmp_path):
+    from tfrs_logq.training import worker_directory
+
+    cluster = {"worker": ["a:1", "b:2"]}
+    for task, expected in (({"type": "worker", "index": 0}, "m"),
+                           ({"type": "worker", "index": 1}, "m/worker-worker-1")):
+        monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
+        assert worker_directory("m") == expected
+        assert worker_directory("m", "default") == "m"  # not a multi-worker run
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["c:0"], **cluster}, "task": {"type": "worker", "index": 0}}))
+    assert worker_directory("m") == "m/worker-worker-0"  # an explicit chief exists
+    monkeypatch.delenv("TF_CONFIG")
+    assert worker_directory("m") == "m"
+
+
+def test_run_directories_of_older_versions_are_refused_not_resumed_wrongly(data_dir, tmp_path):
+    from tfrs_logq.training import RunDirectoryError, prepare_run_directory, saved_config
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    for name, make in (("keras-backup", lambda d: (d / "backup" / "chief").mkdir(parents=True)),
+                       ("zero-based", lambda d: (d / "epochs.json").write_text(json.dumps(
+                           {"monitor": "val_ndcg@10", "best_epoch": 0,
+                            "epochs": [{"epoch": 0, "val_ndcg@10": 0.1}]})))):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps(saved_config(config, 40)))
+        make(run)
+        with pytest.raises(RunDirectoryError, match="older tfrs-logq.*--overwrite"):
+            prepare_run_directory(config, str(run))
+        assert prepare_run_directory(config, str(run), overwrite=True) == "new"
+
+
+def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_path):
+    from tfrs_logq.training import RunDirectoryError, prepare_run_directory
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    run = tmp_path / "m"
+    run.mkdir()
+    for name in (".lock", "vocabulary.json", ".config.json.x1y2.tmp"):
+        (run / name).write_text("{}")
+    assert prepare_run_directory(config, str(run)) == "new"
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(RunDirectoryError, match="not empty"):
+        prepare_run_directory(config, str(run))
+
+
+def test_a_resume_keeps_the_runs_speed_only_fields(data_dir, tmp_path, caplog):
+    import dataclasses
+    import logging
+
+    from tfrs_logq.training import _resumed_speed_fields, saved_config
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                            length_buckets=8)
+    (tmp_path / "config.json").write_text(json.dumps(saved_config(config, 40)))
+    with caplog.at_level(logging.INFO, logger="tfrs_logq.training"):
+        resumed = _resumed_speed_fields(dataclasses.replace(config, length_buckets=2),
+                                        str(tmp_path))
+    assert resumed.length_buckets == 8
+    assert any("length_buckets=8" in r.getMessage() for r in caplog.records)
+
+
+def test_a_filesystem_without_flock_warns_and_trains(tmp_path, monkeypatch, caplog):
+    import errno
+    import fcntl
+    import logging
+
+    from tfrs_logq.training import RunLock
+
+    def no_flock(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with caplog.at_level(logging.WARNING, logger="tfrs_logq.training"):
+        with RunLock(str(tmp_path)):
+            pass
+    assert any("no flock" in r.getMessage() for r in caplog.records)
 
 
 def test_run_directory_refuses_other_or_finished_runs(data_dir, tmp_path):

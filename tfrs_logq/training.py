@@ -7,7 +7,12 @@ every random counter (dropout, negative sampling) and the epoch count, and the
 training batches are a function of the seed and the batch number, so a run
 killed at any point (SIGKILL included) resumes from its last finished epoch and
 ends as the uninterrupted run would, to the bit on the same machine and code
-path. TensorBoard logs go to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
+path, on CPU (on GPU some kernels, such as bincounts and the gradients of
+gathers, are not deterministic unless TensorFlow's op determinism is enabled, so
+two uninterrupted runs differ too). A directory written by an older version is
+refused rather than resumed inexactly. On a multi-worker cluster every non-chief
+worker keeps its state in ``MODEL_DIR/worker-TYPE-INDEX``. TensorBoard logs go
+to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
 ``config.json``, ``best.weights.*`` (the restored best model), ``metrics.json``
 and ``vocabulary.json`` (item id -> the dataset's own id), which is what
 ``tfrs-logq export`` reads.
@@ -157,7 +162,7 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
         if previous_value is None or logs[self.monitor] > previous_value:
             self._save_best()
         _atomic_json(self.state_path, {"monitor": self.monitor, "best_epoch": self.best_epoch,
-                                       "epochs": self.history})
+                                       "epoch_base": 1, "epochs": self.history})
         if epoch + 1 - self.best_epoch >= self.patience:
             self.model.stop_training = True
 
@@ -272,6 +277,12 @@ class RunLock:
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                # A filesystem without flock (NFS mounted nolock, some FUSE mounts).
+                log.warning("cannot lock %s (%s): this filesystem has no flock, so nothing "
+                            "stops a second process training into the same directory",
+                            self.path, os.strerror(e.errno))
+                return self
             self._file.close()
             self._file = None
             if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
@@ -439,15 +450,22 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
         raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
     if overwrite and os.path.isdir(model_dir):
-        for name in os.listdir(model_dir):  # all but the lock this process may hold
+        # All but the lock this process holds and other workers' directories (each
+        # worker of a multi-worker run clears its own).
+        for name in os.listdir(model_dir):
             path = os.path.join(model_dir, name)
-            if name == RunLock.NAME:
+            if name == RunLock.NAME or name.startswith(WORKER_PREFIX):
                 continue
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
                 else os.remove(path)
     same = same_run(config, model_dir)
     if same is None:
-        if os.path.isdir(model_dir) and set(os.listdir(model_dir)) - {RunLock.NAME}:
+        # A run killed while it was being created (before config.json, which is
+        # written last) holds at most its vocabulary and a temporary file: new.
+        left = {n for n in (os.listdir(model_dir) if os.path.isdir(model_dir) else [])
+                if n not in (RunLock.NAME, "vocabulary.json") and not n.startswith(WORKER_PREFIX)
+                and not (n.startswith(".") and n.endswith(".tmp"))}
+        if left:
             raise RunDirectoryError(
                 f"--model-dir {model_dir} is not empty and holds no tfrs-logq run; choose "
                 f"another directory or pass --overwrite to clear it.")
@@ -460,7 +478,64 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
         raise RunDirectoryError(
             f"--model-dir {model_dir} holds this run, finished (metrics.json); pass "
             f"--overwrite to train it again.")
+    _check_resumable(model_dir)
     return "resume"
+
+
+def _check_resumable(model_dir: str) -> None:
+    """Refuses run directories written by versions whose state cannot resume exactly:
+    a Keras `BackupAndRestore` checkpoint (``backup/chief``) or an ``epochs.json``
+    numbered from 0."""
+    older = (f"--model-dir {model_dir} holds an interrupted run written by an older "
+             f"tfrs-logq, which cannot resume exactly here ({{}}); pass --overwrite to "
+             f"train it again.")
+    if os.path.isdir(os.path.join(model_dir, "backup", "chief")):
+        raise RunDirectoryError(older.format("a Keras BackupAndRestore checkpoint"))
+    state = os.path.join(model_dir, "epochs.json")
+    if os.path.exists(state):
+        try:
+            with open(state) as f:
+                base = json.load(f).get("epoch_base")
+        except (OSError, ValueError):
+            base = None
+        if base != 1:
+            raise RunDirectoryError(older.format("epochs.json numbers its epochs from 0"))
+
+
+WORKER_PREFIX = "worker-"
+
+
+def worker_directory(model_dir: str, strategy: str = "auto") -> str:
+    """Where this process keeps its run state: ``model_dir`` itself, except on a
+    non-chief worker of a multi-worker cluster (``TF_CONFIG``), which uses
+    ``model_dir/worker-TYPE-INDEX``: every worker saves its own checkpoints (the
+    collective ops need them all to), and only the chief writes the run's files."""
+    if strategy not in ("auto", "multi-worker"):
+        return model_dir
+    try:
+        tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    except ValueError:
+        return model_dir
+    cluster, task = tf_config.get("cluster"), tf_config.get("task") or {}
+    if not cluster or not task:
+        return model_dir
+    kind, index = task.get("type", "worker"), int(task.get("index", 0))
+    chief = kind == "chief" or (kind == "worker" and index == 0 and "chief" not in cluster)
+    return model_dir if chief else os.path.join(model_dir, f"{WORKER_PREFIX}{kind}-{index}")
+
+
+def _resumed_speed_fields(config: TrainConfig, model_dir: str) -> TrainConfig:
+    """``config`` with the saved run's values of `SPEED_ONLY_FIELDS`: they do not
+    change the model, but they change which random draws each step makes (dropout
+    is called once per length bucket), so an exact resume keeps the saved ones."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        saved = json.load(f)
+    changes = {name: saved[name] for name in SPEED_ONLY_FIELDS
+               if name in saved and saved[name] != getattr(config, name)}
+    for name, value in changes.items():
+        log.info("resuming with the run's %s=%s (requested %s), so it resumes exactly",
+                 name, value, getattr(config, name))
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def _stopped_early(keeper: BestEpochKeeper, initial_epoch: int) -> bool:
@@ -499,9 +574,12 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
     """
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
         raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
+    model_dir = worker_directory(model_dir, config.strategy)
     os.makedirs(model_dir, exist_ok=True)
     with RunLock(model_dir):
         mode = prepare_run_directory(config, model_dir, overwrite)
+        if mode == "resume":
+            config = _resumed_speed_fields(config, model_dir)
         previous_policy = tf.keras.mixed_precision.global_policy()
         _set_policy(config.mixed_precision)
         try:
