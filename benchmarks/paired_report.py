@@ -24,7 +24,7 @@ METRICS = ("window_test_recall@20", "window_test_ndcg@20")
 
 def report(rows: list, target: float) -> str:
     lines = ["| losses (improved - standard) | metric | pairs | mean diff | s.e. | 95% interval "
-             "| reading | pairs for +-%.3f |" % target,
+             f"| reading | pairs for +-{target:.3f} |",
              "|---|---|---|---|---|---|---|---|"]
     for standard, improved in PAIRS:
         for metric in METRICS:

@@ -42,3 +42,25 @@ def test_pairs_needed_is_the_smallest_n_reaching_the_half_width():
     assert sps.t.ppf(0.975, n - 2) * sd / math.sqrt(n - 1) > target
     with pytest.raises(ValueError, match="half_width"):
         pairs_needed(0.01, 0.0)
+
+
+def test_paired_report_pairs_runs_by_seed_and_prints_the_interval():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "paired_report.py")
+    spec = importlib.util.spec_from_file_location("paired_report", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [{"loss": loss, "seed": str(seed), "window_test_recall@20": str(value),
+             "window_test_ndcg@20": str(value / 2)}
+            for seed, (a, b) in enumerate([(0.370, 0.375), (0.380, 0.383), (0.372, 0.379)])
+            for loss, value in (("inbatch-logq", a), ("inbatch-corrected", b))]
+    rows.append({"loss": "mns-logq", "seed": "0", "window_test_recall@20": "0.36",
+                 "window_test_ndcg@20": ""})  # unpaired and missing: left out
+    text = module.report(rows, 0.003)
+    d = paired_difference([0.370, 0.380, 0.372], [0.375, 0.383, 0.379])
+    line = next(row for row in text.splitlines() if "window_test_recall@20" in row)
+    assert f"{d['mean']:+.4f}" in line and f"[{d['low']:+.4f}, {d['high']:+.4f}]" in line
+    assert "| 3 |" in line and "+-0.003" in text.splitlines()[0]
+    assert "mns" not in text
