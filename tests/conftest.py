@@ -19,6 +19,13 @@ except RuntimeError:  # runtime already initialised by an earlier import
 
 import pytest  # noqa: E402
 
+from tfrs_logq import native  # noqa: E402
+
+# One kernel cache for the whole session, subprocesses included: many tests point
+# TFRS_LOGQ_CACHE_DIR at a temporary directory (the data cache), and the kernels would
+# otherwise follow it and be compiled again (about 50 s) in each of them.
+os.environ.setdefault(native.CACHE_ENV, str(native.cache_dir()))
+
 _STRATEGY = None
 
 

@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,19 +165,81 @@ def test_sampled_dot_rejects_bad_inputs_by_name():
         native.sampled_dot(q[None], table, ids)
 
 
+@pytest.fixture
+def package_cache(monkeypatch):
+    """No kernel-cache override (conftest sets one for the session) and no deprecated
+    variable: the kernels follow the package's cache directory."""
+    monkeypatch.delenv(native.CACHE_ENV, raising=False)
+    monkeypatch.delenv("TFRS_LOGQ_CACHE", raising=False)
+    return monkeypatch
+
+
+def _fake_compiler(directory):
+    """A stand-in compiler that writes ``lib`` to its -o file: a build in no time."""
+    fake = directory / "fake-compiler"
+    fake.write_text('#!/bin/sh\nfor a; do case "$prev" in -o) echo lib > "$a";; esac; '
+                    'prev="$a"; done\nexit 0\n')
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def _env_with_kernel_cache(directory, **extra):
+    """This process's environment with the kernels (only) cached in ``directory``."""
+    return {**os.environ, native.CACHE_ENV: str(directory), **extra}
+
+
+def test_the_kernels_live_in_the_package_cache_directory(tmp_path, package_cache):
+    package_cache.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert native.cache_dir() == tmp_path / "native"
+        assert native.library_path().parent == tmp_path / "native"
+        assert native.library_path().name.startswith(f"kernels-{tf.__version__}-")
+
+
+def test_the_kernel_cache_override_wins_and_empty_counts_as_unset(tmp_path, package_cache):
+    package_cache.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "data"))
+    package_cache.setenv(native.CACHE_ENV, str(tmp_path / "kernels"))
+    assert native.cache_dir() == tmp_path / "kernels"
+    package_cache.setenv(native.CACHE_ENV, " ")
+    assert native.cache_dir() == tmp_path / "data" / "native"
+
+
+def test_the_old_cache_variable_still_works_for_the_kernels_with_a_warning(tmp_path,
+                                                                           package_cache):
+    package_cache.delenv("TFRS_LOGQ_CACHE_DIR", raising=False)
+    package_cache.setenv("TFRS_LOGQ_CACHE", str(tmp_path / "old"))
+    package_cache.setenv("CXX", _fake_compiler(tmp_path))
+    with pytest.warns(DeprecationWarning, match="TFRS_LOGQ_CACHE is deprecated.*"
+                                                "set TFRS_LOGQ_CACHE_DIR instead"):
+        path = native.build()
+    assert path.parent == tmp_path / "old" / "native" and path.read_text() == "lib\n"
+    # Both set: the new one wins, and the old one is reported ignored.
+    package_cache.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "new"))
+    with pytest.warns(DeprecationWarning, match="ignored because TFRS_LOGQ_CACHE_DIR is set"):
+        assert native.cache_dir() == tmp_path / "new" / "native"
+
+
+def test_the_test_session_shares_one_kernel_cache():
+    """conftest points the kernels at one directory for every test and subprocess, so a
+    test that moves the data cache does not compile them again."""
+    assert os.environ.get(native.CACHE_ENV)
+    assert native.cache_dir() == Path(os.environ[native.CACHE_ENV])
+
+
 @needs_compiler
-def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFRS_LOGQ_CACHE", str(tmp_path))
+def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, package_cache):
+    monkeypatch = package_cache
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path))
     path = native.build()
-    assert path.parent == tmp_path and path.exists()
+    assert path.parent == tmp_path / "native" and path.exists()
     mtime = path.stat().st_mtime_ns
     assert native.build() == path and path.stat().st_mtime_ns == mtime  # not rebuilt
-    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".so"] == [path.name]
+    assert [p.name for p in path.parent.iterdir() if p.suffix == ".so"] == [path.name]
 
     # A failing compiler: a clear error, and nothing half-written left behind.
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    monkeypatch.setenv("TFRS_LOGQ_CACHE", str(broken))
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "broken-cache"))
+    broken = tmp_path / "broken-cache" / "native"
     monkeypatch.setenv("CXX", "false")
     with pytest.raises(native.NativeBuildError, match="failed"):
         native.build()
@@ -194,17 +258,14 @@ def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, monkeypatc
     assert not [p for p in broken.iterdir() if p.suffix == ".so"]
 
 
-def test_a_compile_says_so_once_per_process_and_a_cache_hit_says_nothing(tmp_path, monkeypatch,
+def test_a_compile_says_so_once_per_process_and_a_cache_hit_says_nothing(tmp_path, package_cache,
                                                                          caplog):
     # Issue 23: the first training compiled for about 50 s without a word. A stand-in
     # compiler (writes its -o file) keeps this test fast.
-    fake = tmp_path / "fake-compiler"
-    fake.write_text('#!/bin/sh\nfor a; do case "$prev" in -o) echo lib > "$a";; esac; '
-                    'prev="$a"; done\nexit 0\n')
-    fake.chmod(0o755)
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("CXX", str(fake))
-    monkeypatch.setenv("TFRS_LOGQ_CACHE", str(cache))
+    monkeypatch = package_cache
+    monkeypatch.setenv("CXX", _fake_compiler(tmp_path))
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
+    cache = tmp_path / "cache" / "native"
     monkeypatch.setattr(native, "_announced", False)  # as in a fresh process
 
     def lines():
@@ -230,7 +291,7 @@ print(native.build())
 
 @needs_compiler
 def test_concurrent_builds_produce_one_library(tmp_path):
-    env = {**os.environ, "TFRS_LOGQ_CACHE": str(tmp_path)}
+    env = _env_with_kernel_cache(tmp_path)
     procs = [subprocess.Popen([sys.executable, "-c", _BUILD], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
@@ -262,7 +323,7 @@ print("native", objective._native, "available", native.available(), "finite",
 def test_objectives_fall_back_to_tensorflow_ops(env, tmp_path):
     """Turned off, or no compiler: a warning and TensorFlow ops, not an error."""
     result = subprocess.run([sys.executable, "-c", _FALLBACK], capture_output=True, text=True,
-                            env={**os.environ, "TFRS_LOGQ_CACHE": str(tmp_path), **env},
+                            env=_env_with_kernel_cache(tmp_path, **env),
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "native False available False finite True" in result.stdout
@@ -273,8 +334,8 @@ def test_objectives_fall_back_to_tensorflow_ops(env, tmp_path):
 def test_a_required_native_kernel_that_cannot_build_is_an_error(tmp_path):
     code = _FALLBACK.replace('num_negatives=8)', 'num_negatives=8, native_kernels=True)')
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={**os.environ, "TFRS_LOGQ_CACHE": str(tmp_path),
-                                 "CXX": "no-such-compiler-xyz", "TFRS_LOGQ_NATIVE": "auto"},
+                            env=_env_with_kernel_cache(tmp_path, CXX="no-such-compiler-xyz",
+                                                       TFRS_LOGQ_NATIVE="auto"),
                             timeout=300)
     assert result.returncode != 0
     assert "native kernels are unavailable" in result.stderr

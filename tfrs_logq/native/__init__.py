@@ -13,11 +13,13 @@
 
 The kernels (`sampled_dot.cc`, `layer_norm.cc`, `dropout.cc`, beside this file) are
 compiled into one library with TensorFlow's own compile and link flags the first time
-they are needed, into a cache directory (``$TFRS_LOGQ_CACHE``, else
-``$XDG_CACHE_HOME/tfrs_logq`` or ``~/.cache/tfrs_logq``), keyed by the sources,
-TensorFlow's version, the compiler and the CPU; the build writes to a temporary file
-and renames it, under a file lock, so concurrent processes build it once and never
-load a half-written library. ``$CXX`` names the compiler (default ``g++``).
+they are needed, into the ``native`` directory of the package's cache
+(`tfrs_logq.cache.cache_dir`: ``$TFRS_LOGQ_CACHE_DIR``, else ``$XDG_CACHE_HOME/tfrs_logq``
+or ``~/.cache/tfrs_logq``; ``$TFRS_LOGQ_NATIVE_CACHE_DIR`` moves the kernels alone, e.g.
+one kernel cache shared by tests that point the data cache at temporary directories),
+keyed by the sources, TensorFlow's version, the compiler and the CPU; the build writes
+to a temporary file and renames it, under a file lock, so concurrent processes build it
+once and never load a half-written library. ``$CXX`` names the compiler (default ``g++``).
 ``TFRS_LOGQ_NATIVE=0`` turns the kernels off, ``=1`` makes a failed build an error; by
 default a failed build logs a warning once and callers fall back to TensorFlow ops
 (the same results up to float rounding; dropout draws other, equally distributed,
@@ -46,9 +48,12 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tfrs_logq import cache
+
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "TFRS_LOGQ_NATIVE"
+CACHE_ENV = "TFRS_LOGQ_NATIVE_CACHE_DIR"
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("sampled_dot.cc", "layer_norm.cc",
                                                                 "dropout.cc"))
 _CXXFLAGS = ["-shared", "-fPIC", "-O3", "-DNDEBUG", "-march=native", "-fopenmp-simd",
@@ -76,11 +81,13 @@ def _mode() -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TFRS_LOGQ_CACHE")
+    """Where the compiled kernels live: ``$TFRS_LOGQ_NATIVE_CACHE_DIR`` when set (not
+    empty), else ``native/`` in the package's cache directory (`tfrs_logq.cache.cache_dir`,
+    which honours the deprecated ``TFRS_LOGQ_CACHE`` with a `DeprecationWarning`)."""
+    root = os.environ.get(CACHE_ENV, "").strip()
     if root:
         return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tfrs_logq"
+    return Path(cache.cache_dir()) / "native"
 
 
 @functools.lru_cache(maxsize=None)
@@ -385,5 +392,6 @@ def dropout(x: tf.Tensor, seed: tf.Tensor, rate: float) -> tf.Tensor:
                                     scale=1.0 / (1.0 - rate))
 
 
-__all__ = ["ENV_VAR", "NativeBuildError", "available", "build", "cache_dir", "dropout",
-           "enabled", "in_xla_context", "layer_norm", "library_path", "load", "sampled_dot"]
+__all__ = ["CACHE_ENV", "ENV_VAR", "NativeBuildError", "available", "build", "cache_dir",
+           "dropout", "enabled", "in_xla_context", "layer_norm", "library_path", "load",
+           "sampled_dot"]
