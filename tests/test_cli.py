@@ -168,8 +168,26 @@ def test_flags_are_built_from_the_config_dataclasses_and_module_constants():
         assert field.name in by_dest[("serve",)], field.name
     stats = by_dest[("data", "stats")]
     assert stats["split"].default is None  # TrainConfig's default applies (temporal)
-    for path in (("train",), ("experiment",), ("evaluate",), ("data", "stats")):
+    for path in (("train",), ("evaluate",), ("data", "stats")):
         assert {"skip_bad_lines", "no_cache", "data_dir"} <= set(by_dest[path]), path
+    assert "data_dir" in by_dest[("experiment",)]
+
+
+@pytest.mark.parametrize("flag", ["--skip-bad-lines", "--no-cache", "--no-download"])
+def test_experiment_neither_shows_nor_takes_the_load_flags(capsys, tmp_path, flag,
+                                                            monkeypatch):
+    """`run_grid` loads its data with the defaults: a flag it would refuse is not in help,
+    and given anyway it is a one-line usage error before anything runs."""
+    import tfrs_logq.experiment as experiment
+
+    monkeypatch.setattr(experiment, "run_grid", lambda *a, **kw: pytest.fail("ran"))
+    parsers = {path: p for path, p in _parsers(cli.build_parser())}
+    assert flag not in parsers[("experiment",)].format_help()
+    assert flag in parsers[("train",)].format_help()
+    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", flag)
+    assert_one_line_error(code, err, flag)
+    assert not (tmp_path / "e").exists()
+
 
 
 def test_seed_must_be_non_negative_and_the_error_names_the_flag(capsys, tmp_path):

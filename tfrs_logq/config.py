@@ -2,12 +2,20 @@
 
 Free of TensorFlow, so the command line can build its flags from it without
 importing TensorFlow. `tfrs_logq.training` re-exports everything here.
+
+`TrainConfig` checks every field when it is made (and again by `dataclasses.replace`),
+so the Python API refuses what ``tfrs-logq train`` refuses: an unknown loss, preset,
+dataset, split, strategy or precision policy, a size below 1, a rate or fraction out of
+its range. Each error is one line naming the field and its flag.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Optional
+
+from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+from tfrs_logq.pipelines.splits import SPLITS
 
 STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
 # "bfloat16": mixed_bfloat16 (CPU, TPU); "float16": mixed_float16 with dynamic loss
@@ -92,6 +100,30 @@ class TrainConfig:
             raise ValueError(f"`patience` (--patience) must be >= 0, received {self.patience}.")
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ValueError(f"`dropout` (--dropout) must be in [0, 1), received {self.dropout}.")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"`preset` (--preset) must be one of {tuple(PRESETS)}, received "
+                             f"{self.preset!r}.")
+        # "": a file of `pipeline run --input` that names no dataset.
+        if self.dataset not in (*DATASETS, ""):
+            raise ValueError(f"`dataset` (--dataset) must be one of {DATASETS}, received "
+                             f"{self.dataset!r}.")
+        if self.split not in SPLITS:
+            raise ValueError(f"`split` (--split) must be one of {SPLITS}, received "
+                             f"{self.split!r}.")
+        # An ExampleGen artifact (`examples`) records its own format (csv, steam, ...).
+        if (self.dataset == "ml-1m" and self.examples is None
+                and self.data_format not in (None, *ML1M_FORMATS)):
+            raise ValueError(f"`data_format` (--data-format) of ml-1m must be one of "
+                             f"{ML1M_FORMATS}, received {self.data_format!r}.")
+        if not float(self.learning_rate) > 0.0:
+            raise ValueError(f"`learning_rate` (--learning-rate) must be > 0, received "
+                             f"{self.learning_rate}.")
+        if self.max_validation_users is not None and int(self.max_validation_users) < 1:
+            raise ValueError(f"`max_validation_users` (--max-validation-users) must be >= 1, "
+                             f"received {self.max_validation_users}.")
+        if self.temporal_fraction is not None and not 0.0 < float(self.temporal_fraction) < 0.5:
+            raise ValueError(f"`temporal_fraction` (--temporal-fraction) must be in (0, 0.5), "
+                             f"received {self.temporal_fraction}.")
         if not 0 <= int(self.test_window) <= int(self.max_epochs):
             raise ValueError(f"`test_window` (--test-window) must be in [0, max_epochs = "
                              f"{self.max_epochs}], received {self.test_window}.")
@@ -137,7 +169,7 @@ def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
       ArtifactError: ``config.examples`` is not a finished, intact ExampleGen artifact.
       ValueError: an explicit field disagrees with the artifact.
     """
-    from tfrs_logq.pipelines.beam.artifacts import verified_manifest
+    from tfrs_logq.pipelines.manifest import verified_manifest
 
     params = verified_manifest(config.examples, "ExampleGen")["parameters"]
     found = {"split": params["split"], "dataset": params["dataset"],

@@ -1,0 +1,20 @@
+"""The `tfrs-logq` command line: one module per command, each with its flags
+(``populate``) and its handler (``run``); the work itself is done by the library.
+
+- `app`: the command tree (`build_parser`), `main`, logging, one-line errors and exit
+  codes (2 for an error a user can fix, 3 when ``pipeline run``'s Evaluator does not
+  bless the model, 130 on Ctrl-C).
+- `_common`: value types, the lazily populated parser, flag spellings, shared helpers.
+- `_dataclass_flags`: flags generated from `TrainConfig` (and the other config
+  dataclasses), and ``--config`` files.
+- ``demo``, ``study``, ``data``, ``train``, ``experiment``, ``diagnose``, ``export``,
+  ``serve``, ``evaluate``, ``pipeline``: the commands.
+
+`main` and `build_parser` are the public entry points (the ``tfrs-logq`` console
+script is ``tfrs_logq.cli:main``; ``python -m tfrs_logq.cli`` runs it too).
+"""
+
+from tfrs_logq.cli._common import NOT_BLESSED_EXIT, PROG, SMOKE_WARNING
+from tfrs_logq.cli.app import _one_line, build_parser, main  # noqa: F401 (_one_line: tests)
+
+__all__ = ["NOT_BLESSED_EXIT", "PROG", "SMOKE_WARNING", "build_parser", "main"]

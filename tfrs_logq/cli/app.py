@@ -1,0 +1,160 @@
+"""The `tfrs-logq` command tree and `main`: logging, one-line errors and exit codes.
+
+Building the parser imports no TensorFlow: a command's module (its flags and its
+handler) is imported when that command is parsed or its help printed, and
+TensorFlow's start-up logs are silenced before anything imports it (``--verbose``
+keeps them). Errors a user can fix (bad flags, data, files, ports, servers) end the
+command with one line, ``tfrs-logq: error: ...`` on stderr, and exit status 2;
+``--verbose`` adds the traceback. Ctrl-C exits 130; ``pipeline run`` exits 3 when its
+Evaluator does not bless the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import traceback
+from typing import Optional, Sequence
+
+from tfrs_logq.cli._common import PROG, USER_ERROR_EXIT, LazyParser, add_verbose, log_handler
+
+# (path, module, help): one module of `tfrs_logq.cli` per command, its flags (`populate`)
+# and its handler (`run`); "study" keeps its flags in `tfrs_logq.study`.
+COMMANDS = (
+    (("demo",), "demo",
+     "train none/logq/corrected on the synthetic stream; compare Recall@k"),
+    (("study",), "study", "the large-catalog study on the synthetic stream (issue 26)"),
+    (("data", "stats"), "data",
+     "the file used, users, items, interactions and split sizes"),
+    (("train",), "train", "train SASRec with one of the paper's losses"),
+    (("experiment",), "experiment", "run the paper's grid and write its Table 1"),
+    (("diagnose",), "diagnose", "gradient bias of none/logq/corrected against the full softmax"),
+    (("export",), "export", "export a trained model as a TF Serving SavedModel"),
+    (("serve",), "serve", "serve exports with TF Serving's gRPC and REST APIs"),
+    (("evaluate",), "evaluate",
+     "Recall@k through a TF Serving endpoint, beside the exact figures"),
+    (("pipeline", "run"), "pipeline",
+     "ExampleGen, Statistics, Trainer, Exporter, BulkInferrer, Evaluator and Pusher into "
+     "--pipeline-root, skipping current components"),
+)
+# Commands that only group others.
+GROUPS = {"data": "dataset tools", "pipeline": "the batch pipeline on Apache Beam"}
+
+
+def _populate_from(module: str):
+    def populate(parser) -> None:
+        importlib.import_module(f"tfrs_logq.cli.{module}").populate(parser)
+
+    return populate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `tfrs-logq` parser; each command's flags are added when first used."""
+    from tfrs_logq._version import __version__
+
+    parser = LazyParser(
+        prog=PROG,
+        description="Corrected logQ correction of sampled softmax for TFRS retrieval.",
+        epilog="Every flag also takes its other spelling (--data-dir or --data_dir). "
+               "`tfrs-logq COMMAND --help` lists a command's flags and their defaults.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_verbose(parser, top=True)
+    dests = {(): "command", ("data",): "data_command", ("pipeline",): "pipeline_command"}
+    subparsers = {(): parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                            parser_class=LazyParser)}
+    for path, module, help_text in COMMANDS:
+        parent = path[:-1]
+        if parent not in subparsers:  # a group: `data`, `pipeline`
+            group = subparsers[parent[:-1]].add_parser(parent[-1], help=GROUPS[parent[-1]])
+            add_verbose(group)
+            subparsers[parent] = group.add_subparsers(
+                dest=dests[parent], required=True, metavar="COMMAND", parser_class=LazyParser)
+        subparsers[parent].add_parser(path[-1], populate=_populate_from(module), help=help_text)
+    return parser
+
+
+
+
+def _quiet_tensorflow(verbose: bool) -> None:
+    """Silences TensorFlow's (and gRPC's) start-up logs; must run before TF is imported."""
+    if verbose:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # C++ INFO, WARNING and ERROR
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    for name in ("tensorflow", "absl", "h5py"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _configure_logging(verbose: bool) -> None:
+    log_handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+    logger = logging.getLogger("tfrs_logq")
+    if log_handler not in logger.handlers:
+        logger.addHandler(log_handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
+
+
+_EXTRAS = {"scann": "scann", "tensorflow_serving": "serving", "grpc": "serving",
+           "tensorflow_datasets": "data", "apache_beam": "beam"}
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    """Errors with a message a user can act on (not bugs)."""
+    known: list = [ValueError, OSError, ImportError]
+    server = sys.modules.get("tfrs_logq.serving.server")
+    if server is not None:
+        known.append(server.ServingError)
+    grpc = sys.modules.get("grpc")
+    if grpc is not None:
+        known.append(grpc.RpcError)
+    return isinstance(exc, tuple(known))
+
+
+def _one_line(exc: BaseException) -> str:
+    grpc = sys.modules.get("grpc")
+    if grpc is not None and isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return f"the server answered {exc.code().name}: {exc.details()}"
+    if isinstance(exc, ImportError):
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra:
+            return f"{exc}: install it with pip install 'tfrs-logq[{extra}]'"
+    if isinstance(exc, OSError) and exc.strerror and exc.filename and len(exc.args) == 2:
+        return f"{exc.strerror}: {exc.filename}"
+    if isinstance(exc, OSError) and exc.strerror and len(exc.args) == 2:
+        return str(exc.strerror)
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split("\n")).strip()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    _quiet_tensorflow(verbose)  # before any command imports TensorFlow
+    beam_args: list = []
+    if "--" in argv:  # `pipeline run ... -- BEAM FLAGS`: Beam's own pipeline options
+        cut = argv.index("--")
+        argv, beam_args = argv[:cut], argv[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if beam_args:
+        if getattr(args, "pipeline_command", None) != "run":
+            parser.error("only `pipeline run` takes Beam pipeline options after --")
+        args.beam_args = beam_args
+    verbose = bool(getattr(args, "verbose", False))
+    _configure_logging(verbose)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not _is_user_error(exc):
+            raise
+        if verbose:
+            traceback.print_exc()
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return USER_ERROR_EXIT
+

@@ -1,0 +1,100 @@
+"""``tfrs-logq serve``: TF Serving's gRPC and REST APIs (`tfrs_logq.serving.server`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+
+from tfrs_logq.cli._common import TF_SERVING_STYLE, add_flag, add_verbose, int_at_least, log_handler
+from tfrs_logq.cli._dataclass_flags import field_spec, field_types
+
+_SERVE_HELP = {
+    "model_name": "the servable's name, as clients ask for it",
+    "model_base_path": "TF Serving's base path: the directory of integer versions",
+    "port": "gRPC port (0: any free port)",
+    "rest_api_port": "REST port (0: any free port)",
+    "host": "address to bind (loopback only unless told)",
+    "file_system_poll_wait_seconds": "seconds between looks for a new version",
+    "max_batch_size": "most rows batched into one model call",
+    "batch_timeout_micros": "longest wait for a batch to fill",
+    "max_request_rows": "most rows in one request",
+    "max_request_bytes": "largest request body",
+    "num_threads": "gRPC worker threads",
+    "rest_api_num_threads": "REST worker threads (connections beyond them wait, not fail)",
+    "rest_api_timeout_in_ms": "REST: longest a client may take to send a request (its "
+                              "headers, then its body), in ms",
+    "drain_timeout_in_ms": "on SIGTERM or SIGINT, longest wait for requests in flight to "
+                           "finish before exiting, in ms",
+    "request_timeout_in_ms": "longest a request waits for its batch's result, in ms (then "
+                             "DEADLINE_EXCEEDED / HTTP 504)",
+}
+_SERVE_NON_NEGATIVE = {"port", "rest_api_port", "batch_timeout_micros"}
+
+
+def populate(p) -> None:
+    from tfrs_logq.serving.server import ServerOptions
+
+    hints = field_types(ServerOptions)
+    for field in dataclasses.fields(ServerOptions):
+        required = field.default is dataclasses.MISSING and \
+            field.default_factory is dataclasses.MISSING
+        spec = field_spec(field.name, hints[field.name], {})
+        if field.name in _SERVE_NON_NEGATIVE:
+            spec["type"] = int_at_least(0)
+        kwargs = {"required": True} if required else {"default": field.default}
+        add_flag(p, field.name, style=TF_SERVING_STYLE, dest=field.name,
+                 help=_SERVE_HELP.get(field.name, f"ServerOptions.{field.name}"), **spec, **kwargs)
+    add_verbose(p)
+    p.set_defaults(run=run, server_fields=[f.name for f in dataclasses.fields(ServerOptions)])
+
+
+def _check_port(host: str, port: int, flag: str) -> None:
+    """Fails when something listens on ``host:port`` (a second server would share it)."""
+    import errno
+    import socket
+
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(errno.EADDRINUSE,
+                              f"{flag} {port} is already in use on {host}: stop the server "
+                              "that holds it, or choose another port (0 picks a free one)"
+                              ) from None
+            raise OSError(exc.errno, f"{flag} {port}: cannot bind {host}:{port} "
+                                     f"({exc.strerror})") from None
+
+
+def run(args) -> int:
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    # Checks the name (as export does), the ports (0-65535), the counts and timeouts.
+    options = ServerOptions(**{name: getattr(args, name) for name in args.server_fields})
+    base = args.model_base_path
+    if not os.path.isdir(base):
+        raise FileNotFoundError(
+            f"--model_base_path {base} does not exist or is not a directory: give TF Serving's "
+            "base path, the directory that holds the integer versions `tfrs-logq export "
+            "--model_base_path` writes.")
+    if not any(d.isdigit() and os.path.isdir(os.path.join(base, d)) for d in os.listdir(base)):
+        # TF Serving's own words; the server keeps polling and serves the first version.
+        print(f"No versions of servable {args.model_name} found under base path {base}. "
+              "Did you forget to name your leaf directory as a number (eg. '/1/')?",
+              file=sys.stderr, flush=True)
+    _check_port(args.host, args.port, "--port")
+    _check_port(args.host, args.rest_api_port, "--rest_api_port")
+    log_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    server = ModelServer(options).start()
+    print(f"serving {args.model_name} from {args.model_base_path}: gRPC {args.host}:"
+          f"{server.port}, REST {args.host}:{server.rest_port}", flush=True)
+    server.serve_until_signal()  # SIGTERM/SIGINT: drain requests in flight, log, exit 0
+    return 0
+
+
