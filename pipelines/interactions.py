@@ -24,12 +24,13 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import zipfile
 import zlib
 from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
+
+from tfrs_logq.atomic import publish_directory, staging_directory
 
 log = logging.getLogger("tfrs_logq.data")
 
@@ -300,9 +301,7 @@ def save_cache(interactions: Interactions, directory: str, manifest: dict) -> No
     written last inside it and is what marks the cache complete; it records the
     checksum of ``interactions.npz``, the sizes and the provenance."""
     parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
-    try:
+    with staging_directory(parent, ".tmp-") as tmp:
         arrays = {"user": interactions.user, "item": interactions.item,
                   "raw_users": interactions.raw_users, "raw_items": interactions.raw_items}
         if interactions.timestamp is not None:
@@ -318,12 +317,7 @@ def save_cache(interactions: Interactions, directory: str, manifest: dict) -> No
         }
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(record, f)
-        if os.path.exists(directory):
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        publish_directory(tmp, directory)  # an old entry is replaced whole
 
 
 class CacheError(ValueError):

@@ -32,12 +32,12 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.atomic import publish_directory, staging_directory
 from tfrs_logq.models import SASRecEncoder, SequentialRetrievalModel
 from tfrs_logq.objectives import make_objective
 
@@ -325,8 +325,8 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
         logger.warning("removed %s, left by an export that did not finish", path)
     version = next_version(base) if version is None else int(version)
     final = _free_version_path(base, version)  # again: another export may have taken it
-    tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{version}-{os.getpid()}-", dir=base)
-    try:
+    # 0o755, not mkdtemp's 0o700: a server run by another user reads it.
+    with staging_directory(base, f"{_TMP_PREFIX}{version}-{os.getpid()}-", mode=0o755) as tmp:
         signatures = {
             tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: module.serving_default,
             "top_k": module.top_k,
@@ -349,11 +349,7 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
         os.makedirs(os.path.join(tmp, "assets"), exist_ok=True)
         with open(os.path.join(tmp, "assets", "export.json"), "w") as f:
             json.dump(meta, f, indent=2)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700: a server run by another user reads it
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        publish_directory(tmp, final, replace=False)  # versions are immutable
     return final
 
 

@@ -38,3 +38,28 @@ def test_table_png_x_tick_labels_do_not_overlap(datasets, low, high, tmp_path):
         assert min(gaps) > 4, [t.get_text() for t in labels]  # pixels between labels
     experiment._chart(_rows(datasets, low, high), str(tmp_path / "table.png"))
     assert (tmp_path / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_write_outputs_writes_every_file_whole_and_leaves_no_temporary(tmp_path):
+    import csv
+
+    rows = _rows(["ml-1m"], 0.1, 0.2, seeds=(0,))
+    for row in rows:
+        row["test_recall@20"] = 0.5
+    rows[0]["an_old_column"] = "x"  # a row read from an older table: restval for the others
+    curves = [[0.1, 0.2]] * len(rows)
+    (tmp_path / "results.csv").write_text("old\n")
+    experiment.write_outputs(rows, str(tmp_path), curves)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "curves.csv", "curves.png", "results.csv", "table.md", "table.png"]
+    with open(tmp_path / "results.csv", newline="") as f:
+        read = list(csv.DictReader(f))
+    assert len(read) == len(rows) and read[0]["an_old_column"] == "x"
+    assert read[1]["an_old_column"] == ""
+    assert read[0]["test_ndcg@20"] == str(rows[0]["test_ndcg@20"])
+    assert list(read[0])[-1] == "an_old_column"  # this release's columns first
+    assert (tmp_path / "table.md").read_text() == experiment.markdown_table(rows) + "\n"
+    with open(tmp_path / "curves.csv", newline="") as f:
+        curve_rows = list(csv.reader(f))
+    assert curve_rows[0][-2:] == ["epoch", "val_ndcg@10"] and len(curve_rows) == 1 + 2 * len(rows)
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

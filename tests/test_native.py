@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfrs_logq import native
+from tfrs_logq import atomic, native
 from tfrs_logq.objectives import make_objective
 
 needs_compiler = pytest.mark.skipif(
@@ -243,7 +243,8 @@ def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, package_ca
     monkeypatch.setenv("CXX", "false")
     with pytest.raises(native.NativeBuildError, match="failed"):
         native.build()
-    assert not [p for p in broken.iterdir() if p.suffix == ".so"]
+    # No library and no temporary: only the lock file (one per key, the compiler's too).
+    assert [p.suffix for p in broken.iterdir()] == [".lock"]
     monkeypatch.setenv("CXX", "no-such-compiler-xyz")
     with pytest.raises(native.NativeBuildError, match="no C\\+\\+ compiler"):
         native.build()
@@ -255,7 +256,22 @@ def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, package_ca
     monkeypatch.setenv("CXX", str(fake))
     with pytest.raises(native.NativeBuildError, match="failed"):
         native.build()
-    assert not [p for p in broken.iterdir() if p.suffix == ".so"]
+    assert {p.suffix for p in broken.iterdir()} == {".lock"}
+
+
+def test_a_killed_builds_temporary_is_removed_by_the_next_build(tmp_path, package_cache):
+    package_cache.setenv(native.CACHE_ENV, str(tmp_path / "k"))
+    package_cache.setenv("CXX", _fake_compiler(tmp_path))
+    target = native.library_path()
+    target.parent.mkdir()
+    killed = target.parent / f".{target.name}.0123456789ab.tmp"  # left by a SIGKILL
+    killed.write_text("half")
+    assert atomic.stale_temporaries(target) == [str(killed)]
+    other = tmp_path / "k" / ".kernels-other.so.0123456789ab.tmp"  # another key's build
+    other.write_text("running")
+    assert native.build() == target and target.read_text() == "lib\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+        [target.name, target.name + ".lock", other.name])
 
 
 def test_a_compile_says_so_once_per_process_and_a_cache_hit_says_nothing(tmp_path, package_cache,
@@ -284,7 +300,7 @@ def test_a_compile_says_so_once_per_process_and_a_cache_hit_says_nothing(tmp_pat
 
 _BUILD = """
 import sys
-from tfrs_logq import native
+from tfrs_logq import atomic, native
 print(native.build())
 """
 
@@ -306,7 +322,7 @@ _FALLBACK = """
 import os, sys, logging
 logging.basicConfig()
 import numpy as np
-from tfrs_logq import native
+from tfrs_logq import atomic, native
 from tfrs_logq.objectives import make_objective
 import tensorflow as tf
 counts = np.ones(13)

@@ -8,7 +8,6 @@ true ``P(d | u)``. Writes ``results.csv`` and ``recall.png``.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
@@ -18,6 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.atomic import save_figure, write_csv
 from tfrs_logq.frequency import CountMinSketch, ExactFrequency
 from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
 from tfrs_logq.models import TwoTowerModel
@@ -123,13 +123,7 @@ def oracle_row(stream: SyntheticStream, eval_batch: dict) -> dict:
 
 def write_outputs(rows: list[dict], output_dir: str, title: str) -> None:
     os.makedirs(output_dir, exist_ok=True)
-    fields = list(rows[0].keys())
-    tmp = os.path.join(output_dir, ".results.csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, os.path.join(output_dir, "results.csv"))
+    write_csv(os.path.join(output_dir, "results.csv"), rows, list(rows[0].keys()))
 
     import matplotlib
 
@@ -148,10 +142,8 @@ def write_outputs(rows: list[dict], output_dir: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp_png = os.path.join(output_dir, ".recall.png.tmp")
-    fig.savefig(tmp_png, format="png", dpi=120)
+    save_figure(fig, os.path.join(output_dir, "recall.png"), format="png", dpi=120)
     plt.close(fig)
-    os.replace(tmp_png, os.path.join(output_dir, "recall.png"))
 
 
 def format_table(rows: list[dict]) -> str:

@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tfrs_logq.atomic import atomic_write, save_figure, write_csv, write_text
 from tfrs_logq.training import resolve_config, same_run, train
 
 ROW_LABELS = {
@@ -170,31 +171,21 @@ def write_outputs(rows: list[dict], output_dir: str,
     os.makedirs(output_dir, exist_ok=True)
     if curves is not None:
         _write_curves(rows, curves, output_dir)
-    tmp = os.path.join(output_dir, ".results.csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        # Rows read from an older table may lack newer columns: this release's columns
-        # first, in their order, then any others.
-        fields = list(dict.fromkeys([*_row_fields(), *(k for row in rows for k in row)]))
-        writer = csv.DictWriter(f, fieldnames=fields, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, os.path.join(output_dir, "results.csv"))
-    table = markdown_table(rows)
-    with open(os.path.join(output_dir, ".table.md.tmp"), "w") as f:
-        f.write(table + "\n")
-    os.replace(os.path.join(output_dir, ".table.md.tmp"), os.path.join(output_dir, "table.md"))
+    # Rows read from an older table may lack newer columns: this release's columns
+    # first, in their order, then any others.
+    fields = list(dict.fromkeys([*_row_fields(), *(k for row in rows for k in row)]))
+    write_csv(os.path.join(output_dir, "results.csv"), rows, fields, restval="")
+    write_text(os.path.join(output_dir, "table.md"), markdown_table(rows) + "\n")
     _chart(rows, os.path.join(output_dir, "table.png"))
 
 
 def _write_curves(rows, curves, output_dir: str) -> None:
-    tmp = os.path.join(output_dir, ".curves.csv.tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_write(os.path.join(output_dir, "curves.csv"), newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["dataset", "split", "loss", "seed", "preset", "epoch", "val_ndcg@10"])
         for row, curve in zip(rows, curves):
             for epoch, value in enumerate(curve):
                 writer.writerow([*_key(row), epoch, value])
-    os.replace(tmp, os.path.join(output_dir, "curves.csv"))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,10 +199,8 @@ def _write_curves(rows, curves, output_dir: str) -> None:
     ax.set_ylabel("validation NDCG@10")
     ax.legend(fontsize=6)
     fig.tight_layout()
-    path = os.path.join(output_dir, "curves.png")
-    fig.savefig(path + ".tmp", format="png", dpi=110)
+    save_figure(fig, os.path.join(output_dir, "curves.png"), format="png", dpi=110)
     plt.close(fig)
-    os.replace(path + ".tmp", path)
 
 
 def _summary(rows):
@@ -282,7 +271,5 @@ def _chart(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig = _chart_figure(rows)
-    tmp = path + ".tmp"
-    fig.savefig(tmp, format="png", dpi=110)
+    save_figure(fig, path, format="png", dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from tfrs_logq.atomic import write_text
+from tfrs_logq.atomic import save_figure, write_text
 from tfrs_logq.stats import paired_difference
 
 KS = (10, 100, 1000)
@@ -148,10 +148,8 @@ def write_chart(rows: list[dict], path: str) -> None:
         ax.axis("off")
     fig.suptitle("Corrected minus standard logQ, paired by seed (95 % t intervals)", fontsize=10)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)  # the format from the extension, as savefig did
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def write_report(rows: list[dict], output_dir: str) -> None:

@@ -31,7 +31,6 @@ import datetime
 import errno
 import os
 import shutil
-import tempfile
 from typing import Iterator, Optional
 
 # Reading and verifying a manifest, Beam-free (re-exported here).
@@ -44,6 +43,7 @@ from tfrs_logq.pipelines.manifest import (  # noqa: F401
     verified_manifest,
 )
 
+from tfrs_logq import atomic
 from tfrs_logq.atomic import write_json
 
 LOCK = ".lock"
@@ -96,32 +96,16 @@ def write_manifest(staging: str, record: dict) -> dict:
     return manifest
 
 
-@contextlib.contextmanager
-def staging_directory(root: str, component: str) -> Iterator[str]:
-    """A fresh ``ROOT/.tmp-COMPONENT-PID-XXXX`` directory, removed if the block fails."""
-    os.makedirs(root, exist_ok=True)
-    path = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{component}-{os.getpid()}-", dir=root)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o777 & ~umask)  # mkdtemp's 0700 would outlive the rename
-    try:
-        yield path
-    except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
-        raise
+def staging_directory(root: str, component: str) -> contextlib.AbstractContextManager[str]:
+    """A fresh ``ROOT/.tmp-COMPONENT-PID-XXXX`` directory, removed if the block fails
+    (`tfrs_logq.atomic.staging_directory`)."""
+    return atomic.staging_directory(root, f"{_TMP_PREFIX}{component}-{os.getpid()}-")
 
 
 def publish(staging: str, directory: str) -> None:
-    """Moves a finished ``staging`` directory to ``directory``, replacing any old one."""
-    old = None
-    if os.path.exists(directory):
-        old = tempfile.mkdtemp(prefix=f"{_OLD_PREFIX}{os.path.basename(directory)}-"
-                                      f"{os.getpid()}-", dir=os.path.dirname(directory))
-        os.rmdir(old)
-        os.replace(directory, old)
-    os.replace(staging, directory)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    """Moves a finished ``staging`` directory to ``directory``, replacing any old one
+    (moved aside to ``.old-NAME-PID-XXXX`` first: `tfrs_logq.atomic.publish_directory`)."""
+    atomic.publish_directory(staging, directory)
 
 
 def _pid_alive(pid: int) -> bool:

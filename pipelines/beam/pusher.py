@@ -22,11 +22,12 @@ import errno
 import json
 import os
 import shutil
-import tempfile
 from typing import Optional
 
 from tfrs_logq.pipelines.beam.artifacts import artifact_input, remove_stale, verified_manifest
 from tfrs_logq.pipelines.beam.exporter import saved_model_dir
+
+from tfrs_logq.atomic import publish_directory, staging_directory
 
 NAME = "Pusher"
 VERSION = 1
@@ -45,8 +46,7 @@ def push_version(saved_model: str, base: str) -> str:
     os.makedirs(base, exist_ok=True)
     remove_stale(base)  # .tmp-VERSION-PID-XXXX of pushes (or exports) that died
     version = next_version(base)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-{os.getpid()}-", dir=base)
-    try:
+    with staging_directory(base, f".tmp-{version}-{os.getpid()}-") as tmp:
         shutil.copytree(saved_model, tmp, dirs_exist_ok=True)
         umask = os.umask(0)
         os.umask(umask)
@@ -55,17 +55,13 @@ def push_version(saved_model: str, base: str) -> str:
                 os.chmod(path, 0o777 & ~umask)
         while True:
             final = os.path.join(base, str(version))
-            if not os.path.exists(final):
-                try:
-                    os.rename(tmp, final)
-                    return final
-                except OSError as exc:  # taken between the check and the rename
-                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                        raise
+            try:
+                publish_directory(tmp, final, replace=False)
+                return final
+            except OSError as exc:  # taken before, or between the check and the rename
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
             version = max(version + 1, next_version(base))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 @dataclasses.dataclass

@@ -41,14 +41,13 @@ import platform
 import shlex
 import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Optional
 
 import tensorflow as tf
 
-from tfrs_logq import cache
+from tfrs_logq import atomic, cache
 
 logger = logging.getLogger(__name__)
 
@@ -167,28 +166,22 @@ def build(force: bool = False) -> Path:
             return target
         # Left by a killed build of this library (the lock is this target's, so only
         # its own temporaries; a build of another key may be running beside it).
-        prefix = f".tmp-{target.stem}-"
-        for stale in target.parent.glob(prefix + "*.so"):
+        for stale in atomic.stale_temporaries(target):
             with contextlib.suppress(OSError):
-                stale.unlink()
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".so", dir=target.parent)
-        os.close(fd)
+                os.remove(stale)
+        _announce_compile(target)
         try:
-            _announce_compile(target)
-            result = subprocess.run(_build_command(tmp), capture_output=True, text=True,
-                                    timeout=_BUILD_TIMEOUT_S)
-            if result.returncode != 0:
-                raise NativeBuildError(
-                    f"compiling {', '.join(s.name for s in SOURCES)} failed "
-                    f"({' '.join(_build_command(tmp))}):\n"
-                    f"{result.stderr[-4000:]}")
-            os.replace(tmp, target)
+            with atomic.atomic_path(target) as tmp:  # the compiler writes it, then renamed
+                result = subprocess.run(_build_command(tmp), capture_output=True, text=True,
+                                        timeout=_BUILD_TIMEOUT_S)
+                if result.returncode != 0:
+                    raise NativeBuildError(
+                        f"compiling {', '.join(s.name for s in SOURCES)} failed "
+                        f"({' '.join(_build_command(tmp))}):\n"
+                        f"{result.stderr[-4000:]}")
         except subprocess.TimeoutExpired as e:
             raise NativeBuildError(f"compiling the native kernels took over {_BUILD_TIMEOUT_S} s"
                                    ) from e
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(tmp)
     return target
 
 

@@ -1,0 +1,25 @@
+"""`tfrs_logq.demo`'s outputs that need no training (the demo runs end to end through the
+CLI in test_metrics_models_cli.py)."""
+
+import csv
+import os
+
+from tfrs_logq import demo
+
+
+def _rows():
+    return [{"method": name, **{f"recall@{k}": 0.1 * i + k / 10_000 for k in demo.KS},
+             "train_seconds": 1.5, "eval_seconds": 0.25}
+            for i, name in enumerate(["standard logQ", "corrected, with a comma"])]
+
+
+def test_write_outputs_writes_results_and_chart_whole(tmp_path):
+    (tmp_path / "results.csv").write_text("an older run\n")
+    demo.write_outputs(_rows(), str(tmp_path), "a title")
+    assert sorted(os.listdir(tmp_path)) == ["recall.png", "results.csv"]  # no temporary
+    with open(tmp_path / "results.csv", newline="") as f:
+        read = list(csv.DictReader(f))
+    assert [r["method"] for r in read] == ["standard logQ", "corrected, with a comma"]
+    assert list(read[0]) == list(_rows()[0])
+    assert float(read[1]["recall@100"]) == _rows()[1]["recall@100"]
+    assert (tmp_path / "recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
