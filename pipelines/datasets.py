@@ -481,6 +481,23 @@ def load_movielens_1m_tfds(data_dir: Optional[str] = None, min_item_interactions
                               min_item_interactions=min_item_interactions, name="ml-1m (tfds)")
 
 
+def resolve_steam(data_dir: Optional[str] = None, *,
+                  download_ok: bool = True) -> tuple[str, str]:
+    """The Steam file to read and its format, ``(path, fmt)``: ``steam_reviews.json[.gz]``
+    (``steam``) or a ``user,item,timestamp`` CSV (``csv``), found in ``data_dir`` as
+    `resolve_ml1m` finds ML-1M's, else downloaded (unless ``download_ok`` is False).
+
+    Raises:
+      AmbiguousDataError: several files qualify.
+      DataNotFoundError: none does (and none can be downloaded).
+    """
+    root, origin = data_root(data_dir)
+    found = _candidates(root, "steam")
+    path = _one(found, "steam", root, origin) if found else _fetch_or_explain(
+        STEAM_URL, STEAM_SHA256, "steam_reviews.json.gz", "steam", root, origin, download_ok)
+    return path, "csv" if ".csv" in os.path.basename(path) else "steam"
+
+
 def load_steam(
     data_dir: Optional[str] = None,
     *,
@@ -492,12 +509,8 @@ def load_steam(
     """Steam (Kang & McAuley 2018) from ``steam_reviews.json.gz`` or a
     ``user,item,timestamp`` CSV (``steam.csv``) in ``data_dir`` (resolved as for
     `load_movielens_1m`; arguments as there)."""
-    root, origin = data_root(data_dir)
-    found = _candidates(root, "steam")
-    path = _one(found, "steam", root, origin) if found else _fetch_or_explain(
-        STEAM_URL, STEAM_SHA256, "steam_reviews.json.gz", "steam", root, origin, download_ok)
-    is_csv = ".csv" in os.path.basename(path)
-    fmt = "csv" if is_csv else "steam"
+    path, fmt = resolve_steam(data_dir, download_ok=download_ok)
+    is_csv = fmt == "csv"
     params = {"dataset": "steam", "min_item": min_item_interactions, "skip": skip_bad_lines}
 
     def build():

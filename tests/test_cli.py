@@ -6,6 +6,7 @@ parser imports, what TensorFlow prints) run a fresh interpreter.
 """
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
@@ -188,6 +189,52 @@ def test_experiment_neither_shows_nor_takes_the_load_flags(capsys, tmp_path, fla
     assert_one_line_error(code, err, flag)
     assert not (tmp_path / "e").exists()
 
+
+
+def test_train_flags_help_is_train_configs_field_documentation():
+    """jsonargparse reads `TrainConfig`'s field docstrings: each is its flag's help, so the
+    Python API and the command line are documented once."""
+    from tfrs_logq.cli._dataclass_flags import dataclass_fields
+    from tfrs_logq.config import TrainConfig
+
+    fields = dataclass_fields(TrainConfig)
+    assert [f.name for f in fields] == [f.name for f in dataclasses.fields(TrainConfig)]
+    parsers = {path: p for path, p in _parsers(cli.build_parser())}
+    train = {a.dest: a for a in _options(parsers[("train",)])}
+    for field in fields:
+        assert field.doc, field.name  # docstring-parser missing would leave help empty
+        assert train[field.name].help.startswith(field.doc), field.name
+        assert field.default == getattr(TrainConfig, field.name), field.name
+    assert {f.name: f.kind for f in fields}["max_validation_users"] is int  # Optional[int]
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--dropout", 1.0), ("--temporal-fraction", 0.5), ("--learning-rate", 0.0),
+    ("--max-validation-users", 0), ("--length-buckets", 0), ("--patience", -1),
+])
+def test_flag_values_are_checked_by_train_config_in_its_words(capsys, tmp_path, flag, value):
+    """The command line refuses what `TrainConfig` refuses, and says it in its words."""
+    from tfrs_logq.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError) as excinfo:
+        TrainConfig(**{flag[2:].replace("-", "_"): value})
+    code, _, err = run(capsys, "train", "--model-dir", tmp_path / "m", flag, value)
+    assert_one_line_error(code, err, f"argument {flag}", excinfo.value.problem)
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ('{"seed": true}', "seed must be int, got true"),
+    ('{"dropout": "high"}', "dropout must be float"),
+    ('{"loss": "corrected"}', "loss must be one of"),
+    ('{"temporal_fraction": 0.7}', "temporal_fraction must be in (0, 0.5)"),
+])
+def test_config_file_values_are_type_checked_then_checked_by_train_config(
+        capsys, tmp_path, content, fragment):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    code, _, err = run(capsys, "train", "--model-dir", tmp_path / "m", "--config", path)
+    assert_one_line_error(code, err, f"--config {path}: {fragment}")
 
 
 def test_seed_must_be_non_negative_and_the_error_names_the_flag(capsys, tmp_path):
@@ -474,3 +521,60 @@ def test_evaluate_a_directory_that_is_no_training_output(capsys, tmp_path):
     code, _, err = run(capsys, "evaluate", "--server", "127.0.0.1:1", "--model_name", "m",
                        "--model-dir", tmp_path)
     assert_one_line_error(code, err, "--model-dir", "config.json")
+
+
+# ------------------------------------------------------------------------------- demo
+
+
+def test_demo_cli_writes_table_csv_and_png(tmp_path):
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrs_logq.cli", "demo", "--output-dir", str(out),
+         "--num-items", "3000", "--num-users", "500", "--steps", "30", "--batch-size", "128",
+         "--num-eval", "256", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    methods = [r["method"] for r in result["results"]]
+    assert methods == ["oracle (true P(d|u))", "in-batch, none", "in-batch, logq",
+                       "in-batch, corrected"]
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4 and 0 <= float(rows[1]["recall@1000"]) <= 1
+    assert (out / "recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_says_what_it_is_doing_in_a_log(tmp_path):
+    # Issue 23: piped or logged (stdout not a terminal), a demo correction printed
+    # nothing for its whole training (Keras' bar is one line per epoch, the demo one
+    # epoch). Now: a timed line per phase and a line every tenth of the steps.
+    steps = 30
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrs_logq.cli", "demo", "--output-dir", str(tmp_path / "d"),
+         "--num-items", "3000", "--num-users", "500", "--steps", str(steps), "--batch-size",
+         "128", "--num-eval", "256"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    every = -(-steps // 10)
+    expected = [f"step {n}/{steps}:" for n in range(every, steps + 1, every)]
+    for correction in ("none", "logq", "corrected"):
+        start = next(i for i, line in enumerate(lines) if f"correction={correction!r}" in line)
+        done = next(i for i, line in enumerate(lines) if f"{correction}: trained in" in line)
+        steps_seen = [line.split()[0] + " " + line.split()[1] for line in lines[start + 1:done]]
+        assert steps_seen == expected, lines[start:done + 1]
+        assert lines[done - 1].endswith("about 0 s left")
+    stamped = [line for line in lines if line.startswith("[")]
+    assert len(stamped) == 2 + 2 * 3  # the stream, 2 a correction, the files
+    seconds = [float(line[1:line.index(" s]")]) for line in stamped]
+    assert seconds == sorted(seconds)
+
+
+def test_demo_cli_rejects_bad_corrections():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrs_logq.cli", "demo", "--corrections", "none,bogus"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2 and "bogus" in proc.stderr

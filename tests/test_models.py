@@ -1,5 +1,6 @@
-"""`SASRecEncoder` is gSASRec's model: the forward pass against a numpy reference of
-gSASRec's equations, its initialisation, its output table, and its config."""
+"""`tfrs_logq.models`. `SASRecEncoder` is gSASRec's model: the forward pass against a
+numpy reference of gSASRec's equations, its initialisation, its output table, and its
+config. `TwoTowerModel` trains on the synthetic stream."""
 
 import json
 import os
@@ -454,3 +455,30 @@ def test_layer_norm_under_a_distribution_strategy(mirrored_strategy):
     want = tape.gradient(loss, [reference.gamma, reference.beta])
     np.testing.assert_allclose(gamma.numpy(), want[0].numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(beta.numpy(), want[1].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_two_tower_model_trains_on_the_stream_and_beats_untrained(tmp_path):
+    from tfrs_logq.pipelines.synthetic import SyntheticStream
+
+    import tfrs_logq
+    from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
+    from tfrs_logq.models import TwoTowerModel
+
+    stream = SyntheticStream(num_items=2000, num_users=500, num_topics=10, seed=0)
+    eval_batch = next(iter(stream.dataset(1024, num_batches=1, start_batch=10**6)))
+    model = TwoTowerModel(
+        2001, 16, tfrs_logq.CorrectedRetrieval(),
+        frequency=tfrs_logq.CountMinSketch(depth=3, width=4096),
+    )
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.01))
+
+    def recall100():
+        ranks = target_ranks(model.query_tower(eval_batch["history"]), model.item_embeddings(),
+                             eval_batch["target"])
+        return recall_ndcg_from_ranks(ranks, (100,))["recall@100"]
+
+    before = recall100()
+    model.fit(stream.dataset(256, num_batches=150), verbose=0)
+    after = recall100()
+    assert after > before + 0.1
+    assert float(model.frequency.total.numpy()) == 150 * 256

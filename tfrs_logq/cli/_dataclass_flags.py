@@ -1,30 +1,79 @@
-"""Flags built from the config dataclasses (`TrainConfig` above all) and the module
-constants (presets, losses, datasets, splits, data formats, strategies, precision
-policies), so help, defaults and code cannot drift apart; and ``--config``, a JSON
-object of `TrainConfig` fields checked as the flags are.
+"""Flags generated from the config dataclasses, and ``--config`` files.
+
+jsonargparse reads a dataclass (`dataclass_fields`): its fields, their type hints and
+defaults, and each field's docstring, which is the flag's help, so `TrainConfig`'s
+documentation is written once, for Python users and the command line alike. The
+values are checked by the dataclass itself (`TrainConfig` raises `ConfigError`), so
+the command line refuses what the Python API refuses, in the same words. argparse
+stays the parser, for the command line's own conventions: both spellings of every
+flag, ``--x``/``--no-x`` switches that leave a preset alone when not given, aliases
+(``--xla``), defaults by preset in help, one-line errors (docs/cli.md says why).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import typing
 
 from tfrs_logq.cli._common import Switch, add_flag, float_in, int_at_least
 
-# ----------------------------------------------------------- flags from the dataclasses
+# ------------------------------------------------------------ reading a dataclass
 
 
-def field_types(cls) -> dict:
-    return typing.get_type_hints(cls)
+@dataclasses.dataclass(frozen=True)
+class FieldInfo:
+    """One field of a config dataclass, as a flag needs it."""
+
+    name: str
+    kind: type  # the type hint, Optional[...] unwrapped: bool, int, float, str, tuple...
+    default: object  # None for a required field
+    required: bool
+    doc: str  # the field's docstring on one line ("" when it has none)
+
+
+@functools.lru_cache(maxsize=None)
+def _reader(cls):
+    """A jsonargparse parser of the dataclass ``cls`` (one argument per field)."""
+    import jsonargparse
+
+    jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    parser = jsonargparse.ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, nested_key=None, as_group=False, fail_untyped=True)
+    return parser
 
 
 def base_type(hint):
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is typing.Union and len(args) == 1:
         return args[0]
-    return hint
+    return typing.get_origin(hint) or hint
+
+
+def dataclass_fields(cls) -> list[FieldInfo]:
+    """The fields of the dataclass ``cls`` in order, read by jsonargparse."""
+    hints = typing.get_type_hints(cls)
+    return [FieldInfo(a.dest, base_type(hints[a.dest]), None if a.required else a.default,
+                      bool(a.required), " ".join((a.help or "").split()))
+            for a in _reader(cls)._actions if a.dest in hints]
+
+
+def check_types(cls, values: dict) -> typing.Optional[tuple[str, str]]:
+    """``(field, problem)`` for the first value of ``values`` (a JSON object's fields of
+    ``cls``) whose JSON type does not fit the field's type hint (jsonargparse checks
+    it), else None."""
+    reader = _reader(cls)
+    for name, value in values.items():
+        if value is None:
+            continue
+        try:
+            reader.parse_object({name: value})
+        except argparse.ArgumentError:
+            kind = {f.name: f.kind for f in dataclass_fields(cls)}[name]
+            return name, f"must be {kind.__name__}, got {json.dumps(value)}"
+    return None
 
 
 def _show(value) -> str:
@@ -33,93 +82,78 @@ def _show(value) -> str:
     return str(value)
 
 
-TRAIN_HELP = {
-    "dataset": "dataset to train on",
-    "split": "evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) "
-             "or global temporal (needs timestamps)",
-    "loss": "training objective: the paper's losses",
-    "data_dir": "directory holding the data files, searched at its top level and one level "
-                "down; never falls back elsewhere",
-    "data_format": "ML-1M source: MovieLens's ratings.dat (timestamps) or SASRec's "
-                   "ml-1m.txt (order only; no download exists)",
-    "max_length": "longest history the model reads",
-    "embedding_dim": "embedding size",
-    "num_blocks": "self-attention blocks",
-    "num_heads": "attention heads",
-    "dropout": "dropout rate",
-    "num_negatives": "sampled negatives per target",
-    "batch_size": "users per batch (per replica)",
-    "learning_rate": "Adam's learning rate",
-    "steps_per_epoch": "training steps between validations",
-    "max_epochs": "most epochs",
-    "patience": "epochs without a better validation NDCG@10 before stopping",
-    "max_validation_users": "validate each epoch on a seeded sample of this many users",
-    "test_window": "also score every test user after each of the last N epochs; the result's "
-                   "test_window is their mean (0: off)",
-    "temporal_fraction": "temporal split: fraction of interactions for test, and again for "
-                         "validation",
-    "seed": "random seed",
-    "strategy": "tf.distribute strategy (auto: TPU, multi-worker, several GPUs, else default)",
-    "cross_replica_negatives": "draw in-batch negatives from the targets of all replicas",
-    "mixed_precision": "mixed-precision policy",
-    "jit_compile": "compile the training step with XLA",
-    "share_item_embeddings": "score with the input item embeddings (weight tying)",
-    "length_buckets": "speed only: run the SASRec blocks on this many groups of "
-                      "similar-length sequences, each without its padding columns "
-                      "(1 under --xla and on TPU)",
-    "preset": "a set of defaults: smoke (minutes on 2 CPU cores), cpu (a fixed CPU budget), "
-              "long (the paper's model, 80 epochs at most, patience 10), fixed (long run "
-              "to its end, scored over its last 20 epochs), paper (the paper's protocol, "
-              "for a GPU); flags and --config override it",
-    "examples": "train on this ExampleGen artifact of `tfrs-logq pipeline run` "
-                "(PIPELINE_ROOT/ExampleGen) instead of loading the data file; its dataset and "
-                "split are used",
-    "log_q": "take log Q (training item counts) from this Statistics artifact "
-             "(PIPELINE_ROOT/Statistics) instead of counting them",
-}
-_TRAIN_METAVARS = {"examples": "DIR", "log_q": "DIR"}
-_TRAIN_FLAG_NAMES = {"jit_compile": ("xla", ("jit-compile",))}
-_NON_NEGATIVE = {"seed", "patience", "test_window"}
-_FLOAT_RANGES = {"dropout": (0.0, 1.0, True), "temporal_fraction": (0.0, 0.5, False)}
-_DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction", "examples",
-                "log_q")
-
-
-def train_modules():
-    """`tfrs_logq.training` and the losses: what train/experiment flags are built from."""
-    from tfrs_logq import training
-    from tfrs_logq.objectives import OBJECTIVES
-
-    return training, OBJECTIVES
-
-
-def train_choices() -> dict:
-    from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
-    from tfrs_logq.pipelines.splits import SPLITS
-
-    training, objectives = train_modules()
-    choices = {"dataset": DATASETS, "split": SPLITS, "loss": objectives,
-               "data_format": ML1M_FORMATS, "strategy": training.STRATEGIES,
-               "preset": tuple(training.PRESETS)}
-    policies = getattr(training, "MIXED_PRECISION_POLICIES", None)
-    if policies is not None:
-        choices["mixed_precision"] = policies
-    return choices
-
-
-def field_spec(name: str, hint, choices: dict) -> dict:
-    """argparse keywords (type, choices, action) for one dataclass field."""
-    kind = base_type(hint)
+def field_spec(name: str, kind: type, choices: dict, non_negative=()) -> dict:
+    """argparse keywords (type, choices, action) for a field of a dataclass that checks
+    nothing itself (`DemoConfig`, `ServerOptions`' sizes): sizes at least 1, or 0."""
     if kind is bool:
         return {"action": Switch}
     if name in choices:
         return {"choices": tuple(choices[name]), "metavar": "{" + ",".join(choices[name]) + "}"}
     if kind is int:
-        return {"type": int_at_least(0 if name in _NON_NEGATIVE else 1), "metavar": "N"}
+        return {"type": int_at_least(0 if name in non_negative else 1), "metavar": "N"}
     if kind is float:
-        low, high, inclusive = _FLOAT_RANGES.get(name, (0.0, None, False))
-        return {"type": float_in(low, high, inclusive), "metavar": "X"}
-    return {"type": str, "metavar": _TRAIN_METAVARS.get(name, name.split("_")[-1].upper())}
+        return {"type": float_in(0.0), "metavar": "X"}
+    return {"type": str, "metavar": name.split("_")[-1].upper()}
+
+
+# ------------------------------------------------------------------ TrainConfig flags
+
+_TRAIN_METAVARS = {"examples": "DIR", "log_q": "DIR"}
+_TRAIN_ALIASES = {"jit_compile": ("jit-compile", "jit_compile")}  # the flag is --xla
+_DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction", "examples",
+                "log_q")
+
+
+def train_help(name: str) -> str:
+    """The help of a `TrainConfig` field: its docstring."""
+    from tfrs_logq.config import TrainConfig
+
+    return next(f.doc for f in dataclass_fields(TrainConfig) if f.name == name)
+
+
+def train_choices() -> dict:
+    """The names each `TrainConfig` field of a closed set takes (what it checks)."""
+    from tfrs_logq.config import MIXED_PRECISION_POLICIES, OBJECTIVES, PRESETS, STRATEGIES
+    from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+    from tfrs_logq.pipelines.splits import SPLITS
+
+    return {"dataset": DATASETS, "split": SPLITS, "loss": OBJECTIVES,
+            "data_format": ML1M_FORMATS, "strategy": STRATEGIES, "preset": tuple(PRESETS),
+            "mixed_precision": MIXED_PRECISION_POLICIES}
+
+
+def train_value(name: str, kind: type):
+    """The argparse type of a `TrainConfig` field: the text as ``kind``, checked by
+    `TrainConfig` (``argument --seed: must be >= 0, received -1.``)."""
+    from tfrs_logq.config import ConfigError, TrainConfig
+
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {noun}, got {text!r}") from None
+        try:
+            TrainConfig(**{name: value})
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.problem) from None
+        return value
+
+    convert.__name__ = {int: "integer", float: "number"}.get(kind, kind.__name__)
+    return convert
+
+
+def _train_spec(field: FieldInfo, choices: dict) -> dict:
+    if field.kind is bool:
+        return {"action": Switch}
+    if field.name in choices:
+        names = tuple(choices[field.name])
+        return {"choices": names, "metavar": "{" + ",".join(names) + "}"}
+    if field.kind in (int, float):
+        return {"type": train_value(field.name, field.kind),
+                "metavar": "N" if field.kind is int else "X"}
+    return {"type": str,
+            "metavar": _TRAIN_METAVARS.get(field.name, field.name.split("_")[-1].upper())}
 
 
 def _train_default_text(name: str, default, presets: dict, experiment: bool) -> str:
@@ -148,25 +182,23 @@ def _train_default_text(name: str, default, presets: dict, experiment: bool) -> 
 
 
 def add_train_fields(parser, experiment: bool) -> None:
-    training, _ = train_modules()
+    """A flag per `TrainConfig` field (``experiment`` takes lists of datasets, splits,
+    losses and seeds instead of one), then ``--config``. Every default is None, so a
+    flag not given leaves the preset and ``--config`` alone."""
+    from tfrs_logq.config import FLAGS, PRESETS, TrainConfig
+
     choices = train_choices()
-    hints = field_types(training.TrainConfig)
     groups = {"data": parser.add_argument_group("data"),
               "model": parser.add_argument_group("model and training")}
     skip = {"dataset", "split", "loss", "seed"} if experiment else set()
-    for field in dataclasses.fields(training.TrainConfig):
+    for field in dataclass_fields(TrainConfig):
         if field.name in skip:
             continue
-        default = field.default if field.default is not dataclasses.MISSING else None
-        flag, aliases = _TRAIN_FLAG_NAMES.get(field.name, (field.name, ()))
-        if flag != field.name:
-            aliases = (*aliases, field.name)
-        help_text = TRAIN_HELP.get(field.name, f"TrainConfig.{field.name}")
-        group = groups["data" if field.name in _DATA_FIELDS else "model"]
-        default_text = _train_default_text(field.name, default, training.PRESETS, experiment)
-        add_flag(group, flag, aliases=aliases, dest=field.name, default=None,
-                 help=f"{help_text} {default_text}",
-                 **field_spec(field.name, hints[field.name], choices))
+        default_text = _train_default_text(field.name, field.default, PRESETS, experiment)
+        add_flag(groups["data" if field.name in _DATA_FIELDS else "model"],
+                 FLAGS[field.name], aliases=_TRAIN_ALIASES.get(field.name, ()),
+                 dest=field.name, default=None, help=f"{field.doc} {default_text}",
+                 **_train_spec(field, choices))
     if not experiment:  # `run_grid` loads with the defaults: no flag it would refuse
         add_load_options(groups["data"])
     add_flag(parser, "config", default=None, metavar="FILE",
@@ -192,69 +224,62 @@ def add_data_flags(parser, dataset_default_text: str, split_default_text: str):
     add_flag(group, "dataset", choices=DATASETS, default=None,
              help=f"dataset (default: {dataset_default_text})")
     add_flag(group, "split", choices=SPLITS, default=None,
-             help=f"{TRAIN_HELP['split']} (default: {split_default_text})")
+             help=f"{train_help('split')} (default: {split_default_text})")
     add_flag(group, "data-dir", default=None, metavar="DIR",
-             help=f"{TRAIN_HELP['data_dir']} (default: $TFRS_LOGQ_DATA_DIR, else the download "
+             help=f"{train_help('data_dir')} (default: $TFRS_LOGQ_DATA_DIR, else the download "
                   "cache)")
     add_flag(group, "data-format", aliases=("format",), choices=ML1M_FORMATS, default=None,
-             help=f"{TRAIN_HELP['data_format']} (default: whichever the data directory holds)")
+             help=f"{train_help('data_format')} (default: whichever the data directory holds)")
     add_load_options(group)
     return group
 
 
-def config_file(path: str, fields: dict, choices: dict) -> dict:
-    """The ``--config`` JSON object, checked field by field as the flags are."""
+def config_file(path: str, flag: str = "--config") -> dict:
+    """The JSON object of `TrainConfig` fields in the file ``path`` (given as ``flag``),
+    each value checked as its flag's: its JSON type by jsonargparse, its value by
+    `TrainConfig`."""
+    from tfrs_logq.config import ConfigError, TrainConfig
+
     try:
         with open(path) as f:
             text = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"--config {path}: no such file") from None
+        raise FileNotFoundError(f"{flag} {path}: no such file") from None
     except OSError as exc:
-        raise OSError(f"--config {path}: cannot read it ({exc.strerror})") from None
+        raise OSError(f"{flag} {path}: cannot read it ({exc.strerror})") from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"--config {path} is not valid JSON: {exc}") from None
+        raise ValueError(f"{flag} {path} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"--config {path} must be a JSON object of training options, got "
+        raise ValueError(f"{flag} {path} must be a JSON object of training options, got "
                          f"{type(value).__name__}")
+    fields = [f.name for f in dataclass_fields(TrainConfig)]
     unknown = sorted(set(value) - set(fields))
     if unknown:
-        raise ValueError(f"--config {path}: unknown options {unknown}; expected some of "
+        raise ValueError(f"{flag} {path}: unknown options {unknown}; expected some of "
                          f"{sorted(fields)}")
+    problem = check_types(TrainConfig, value)
+    if problem is not None:
+        raise ValueError(f"{flag} {path}: {problem[0]} {problem[1]}")
     for name, item in value.items():
-        if item is None:
-            continue
-        kind = base_type(fields[name])
-        spec = field_spec(name, fields[name], choices)
-        ok = (isinstance(item, bool) if kind is bool else
-              isinstance(item, int) and not isinstance(item, bool) if kind is int else
-              isinstance(item, (int, float)) and not isinstance(item, bool) if kind is float
-              else isinstance(item, str))
-        problem = None if ok else f"must be {kind.__name__}, got {json.dumps(item)}"
-        if ok and "choices" in spec and item not in spec["choices"]:
-            problem = f"must be one of {list(spec['choices'])}, got {json.dumps(item)}"
-        if ok and problem is None and "type" in spec and kind in (int, float):
+        if item is not None:
             try:
-                spec["type"](str(item))
-            except argparse.ArgumentTypeError as exc:
-                problem = str(exc)
-        if problem:
-            raise ValueError(f"--config {path}: {name} {problem}")
+                TrainConfig(**{name: item})
+            except ConfigError as exc:
+                raise ValueError(f"{flag} {path}: {name} {exc.problem}") from None
     return value
 
 
 def training_overrides(args) -> dict:
     """``--config`` then the flags given, over the preset (resolved by `resolve_config`)."""
-    training, _ = train_modules()
-    fields = field_types(training.TrainConfig)
+    from tfrs_logq.config import TrainConfig
+
     overrides = {}
     if args.config:
-        overrides.update(config_file(args.config, fields, train_choices()))
-    for name in fields:
-        value = getattr(args, name, None)
+        overrides.update(config_file(args.config))
+    for field in dataclasses.fields(TrainConfig):
+        value = getattr(args, field.name, None)
         if value is not None:
-            overrides[name] = value
+            overrides[field.name] = value
     return overrides
-
-

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tfrs_logq.cli._common import add_flag, add_verbose, data_record, float_in, load_options
-from tfrs_logq.cli._dataclass_flags import TRAIN_HELP, add_data_flags
+from tfrs_logq.cli._common import add_flag, add_verbose, data_record, load_options
+from tfrs_logq.cli._dataclass_flags import add_data_flags, train_help, train_value
 
 
 def populate(p) -> None:
@@ -16,8 +16,8 @@ def populate(p) -> None:
     from tfrs_logq.pipelines.datasets import DEFAULT_TEMPORAL_FRACTION
 
     add_flag(group, "temporal-fraction", aliases=("fraction",), dest="temporal_fraction",
-             type=float_in(0.0, 0.5), default=None, metavar="X",
-             help=f"{TRAIN_HELP['temporal_fraction']} (default: "
+             type=train_value("temporal_fraction", float), default=None, metavar="X",
+             help=f"{train_help('temporal_fraction')} (default: "
                   + ", ".join(f"{v} for {k}" for k, v in DEFAULT_TEMPORAL_FRACTION.items()) + ")")
     add_flag(p, "json", action="store_true", help="print one JSON object")
     add_verbose(p)

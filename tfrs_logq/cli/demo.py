@@ -6,7 +6,7 @@ import dataclasses
 import sys
 
 from tfrs_logq.cli._common import add_flag, add_verbose, comma_list
-from tfrs_logq.cli._dataclass_flags import field_spec, field_types
+from tfrs_logq.cli._dataclass_flags import dataclass_fields, field_spec
 
 
 def populate(p) -> None:
@@ -27,11 +27,10 @@ def populate(p) -> None:
         "seed": "random seed",
     }
     choices = {"frequency": ("count-min", "true")}
-    hints = field_types(DemoConfig)
     add_flag(p, "output-dir", default="demo_output", metavar="DIR",
              help="where results.csv and recall.png go")
-    for field in dataclasses.fields(DemoConfig):
-        spec = field_spec(field.name, hints[field.name], choices)
+    for field in dataclass_fields(DemoConfig):
+        spec = field_spec(field.name, field.kind, choices, non_negative=("seed",))
         if field.name == "corrections":
             spec = {"type": comma_list(CORRECTIONS), "metavar": "LIST"}
         add_flag(p, field.name, dest=field.name, default=field.default,

@@ -56,13 +56,11 @@ def run(args) -> int:
     result.pop("_per_query")
     result = {**source, **result}
     if args.output_dir:
+        from tfrs_logq.atomic import write_json, write_text
+
         os.makedirs(args.output_dir, exist_ok=True)
-        for name, write in (("diagnose.json", lambda f: json.dump(result, f, indent=2)),
-                            ("diagnose.md", lambda f: f.write(diag.format_table(result) + "\n"))):
-            tmp = os.path.join(args.output_dir, f".{name}.tmp")
-            with open(tmp, "w") as f:
-                write(f)
-            os.replace(tmp, os.path.join(args.output_dir, name))
+        write_json(os.path.join(args.output_dir, "diagnose.json"), result)
+        write_text(os.path.join(args.output_dir, "diagnose.md"), diag.format_table(result) + "\n")
         png = os.path.join(args.output_dir, "diagnose.png")
         diag.plot(result, png + ".tmp.png")
         os.replace(png + ".tmp.png", png)

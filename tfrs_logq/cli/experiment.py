@@ -11,27 +11,27 @@ from tfrs_logq.cli._common import (
     int_at_least,
     warn_if_smoke,
 )
-from tfrs_logq.cli._dataclass_flags import add_train_fields, train_modules, training_overrides
+from tfrs_logq.cli._dataclass_flags import add_train_fields, train_value, training_overrides
 
 
 def populate(p) -> None:
+    from tfrs_logq.config import OBJECTIVES, TrainConfig
     from tfrs_logq.pipelines.datasets import DATASETS
     from tfrs_logq.pipelines.splits import SPLITS
 
-    training, objectives = train_modules()
-    defaults = training.TrainConfig()
+    defaults = TrainConfig()
     add_flag(p, "output-dir", required=True, metavar="DIR",
              help="where runs/, results.csv, table.md and table.png go")
     add_flag(p, "datasets", type=comma_list(DATASETS), default=defaults.dataset, metavar="LIST",
              help="comma-separated datasets")
     add_flag(p, "splits", type=comma_list(SPLITS), default=defaults.split, metavar="LIST",
              help="comma-separated splits")
-    add_flag(p, "losses", type=comma_list(objectives), metavar="LIST",
+    add_flag(p, "losses", type=comma_list(OBJECTIVES), metavar="LIST",
              default="inbatch-none,inbatch-logq,inbatch-corrected,mns-none,mns-logq,"
-             "mns-corrected,full-softmax",
+                     "mns-corrected,full-softmax",
              help="comma-separated losses")
-    add_flag(p, "seeds", type=comma_list(item=int_at_least(0)), default="0,1,2", metavar="LIST",
-             help="comma-separated non-negative seeds")
+    add_flag(p, "seeds", type=comma_list(item=train_value("seed", int)), default="0,1,2",
+             metavar="LIST", help="comma-separated non-negative seeds")
     add_train_fields(p, experiment=True)
     add_flag(p, "parallel", type=int_at_least(1), default=1, metavar="N",
              help="runs trained at once, each in its own process (fills a GPU with small models)")

@@ -21,11 +21,9 @@ from tfrs_logq.cli._common import (
     warn_if_smoke,
 )
 from tfrs_logq.cli._dataclass_flags import (
-    TRAIN_HELP,
     config_file,
-    field_types,
-    train_choices,
-    train_modules,
+    train_help,
+    train_value,
 )
 
 
@@ -72,7 +70,7 @@ def populate(p) -> None:
                   "the synthetic stream's model in the workers (--synthetic-*; ExampleGen and "
                   "Statistics only)")
     add_flag(group, "data-dir", default=None, metavar="DIR",
-             help=f"{TRAIN_HELP['data_dir']} (default: $TFRS_LOGQ_DATA_DIR, else the download "
+             help=f"{train_help('data_dir')} (default: $TFRS_LOGQ_DATA_DIR, else the download "
                   "cache)")
     add_flag(group, "input", default=None, metavar="FILE",
              help="read this file instead of finding the dataset's (needs --data-format) "
@@ -83,10 +81,10 @@ def populate(p) -> None:
                   "(user,item,timestamp) or steam (Steam reviews) (default: for ml-1m whichever "
                   "the data directory holds)")
     add_flag(group, "split", choices=SPLITS, default=defaults.split,
-             help=TRAIN_HELP["split"])
+             help=train_help("split"))
     add_flag(group, "temporal-fraction", aliases=("fraction",), dest="temporal_fraction",
-             type=float_in(0.0, 0.5), default=None, metavar="X",
-             help=f"{TRAIN_HELP['temporal_fraction']} (default: "
+             type=train_value("temporal_fraction", float), default=None, metavar="X",
+             help=f"{train_help('temporal_fraction')} (default: "
                   + ", ".join(f"{v} for {k}" for k, v in DEFAULT_TEMPORAL_FRACTION.items())
                   + ", else 0.1)")
     add_flag(group, "skip-bad-lines", action="store_true",
@@ -138,9 +136,9 @@ def populate(p) -> None:
                   "`make pipeline` runs: a check of the pipeline, not a usable model); cpu or "
                   "long train a usable model in hours (default: smoke)")
     add_flag(training, "loss", choices=OBJECTIVES, default=None,
-             help=f"{TRAIN_HELP['loss']} (default: {defaults.loss})")
-    add_flag(training, "seed", type=int_at_least(0), default=None, metavar="N",
-             help=f"{TRAIN_HELP['seed']} (default: {defaults.seed})")
+             help=f"{train_help('loss')} (default: {defaults.loss})")
+    add_flag(training, "seed", type=train_value("seed", int), default=None, metavar="N",
+             help=f"{train_help('seed')} (default: {defaults.seed})")
     add_flag(training, "train-config", default=None, metavar="FILE",
              help="JSON object of other TrainConfig fields (and \"preset\"), as `train --config`; "
                   "--preset, --loss and --seed override it (default: none)")
@@ -195,21 +193,15 @@ def _pipeline_input(args) -> tuple[str, str, str]:
     if args.data_format is not None:
         raise ValueError(f"--data-format chooses the file of ml-1m or of --input; {dataset} "
                          "has no such choice.")
-    root, origin = datasets.data_root(args.data_dir)
-    found = datasets._candidates(root, "steam")
-    path = datasets._one(found, "steam", root, origin) if found else datasets._fetch_or_explain(
-        datasets.STEAM_URL, datasets.STEAM_SHA256, "steam_reviews.json.gz", "steam", root,
-        origin, not args.no_download)
-    return path, "csv" if ".csv" in os.path.basename(path) else "steam", dataset
+    path, fmt = datasets.resolve_steam(args.data_dir, download_ok=not args.no_download)
+    return path, fmt, dataset
 
 
 def _pipeline_train_options(args) -> tuple[str, dict]:
     """``(preset, TrainConfig fields)`` of the Trainer: --train-config, then the flags."""
     options: dict = {}
     if args.train_config:
-        training, _ = train_modules()
-        options = config_file(args.train_config, field_types(training.TrainConfig),
-                               train_choices())
+        options = config_file(args.train_config, "--train-config")
         for name in ("examples", "log_q"):
             if options.pop(name, None) is not None:
                 raise ValueError(f"--train-config {args.train_config}: {name} is the pipeline's "

@@ -7,8 +7,8 @@ import logging
 import os
 import sys
 
-from tfrs_logq.cli._common import TF_SERVING_STYLE, add_flag, add_verbose, int_at_least, log_handler
-from tfrs_logq.cli._dataclass_flags import field_spec, field_types
+from tfrs_logq.cli._common import TF_SERVING_STYLE, add_flag, add_verbose, log_handler
+from tfrs_logq.cli._dataclass_flags import dataclass_fields, field_spec
 
 _SERVE_HELP = {
     "model_name": "the servable's name, as clients ask for it",
@@ -36,14 +36,9 @@ _SERVE_NON_NEGATIVE = {"port", "rest_api_port", "batch_timeout_micros"}
 def populate(p) -> None:
     from tfrs_logq.serving.server import ServerOptions
 
-    hints = field_types(ServerOptions)
-    for field in dataclasses.fields(ServerOptions):
-        required = field.default is dataclasses.MISSING and \
-            field.default_factory is dataclasses.MISSING
-        spec = field_spec(field.name, hints[field.name], {})
-        if field.name in _SERVE_NON_NEGATIVE:
-            spec["type"] = int_at_least(0)
-        kwargs = {"required": True} if required else {"default": field.default}
+    for field in dataclass_fields(ServerOptions):
+        spec = field_spec(field.name, field.kind, {}, non_negative=_SERVE_NON_NEGATIVE)
+        kwargs = {"required": True} if field.required else {"default": field.default}
         add_flag(p, field.name, style=TF_SERVING_STYLE, dest=field.name,
                  help=_SERVE_HELP.get(field.name, f"ServerOptions.{field.name}"), **spec, **kwargs)
     add_verbose(p)

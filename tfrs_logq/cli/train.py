@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from tfrs_logq.cli._common import add_flag, add_verbose, data_record, load_options, warn_if_smoke
-from tfrs_logq.cli._dataclass_flags import add_train_fields, train_modules, training_overrides
+from tfrs_logq.cli._dataclass_flags import add_train_fields, training_overrides
 
 
 def populate(p) -> None:
@@ -23,9 +23,9 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
+    from tfrs_logq import training
     from tfrs_logq.pipelines.datasets import load_split
 
-    training, _ = train_modules()
     overrides = training_overrides(args)
     config = training.resolve_config(**overrides)
     if config.examples:  # the ExampleGen artifact decides the data and split

@@ -1,0 +1,71 @@
+"""`tfrs_logq.metrics`: ranks, Recall and NDCG against numpy, and the Beam Evaluator's
+histogram form agreeing with them."""
+
+import numpy as np
+import pytest
+
+from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
+
+
+def test_target_ranks_and_metrics_match_numpy():
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(50, 6)).astype(np.float32)
+    items = rng.normal(size=(40, 6)).astype(np.float32)
+    targets = rng.integers(1, 40, 50)
+    exclude = rng.integers(0, 40, size=(50, 5))
+    exclude[:, 0] = targets  # the target is never excluded
+    ranks = target_ranks(q, items, targets, exclude=exclude, chunk_size=16)
+    scores = q @ items.T
+    expected = []
+    for i in range(50):
+        valid = np.ones(40, bool)
+        valid[0] = False
+        valid[exclude[i]] = False
+        valid[targets[i]] = False
+        expected.append(int((scores[i][valid] >= scores[i, targets[i]]).sum()))
+    np.testing.assert_array_equal(ranks, expected)
+    metrics = recall_ndcg_from_ranks(ranks, (1, 10))
+    r = np.array(expected)
+    assert metrics["recall@10"] == pytest.approx(np.mean(r < 10))
+    assert metrics["ndcg@10"] == pytest.approx(np.mean(np.where(r < 10, 1 / np.log2(r + 2), 0)))
+
+
+def test_recall_ndcg_from_ranks_histograms_and_the_beam_evaluator_agree():
+    """One implementation: the Beam Evaluator's figures are `tfrs_logq.metrics`' on the same
+    ranks, and both are the formula in numpy."""
+    from tfrs_logq.pipelines.beam import evaluation
+
+    from tfrs_logq.metrics import rank_histogram, recall_ndcg_from_histogram
+
+    ranks = np.random.default_rng(2).integers(0, 3000, size=500) // 3
+    r = ranks.astype(np.float64)
+    histogram = rank_histogram(ranks, 1000)
+    assert histogram.sum() == 500 and histogram[-1] == int(np.sum(ranks >= 1000))
+    from_ranks = recall_ndcg_from_ranks(ranks, (10, 20, 100, 1000))
+    from_histogram = recall_ndcg_from_histogram(histogram, (10, 100, 1000), (20,))
+    beam = evaluation.metrics_from_histogram(histogram)
+    assert beam == from_histogram
+    for k in (10, 100, 1000):
+        assert from_histogram[f"recall@{k}"] == pytest.approx(np.mean(r < k), rel=1e-12)
+        assert from_ranks[f"recall@{k}"] == pytest.approx(np.mean(r < k), rel=1e-12)
+    expected = np.mean(np.where(r < 20, 1 / np.log2(r + 2), 0))
+    assert from_histogram["ndcg@20"] == pytest.approx(expected, rel=1e-12)
+    assert from_ranks["ndcg@20"] == pytest.approx(expected, rel=1e-12)
+    # The docstring's example: ranks [0, 3, miss].
+    example = evaluation.metrics_from_histogram(rank_histogram([0, 3, 5000], 1000))
+    assert example["recall@10"] == pytest.approx(2 / 3)
+    assert round(example["ndcg@20"], 4) == 0.4769
+
+
+def test_metrics_docstring_examples_run():
+    import doctest
+
+    from tfrs_logq import metrics
+
+    result = doctest.testmod(metrics, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted >= 2
+
+
+def test_ties_count_against_the_target():
+    ranks = target_ranks(np.zeros((2, 3), np.float32), np.ones((5, 3), np.float32), [1, 4])
+    np.testing.assert_array_equal(ranks, [3, 3])  # 4 real items, all tied

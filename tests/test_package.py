@@ -1,0 +1,65 @@
+"""The package itself (`tfrs_logq/__init__.py`): its documented public API, and the
+tf-keras selection at import."""
+
+import subprocess
+import sys
+
+import pytest
+
+import tfrs_logq
+
+# The documented public API: each name and the module that defines it.
+PUBLIC_API = {
+    "CORRECTIONS": "tfrs_logq.losses",
+    "CorrectedRetrieval": "tfrs_logq.tasks",
+    "CountMinSketch": "tfrs_logq.frequency",
+    "ExactFrequency": "tfrs_logq.frequency",
+    "InBatchSampler": "tfrs_logq.sampling",
+    "MixedSampler": "tfrs_logq.sampling",
+    "SampledNegatives": "tfrs_logq.sampling",
+    "StreamingFrequency": "tfrs_logq.frequency",
+    "UniformSampler": "tfrs_logq.sampling",
+    "sampled_softmax_loss": "tfrs_logq.losses",
+}
+PUBLIC_MODULES = ("frequency", "losses", "sampling", "tasks")
+
+
+def test_public_api_names_import():
+    """`__all__` is the hand-written list, and every name is the object its module defines."""
+    import importlib
+    import types
+
+    assert sorted(tfrs_logq.__all__) == sorted([*PUBLIC_API, *PUBLIC_MODULES, "__version__"])
+    for name, module_name in PUBLIC_API.items():
+        module = importlib.import_module(module_name)
+        obj = getattr(tfrs_logq, name)
+        assert obj is getattr(module, name), name
+        if isinstance(obj, (type, types.FunctionType)):
+            assert obj.__module__ == module_name, (name, obj.__module__)
+    for name in PUBLIC_MODULES:
+        assert getattr(tfrs_logq, name) is importlib.import_module(f"tfrs_logq.{name}")
+    from tfrs_logq._version import __version__
+
+    assert tfrs_logq.__version__ == __version__ and __version__.count(".") >= 2
+    assert tfrs_logq.CORRECTIONS == ("none", "logq", "corrected")
+    with pytest.raises(AttributeError):
+        tfrs_logq.no_such_name  # noqa: B018
+
+
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_import_selects_tf_keras_even_after_tensorflow_if_keras_untouched():
+    proc = _fresh_python("import tensorflow as tf\nimport tfrs_logq\n"
+                         "print(tf.keras.__name__ if hasattr(tf.keras, '__name__') else '')")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tf_keras" in proc.stdout
+
+
+def test_import_after_keras3_was_loaded_fails_with_instructions():
+    proc = _fresh_python("import tensorflow as tf\n_ = tf.keras.layers\nimport tfrs_logq\n")
+    assert proc.returncode != 0
+    assert "TF_USE_LEGACY_KERAS=1" in proc.stderr and "Keras 3" in proc.stderr
