@@ -38,8 +38,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq.atomic import publish_directory, staging_directory
-from tfrs_logq.models import SASRecEncoder, SequentialRetrievalModel
-from tfrs_logq.objectives import make_objective
+from tfrs_logq.models import SASRecEncoder
+from tfrs_logq.trained import load_trained  # noqa: F401  (the export's input; re-exported)
 
 INDEXES = ("scann", "brute-force")
 # A servable name is one path component: no separators, no "..", nothing hidden.
@@ -238,34 +238,6 @@ class RetrievalModule(tf.Module):
 
     def _serve_k(self, history, k, exclude_history):
         return self._search(history, k, exclude_history)
-
-
-def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
-    """The encoder with its best weights, its config and the item vocabulary."""
-    with open(os.path.join(model_dir, "config.json")) as f:
-        config = json.load(f)
-    with open(os.path.join(model_dir, "vocabulary.json")) as f:
-        raw = json.load(f)["raw_items"]
-    raw_ids = np.asarray(raw)
-    if all(x.lstrip("-").isdigit() for x in raw):
-        raw_ids = raw_ids.astype(np.int64)
-    from tfrs_logq.training import build_encoder  # the encoder the run trained
-
-    # One bucket: serving batches are small, where empty groups would only cost time.
-    # TensorFlow ops only: the SavedModel must load without tfrs_logq's kernels.
-    encoder = build_encoder(config, config["num_items"], length_buckets=1,
-                            native_kernels=False)
-    objective = make_objective(config["loss"], config["num_items"],
-                               np.ones(config["num_items"] + 1),
-                               num_negatives=config["num_negatives"])
-    model = SequentialRetrievalModel(encoder, objective)
-    encoder(tf.zeros([1, config["max_length"]], tf.int32))
-    weights = os.path.join(model_dir, "best.weights")
-    if not os.path.exists(weights + ".index"):
-        raise FileNotFoundError(f"{model_dir} has no best.weights: train it with "
-                                "`tfrs-logq train --model-dir` first.")
-    model.load_weights(weights).expect_partial()
-    return encoder, config, raw_ids
 
 
 def next_version(base: str) -> int:

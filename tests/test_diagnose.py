@@ -175,9 +175,7 @@ def test_mixed_sampler_offers_both_proposals_on_the_same_draws_and_labels_mns():
 
 def test_cli_model_dir_logs_the_data_loading_line_once(tmp_path, capsys, monkeypatch):
     """Issue 23: `diagnose --model-dir` printed its data-loading line twice."""
-    from tfrs_logq.serving import export
-
-    from tfrs_logq import cli
+    from tfrs_logq import cli, trained
 
     monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
     data = tmp_path / "data"
@@ -203,7 +201,7 @@ def test_cli_model_dir_logs_the_data_loading_line_once(tmp_path, capsys, monkeyp
 
     num_items = load_dataset("ml-1m", str(data), fmt="ratings", download_ok=False).num_items
 
-    monkeypatch.setattr(export, "load_trained", lambda d: (Encoder(), config, None))
+    monkeypatch.setattr(trained, "load_trained", lambda d: (Encoder(), config, None))
     capsys.readouterr()
     code = cli.main(["diagnose", "--model-dir", str(model_dir), "--queries", "5",
                      "--num-negatives", "2", "--draws", "2", "--corrections", "none"])

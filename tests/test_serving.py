@@ -334,31 +334,6 @@ def test_evaluate_cli_reports_served_and_exact_figures(trained, exports):
     assert set(result["served"]) == {"recall@10", "recall@100", "recall@1000", "ndcg@20"}
 
 
-@pytest.mark.parametrize("share", [True, False])
-def test_load_trained_rebuilds_the_trained_encoder(trained, tmp_path, share):
-    """A run trained with --share-item-embeddings exports the table it scored with."""
-    import shutil
-
-    from tfrs_logq.models import SequentialRetrievalModel
-    from tfrs_logq.objectives import make_objective
-    from tfrs_logq.training import build_encoder
-
-    model_dir = tmp_path / "model"
-    shutil.copytree(trained["model_dir"], model_dir)
-    config = json.loads((model_dir / "config.json").read_text())
-    config["share_item_embeddings"] = share
-    (model_dir / "config.json").write_text(json.dumps(config))
-    encoder = build_encoder(config, config["num_items"])
-    model = SequentialRetrievalModel(encoder, make_objective(
-        config["loss"], config["num_items"], np.ones(config["num_items"] + 1)))
-    encoder(tf.zeros([1, config["max_length"]], tf.int32))
-    model.save_weights(str(model_dir / "best.weights"))
-    loaded, _, _ = load_trained(str(model_dir))
-    assert loaded.share_item_embeddings == share
-    np.testing.assert_array_equal(loaded.item_embeddings().numpy(),
-                                  encoder.item_embeddings().numpy())
-
-
 # ------------------------------------------------------------------ REST hardening
 
 

@@ -408,24 +408,11 @@ def model_dir_inputs(model_dir: str, num_queries: int, part: str = "test", seed:
                      data_dir: Optional[str] = None):
     """Queries (last query of each history), item table, positives and training
     frequencies of a `tfrs-logq train` run; item rows are internal ids - 1."""
-    import json
-    import os
-
-    from tfrs_logq.pipelines.datasets import load_split
     from tfrs_logq.pipelines.sequential import evaluation_arrays
-    from tfrs_logq.serving.export import load_trained
+    from tfrs_logq.trained import load_run_split, load_trained
 
     encoder, config, _ = load_trained(model_dir)
-    with open(os.path.join(model_dir, "config.json")) as f:
-        saved = json.load(f)
-    if saved.get("examples") and not data_dir:  # trained by `train --examples`
-        from tfrs_logq.pipelines.beam.examples import read_split
-
-        split = read_split(saved["examples"])
-    else:
-        split = load_split(saved["dataset"], saved["split"], data_dir or saved.get("data_dir"),
-                           data_format=saved.get("data_format"),
-                           temporal_fraction=saved.get("temporal_fraction"))
+    split = load_run_split(model_dir, data_dir)  # its ExampleGen artifact's, or its dataset's
     chosen = getattr(split, part)
     idx = np.arange(len(chosen))
     if len(idx) > num_queries:
