@@ -1,0 +1,55 @@
+# shellcheck shell=bash
+# What the grid scripts share (fixed_grid.sh, long_grid.sh, synthetic_study.sh; sourced,
+# not run): the pinned commit, a snapshot of the code at a commit to train from, and a
+# commit of the results directory after each run. Functions only: sourcing it runs
+# nothing. They read two variables of the caller: GRID_NAME (the script's name, in
+# messages) and PY (the Python that runs the snapshot); COMMIT=1 turns committing on.
+
+grid_check_out() {  # dir...: each must be results/NAME (its runs/ is git-ignored)
+  local d
+  for d in "$@"; do
+    case "$d" in results/*/*|/*) return 2;; esac
+  done
+}
+
+grid_pin() {  # out: sets PIN to the commit every run of the grid in out trains from
+  # out/code_commit, written by the first run (the HEAD of then); PIN=<commit> given
+  # by the caller overrides it (a new grid). An unknown commit is an error (2).
+  mkdir -p "$1"
+  if [ -n "${PIN:-}" ]; then
+    echo "$PIN" > "$1/code_commit"
+  elif [ ! -f "$1/code_commit" ]; then
+    git rev-parse HEAD > "$1/code_commit"
+  fi
+  PIN=$(cat "$1/code_commit")
+  git cat-file -e "$PIN^{commit}" 2>/dev/null || { echo "pinned commit $PIN not found" >&2; return 2; }
+}
+
+grid_snapshot() {  # commit dir: the package's code at commit, laid out as installed, in dir
+  git archive "$1" tfrs_logq pipelines serving | tar -x -C "$2" &&
+    mv "$2/pipelines" "$2/tfrs_logq/pipelines" &&
+    mv "$2/serving" "$2/tfrs_logq/serving" || { echo "no snapshot of $1" >&2; return 1; }
+}
+
+grid_python() {  # snap args...: $PY args... from inside the snapshot snap, with -P:
+  # neither the work tree nor the current directory is on sys.path, so the snapshot runs.
+  local snap=$1; shift
+  (cd "$snap" && PYTHONPATH="$snap" "$PY" -P "$@")
+}
+
+grid_has_row() {  # out prefix: a row of out/results.csv starts with prefix (a finished run)
+  [ -f "$1/results.csv" ] && grep -q "^$2" "$1/results.csv"
+}
+
+grid_commit() {  # out what: with COMMIT=1, commits out as "out: N finished run(s) what"
+  [ "${COMMIT:-0}" = 1 ] && [ -f "$1/results.csv" ] || return 0
+  git add -- "$1" >/dev/null 2>&1 || return 0
+  git diff --cached --quiet -- "$1" && return 0
+  local n; n=$(($(wc -l < "$1/results.csv") - 1))
+  for _ in 1 2 3 4 5; do  # another git command may hold the index lock
+    git commit -q -m "$1: $n finished run(s) $2" -- "$1" && return 0
+    sleep "${GRID_RETRY_SECONDS:-5}"
+  done
+  echo "$GRID_NAME: could not commit $1" >&2
+  return 1
+}
