@@ -120,6 +120,40 @@ def test_cross_replica_negatives_pool_targets_of_all_replicas(mirrored_strategy)
         assert set(ids.numpy().tolist()) - {0} == {1, 2, 3, 4}
 
 
+def test_replicas_draw_different_negatives_from_one_seed(mirrored_strategy):
+    """Each replica folds its id into the sampling key: given the same targets, the
+    two replicas' uniform negatives differ (before, both drew the same ids), while
+    in-batch negatives from the all-gathered pool are shared; one counter per
+    replica, saved as the first replica's."""
+    strategy = mirrored_strategy
+    _, _, _, _, counts = _batch()
+    with strategy.scope():
+        objective = make_objective("mns-corrected", 12, counts, num_negatives=64,
+                                   cross_replica_negatives=True)
+    same = tf.constant([[1, 2, 3, 4]], tf.int32)
+
+    @tf.function
+    def step():
+        def draw():
+            drawn = objective.sample(same)
+            return drawn.uniform, drawn.in_batch
+        return strategy.run(draw)
+
+    uniform, in_batch = step()
+    u = [t.numpy() for t in strategy.experimental_local_results(uniform)]
+    b = [t.numpy() for t in strategy.experimental_local_results(in_batch)]
+    assert u[0].shape == u[1].shape == (4, 32)
+    assert not np.array_equal(u[0], u[1])
+    np.testing.assert_array_equal(b[0], b[1])
+    # The draw counter advanced once per draw (uniform, in-batch) on each replica.
+    assert [int(v.numpy()) for v in strategy.experimental_local_results(objective._calls)] \
+        == [2, 2]
+    # A single device keeps the key (seed, calls) without a fold: the same draws as
+    # before per-replica keys, so single-device runs are unchanged.
+    single = make_objective("mns-corrected", 12, counts, num_negatives=64)
+    np.testing.assert_array_equal(single._seed().numpy(), [0, 1])
+
+
 SCORINGS = ["native", "native-sparse", "dense", "gather"]
 
 

@@ -561,3 +561,46 @@ def test_length_buckets_train_the_same_model(data_dir, tmp_path):
 def test_length_buckets_validated_before_anything_is_written():
     with pytest.raises(ValueError, match="length-buckets"):
         resolve_config("smoke", length_buckets=0)
+
+
+def test_a_resume_on_the_other_kernel_path_says_it_cannot_be_exact(data_dir, tmp_path,
+                                                                   monkeypatch, caplog):
+    """The checkpoint records whether the run trained with the native kernels; a run
+    resumed on the other path (their dropout masks differ) trains on, warns once and
+    says so in its metrics; one resumed on its own path does neither."""
+    import logging
+
+    import tensorflow as tf
+
+    from tfrs_logq import native
+
+    if not native.available():
+        pytest.skip("the native kernels cannot be built here")
+
+    class Interrupt(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):  # after epoch 1's checkpoint
+            if epoch == 1:
+                raise KeyboardInterrupt
+
+    config = resolve_config("smoke", loss="mns-corrected", split="loo", data_dir=data_dir,
+                            max_epochs=2, steps_per_epoch=2, batch_size=8, dropout=0.3)
+    for name, resume_env in (("same", "0"), ("other", "auto")):
+        directory = str(tmp_path / name)
+        monkeypatch.setenv("TFRS_LOGQ_NATIVE", "0")
+        with pytest.raises(KeyboardInterrupt):
+            train(config, directory, verbose=0, extra_callbacks=[Interrupt()])
+        monkeypatch.setenv("TFRS_LOGQ_NATIVE", resume_env)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="tfrs_logq.training"):
+            result = train(config, directory, verbose=0)
+        assert any("from epoch 2 of 2" in r.getMessage() for r in caplog.records)
+        warned = [r.getMessage() for r in caplog.records
+                  if r.levelno == logging.WARNING and "kernels" in r.getMessage()]
+        if name == "same":
+            assert not warned and "native_kernels_changed_on_resume" not in result
+            assert result["native_kernels"] is False
+        else:
+            assert len(warned) == 1 and "trained without" in warned[0], warned
+            assert "TFRS_LOGQ_NATIVE=0" in warned[0]
+            assert result["native_kernels"] is True
+            assert result["native_kernels_changed_on_resume"] is True

@@ -163,7 +163,11 @@ class SequenceObjective(tf.Module):
       num_items: int. Catalog size; ids ``1..num_items``, 0 is padding.
       item_counts: `[num_items + 1]` training counts (``log Q`` for in-batch
         negatives and MNS).
-      seed: int. Seed of the negative sampling.
+      seed: int. Seed of the negative sampling. Every draw is a function of the
+        seed, a draw counter (a variable, so a checkpoint resumes the sequence) and,
+        under a multi-replica strategy, the replica id: replicas draw different
+        negatives (cross-replica in-batch negatives, drawn from a pool every replica
+        holds, are shared).
       cross_replica_negatives: bool. Under a multi-replica strategy, draw in-batch
         negatives from the targets of all replicas (an all-gather of ids; the
         embeddings are looked up in the mirrored table, so gradients need no
@@ -191,7 +195,11 @@ class SequenceObjective(tf.Module):
         self.compact_positions = bool(compact_positions)
         self.native_kernels = native_kernels
         self._native = None  # decided (and the kernel built) at the first `loss`
-        self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sample_calls")
+        # Per replica (on-read), so each replica counts its own draws; a checkpoint holds
+        # the first replica's count (they are all equal).
+        self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sample_calls",
+                                  synchronization=tf.VariableSynchronization.ON_READ,
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         needs_counts = spec.num_in_batch > 0 and spec.correction != "none"
         if needs_counts and item_counts is None:
             raise ValueError(f"loss {spec.name!r} needs `item_counts` (training frequencies).")
@@ -218,16 +226,28 @@ class SequenceObjective(tf.Module):
             self._native = use
         return self._native
 
-    def _seed(self) -> tf.Tensor:
+    def _seed(self, shared: bool = False) -> tf.Tensor:
+        """`[2]` int64 Philox key of this draw: ``(seed, calls)``; under a
+        multi-replica strategy the replica id is folded in, so replicas draw
+        different negatives, unless ``shared`` (a draw from a pool every replica
+        holds, which all replicas then share)."""
         self._calls.assign_add(1)
-        return tf.stack([tf.constant(self.seed, tf.int64), self._calls.read_value()])
+        key = tf.stack([tf.constant(self.seed, tf.int64), self._calls.read_value()])
+        ctx = tf.distribute.get_replica_context()
+        if not shared and ctx is not None and ctx.num_replicas_in_sync > 1:
+            replica = tf.cast(ctx.replica_id_in_sync_group, tf.int64)
+            key = tf.cast(tf.random.experimental.stateless_fold_in(key, replica, alg="philox"),
+                          tf.int64)
+        return key
 
     def _in_batch(self, targets_flat: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
         pool = targets_flat
         ctx = tf.distribute.get_replica_context()
-        if self.cross_replica_negatives and ctx is not None and ctx.num_replicas_in_sync > 1:
+        gathered = (self.cross_replica_negatives and ctx is not None
+                    and ctx.num_replicas_in_sync > 1)
+        if gathered:
             pool = ctx.all_gather(pool, axis=0)
-        ids, valid = distinct_in_random_order(pool, k, self._seed(), pad_id=0)
+        ids, valid = distinct_in_random_order(pool, k, self._seed(shared=gathered), pad_id=0)
         return ids, valid
 
     def sample(self, targets: tf.Tensor, is_target=None) -> SampledIds:

@@ -13,7 +13,7 @@ two uninterrupted runs differ too). A directory written by an older version is
 refused rather than resumed inexactly. On a multi-worker cluster every non-chief
 worker keeps its state in ``MODEL_DIR/worker-TYPE-INDEX``. TensorBoard logs go
 to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
-``config.json``, ``best.weights.*`` (the restored best model), ``metrics.json``
+``config.json``, ``best.weights.*`` (the best epoch, published at the end), ``metrics.json``
 and ``vocabulary.json`` (item id -> the dataset's own id), which is what
 ``tfrs-logq export`` reads.
 
@@ -30,13 +30,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from tfrs_logq.atomic import write_json
+from tfrs_logq.callbacks import (  # noqa: F401  (re-exported)
+    BestEpochKeeper,
+    EpochCheckpoint,
+    ValidationCallback,
+    WindowedTestCallback,
+    _atomic_json,
+    _publish_weights,
+    uses_native_kernels,
+    windowed_test_metrics,
+)
 from tfrs_logq.config import (  # noqa: F401  (re-exported)
     MIXED_PRECISION_POLICIES,
     MONITOR,
@@ -86,182 +95,6 @@ def make_strategy(kind: str = "auto") -> tf.distribute.Strategy:
     if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
-
-
-class ValidationCallback(tf.keras.callbacks.Callback):
-    """Adds ``val_ndcg@10`` and ``val_recall@10`` to the epoch logs."""
-
-    def __init__(self, model_ref, arrays: dict) -> None:
-        super().__init__()
-        self._model_ref = model_ref
-        self.arrays = arrays
-
-    def on_epoch_end(self, epoch, logs=None):
-        metrics = evaluate(self._model_ref.query, self._model_ref.encoder.item_embeddings(),
-                           self.arrays, ks=(10,))
-        if logs is not None:
-            logs["val_ndcg@10"] = metrics["ndcg@10"]
-            logs["val_recall@10"] = metrics["recall@10"]
-
-
-def _atomic_json(path: str, value) -> None:
-    write_json(path, value, indent=2)
-
-
-class BestEpochKeeper(tf.keras.callbacks.Callback):
-    """Early stopping and the best checkpoint, with state that survives a resume.
-
-    After every epoch it appends the epoch's logs to ``state_path`` (JSON), saves
-    the weights to ``best_path`` when ``monitor`` improved, and stops training
-    after ``patience`` epochs without improvement; at the end it restores the
-    best weights. Unlike Keras' `EarlyStopping` + `ModelCheckpoint`, whose best
-    value and patience restart when `BackupAndRestore` resumes a run, the best
-    value, its epoch and the patience count are rebuilt from the saved epochs,
-    so an interrupted and resumed run keeps the same best epoch as an
-    uninterrupted one, and ``history`` holds every epoch. Epochs are numbered from
-    1, as Keras prints them ("Epoch 1/80"), in ``history``, ``best_epoch`` and the
-    state file.
-
-    Args:
-      state_path: str. JSON file of the run's epochs.
-      best_path: str. Weights prefix of the best epoch (TensorFlow format).
-      patience: int. Epochs without improvement before stopping.
-      monitor: str. Log key to maximise. Defaults to ``val_ndcg@10``.
-    """
-
-    def __init__(self, state_path: str, best_path: str, patience: int,
-                 monitor: str = MONITOR) -> None:
-        super().__init__()
-        self.state_path, self.best_path = state_path, best_path
-        self.patience, self.monitor = int(patience), monitor
-        self.history: list = []
-        self._started = False
-
-    @property
-    def best_epoch(self) -> Optional[int]:
-        if not self.history:
-            return None
-        return max(self.history, key=lambda e: (e[self.monitor], -e["epoch"]))["epoch"]
-
-    def on_train_begin(self, logs=None):
-        self._started = False
-        if os.path.exists(self.state_path):
-            with open(self.state_path) as f:
-                self.history = json.load(f)["epochs"]
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.perf_counter()
-        if not self._started:
-            # Resumed at `epoch`: epochs from it on (if saved before the backup was) rerun.
-            self.history = [e for e in self.history if e["epoch"] <= epoch]
-            self._started = True
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        if self.monitor not in logs:
-            raise ValueError(f"`{self.monitor}` missing from the epoch logs: the validation "
-                             f"callback must run first.")
-        previous_best = self.best_epoch
-        previous_value = (None if previous_best is None else
-                          next(e[self.monitor] for e in self.history
-                               if e["epoch"] == previous_best))
-        self.history.append({"epoch": int(epoch) + 1,  # 1-based, as Keras prints it
-                             "seconds": round(time.perf_counter() - self._epoch_start, 2),
-                             **{k: float(v) for k, v in logs.items()}})
-        if previous_value is None or logs[self.monitor] > previous_value:
-            self._save_best()
-        _atomic_json(self.state_path, {"monitor": self.monitor, "best_epoch": self.best_epoch,
-                                       "epoch_base": 1, "epochs": self.history})
-        if epoch + 1 - self.best_epoch >= self.patience:
-            self.model.stop_training = True
-
-    def _save_best(self) -> None:
-        tmp = self.best_path + ".tmp"
-        self.model.save_weights(tmp)
-        directory = os.path.dirname(tmp) or "."
-        base = os.path.basename(tmp)
-        data = [n for n in os.listdir(directory) if n.startswith(base + ".data-")]
-        for name in data:  # the data shards first, the index last
-            os.replace(os.path.join(directory, name),
-                       os.path.join(directory, name.replace(base, os.path.basename(
-                           self.best_path), 1)))
-        os.replace(tmp + ".index", self.best_path + ".index")
-
-    def on_train_end(self, logs=None):
-        if os.path.exists(self.best_path + ".index"):
-            self.model.load_weights(self.best_path)
-
-
-class EpochCheckpoint(tf.keras.callbacks.Callback):
-    """The run's state after every epoch, for an exact resume.
-
-    One `tf.train.CheckpointManager` checkpoint (the last only) in ``directory``
-    holding the model (weights and every counter variable its layers and
-    objective keep: dropout calls, negative-sampling calls), its optimizer (slots
-    and step count) and the number of finished epochs. TensorFlow writes the data
-    and index files first and the ``checkpoint`` state file last, so a process
-    killed while saving leaves the previous checkpoint in force.
-
-    Args:
-      directory: str. Where the checkpoints go.
-      model: a compiled `tf.keras.Model` whose optimizer is built.
-    """
-
-    def __init__(self, directory: str, model) -> None:
-        super().__init__()
-        self.epochs_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="epochs_done")
-        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
-                                               epochs_done=self.epochs_done)
-        self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=1)
-
-    def restore(self) -> int:
-        """Loads the latest checkpoint, if any; returns the number of finished epochs
-        it holds (0 when there is none)."""
-        path = self._manager.latest_checkpoint
-        if path is None:
-            return 0
-        self._checkpoint.restore(path).assert_existing_objects_matched()
-        return int(self.epochs_done.numpy())
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.epochs_done.assign(epoch + 1)
-        self._manager.save(checkpoint_number=epoch + 1)
-
-
-class WindowedTestCallback(tf.keras.callbacks.Callback):
-    """Adds ``test_recall@k`` and ``test_ndcg@k`` (all test users, full catalog) to
-    the logs of the epochs from ``first_epoch`` on, so a fixed-length run can be
-    scored by the mean over its last epochs instead of at an early-stopped one.
-
-    Args:
-      model_ref: the `SequentialRetrievalModel`.
-      arrays: `evaluation_arrays` of the test part.
-      first_epoch: int. 0-based first epoch scored.
-      ks: cut-offs. Defaults to ``(10, 20)``.
-    """
-
-    def __init__(self, model_ref, arrays: dict, first_epoch: int, ks=(10, 20)) -> None:
-        super().__init__()
-        self._model_ref, self.arrays = model_ref, arrays
-        self.first_epoch, self.ks = int(first_epoch), tuple(ks)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch < self.first_epoch or logs is None:
-            return
-        metrics = evaluate(self._model_ref.query, self._model_ref.encoder.item_embeddings(),
-                           self.arrays, ks=self.ks)
-        logs.update({f"test_{name}": value for name, value in metrics.items()})
-
-
-def windowed_test_metrics(history: list, window: int) -> Optional[dict]:
-    """Mean of the ``test_*`` logs over the last ``window`` epochs of ``history``
-    (`BestEpochKeeper.history`), with the epochs it covers; None without them."""
-    scored = [e for e in history if any(k.startswith("test_") for k in e)][-int(window):]
-    if not window or not scored:
-        return None
-    names = sorted({k[len("test_"):] for e in scored for k in e if k.startswith("test_")})
-    return {"epochs": [int(e["epoch"]) for e in scored],
-            **{n: float(np.mean([e["test_" + n] for e in scored])) for n in names}}
 
 
 def _subsample(arrays: dict, limit: Optional[int], seed: int) -> dict:
@@ -494,7 +327,9 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         # Whether this process trained with `tfrs_logq.native`'s kernels (same maths;
         # its dropout masks differ from TensorFlow's ops', so a seed reproduces a run
         # only on the same path).
-        "native_kernels": any(getattr(m, "_native", None) is True for m in model.submodules),
+        "native_kernels": uses_native_kernels(model),
     }
+    if backup.kernels_changed:
+        result["native_kernels_changed_on_resume"] = True
     _atomic_json(os.path.join(model_dir, "metrics.json"), result)
     return result
