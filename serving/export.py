@@ -31,13 +31,12 @@ import logging
 import math
 import os
 import re
-import shutil
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
-from tfrs_logq.atomic import publish_directory, staging_directory
+from tfrs_logq.atomic import publish_directory, remove_stale_staging, staging_directory
 from tfrs_logq.models import SASRecEncoder
 from tfrs_logq.trained import load_trained  # noqa: F401  (the export's input; re-exported)
 
@@ -70,35 +69,15 @@ def run_fingerprint(model_dir: str) -> str:
     return digest.hexdigest()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_temporaries(base: str) -> list[str]:
     """Deletes ``.tmp-*`` directories that crashed exports left in ``base``.
 
     A temporary is named ``.tmp-VERSION-PID-RANDOM``; it is stale when that process
-    is gone (an export in progress in a live process is left alone). Returns the
-    removed paths.
+    is gone (an export in progress in a live process is left alone; so is a name
+    without a PID). Returns the removed paths (`tfrs_logq.atomic.remove_stale_staging`).
     """
-    removed = []
-    if not os.path.isdir(base):
-        return removed
-    for name in os.listdir(base):
-        if not name.startswith(_TMP_PREFIX):
-            continue
-        parts = name[len(_TMP_PREFIX):].split("-")
-        pid = int(parts[1]) if len(parts) >= 3 and parts[1].isdigit() else None
-        if pid is None or not _pid_alive(pid):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-            removed.append(os.path.join(base, name))
-    return removed
+    return [os.path.join(base, name)
+            for name in remove_stale_staging(base, (_TMP_PREFIX,))]
 
 
 def scann_parameters(num_items: int, k: int) -> dict:

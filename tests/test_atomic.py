@@ -229,3 +229,42 @@ def test_publishing_without_replace_refuses_an_existing_directory(tmp_path):
     assert os.listdir(staging) == ["saved_model.pb"]  # left for the caller to retry or remove
     atomic.publish_directory(staging, tmp_path / "2", replace=False)
     assert sorted(os.listdir(tmp_path)) == ["1", "2"]
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout)
+
+
+def test_stale_staging_of_dead_writers_is_removed_the_rest_kept(tmp_path):
+    dead, me = _dead_pid(), os.getpid()
+    names = {f".tmp-C-{dead}-abc": False, f".tmp-3-{dead}-x_1": False,  # dead: removed
+             f".old-C-{dead}-q1w2": False, f".tmp-C-{me}-abc": True,  # this process: kept
+             ".tmp-C-abc": True,  # no PID: kept
+             "C": True, f".cache-{dead}-abc": True}  # not staging
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f").write_text("x")
+    (tmp_path / f".tmp-file-{dead}-zz").write_text("a stray file")
+    removed = atomic.remove_stale_staging(tmp_path)
+    assert removed == sorted([n for n, kept in names.items() if not kept]
+                             + [f".tmp-file-{dead}-zz"])
+    assert sorted(os.listdir(tmp_path)) == sorted(n for n, kept in names.items() if kept)
+    assert atomic.remove_stale_staging(tmp_path / "absent") == []
+
+
+def test_stale_staging_of_a_live_process_is_kept(tmp_path):
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / f".tmp-C-{child.pid}-abc").mkdir()
+        assert atomic.remove_stale_staging(tmp_path, (".tmp-",)) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert atomic.remove_stale_staging(tmp_path, (".tmp-",)) == [f".tmp-C-{child.pid}-abc"]

@@ -18,7 +18,8 @@ A writer that takes a file name rather than a file (a compiler's ``-o``, `np.sav
 writes to `atomic_path`'s temporary name instead; `save_figure` writes a Matplotlib
 figure; `write_csv` a list of dicts. A whole directory (a cache entry, a pipeline
 artifact, a model version) is written into a `staging_directory` beside its
-destination and renamed into place with `publish_directory`.
+destination and renamed into place with `publish_directory`; `remove_stale_staging`
+clears what writers that died left behind.
 """
 
 from __future__ import annotations
@@ -235,6 +236,48 @@ def publish_directory(staging: str | os.PathLike, directory: str | os.PathLike, 
         shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["atomic_path", "atomic_write", "publish_directory", "save_figure",
-           "stale_temporaries", "staging_directory", "write_bytes", "write_csv", "write_json",
-           "write_text"]
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM  # alive, another user's
+    return True
+
+
+def remove_stale_staging(parent: str | os.PathLike,
+                         prefixes: Sequence[str] = (".tmp-", ".old-")) -> list[str]:
+    """Removes what writers that died left in ``parent``: staging directories and
+    directories `publish_directory` moved aside, named ``PREFIX...-PID-<random>``.
+
+    The PID is the last all-digit ``-`` field before the random suffix (``.tmp-NAME-PID-
+    XXXX``, ``.tmp-VERSION-PID-XXXX``, ``.old-NAME-PID-XXXX``). An entry is removed when
+    that process is gone; one without a PID, or of a live process (this one included),
+    is kept.
+
+    Returns:
+      The names removed, sorted.
+    """
+    parent = os.fspath(parent)
+    removed: list[str] = []
+    if not os.path.isdir(parent):
+        return removed
+    for name in sorted(os.listdir(parent)):
+        if not name.startswith(tuple(prefixes)):
+            continue
+        parts = name.split("-")
+        pid = next((int(p) for p in reversed(parts[:-1]) if p.isdigit()), None)
+        if pid is None or pid == os.getpid() or _pid_alive(pid):
+            continue
+        path = os.path.join(parent, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        removed.append(name)
+    return removed
+
+
+__all__ = ["atomic_path", "atomic_write", "publish_directory", "remove_stale_staging",
+           "save_figure", "stale_temporaries", "staging_directory", "write_bytes", "write_csv",
+           "write_json", "write_text"]

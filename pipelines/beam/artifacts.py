@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import os
-import shutil
 from typing import Iterator, Optional
 
 # Reading and verifying a manifest, Beam-free (re-exported here).
@@ -108,29 +106,10 @@ def publish(staging: str, directory: str) -> None:
     atomic.publish_directory(staging, directory)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    return True
-
-
 def remove_stale(root: str) -> list[str]:
     """Removes ``.tmp-*`` / ``.old-*`` directories left by runs that died (their PID is
-    gone); returns what was removed."""
-    removed = []
-    if not os.path.isdir(root):
-        return removed
-    for name in sorted(os.listdir(root)):
-        if not name.startswith((_TMP_PREFIX, _OLD_PREFIX)):
-            continue
-        parts = name.split("-")
-        pid = next((int(p) for p in reversed(parts[:-1]) if p.isdigit()), None)
-        if pid is not None and pid != os.getpid() and not _pid_alive(pid):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-            removed.append(name)
-    return removed
+    gone); returns what was removed (`tfrs_logq.atomic.remove_stale_staging`)."""
+    return atomic.remove_stale_staging(root, (_TMP_PREFIX, _OLD_PREFIX))
 
 
 @contextlib.contextmanager
