@@ -208,3 +208,15 @@ def test_cli_model_dir_logs_the_data_loading_line_once(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert code == 0, err
     assert len([line for line in err.splitlines() if "ratings.dat" in line]) == 1, err
+
+
+def test_plot_writes_the_png_whole_and_leaves_no_temporary(tmp_path):
+    from tfrs_logq import diagnose as diag
+
+    result = diag.diagnose(*diag.synthetic_inputs(300, 16, seed=0), num_negatives=[4],
+                           num_draws=5, seed=0)
+    path = tmp_path / "diagnose.png"
+    path.write_bytes(b"an older figure")
+    diag.plot(result, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["diagnose.png"]

@@ -50,6 +50,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.atomic import save_figure
 from tfrs_logq.losses import (
     CORRECTIONS,
     corrected_weight,
@@ -365,7 +366,7 @@ def plot(result: dict, path: str) -> None:
     ax.set_title(f"{samplers[0]}, k = {largest}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)  # whole or not at all (tfrs_logq.atomic)
     plt.close(fig)
 
 
