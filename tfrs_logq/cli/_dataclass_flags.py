@@ -39,6 +39,8 @@ def _reader(cls):
     """A jsonargparse parser of the dataclass ``cls`` (one argument per field)."""
     import jsonargparse
 
+    # Field docstrings are the flags' help. A process-wide jsonargparse setting; the
+    # command line is jsonargparse's only user in the package.
     jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
     parser = jsonargparse.ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(cls, nested_key=None, as_group=False, fail_untyped=True)
