@@ -74,7 +74,7 @@ def _load_test_split(model_dir: str, config: dict, dataset, split_name, data_dir
             "evaluate it with --split loo or --split gsasrec.")
     if config.get("examples") and not overridden:
         # trained on a pipeline's ExampleGen artifact (`train --examples`): its split
-        from tfrs_logq.pipelines.beam.examples import read_split
+        from tfrs_logq.pipelines.examples import read_split
 
         split = read_split(config["examples"])
     else:

@@ -116,8 +116,8 @@ def training_item_counts(config: TrainConfig, split: Split) -> np.ndarray:
     """
     if not config.log_q:
         return split.train_item_counts()
-    from tfrs_logq.pipelines.beam.artifacts import ArtifactError, verified_manifest
-    from tfrs_logq.pipelines.beam.item_statistics import load_item_statistics
+    from tfrs_logq.pipelines.item_statistics import load_item_statistics
+    from tfrs_logq.pipelines.manifest import ArtifactError, verified_manifest
 
     stats = load_item_statistics(config.log_q)
     if config.examples:
@@ -185,7 +185,7 @@ def load_split(config: TrainConfig) -> Split:
       ValueError: ``config.split`` is not the artifact's split.
     """
     if config.examples:
-        from tfrs_logq.pipelines.beam.examples import read_split
+        from tfrs_logq.pipelines.examples import read_split
 
         split = read_split(config.examples)
         if split.name != config.split:

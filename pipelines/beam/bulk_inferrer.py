@@ -39,9 +39,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 from tfrs_logq.pipelines.beam.artifacts import artifact_input, verified_manifest
-from tfrs_logq.pipelines.beam.examples import decode_user, example_class, read_vocabulary
 from tfrs_logq.pipelines.beam.exporter import saved_model_dir
 from tfrs_logq.pipelines.beam.predictions import PREDICTIONS_DIR, encode_features
+from tfrs_logq.pipelines.examples import decode_user, example_class, read_vocabulary
 
 NAME = "BulkInferrer"
 VERSION = 1
@@ -247,7 +247,7 @@ class BulkInferrer:
 
 
 def _all_records(directory: str):
-    from tfrs_logq.pipelines.beam.examples import read_records
+    from tfrs_logq.pipelines.examples import read_records
 
     for name in sorted(os.listdir(directory)):
         yield from read_records(os.path.join(directory, name))

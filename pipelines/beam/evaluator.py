@@ -48,9 +48,9 @@ from tfrs_logq.pipelines.beam.evaluation import (
     metrics_from_histogram,
     popularity_deciles,
 )
-from tfrs_logq.pipelines.beam.examples import example_class
-from tfrs_logq.pipelines.beam.item_statistics import FILENAME as STATISTICS_FILE
 from tfrs_logq.pipelines.beam.predictions import PREDICTIONS_DIR, decode_features
+from tfrs_logq.pipelines.examples import example_class
+from tfrs_logq.pipelines.item_statistics import FILENAME as STATISTICS_FILE
 
 NAME = "Evaluator"
 VERSION = 1

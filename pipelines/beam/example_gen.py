@@ -10,7 +10,7 @@ every format), written as an artifact::
       vocabulary/users.txt              the source's id of user u on line u + 1
       vocabulary/items.txt              the source's id of item d on line d
 
-The records are described in `tfrs_logq.pipelines.beam.examples`.
+The records are described in `tfrs_logq.pipelines.examples`.
 
 Beam steps::
 
@@ -45,7 +45,6 @@ import numpy as np
 from apache_beam.io.tfrecordio import _TFRecordUtil
 from tfrs_logq.pipelines.beam import SOURCE_FORMATS
 from tfrs_logq.pipelines.beam.artifacts import ArtifactError
-from tfrs_logq.pipelines.beam.examples import encode_user, example_class
 from tfrs_logq.pipelines.beam.synthetic_source import DATASET, ItemTable, SyntheticSpec, draw_chunk
 from tfrs_logq.pipelines.datasets import (
     DEFAULT_TEMPORAL_FRACTION,
@@ -54,6 +53,7 @@ from tfrs_logq.pipelines.datasets import (
     _parse_sasrec,
     _parse_steam_review,
 )
+from tfrs_logq.pipelines.examples import encode_user, example_class
 from tfrs_logq.pipelines.interactions import (
     _DAMAGED,
     DataFormatError,

@@ -13,7 +13,7 @@
   history left out.
 
 The messages come from the private ``tf.train.Example`` pool of
-`tfrs_logq.pipelines.beam.examples` (``tf.io.parse_single_example`` reads them).
+`tfrs_logq.pipelines.examples` (``tf.io.parse_single_example`` reads them).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
-from tfrs_logq.pipelines.beam.examples import example_class, read_records
+from tfrs_logq.pipelines.examples import example_class, read_records
 
 PREDICTIONS_DIR = "predictions"
 

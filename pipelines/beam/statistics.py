@@ -18,14 +18,14 @@ import os
 import apache_beam as beam
 import numpy as np
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
-from tfrs_logq.pipelines.beam.examples import decode_user, example_class
-from tfrs_logq.pipelines.beam.item_statistics import (
+from tfrs_logq.pipelines.beam.synthetic_source import ItemTable, chunk_training_ids
+from tfrs_logq.pipelines.examples import decode_user, example_class
+from tfrs_logq.pipelines.item_statistics import (
     COMPONENT,
     FILENAME,
     hash_coefficients,
     sketch_cells,
 )
-from tfrs_logq.pipelines.beam.synthetic_source import ItemTable, chunk_training_ids
 
 NAME = COMPONENT
 VERSION = 1
