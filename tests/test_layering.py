@@ -181,3 +181,96 @@ def test_the_readers_moved_below_training_keep_their_pipeline_names():
     from tfrs_logq.pipelines.item_statistics import load_item_statistics as moved_load
 
     assert read_split is moved_read_split and load_item_statistics is moved_load
+
+
+# The README's layer table: every module of the package, and the layer it sits in. A
+# module may import its own layer and lower ones only; a new module must be placed here.
+LAYERS = {
+    1: ("tfrs_logq._version", "tfrs_logq.proposal", "tfrs_logq.losses", "tfrs_logq.metrics",
+        "tfrs_logq.stats", "tfrs_logq.atomic", "tfrs_logq.cache"),
+    2: ("tfrs_logq.sampling", "tfrs_logq.frequency", "tfrs_logq.config",
+        "tfrs_logq.pipelines", "tfrs_logq.pipelines.datasets",
+        "tfrs_logq.pipelines.interactions", "tfrs_logq.pipelines.splits",
+        "tfrs_logq.pipelines.sequential", "tfrs_logq.pipelines.synthetic",
+        "tfrs_logq.pipelines.manifest", "tfrs_logq.pipelines.examples",
+        "tfrs_logq.pipelines.item_statistics"),
+    3: ("tfrs_logq", "tfrs_logq.tasks", "tfrs_logq.objectives", "tfrs_logq.models",
+        "tfrs_logq.lazy_adam", "tfrs_logq.native"),
+    4: ("tfrs_logq.training", "tfrs_logq.callbacks", "tfrs_logq.run_directory",
+        "tfrs_logq.trained"),
+    5: ("tfrs_logq.experiment", "tfrs_logq.demo", "tfrs_logq.diagnose", "tfrs_logq.study",
+        "tfrs_logq.study_report", "tfrs_logq.pipelines.beam", "tfrs_logq.serving"),
+    6: ("tfrs_logq.cli",),
+}
+
+
+def _layer(module: str) -> int:
+    """The layer of ``module``: its own entry, else its closest listed package's
+    (``tfrs_logq.serving.*`` are in 5, ``tfrs_logq.cli.*`` in 6)."""
+    best = None
+    for layer, names in LAYERS.items():
+        for name in names:
+            if module == name or (module.startswith(name + ".") and name != "tfrs_logq"):
+                if best is None or len(name) > len(best[1]):
+                    best = (layer, name)
+    if best is None:
+        raise AssertionError(f"{module} is not in LAYERS: place it in the layer table")
+    return best[0]
+
+
+def _package_modules() -> list[tuple[str, str]]:
+    found = []
+    for top, prefix in (("tfrs_logq", "tfrs_logq"), ("pipelines", "tfrs_logq.pipelines"),
+                        ("serving", "tfrs_logq.serving")):
+        for parent, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in sorted(files):
+                if not name.endswith(".py"):
+                    continue
+                rel = os.path.relpath(os.path.join(parent, name), os.path.join(ROOT, top))
+                parts = rel[:-3].split(os.sep)
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                found.append((".".join([prefix, *parts]), os.path.join(parent, name)))
+    return found
+
+
+def _imported_modules(path: str) -> set[str]:
+    """Every ``tfrs_logq`` module an import statement of ``path`` names (lazy ones
+    too); ``from tfrs_logq import native`` names ``tfrs_logq.native``."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "tfrs_logq")
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+              and node.module.split(".")[0] == "tfrs_logq"):
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                spec_file = _source_file(candidate) if candidate.count(".") else ""
+                is_module = (os.path.exists(spec_file) or os.path.isdir(spec_file[:-3]))
+                found.add(candidate if is_module else node.module)
+    return found
+
+
+def test_every_module_imports_only_its_own_layer_or_lower_ones():
+    modules = _package_modules()
+    assert len(modules) > 60
+    upward = []
+    for module, path in modules:
+        if module.startswith("tfrs_logq.native") and path.endswith(".cc"):
+            continue
+        own = _layer(module)
+        for name in sorted(_imported_modules(path)):
+            if _layer(name) > own:
+                upward.append(f"{module} (layer {own}) imports {name} (layer {_layer(name)})")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_layer_table_places_every_module_and_catches_an_upward_import(tmp_path):
+    for module, _ in _package_modules():
+        _layer(module)  # raises for a module missing from the table
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from tfrs_logq.serving import export\n")
+    assert _layer("tfrs_logq.losses") == 1
+    assert any(_layer(n) == 5 for n in _imported_modules(str(bad)))
