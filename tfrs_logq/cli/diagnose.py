@@ -61,9 +61,7 @@ def run(args) -> int:
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "diagnose.json"), result)
         write_text(os.path.join(args.output_dir, "diagnose.md"), diag.format_table(result) + "\n")
-        png = os.path.join(args.output_dir, "diagnose.png")
-        diag.plot(result, png + ".tmp.png")
-        os.replace(png + ".tmp.png", png)
+        diag.plot(result, os.path.join(args.output_dir, "diagnose.png"))  # atomic
     print(json.dumps(result) if args.json else diag.format_table(result))
     return 0
 
