@@ -507,3 +507,43 @@ def test_coded_ids_and_log_q_steps():
     per_example = tf.constant([1.0, 2.0, 3.0])
     assert float(reduce_loss(per_example, "sum")) == 6.0
     assert float(reduce_loss(per_example, "sum_over_batch_size", [1.0, 1.0, 2.0])) == 3.0
+
+
+def test_positive_scores_step_is_the_diagonal_of_candidate_scores():
+    from tfrs_logq.tasks import candidate_scores, positive_scores
+
+    q, c, *_ = _batch(num_extra=3)
+    for temperature in (None, 0.5):
+        np.testing.assert_allclose(
+            positive_scores(q, c, temperature).numpy(),
+            np.diag(candidate_scores(q, c, temperature).numpy()), rtol=1e-6, atol=1e-6)
+    heads = np.random.default_rng(1).normal(size=(8, 3, 5)).astype(np.float32)
+    np.testing.assert_allclose(positive_scores(heads, c).numpy(),
+                               np.einsum("qne,qe->qn", heads, c[:8]).max(axis=1), rtol=1e-6)
+    half = positive_scores(tf.constant(q, tf.float16), tf.constant(c, tf.float16))
+    assert half.dtype == tf.float32  # computed in float32, as the loss is
+
+
+@pytest.mark.parametrize("num_extra", [0, 5])
+def test_in_batch_loss_with_given_positives_and_masked_diagonal_is_unchanged(num_extra):
+    from tfrs_logq.losses import in_batch_softmax_loss
+
+    q, c, ids, prob, _ = _batch(seed=3, num_extra=num_extra)
+    is_negative = tf.constant(ids[None, :] != ids[:len(q), None])  # diagonal False: hits
+    log_q = tf.math.log(tf.constant(prob))
+    results = []
+    for fast in (False, True):
+        qv, cv = tf.Variable(q), tf.Variable(c)
+        with tf.GradientTape() as tape:
+            scores = tf.matmul(qv, cv, transpose_b=True)
+            extra = {}
+            if fast:
+                extra = dict(positive_logits=tf.reduce_sum(qv * cv[:len(q)], axis=-1),
+                             positives_masked=True)
+            loss = tf.reduce_sum(in_batch_softmax_loss(
+                scores, correction="corrected", log_q=log_q, is_negative=is_negative, **extra))
+        results.append([loss.numpy()] + [g.numpy() for g in tape.gradient(loss, [qv, cv])])
+    ref = reference_corrected(q, c, ids, prob).sum()
+    np.testing.assert_allclose(results[1][0], ref, rtol=1e-5)
+    for slow, fast in zip(results[0], results[1]):
+        np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-6)

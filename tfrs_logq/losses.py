@@ -107,6 +107,17 @@ def masked_row_logsumexp(logits: tf.Tensor, exclude: tf.Tensor) -> tf.Tensor:
     return _lse(logits)
 
 
+def _kept_row_logsumexp(logits: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
+    """`masked_row_logsumexp` with the mask in the positive sense (True = counts),
+    so that no `[batch, n]` ``logical_not`` is made."""
+
+    @tf.custom_gradient
+    def _lse(x):
+        return _logsumexp_with_gradient(tf.where(keep, x, masked_value(x.dtype)))
+
+    return _lse(logits)
+
+
 def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """``log(e^a + e^b)`` elementwise, stable."""
     m = tf.stop_gradient(tf.maximum(a, b))
@@ -276,6 +287,8 @@ def in_batch_softmax_loss(
     is_negative: Optional[tf.Tensor] = None,
     num_negatives: Optional[tf.Tensor] = None,
     numerator_log_q: bool = True,
+    positive_logits: Optional[tf.Tensor] = None,
+    positives_masked: bool = False,
 ) -> tf.Tensor:
     """The same losses on a TFRS-style score matrix, without copying the positive out.
 
@@ -299,35 +312,51 @@ def in_batch_softmax_loss(
         cheaply than by counting ``is_negative`` (only used by ``"corrected"``).
       numerator_log_q: bool. For ``"logq"``, subtract ``log Q(p)`` in the
         numerator as well (TFRS does; a constant with zero gradient). Defaults to True.
+      positive_logits: `[batch]` the diagonal ``scores[i, i]``, if the caller has it
+        more cheaply (`tfrs_logq.tasks.positive_scores` computes it from the
+        embeddings, so no `[batch, num_candidates]` gradient is built for it).
+        Defaults to None: read off ``scores``.
+      positives_masked: bool. ``is_negative`` is already False on the diagonal
+        (true when accidental hits are removed: the positive has its own id), so
+        the diagonal need not be masked again. Defaults to False.
 
     Returns:
       `[batch]` per-example losses in the scores' dtype.
+
+    Cost: the corrected loss makes one pass over ``scores`` to subtract ``log Q``,
+    one ``where`` with ``is_negative`` and the log-sum-exp's passes (max, exp, sum;
+    one multiply backward); its weight ``w`` and ``log(1 - Q(p))`` are `[batch]`.
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
     dtype = scores.dtype
     batch = tf.shape(scores)[0]
-    positive_logits = tf.linalg.diag_part(scores[:, :batch])
-    logits = scores
+    if positive_logits is not None:
+        positive_logits = tf.cast(positive_logits, dtype)
+    else:
+        # diag_part of the rectangular matrix: entries (i, i), i < batch, without
+        # slicing out (and, backward, padding back) a [batch, batch] block.
+        positive_logits = tf.linalg.diag_part(scores)
+    logits, diagonal = scores, positive_logits  # diagonal: s_p - log Q(p), or s_p
     if correction != "none":
         if log_q is None:
             raise ValueError(f"`log_q` is required for correction={correction!r}.")
         logits = scores - tf.cast(log_q, dtype)[None, :]
-    diagonal = tf.linalg.diag_part(logits[:, :batch])  # s_p - log Q(p), or s_p
+        diagonal = positive_logits - tf.cast(log_q, dtype)[:batch]
 
     if is_negative is None and correction != "corrected":
         # No mask: the diagonal already holds the positive's denominator term.
         lse = row_logsumexp(logits)
     else:
-        on_diagonal = tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool)
-        excluded = (
-            on_diagonal if is_negative is None
-            else tf.logical_or(tf.logical_not(is_negative), on_diagonal)
-        )
-        negative_lse = masked_row_logsumexp(logits, excluded)  # positive excluded
+        if is_negative is None:
+            is_negative = tf.logical_not(tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool))
+        elif not positives_masked:
+            off_diagonal = tf.logical_not(tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool))
+            is_negative = tf.logical_and(is_negative, off_diagonal)
+        negative_lse = _kept_row_logsumexp(logits, is_negative)  # positive excluded
         if correction == "corrected":
             if num_negatives is None:
-                num_negatives = tf.reduce_sum(tf.cast(tf.logical_not(excluded), tf.int32), -1)
+                num_negatives = tf.reduce_sum(tf.cast(is_negative, tf.int32), -1)
             # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
             negative_lse = negative_lse + log_complement(tf.cast(log_q, dtype)[:batch])
             return corrected_from_logsumexp(positive_logits, negative_lse, num_negatives)

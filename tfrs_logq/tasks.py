@@ -4,10 +4,11 @@
 tested on its own:
 
     scores = candidate_scores(queries, candidates, temperature)
+    positives = positive_scores(queries, candidates, temperature)  # its diagonal, cheaply
     ids = coded_candidate_ids(candidate_ids)                 # strings -> int codes
     is_negative, num_negatives = negative_mask(ids, ...)     # True = counts as a negative
     log_q = proposal_log_q(probability, log_probability)     # checked: Q <= 1
-    per_example = losses.in_batch_softmax_loss(scores, is_negative=..., log_q=...)
+    per_example = losses.in_batch_softmax_loss(scores, positive_logits=positives, ...)
     loss = reduce_loss(per_example, reduction, sample_weight)
 
 One mask convention throughout: ``is_negative[i, j]`` is True when candidate
@@ -89,6 +90,27 @@ def candidate_scores(query_embeddings, candidate_embeddings, temperature=None) -
         )
     dtype = compute_dtype_for(scores)
     scores = tf.cast(scores, dtype)
+    if temperature is not None:
+        scores = scores / tf.cast(temperature, dtype)
+    return scores
+
+
+def positive_scores(query_embeddings, candidate_embeddings, temperature=None) -> tf.Tensor:
+    """`[num_queries]` scores of each query's positive: the diagonal of `candidate_scores`.
+
+    Computed from the embeddings (``<q_i, c_i>``, the best head for rank-3
+    queries) in the scores' dtype, so that the loss needs no `[num_queries,
+    num_candidates]` gradient to read the diagonal off the score matrix.
+    """
+    queries = tf.convert_to_tensor(query_embeddings)
+    candidates = tf.convert_to_tensor(candidate_embeddings)
+    dtype = compute_dtype_for(queries, candidates)
+    queries, candidates = tf.cast(queries, dtype), tf.cast(candidates, dtype)
+    positives = candidates[:tf.shape(queries)[0]]
+    if queries.shape.rank == 3:
+        scores = tf.reduce_max(tf.einsum("qne,qe->qn", queries, positives), axis=1)
+    else:
+        scores = tf.reduce_sum(queries * positives, axis=-1)
     if temperature is not None:
         scores = scores / tf.cast(temperature, dtype)
     return scores
@@ -488,9 +510,12 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 log_q = inclusion_log_q(log_q, num_queries)
 
         if self._num_hard_negatives is None:
+            positives = positive_scores(query_embeddings, candidate_embeddings,
+                                        self._temperature)
             per_example = in_batch_softmax_loss(
                 scores, correction=self._correction, log_q=log_q,
                 is_negative=is_negative, num_negatives=num_negatives,
+                positive_logits=positives, positives_masked=remove_hits,
             )
         else:
             per_example = self._hard_negative_loss(scores, log_q, is_negative)
@@ -548,11 +573,11 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         top, _ = tf.math.top_k(negatives, k=k, sorted=False)
         is_valid = top > masked / 2
         top = tf.where(is_valid, top, masked)
-        positive_logits = tf.linalg.diag_part(scores[:, :num_queries])
+        positive_logits = tf.linalg.diag_part(scores)
         if self._correction == "corrected":
             lse = row_logsumexp(top) + log_complement(log_q[:num_queries])
             num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
             return corrected_from_logsumexp(positive_logits, lse, num_valid)
-        diagonal = tf.linalg.diag_part(adjusted[:, :num_queries])
+        diagonal = tf.linalg.diag_part(adjusted)
         lse = row_logsumexp(tf.concat([diagonal[:, None], top], axis=1))
         return lse - (diagonal if self._correction == "logq" else positive_logits)
