@@ -138,3 +138,14 @@ def test_samplers_and_task_compile_under_xla(deduplicate):
         assert len(inb) == 4 and len(set(inb)) == 4  # four distinct real items, one pad
     else:
         assert len(inb) == 5  # five real positions drawn without replacement
+
+
+def test_score_mask_is_the_diagonal_then_the_valid_negatives():
+    from tfrs_logq.sampling import SampledNegatives
+
+    valid = np.array([True, False, True])
+    neg = SampledNegatives(tf.constant([5, 0, 7], tf.int64), tf.zeros([3]), tf.constant(valid))
+    expected = np.concatenate([np.eye(4, dtype=bool), np.broadcast_to(valid, (4, 3))], axis=1)
+    np.testing.assert_array_equal(neg.score_mask(4).numpy(), expected)
+    traced = tf.function(lambda n: neg.score_mask(n))(tf.constant(4))  # dynamic batch
+    np.testing.assert_array_equal(traced.numpy(), expected)

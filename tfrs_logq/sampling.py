@@ -46,9 +46,13 @@ class SampledNegatives(NamedTuple):
         True on the diagonal (each row's own positive) and on valid sampled
         negatives; False on the other rows' positives and on padding.
         """
-        eye = tf.cast(tf.eye(num_queries), tf.bool)
-        extra = tf.broadcast_to(self.is_valid[None, :], [num_queries, tf.shape(self.ids)[0]])
-        return tf.concat([eye, extra], axis=1)
+        # Two broadcast comparisons written straight into the [B, B + k] mask (no
+        # float eye, cast, broadcast and concat): column j < B holds j, a valid
+        # sampled negative -1, padding -2.
+        rows = tf.range(num_queries)
+        columns = tf.concat([rows, tf.where(self.is_valid, -1, -2)], axis=0)
+        return tf.logical_or(tf.equal(rows[:, None], columns[None, :]),
+                             tf.equal(columns, -1)[None, :])
 
 
 def _check_positive_int(value, name: str) -> int:
