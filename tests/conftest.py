@@ -1,4 +1,5 @@
-"""Test set-up: Keras 2 for TFRS, and two logical CPU devices for tf.distribute tests."""
+"""Test set-up: Keras 2 for TFRS, two logical CPU devices for tf.distribute tests, and
+fixtures shared by several test files."""
 
 import os
 
@@ -17,6 +18,7 @@ try:
 except RuntimeError:  # runtime already initialised by an earlier import
     pass
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from tfrs_logq import native  # noqa: E402
@@ -42,3 +44,25 @@ def mirrored_strategy():
         assert len(devices) == 2, "conftest should have created two logical CPUs"
         _STRATEGY = tf.distribute.MirroredStrategy(devices)
     return _STRATEGY
+
+
+# A small MovieLens-1M ratings.dat for training runs (test_training, test_run_directory).
+def _write_ratings(directory, users=60, items=40, seed=0):
+    rng = np.random.default_rng(seed)
+    lines = []
+    for u in range(1, users + 1):
+        favourite = rng.integers(0, 4)
+        for k in range(rng.integers(8, 20)):
+            item = int((favourite * 10 + rng.zipf(1.5)) % items) + 1
+            lines.append(f"{u}::{item}::5::{1_000_000 + k * 1000 + int(rng.integers(0, 999))}\n")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "ratings.dat"), "w") as f:
+        f.writelines(lines)
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
+    directory = str(tmp_path / "data")
+    _write_ratings(directory)
+    return directory
