@@ -1,4 +1,5 @@
-"""Specification of the dataset loaders, preprocessing, splits and sequential pipelines.
+"""Specification of the dataset loaders and preprocessing (the splits are in test_splits.py,
+the sequential pipelines in test_sequential.py).
 
 Fixtures are written by the tests. Tests on the real files in ../shared/data skip
 cleanly when that directory is absent.
@@ -15,7 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-import tensorflow as tf
+from pipeline_data import SHARED, _ratings_rows, isolated_cache, needs_shared  # noqa: F401
 from tfrs_logq.pipelines import datasets as ds_mod
 from tfrs_logq.pipelines.datasets import (
     DataNotFoundError,
@@ -25,28 +26,6 @@ from tfrs_logq.pipelines.datasets import (
     read_steam_reviews,
 )
 from tfrs_logq.pipelines.interactions import DataFormatError, ParseReport, build_interactions
-from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
-from tfrs_logq.pipelines.splits import gsasrec_split, leave_one_out, temporal_split
-
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-needs_shared = pytest.mark.skipif(not os.path.isdir(SHARED), reason="../shared/data absent")
-
-
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("TFRS_LOGQ_DATA_DIR", raising=False)
-
-
-def _ratings_rows(seed=0, users=30, items=25, per_user=(4, 12)):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for u in range(1, users + 1):
-        n = rng.integers(*per_user)
-        for i in rng.choice(items, size=n, replace=False) + 1:
-            rows.append((u, int(i * 7), int(rng.integers(1, 5)),
-                         int(1_000_000 + rng.integers(0, 50) * 100)))  # many time ties
-    return rows
 
 
 def _write_ratings(path, rows, compress=False):
@@ -188,127 +167,7 @@ def test_steam_reviews_and_csv_loaders(tmp_path):
         load_steam(str(bad), download_ok=False)
 
 
-def _toy_interactions():
-    rows = _ratings_rows(seed=5, users=12, items=6, per_user=(2, 7))
-    u, i, _, t = map(np.array, zip(*rows))
-    return build_interactions(u, i, t, min_item_interactions=1), rows
-
-
-def test_leave_one_out_split():
-    inter, _ = _toy_interactions()
-    split = leave_one_out(inter)
-    seqs = inter.sequences()
-    for j, u in enumerate(split.test.users):
-        assert split.test.targets[j] == seqs[u][-1]
-        assert split.test.history_lengths[j] == len(seqs[u]) - 1
-    for j, u in enumerate(split.validation.users):
-        assert split.validation.targets[j] == seqs[u][-2]
-    for u, s in enumerate(seqs):
-        assert split.train_lengths[u] == (len(s) - 2 if len(s) >= 3 else len(s))
-    counts = split.train_item_counts()
-    expected = np.bincount(np.concatenate([s[:n] for s, n in zip(seqs, split.train_lengths)]),
-                           minlength=inter.num_items + 1)
-    np.testing.assert_array_equal(counts, expected)
-
-
-def test_temporal_split_properties():
-    inter, _ = _toy_interactions()
-    split = temporal_split(inter, fraction=0.2)
-    n = len(inter)
-    assert len(split.test) == round(0.2 * n) and len(split.validation) == round(0.2 * n)
-    offsets = inter.user_offsets()
-    t_of = lambda u, k: inter.timestamp[offsets[u] + k]  # noqa: E731
-    val_start = min(t_of(u, k) for u, k in zip(split.validation.users,
-                                                split.validation.history_lengths))
-    test_start = min(t_of(u, k) for u, k in zip(split.test.users, split.test.history_lengths))
-    assert test_start >= max(t_of(u, k) for u, k in zip(split.validation.users,
-                                                        split.validation.history_lengths))
-    for u, n_train in enumerate(split.train_lengths):
-        if n_train:
-            assert t_of(u, n_train - 1) <= val_start  # training only before validation
-    for u, k, target in zip(split.test.users, split.test.history_lengths, split.test.targets):
-        assert inter.sequences()[u][k] == target  # history = everything before the target
-    assert test_start >= val_start
-    no_times = build_interactions(np.array([1, 1]), np.array([1, 2]), None,
-                                  min_item_interactions=1)
-    with pytest.raises(ValueError, match="needs timestamps"):
-        temporal_split(no_times)
-
-
-def test_training_dataset_windows_and_masks():
-    inter, _ = _toy_interactions()
-    split = leave_one_out(inter)
-    batches = list(training_dataset(split, batch_size=4, max_length=5, seed=1))
-    seen = set()
-    train = split.train_sequences()
-    for b in batches:
-        for row in range(len(b["user"])):
-            u = int(b["user"][row])
-            seen.add(u)
-            window = np.concatenate([[0] * 6, train[u]])[-6:]
-            np.testing.assert_array_equal(b["input_ids"][row], window[:-1])
-            np.testing.assert_array_equal(b["target_ids"][row], window[1:])
-            # A target needs a real input before it: the first item is never one.
-            np.testing.assert_array_equal(b["is_target"][row],
-                                          (window[:-1] != 0) & (window[1:] != 0))
-            assert int(np.sum(b["is_target"][row])) == min(len(train[u]), 6) - 1
-    assert seen == {u for u, s in enumerate(train) if len(s) >= 2}
-    again = [b["user"].numpy().tolist() for b in training_dataset(split, 4, 5, seed=1)]
-    assert again == [b["user"].numpy().tolist() for b in batches]  # deterministic by seed
-
-
-def test_evaluate_matches_numpy_full_catalog_with_seen_items_excluded():
-    inter, _ = _toy_interactions()
-    split = leave_one_out(inter)
-    rng = np.random.default_rng(0)
-    items = rng.normal(size=(inter.num_items + 1, 4)).astype(np.float32)
-    proj = rng.normal(size=(4, 4)).astype(np.float32)
-
-    def query_fn(history):
-        return tf.reduce_sum(tf.gather(items, history), axis=1) @ proj
-
-    arrays = evaluation_arrays(split, split.test, max_length=3)
-    ranks = []
-    metrics = evaluate(query_fn, items, arrays, ks=(1, 3), per_target=ranks)
-    seqs = inter.sequences()
-    expected = []
-    for u, k, target in zip(split.test.users, split.test.history_lengths, split.test.targets):
-        hist = seqs[u][:k]
-        q = items[np.concatenate([[0] * 3, hist])[-3:]].sum(0) @ proj
-        s = items @ q
-        valid = np.ones(len(items), bool)
-        valid[0] = False
-        valid[hist] = False
-        valid[target] = False
-        expected.append(int((s[valid] >= s[target]).sum()))
-    np.testing.assert_array_equal(ranks, expected)
-    r = np.array(expected)
-    assert metrics["recall@3"] == pytest.approx(np.mean(r < 3))
-    assert metrics["ndcg@3"] == pytest.approx(np.mean(np.where(r < 3, 1 / np.log2(r + 2), 0)))
-
-
 # ----------------------------------------------------------------------- real data (shared/)
-
-
-@needs_shared
-def test_sasrec_ml1m_counts_and_gsasrec_split_reproduced():
-    inter = load_movielens_1m(os.path.join(SHARED, "ml-1m-sasrec"), fmt="sasrec",
-                              download_ok=False)
-    assert (len(inter), inter.num_users, inter.num_items) == (999_611, 6040, 3416)
-    split = gsasrec_split(inter)
-    seqs = split.sequences
-    # gSASRec's test/input.txt: git blob 009c2fef..., 4,205,164 bytes (shared/data/README.md).
-    test_input = "".join(" ".join(map(str, seqs[u][:n])) + "\n"
-                         for u, n in zip(split.test.users, split.test.history_lengths))
-    blob = test_input.encode()
-    assert len(blob) == 4_205_164
-    assert hashlib.sha1(b"blob %d\0" % len(blob) + blob).hexdigest().startswith("009c2fef")
-    # gSASRec's val/output.txt: 512 targets, 2,196 bytes, starting 139, 1176, 938, 14, 921.
-    val_output = "".join(f"{t}\n" for t in split.validation.targets)
-    assert len(split.validation) == 512 and len(val_output) == 2196
-    assert list(split.validation.targets[:5]) == [139, 1176, 938, 14, 921]
-    # Training: val users lose 3 items, others 2.
-    assert split.train_lengths.sum() == 999_611 - 2 * 6040 - 512
 
 
 @needs_shared
@@ -399,24 +258,6 @@ def test_download_verifies_checksum_over_loopback_http(tmp_path):
         assert dest.read_bytes() == payload
     finally:
         server.shutdown()
-
-
-def test_training_counts_are_the_reference_for_the_estimators():
-    from tfrs_logq import CountMinSketch, ExactFrequency
-
-    inter, _ = _toy_interactions()
-    split = temporal_split(inter, fraction=0.2)
-    counts = split.train_item_counts()
-    train_items = np.concatenate(split.train_sequences())
-    np.testing.assert_array_equal(counts, np.bincount(train_items, minlength=len(counts)))
-    # No leakage: validation/test targets after the cut are not counted.
-    assert counts.sum() == len(inter) - len(split.validation) - len(split.test)
-    exact = ExactFrequency.from_counts(counts)
-    seen = np.flatnonzero(counts)
-    np.testing.assert_allclose(exact.log_q(seen).numpy(), split.train_log_q()[seen], rtol=1e-6)
-    sketch = CountMinSketch(depth=4, width=4096)
-    sketch.update(train_items)
-    np.testing.assert_allclose(sketch.count(seen).numpy(), counts[seen])  # no collisions here
 
 
 # ------------------------------------------------------ resolution, errors and the cache (#12)
