@@ -66,3 +66,52 @@ def data_dir(tmp_path, monkeypatch):
     directory = str(tmp_path / "data")
     _write_ratings(directory)
     return directory
+
+
+# The serving tests' model, its exports and a server on them (tests/test_serving_*.py),
+# once per session however many of those files run: the export, the ScaNN index and the
+# server were module fixtures of the one tests/test_serving.py. Imports are in the
+# fixtures: the serving extras (grpc, tensorflow-serving-api) are not needed elsewhere.
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    from tfrs_logq.training import resolve_config, train
+
+    root = tmp_path_factory.mktemp("serving")
+    os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
+    rng = np.random.default_rng(0)
+    lines = []
+    for u in range(1, 61):
+        for k in range(int(rng.integers(8, 16))):
+            item = 100 + int(rng.zipf(1.4) % 40)  # raw ids 100..139
+            lines.append(f"{u}::{item}::4::{1_000_000 + 1000 * k + u}\n")
+    data = root / "data"
+    data.mkdir()
+    (data / "ratings.dat").write_text("".join(lines))
+    config = resolve_config("smoke", loss="mns-corrected", split="loo", data_dir=str(data),
+                            max_epochs=2)
+    model_dir = str(root / "model")
+    train(config, model_dir, verbose=0)
+    return {"root": root, "model_dir": model_dir, "data": str(data)}
+
+
+@pytest.fixture(scope="session")
+def exports(trained):
+    from tfrs_logq.serving.export import export
+
+    base = trained["root"] / "exports"
+    paths = {index: export(trained["model_dir"], str(base), index.replace("-", "_"),
+                           index=index, default_k=10)
+             for index in ("brute-force", "scann")}
+    return {"base": base, "paths": paths}
+
+
+@pytest.fixture(scope="session")
+def server(exports):
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    options = ServerOptions(model_name="ml", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "scann"),
+                            file_system_poll_wait_seconds=0.2, max_request_bytes=200_000)
+    srv = ModelServer(options).start()
+    yield srv
+    srv.stop()

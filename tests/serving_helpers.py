@@ -1,0 +1,79 @@
+"""Helpers shared by the tests/test_serving_*.py files: request histories, REST calls (JSON
+and raw bytes) and predictions on both protocols from threads. The trained model, its
+exports and the running server they share are session fixtures in conftest.py."""
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import numpy as np
+from tfrs_logq.serving.client import make_request, predict_stub
+
+
+def _histories():
+    return np.array([[101, 102, 103, 0], [0, 0, 0, 110], [104, 999_999, 105, 106]], np.int64)
+
+
+def _http(server, method, path, body=None):
+    url = f"http://127.0.0.1:{server.rest_port}{path}"
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _predict_body(k=None):
+    inputs = {"history": [[101, 102, 103]]}
+    if k is not None:
+        return json.dumps({"signature_name": "top_k", "inputs": {**inputs, "k": k}}).encode()
+    return json.dumps({"instances": inputs["history"]}).encode()
+
+
+def _raw(server, data: bytes, method="POST", timeout=15, half_close=False):
+    """Sends ``data`` as is and parses the reply: (status, headers, JSON body)."""
+    import http.client
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        response = http.client.HTTPResponse(sock, method=method)
+        response.begin()
+        body = response.read()
+    assert response.getheader("Content-Type") == "application/json", body[:200]
+    return response.status, response.headers, json.loads(body)
+
+
+def _predict_in_threads(rest_port, grpc_port, model, n_each, results):
+    """Starts ``n_each`` REST and ``n_each`` gRPC predictions; each appends its outcome."""
+    import http.client
+
+    def rest():
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", rest_port, timeout=60)
+            connection.request("POST", f"/v1/models/{model}:predict", _predict_body())
+            response = connection.getresponse()
+            body = json.loads(response.read())
+            predictions = body.get("predictions") or [{"item_ids": []}]
+            results.append(("rest", response.status, len(predictions[0]["item_ids"])))
+        except Exception as exc:  # the assertion reports it
+            results.append(("rest", repr(exc), 0))
+
+    def grpc_call():
+        try:
+            stub, channel = predict_stub(f"127.0.0.1:{grpc_port}")
+            response = stub.Predict(make_request(model, _histories()), timeout=60)
+            results.append(("grpc", "OK", response.outputs["item_ids"].tensor_shape.dim[0].size))
+            channel.close()
+        except Exception as exc:
+            results.append(("grpc", repr(exc), 0))
+
+    threads = [threading.Thread(target=fn) for fn in [rest] * n_each + [grpc_call] * n_each]
+    for t in threads:
+        t.start()
+    return threads

@@ -1,0 +1,143 @@
+"""serving/http_server.py: malformed HTTP framing gets a JSON error, keep-alive
+connections, and slow clients that do not delay a normal request."""
+
+import json
+import time
+
+import pytest
+from serving_helpers import _http, _predict_body, _raw
+from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+
+def _post_raw(body: bytes, length="auto", extra=b""):
+    head = b"POST /v1/models/ml:predict HTTP/1.1\r\nHost: x\r\n" + extra
+    if length == "auto":
+        head += b"Content-Length: %d\r\n" % len(body)
+    elif length is not None:
+        head += b"Content-Length: " + length.encode() + b"\r\n"
+    return head + b"\r\n" + body
+
+
+@pytest.mark.parametrize("case,request_bytes,status,fragments", [
+    ("deep_json", _post_raw(b'{"instances": ' + b"[" * 100_000), 400, ["nest"]),
+    ("negative_length", _post_raw(b"", "-5"), 400, ["Content-Length", "-5"]),
+    ("text_length", _post_raw(b"", "abc"), 400, ["Content-Length", "abc"]),
+    ("no_length", _post_raw(b"", None), 400, ["Content-Length"]),
+    ("two_lengths", _post_raw(b"{}", "2", b"Content-Length: 9\r\n"), 400, ["Content-Length"]),
+    ("too_large", _post_raw(b"", "10000000"), 413, ["10000000", "200000"]),
+    ("k_beyond_int32", _post_raw(_predict_body(k=2**32 + 5)), 400,
+     ["k must be in [1, {num_items}]", str(2**32 + 5)]),
+    ("k_beyond_int64", _post_raw(_predict_body(k=2**70)), 400,
+     ["k must be in [1, {num_items}]", str(2**70)]),
+    ("k_zero", _post_raw(_predict_body(k=0)), 400, ["k must be in [1, {num_items}]"]),
+    ("k_bool", _post_raw(_predict_body(k=True)), 400, ["'k'", "integers"]),
+    ("history_beyond_int64", _post_raw(b'{"instances": [[1, %d]]}' % 2**64), 400,
+     ["history", "int64"]),
+    ("invalid_utf8", _post_raw(b'{"instances": [[101]], "signature_name": "\xff\xfe"}'),
+     400, ["UTF-8"]),
+    ("utf8_surrogate", _post_raw(b'{"instances": [[101]], "signature_name": "\xed\xa0\x80"}'),
+     400, ["UTF-8"]),
+    ("integer_of_5000_digits", _post_raw(b'{"instances": [[1%s]]}' % (b"1" * 5000)), 400,
+     ["JSON"]),
+    ("chunked_not_json", _post_raw(b"5\r\nhello\r\n0\r\n\r\n", None,
+                                   b"Transfer-Encoding: chunked\r\n"), 400, ["JSON"]),
+    ("chunked_too_large", _post_raw(b"40000\r\n" + b"[" * 0x40000 + b"\r\n0\r\n\r\n", None,
+                                    b"Transfer-Encoding: chunked\r\n"), 413,
+     ["exceeds the limit", "200000"]),
+    ("bad_transfer_encoding", _post_raw(b"{}", None, b"Transfer-Encoding: gzip\r\n"), 400,
+     ["Transfer-Encoding"]),
+    ("short_body", _post_raw(b"{}", "10", b"Connection: close\r\n"), 400, ["ended after 2"]),
+    ("bad_request_line", b"GARBAGE\r\n\r\n", 400, []),
+    ("unknown_method", b"BREW /v1/models/ml HTTP/1.1\r\nHost: x\r\n\r\n", 501, ["BREW"]),
+])
+def test_rest_malformed_requests_get_a_json_error(server, case, request_bytes, status,
+                                                  fragments):
+    code, headers, reply = _raw(server, request_bytes, half_close=case == "short_body")
+    assert code == status, reply
+    assert isinstance(reply.get("error"), str) and reply["error"], reply
+    num_items = server.manager.get("ml").meta["num_items"]
+    for fragment in fragments:
+        assert fragment.format(num_items=num_items) in reply["error"], (fragment, reply)
+    if case in ("negative_length", "text_length", "two_lengths", "bad_transfer_encoding",
+                "short_body", "bad_request_line"):
+        # The framing is unknown: the bytes that follow are not a request. (A refusal of a
+        # well-framed request keeps the connection: the server skips its body; see
+        # test_rest_keep_alive_serves_several_requests_on_one_connection.)
+        assert headers["Connection"] == "close"
+    assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
+
+
+def test_rest_keep_alive_serves_several_requests_on_one_connection(server):
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", server.rest_port, timeout=15)
+    for _ in range(3):
+        connection.request("POST", "/v1/models/ml:predict", _predict_body())
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["predictions"]
+        connection.request("GET", "/v1/models/ml")
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["model_version_status"]
+    # A body refused from its Content-Length is skipped by its framing, unread: the
+    # connection serves the next request.
+    connection.request("POST", "/v1/models/ml:predict", b"x" * 300_000)
+    response = connection.getresponse()
+    assert response.status == 413 and response.getheader("Connection") is None
+    assert "exceeds the limit" in json.loads(response.read())["error"]
+    connection.request("POST", "/v1/models/ml:predict", _predict_body())
+    response = connection.getresponse()
+    assert response.status == 200 and json.loads(response.read())["predictions"]
+    # A chunked body (which the hand-written server refused) is read like any other.
+    connection.request("POST", "/v1/models/ml:predict", iter([_predict_body()]),
+                       encode_chunked=True)
+    response = connection.getresponse()
+    assert response.status == 200 and json.loads(response.read())["predictions"]
+    connection.close()
+
+
+@pytest.fixture(scope="module")
+def short_timeout_server(exports):
+    options = ServerOptions(model_name="slow", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"),
+                            rest_api_timeout_in_ms=1500)
+    srv = ModelServer(options).start()
+    yield srv
+    srv.stop()
+
+
+def test_64_slow_clients_do_not_delay_a_normal_request(short_timeout_server):
+    """33 clients that sent part of a request made a normal one wait 29 s (each held one
+    of the 32 workers); now they hold a socket each, and only rest_api_timeout_in_ms."""
+    import http.client
+    import socket
+
+    srv = short_timeout_server
+    slow = []
+    for i in range(64):
+        sock = socket.create_connection(("127.0.0.1", srv.rest_port), timeout=10)
+        if i % 2:  # part of the headers
+            sock.sendall(b"POST /v1/models/slow:predict HTTP/1.1\r\nHost: x\r\nContent-Le")
+        else:  # the headers and part of the body
+            sock.sendall(b"POST /v1/models/slow:predict HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"instances\": [[1")
+        slow.append(sock)
+    time.sleep(0.2)
+    try:
+        start = time.monotonic()
+        connection = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=10)
+        connection.request("POST", "/v1/models/slow:predict", _predict_body())
+        response = connection.getresponse()
+        elapsed = time.monotonic() - start
+        assert response.status == 200 and json.loads(response.read())["predictions"]
+        assert elapsed < 1.0, f"a normal request took {elapsed:.2f} s beside 64 slow clients"
+        # Then each slow client is answered 408 (JSON) and closed, after about 1.5 s.
+        for sock in slow[:2]:
+            sock.settimeout(10)
+            response = http.client.HTTPResponse(sock, method="POST")
+            response.begin()
+            assert response.status == 408, response.status
+            assert "rest_api_timeout_in_ms" in json.loads(response.read())["error"]
+        assert time.monotonic() - start < 6
+    finally:
+        for sock in slow:
+            sock.close()
