@@ -16,17 +16,9 @@ import sys
 
 import numpy as np
 import pytest
+from pipeline_data import SHARED, isolated_cache, needs_shared  # noqa: F401  (autouse fixture)
 
 from tfrs_logq import cli
-
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-needs_shared = pytest.mark.skipif(not os.path.isdir(SHARED), reason="../shared/data absent")
-
-
-@pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("TFRS_LOGQ_DATA_DIR", raising=False)
 
 
 def run(capsys, *argv):
