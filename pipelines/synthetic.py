@@ -118,7 +118,9 @@ class SyntheticStream:
         return tf.nn.log_softmax(self.user_topic_logits(users), axis=-1)
 
     def true_log_prob(self, users, items) -> tf.Tensor:
-        """`[n]` float64 ``log P(d | u)`` for pairs ``(users[i], items[i])``."""
+        """float64 ``log P(d | u)``: `[n]` for pairs ``(users[i], items[i])``, or `[n, w]`
+        for `[n, w]` ``items`` (row ``i`` scored for ``users[i]``; ``n x C`` memory, not
+        ``n w x C``)."""
         items = tf.cast(tf.convert_to_tensor(items), tf.int64)
         topics = (items - 1) % self.config.num_topics
         log_pc = tf.gather(self.user_topic_log_probs(users), topics, batch_dims=1)
@@ -128,11 +130,13 @@ class SyntheticStream:
             - tf.gather(self._log_topic_norm_tf, topics)
         )
 
-    def true_top_k(self, users, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+    def true_top_k(self, users, k: int,
+                   max_chunk_floats: int = 1 << 25) -> tuple[tf.Tensor, tf.Tensor]:
         """`[n, k]` item ids and ``log P(d | u)`` of each user's true top-k.
 
         Within a topic items are ranked by popularity, so the top-k is among
-        the first ``k`` items of every topic: ``C * k`` candidates per user.
+        the first ``k`` items of every topic: ``C * k`` candidates per user, scored
+        for at most ``max_chunk_floats / (C k)`` users at a time.
         """
         cfg = self.config
         k = int(k)
@@ -145,10 +149,18 @@ class SyntheticStream:
         base = np.where(
             valid, self._log_pop[cand - 1] - self.log_topic_norm[topics], -np.inf
         )
-        log_pc = self.user_topic_log_probs(users)  # [n, C]
-        scores = tf.gather(log_pc, topics, axis=1) + base[None, :]
-        top_scores, idx = tf.math.top_k(scores, k=min(k, int(valid.sum())))
-        return tf.gather(tf.constant(cand, tf.int64), idx), top_scores
+        users = np.asarray(users)
+        chunk = max(1, max_chunk_floats // len(cand))  # [chunk, C k] scores at a time
+        cand_t, base_t, topics_t = (tf.constant(cand, tf.int64), tf.constant(base),
+                                    tf.constant(topics))
+        ids, log_probs = [], []
+        for start in range(0, len(users), chunk):
+            log_pc = self.user_topic_log_probs(users[start:start + chunk])  # [chunk, C]
+            scores = tf.gather(log_pc, topics_t, axis=1) + base_t[None, :]
+            top_scores, idx = tf.math.top_k(scores, k=min(k, int(valid.sum())))
+            ids.append(tf.gather(cand_t, idx))
+            log_probs.append(top_scores)
+        return tf.concat(ids, 0), tf.concat(log_probs, 0)
 
     def item_log_marginal(self, num_users_sample: Optional[int] = None) -> np.ndarray:
         """`[V + 1]` true unigram ``log Q(d) = log E_u P(d | u)`` (entry 0: padding, -inf).

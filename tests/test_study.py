@@ -159,6 +159,21 @@ def test_grid_skips_duplicate_and_undefined_variants():
         study.Run(**{**TINY, "sampler": "mixed", "proposal": "inclusion"})
 
 
+def test_mixture_for_pure_in_batch_runs_as_unigram_and_presets_are_distinct():
+    runs = study.grid(TINY, {"negatives": [("in-batch", 64, 0), ("mixed", 64, 32)],
+                             "proposal": ["mixture"], "correction": ["corrected"]}, seeds=[0])
+    assert [(r.sampler, r.proposal) for r in runs] == [("in-batch", "unigram"),
+                                                       ("mixed", "mixture")]
+    for name in study.PRESETS:
+        preset = study.preset_runs(name)
+        assert len({r.run_id for r in preset}) == len(preset), name
+    sweep = study.preset_runs("sweep")
+    assert {r.num_topics for r in sweep} == {100, 1_000, 10_000}
+    assert {(r.sampler, r.proposal) for r in sweep} == {("in-batch", "unigram"),
+                                                        ("mixed", "mixture")}
+    assert len(sweep) == 3 * 2 * 3 * 3
+
+
 def test_proposals_and_the_positive_column():
     log_q = np.log(np.array([np.nan, 0.5, 0.3, 0.2]))
     log_q[0] = -np.inf

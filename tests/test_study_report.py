@@ -3,6 +3,8 @@ checked end to end in test_study.py)."""
 
 import os
 
+import pytest
+
 from tfrs_logq import study_report
 
 
@@ -23,3 +25,17 @@ def test_the_chart_is_written_whole_as_a_png(tmp_path):
     study_report.write_chart(_rows(), str(tmp_path / "paired.png"))
     assert (tmp_path / "paired.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.listdir(tmp_path) == ["paired.png"]  # no temporary left
+
+
+def test_regime_points_pair_the_same_proposal_at_the_truths_positive_share(tmp_path):
+    rows = [{**row, "truth_p_over_q_q50": "24.0"} for row in _rows()]
+    rows += [{**row, "proposal": "mixture", "run_id": "m" + row["run_id"]}
+             for row in rows if row["correction"] == "logq-paper"]
+    points = study_report.regime_points(rows, "exact_recall@10")
+    # corrected (unigram) has one standard variant of its own proposal; the
+    # mixture logq-paper rows are another proposal and are not a regime point.
+    assert len(points) == 1
+    assert points[0]["share"] == 24.0 / (24.0 + 8)  # mixed 4 + 4 negatives
+    assert points[0]["mean"] == pytest.approx(0.002)
+    study_report.write_regime_chart(rows, str(tmp_path / "regime.png"))
+    assert (tmp_path / "regime.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -31,6 +31,16 @@ def test_true_probabilities_match_the_generative_story(small):
     assert got.sum() == pytest.approx(1.0)
 
 
+def test_true_log_prob_scores_a_row_of_items_per_user(small):
+    users = np.array([5, 0, 39])
+    items = np.array([[1, 2, 300], [7, 8, 9], [150, 1, 42]])
+    got = small.true_log_prob(users, items).numpy()
+    assert got.shape == (3, 3)
+    for i, user in enumerate(users):
+        np.testing.assert_allclose(np.exp(got[i]), _reference_probs(small, user)[items[i] - 1],
+                                   rtol=1e-10)
+
+
 def test_samples_follow_true_probabilities(small):
     ds = small.dataset(512, num_batches=60)
     draws = {u: [] for u in range(40)}
@@ -70,6 +80,14 @@ def test_true_top_k_is_the_argsort_of_true_probabilities(small):
         order = np.argsort(-ref)[:25] + 1
         np.testing.assert_array_equal(np.sort(ids.numpy()[row]), np.sort(order))
         np.testing.assert_allclose(np.exp(scores.numpy()[row]), ref[order - 1], rtol=1e-10)
+
+
+def test_true_top_k_in_chunks_of_users_equals_one_chunk(small):
+    users = np.arange(0, 40, 3)
+    ids, scores = small.true_top_k(users, 25)
+    ids_1, scores_1 = small.true_top_k(users, 25, max_chunk_floats=1)  # one user at a time
+    np.testing.assert_array_equal(ids_1.numpy(), ids.numpy())
+    np.testing.assert_allclose(scores_1.numpy(), scores.numpy(), rtol=1e-12)
 
 
 def test_item_marginal_is_the_average_over_users(small):

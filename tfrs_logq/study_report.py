@@ -1,4 +1,4 @@
-"""The study's report: table.md (means and paired differences) and paired.png.
+"""The study's report: table.md (means and paired differences), paired.png and regime.png.
 
 Reads the rows of `tfrs_logq.study`'s results.csv. A *scenario* is every field of
 a run but its proposal, correction and seed; within a scenario, each ``corrected``
@@ -92,7 +92,10 @@ def format_table(rows: list[dict]) -> str:
                   + f". Truth at the held-out pairs: P(p|u) median "
                   f"{float(any_row['truth_p_q50']):.2e}, P/Q quantiles 10/50/90 % "
                   + " / ".join(f"{float(any_row[f'truth_p_over_q_q{q}']):.3g}"
-                               for q in (10, 50, 90)) + ".", "",
+                               for q in (10, 50, 90))
+                  + f"; the positive's median share of the standard loss's denominator "
+                  f"(P/Q) / (P/Q + {num_negatives(key)}) is "
+                  f"{truth_positive_share(key, any_row):.3f}.", "",
                   "| proposal | correction | seeds | exact R@10 | exact R@100 | exact R@1000 "
                   "| obs. R@100 | head / torso / tail R@100 | model P/Q median | s/step |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
@@ -152,9 +155,73 @@ def write_chart(rows: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+def num_negatives(key_or_row) -> int:
+    d = dict(key_or_row)
+    return ((int(d["num_in_batch"]) if d["sampler"] in ("in-batch", "mixed") else 0)
+            + (int(d["num_uniform"]) if d["sampler"] in ("uniform", "mixed") else 0))
+
+
+def truth_positive_share(key, any_row: dict) -> float:
+    """Median over held-out pairs of the positive's share of the standard loss's
+    denominator at the truth, ``(P/Q) / (P/Q + n)`` (monotone in ``P/Q``, so the share
+    at the median ``P/Q`` is the median share)."""
+    ratio = float(any_row["truth_p_over_q_q50"])
+    return ratio / (ratio + num_negatives(key))
+
+
+def regime_points(rows: list[dict], metric: str) -> list[dict]:
+    """One point per scenario and (corrected, standard) pair with the same proposal:
+    the truth's median positive share and the paired difference of ``metric``."""
+    points = []
+    for key, variants in scenarios(rows).items():
+        any_row = next(iter(next(iter(variants.values())).values()))
+        for corr, std, diff in comparisons(variants, metric):
+            if std[0] == corr[0]:
+                points.append({"share": truth_positive_share(key, any_row),
+                               "sampler": dict(key)["sampler"], "standard": std[1],
+                               "scenario": label(key), **diff})
+    return points
+
+
+def write_regime_chart(rows: list[dict], path: str) -> None:
+    """Where does the correction matter: paired difference of exact Recall@k
+    (corrected minus logq-paper / logq-official, same proposal) against the truth's
+    median positive share of the standard loss's denominator, one panel per k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(KS), figsize=(5.0 * len(KS), 3.8), squeeze=False)
+    colours = {"logq-paper": "tab:blue", "logq-official": "tab:orange", "none": "tab:grey"}
+    markers = {"mixed": "o", "in-batch": "s", "uniform": "^"}
+    for ax, k in zip(axes.flat, KS):
+        seen = set()
+        for pt in regime_points(rows, f"exact_recall@{k}"):
+            name = f"corrected − {pt['standard']}, {pt['sampler']}"
+            ax.errorbar(pt["share"], pt["mean"], yerr=pt["half_width"] or 0.0, capsize=3,
+                        color=colours.get(pt["standard"], "black"),
+                        marker=markers.get(pt["sampler"], "x"), linestyle="none",
+                        label=None if name in seen else name)
+            seen.add(name)
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("truth: median share of the positive in the standard denominator")
+        ax.set_ylabel(f"Δ exact Recall@{k}")
+        if seen:
+            ax.legend(fontsize=6)
+    fig.suptitle("Where the correction matters (paired by seed, 95 % t intervals)",
+                 fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+
+
 def write_report(rows: list[dict], output_dir: str) -> None:
     write_text(os.path.join(output_dir, "table.md"), format_table(rows))
     write_chart(rows, os.path.join(output_dir, "paired.png"))
+    write_regime_chart(rows, os.path.join(output_dir, "regime.png"))
 
 
-__all__ = ["comparisons", "format_table", "scenarios", "write_chart", "write_report"]
+__all__ = ["comparisons", "format_table", "num_negatives", "regime_points", "scenarios",
+           "truth_positive_share", "write_chart", "write_regime_chart", "write_report"]
