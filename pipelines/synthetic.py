@@ -10,7 +10,8 @@ true unigram ``Q(d)`` are all computable without anything of size
   popularity is ``pop(d) = d^-s`` (Zipf with exponent ``s``), so within a topic
   items are ordered by popularity.
 - User ``u`` has topic preferences ``P(c | u) = softmax(sigma * z_u)`` with
-  ``z_u ~ N(0, I_C)`` (a `[users, C]` table drawn once from ``seed``).
+  ``z_u ~ N(0, I_C)`` (a `[users, C]` float64 table drawn once from ``seed``: 16 GB at
+  200,000 users and 10,000 topics, so keep ``users x C`` to a few hundred million).
 - An interaction picks a topic ``c ~ P(c | u)``, then an item of that topic with
   probability ``pop(d) / Z_c``: ``P(d | u) = P(c(d) | u) pop(d) / Z_{c(d)}``.
 

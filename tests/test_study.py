@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -143,6 +144,16 @@ def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world)
     assert "corrected (unigram) − logq-paper (unigram)" in open(os.path.join(out, "table.md")
                                                                 ).read()
     assert study.run_grid(runs, out, say=said.append) and not study.pending(runs, out)
+    # The truth columns were computed once and cached for the next process.
+    with open(os.path.join(out, "truth.json")) as f:
+        assert list(json.load(f).values()) == [world.truth]
+
+
+def test_world_reads_its_truth_columns_from_the_cache(tmp_path, monkeypatch, world):
+    cache = str(tmp_path / "truth.json")
+    first = study.World(study.Run(**TINY), cache)
+    monkeypatch.setattr(study, "truth_columns", lambda *a: pytest.fail("not cached"))
+    assert study.World(study.Run(**TINY), cache).truth == first.truth == world.truth
 
 
 def test_grid_skips_duplicate_and_undefined_variants():
