@@ -26,10 +26,10 @@ from common import machine  # first: sets TF_USE_LEGACY_KERAS before TFRS
 
 # isort: split
 import numpy as np  # noqa: E402
+from tfrs_logq.serving.export import build_scann_searcher, scann_parameters  # noqa: E402
 
 from tfrs_logq import study  # noqa: E402
 from tfrs_logq.atomic import write_text  # noqa: E402
-from tfrs_logq.serving.export import build_scann_searcher, scann_parameters  # noqa: E402
 
 KS = study.KS
 

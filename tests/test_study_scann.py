@@ -19,7 +19,7 @@ def test_quick_mode_compares_scann_with_brute_force_on_a_tree_index(tmp_path):
     text = out.stdout
     assert text.startswith("machine: ")
     number = r"([0-9.]+)"
-    rows = re.findall(rf"^\| (corrected|logq-paper) \(mixture\) \| (brute force|scann) \| "
+    rows = re.findall(r"^\| (corrected|logq-paper) \(mixture\) \| (brute force|scann) \| "
                       + r" \| ".join([number] * 6) + r" \| ([0-9. /]+) \| [0-9.]+ \|$",
                       text, re.M)
     assert [(r[0], r[1]) for r in rows] == [("logq-paper", "brute force"),
