@@ -192,7 +192,7 @@ PRESETS = {
     # negatives, and a world (10,000 topics, sigma 8) whose truth has P/Q median about
     # 5,000, the order of the number of negatives, so that the positive's share of the
     # standard loss's denominator is large (the regime the paper's catalog is in).
-    # 20,000 users: the stream holds a [users, C] float64 table (1.6 GB here).
+    # 20,000 users: the stream holds two [users, C] float64 tables (3.2 GB here).
     "headline": dict(
         base=dict(num_items=1_000_000, num_users=20_000, num_topics=10_000,
                   topic_sharpness=8.0, steps=3000, batch_size=2048, embedding_dim=32,
