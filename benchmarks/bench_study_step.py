@@ -20,7 +20,8 @@ Batches are drawn from a Zipf(1.05) unigram over the catalog (the study's
 exponent) with numpy, not from the synthetic stream (whose world would
 dominate memory at 10M items); ``log Q`` is that unigram's, per draw.
 
-    python benchmarks/bench_study_step.py             # headline shapes, ~20 min on 2 loaded cores
+    python benchmarks/bench_study_step.py             # the headline preset's shapes, ~20 min loaded
+    python benchmarks/bench_study_step.py --shape issue  # batch 4,096 + 4,096 + 4,096, d = 64
     python benchmarks/bench_study_step.py --quick     # small shapes, seconds (tests run it)
 """
 
@@ -43,10 +44,21 @@ from tfrs_logq import study  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = ("ours corrected", "stock TFRS logQ", "stock TFRS logQ + hits + mask")
-FULL = dict(batch=4096, uniform=4096, in_batch=4096, dim=64, ratio_items=1_000_000,
-            rounds=5, steps=2, catalog_steps=4, catalog_rounds=2,
-            catalogs=[(100_000, "lazy-adam"), (1_000_000, "lazy-adam"),
-                      (10_000_000, "lazy-adam"), (100_000, "adam"), (1_000_000, "adam")])
+_CATALOGS = [(100_000, "lazy-adam"), (1_000_000, "lazy-adam"), (10_000_000, "lazy-adam"),
+             (100_000, "adam"), (1_000_000, "adam")]
+_HEADLINE = study.PRESETS["headline"]["base"]
+_HEADLINE_NEGATIVES = dict((s, (k_in, k_uni)) for s, k_in, k_uni
+                           in study.PRESETS["headline"]["axes"]["negatives"])["mixed"]
+SHAPES = {
+    # The headline preset's shapes (tfrs_logq/study.py), whatever they are now.
+    "headline": dict(batch=_HEADLINE["batch_size"], in_batch=_HEADLINE_NEGATIVES[0],
+                     uniform=_HEADLINE_NEGATIVES[1], dim=_HEADLINE["embedding_dim"],
+                     ratio_items=_HEADLINE["num_items"], rounds=5, steps=2, catalog_steps=4,
+                     catalog_rounds=2, catalogs=_CATALOGS),
+    # The shapes issue 26 quoted (batch 4,096 + 4,096 extra negatives, d = 64).
+    "issue": dict(batch=4096, uniform=4096, in_batch=4096, dim=64, ratio_items=1_000_000,
+                  rounds=5, steps=2, catalog_steps=4, catalog_rounds=2, catalogs=_CATALOGS),
+}
 QUICK = dict(batch=128, uniform=128, in_batch=128, dim=16, ratio_items=5_000,
              rounds=2, steps=1, catalog_steps=2, catalog_rounds=1,
              catalogs=[(1_000, "lazy-adam"), (10_000, "adam")])
@@ -172,13 +184,13 @@ def one_catalog(shape: dict, num_items: int, optimizer: str) -> dict:
             "rss_setup_mib": rss_setup, "peak_rss_mib": proc_status("VmHWM")}
 
 
-def one_subprocess(num_items: int, optimizer: str, dim: int, quick: bool) -> dict:
+def one_subprocess(num_items: int, optimizer: str, dim: int, quick: bool,
+                   shape_name: str = "headline") -> dict:
     need, avail = estimated_mib(num_items, dim), mem_available_mib()
     if need > 0.85 * avail:  # leave the machine's other jobs room
         return {"skipped": f"needs about {need:,.0f} MiB, {avail:,.0f} MiB available"}
     cmd = [sys.executable, os.path.abspath(__file__), "--one", str(num_items), optimizer]
-    if quick:
-        cmd.append("--quick")
+    cmd += ["--quick"] if quick else ["--shape", shape_name]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
@@ -187,7 +199,7 @@ def one_subprocess(num_items: int, optimizer: str, dim: int, quick: bool) -> dic
     return json.loads(lines[-1])
 
 
-def catalogs(shape: dict, quick: bool) -> list[dict]:
+def catalogs(shape: dict, quick: bool, shape_name: str = "headline") -> list[dict]:
     """Every configuration once per round, the order reversed every other round (so
     that a change of the machine's load hits both ends alike); per configuration the
     median of its rounds' ms/step and the largest peak RSS."""
@@ -196,7 +208,7 @@ def catalogs(shape: dict, quick: bool) -> list[dict]:
     for r in range(shape["catalog_rounds"]):
         for num_items, optimizer in (configs if r % 2 == 0 else configs[::-1]):
             results[(num_items, optimizer)].append(
-                one_subprocess(num_items, optimizer, shape["dim"], quick))
+                one_subprocess(num_items, optimizer, shape["dim"], quick, shape_name))
     rows = []
     for (num_items, optimizer), got in results.items():
         done = [g for g in got if "skipped" not in g]
@@ -219,11 +231,13 @@ def load_average() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small shapes, a few seconds")
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="headline",
+                        help="the study's headline preset (default) or the issue's shapes")
     parser.add_argument("--one", nargs=2, metavar=("NUM_ITEMS", "OPTIMIZER"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--skip-compare", action="store_true", help="part 2 only")
     args = parser.parse_args()
-    shape = QUICK if args.quick else FULL
+    shape = QUICK if args.quick else SHAPES[args.shape]
     if args.one:
         print(json.dumps(one_catalog(shape, int(args.one[0]), args.one[1])), flush=True)
         return
@@ -232,7 +246,7 @@ def main() -> None:
                             capture_output=True, text=True).stdout.strip() or "?"
     print(f"machine: {machine()}")
     print(f"commit {commit}; load average (1/5/15 min) at start {load_average()}; "
-          f"{'quick' if args.quick else 'full'} mode")
+          f"{'quick' if args.quick else args.shape + ' shapes'}")
     negatives = f"{shape['uniform']:,} uniform + {shape['in_batch']:,} in-batch negatives"
     started = time.perf_counter()
     if not args.skip_compare:
@@ -247,7 +261,7 @@ def main() -> None:
         for v, t in med.items():
             print(f"| {v} | {t * 1e3:.1f} | {t / base:.3f} | {t / like:.3f} |")
         print(f"ratio corrected / stock TFRS logQ: {med['ours corrected'] / base:.3f}")
-    rows = catalogs(shape, args.quick)
+    rows = catalogs(shape, args.quick, args.shape)
     print()
     print(f"## Study step against catalog size (batch {shape['batch']:,}, {negatives}, "
           f"d = {shape['dim']}, corrected; one subprocess per row and round, each the median "
