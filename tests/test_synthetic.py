@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from scipy import stats
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
 
@@ -39,6 +40,30 @@ def test_true_log_prob_scores_a_row_of_items_per_user(small):
     for i, user in enumerate(users):
         np.testing.assert_allclose(np.exp(got[i]), _reference_probs(small, user)[items[i] - 1],
                                    rtol=1e-10)
+
+
+def test_stream_batches_equal_those_of_the_categorical_sampler_it_replaced():
+    """Topics are drawn by binary search in the users' CDF table; before, by
+    `stateless_categorical` over their logits, on the same key. Inside the stream's
+    tf.data map the two draw the same batches (TensorFlow's CPU kernel inverts the CDF
+    with one uniform per draw), so results of earlier versions reproduce. (In eager mode
+    on more than ~100 rows the kernel draws otherwise: this is a property of the
+    stream, not of `sample_topics` alone.)"""
+    stream = SyntheticStream(num_items=5000, num_users=300, num_topics=40,
+                             topic_sharpness=4.0, seed=2)
+
+    def old_batch(index):  # the stream's _batch as it was, with stateless_categorical
+        seed = tf.stack([tf.constant(2, tf.int64), index])
+        s_user, s_items = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        users = tf.random.stateless_uniform([512], seed=s_user, maxval=300, dtype=tf.int64)
+        s1, _ = tf.unstack(tf.random.experimental.stateless_split(s_items, 2))
+        return tf.random.stateless_categorical(stream.user_topic_logits(users), 11, seed=s1,
+                                               dtype=tf.int64)
+
+    old = tf.data.Dataset.range(5, 9).map(old_batch)
+    for batch, topics in zip(stream.dataset(512, num_batches=4, start_batch=5), old):
+        items = np.concatenate([batch["history"].numpy(), batch["target"].numpy()[:, None]], 1)
+        np.testing.assert_array_equal((items - 1) % 40, topics.numpy())
 
 
 def test_samples_follow_true_probabilities(small):
