@@ -3,13 +3,17 @@
 Trains runs of a `tfrs_logq.study` preset (by default the headline's `corrected` and
 `logq-paper` with the mixture proposal, seed 0) with `study.train`, then scores the
 same held-out examples twice: the exact top-k over the catalog (`study.model_top_k`)
-and a ScaNN searcher built with the settings an exported SavedModel uses
-(`serving.export.scann_parameters` / `build_scann_searcher`: a tree of 2 sqrt(V)
-leaves, 1/20 searched, asymmetric hashing, exact reordering of max(10 k, 500)).
+and a ScaNN searcher built with the settings of a default export (`tfrs-logq export`,
+--k 100: `serving.export.scann_parameters` / `build_scann_searcher`, a tree of
+2 sqrt(V) leaves, 1/20 searched, asymmetric hashing), searched for the top 1,000 as the
+exported module does (exact reordering of max(n, 1,000) candidates).
 For each it prints exact expected Recall@k (the true mass of the top-k), observed
 Recall@k of the held-out targets, and ScaNN's overlap with the exact top-k; the
 paired difference corrected minus standard is printed for both, so a reader sees
-whether the approximate index keeps it. ScaNN 1.4.2 loads only with TensorFlow 2.20.
+whether the approximate index keeps it. Observed recall here is "the target is in the
+top-k list" for both indexes (ties broken by id, where `tfrs_logq.metrics` counts ties
+against the target), and the runs are retrained, so the brute-force figures need not
+equal results.csv's. ScaNN 1.4.2 loads only with TensorFlow 2.20.
 
     python benchmarks/study_scann.py --output-dir results/synthetic-study-scann
     python benchmarks/study_scann.py --quick     # a tiny world, seconds (tests run it)
@@ -32,14 +36,17 @@ from tfrs_logq import study  # noqa: E402
 from tfrs_logq.atomic import write_text  # noqa: E402
 
 KS = study.KS
+EXPORT_DEFAULT_K = 100  # tfrs-logq export's --k default (tfrs_logq/cli/export.py)
 
 
 def scann_top_k(queries: np.ndarray, items: np.ndarray, k: int) -> tuple[np.ndarray, dict]:
     """`[n, k]` ids (row 0 of ``items`` is padding, never returned) and the settings."""
-    params = scann_parameters(items.shape[0] - 1, k)
+    # A default export (`tfrs-logq export`, --k 100) builds with k = 100 and, asked for
+    # more, reorders max(n, its reorder) candidates (serving/export.py _search).
+    params = scann_parameters(items.shape[0] - 1, EXPORT_DEFAULT_K)
     searcher = build_scann_searcher(items[1:].astype(np.float32), params)
     idx, _ = searcher.search_batched(queries.astype(np.float32), final_num_neighbors=k,
-                                     pre_reorder_num_neighbors=params["reorder"])
+                                     pre_reorder_num_neighbors=max(k, params["reorder"]))
     return np.asarray(idx, np.int64) + 1, params
 
 

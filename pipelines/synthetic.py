@@ -206,7 +206,8 @@ class SyntheticStream:
         u = tf.random.stateless_uniform(tf.concat([tf.shape(users), [count]], 0), seed=seed,
                                         dtype=tf.float64)
         target = tf.cast(users, tf.float64)[:, None] + u
-        position = tf.searchsorted(self._user_cdf, tf.reshape(target, [-1]), side="right")
+        position = tf.searchsorted(self._user_cdf, tf.reshape(target, [-1]), side="right",
+                                   out_type=tf.int64)
         topics = tf.reshape(tf.cast(position, tf.int64), tf.shape(u)) - users[:, None] * c
         return tf.clip_by_value(topics, 0, c - 1)  # u + x may round up to u + 1
 

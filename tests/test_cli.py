@@ -559,7 +559,8 @@ def test_demo_says_what_it_is_doing_in_a_log(tmp_path):
         assert steps_seen == expected, lines[start:done + 1]
         assert lines[done - 1].endswith("about 0 s left")
     stamped = [line for line in lines if line.startswith("[")]
-    assert len(stamped) == 2 + 2 * 3  # the stream, 2 a correction, the files
+    assert len(stamped) == 3 + 2 * 3  # the stream, its regime, 2 a correction, the files
+    assert "] regime: at the truth P(p|u)/Q(p) has median" in stamped[1]
     seconds = [float(line[1:line.index(" s]")]) for line in stamped]
     assert seconds == sorted(seconds)
 

@@ -4,6 +4,8 @@ CLI in test_metrics_models_cli.py)."""
 import csv
 import os
 
+import numpy as np
+
 from tfrs_logq import demo
 
 
@@ -23,3 +25,16 @@ def test_write_outputs_writes_results_and_chart_whole(tmp_path):
     assert list(read[0]) == list(_rows()[0])
     assert float(read[1]["recall@100"]) == _rows()[1]["recall@100"]
     assert (tmp_path / "recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_regime_line_states_the_truths_positive_share():
+    from tfrs_logq.pipelines.synthetic import SyntheticStream
+
+    stream = SyntheticStream(num_items=500, num_users=50, num_topics=5, seed=1)
+    batch = next(iter(stream.dataset(256, num_batches=1)))
+    line = demo.regime_line(stream, batch, 64)
+    targets = batch["target"].numpy()
+    ratio = np.median(np.exp(stream.true_log_prob(batch["user_id"], targets).numpy()
+                             - stream.item_log_marginal()[targets]))
+    assert f"median {ratio:,.1f} against about 63 in-batch" in line
+    assert f"share of the standard loss's denominator is {ratio / (ratio + 63):.3f}" in line

@@ -22,6 +22,7 @@ from tfrs_logq.frequency import CountMinSketch, ExactFrequency
 from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
 from tfrs_logq.models import TwoTowerModel
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
+from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.tasks import CorrectedRetrieval
 
 KS = (10, 100, 1000)
@@ -121,6 +122,19 @@ def oracle_row(stream: SyntheticStream, eval_batch: dict) -> dict:
             "train_seconds": 0.0, "eval_seconds": 0.0}
 
 
+def regime_line(stream: SyntheticStream, eval_batch: dict, batch_size: int) -> str:
+    """Where this world puts the losses: the truth's P(p|u)/Q(p) at the held-out pairs
+    against the in-batch negatives, as the positive's share of the standard denominator."""
+    targets = eval_batch["target"].numpy()
+    log_p = stream.true_log_prob(eval_batch["user_id"], targets).numpy()
+    ratio = float(np.median(np.exp(log_p - stream.item_log_marginal()[targets])))
+    share = float(standard_positive_share(ratio, batch_size - 1))
+    return (f"regime: at the truth P(p|u)/Q(p) has median {ratio:,.1f} against about "
+            f"{batch_size - 1:,} in-batch negatives, so the positive's median share of the "
+            f"standard loss's denominator is {share:.3f}; standard and corrected logQ can "
+            "differ only where it is large (docs/study.md)")
+
+
 def write_outputs(rows: list[dict], output_dir: str, title: str) -> None:
     os.makedirs(output_dir, exist_ok=True)
     write_csv(os.path.join(output_dir, "results.csv"), rows, list(rows[0].keys()))
@@ -174,6 +188,7 @@ def run_demo(config: DemoConfig, output_dir: str, verbose="auto", as_json: bool 
     eval_batch = next(iter(stream.dataset(config.num_eval, num_batches=1,
                                           start_batch=EVAL_START_BATCH)))
     rows = [oracle_row(stream, eval_batch)]
+    say(regime_line(stream, eval_batch, config.batch_size))
     for number, correction in enumerate(config.corrections, 1):
         say(f"{number}/{len(config.corrections)}: training with correction={correction!r} "
             f"({config.steps:,} steps x batch {config.batch_size:,}), then Recall@k over "

@@ -103,6 +103,22 @@ def mixture_probability(unigram, uniform_fraction: float, num_items: int):
     return a / num_items + (1.0 - a) * unigram
 
 
+def standard_positive_share(p_over_q, num_negatives: int):
+    """The positive's share of the standard logQ loss's denominator at the truth.
+
+    With scores equal to the true ``log P(d|u)`` (up to a constant per user), the
+    positive's corrected term is ``P(p|u) / Q(p)`` and each of ``n`` negatives drawn
+    from ``Q`` adds ``P(d|u) / Q(d)``, whose mean under ``Q`` is 1: the share is about
+    ``(P/Q) / (P/Q + n)``. Where it is small, ``w = 1 - P`` is about 1 and the
+    positive's term is negligible: standard and corrected logQ nearly coincide.
+
+    >>> standard_positive_share(np.array([1.0, 1023.0]), 1023).round(4)
+    array([0.001, 0.5  ])
+    """
+    ratio = np.asarray(p_over_q, np.float64)
+    return ratio / (ratio + num_negatives)
+
+
 def unigram_log_tables(counts) -> tuple[np.ndarray, float, np.ndarray]:
     """Per-item tables of the unigram proposal from training counts, in float64.
 
@@ -129,5 +145,6 @@ __all__ = [
     "log_complement",
     "log_q_from_probability",
     "mixture_probability",
+    "standard_positive_share",
     "unigram_log_tables",
 ]

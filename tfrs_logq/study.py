@@ -88,6 +88,7 @@ QUANTILES = (10, 50, 90)
 SEED_STRIDE = 10**8  # seed s trains on stream batches s * SEED_STRIDE + i
 EVAL_BATCH_INDEX = 10**15  # the held-out examples: one stream batch, the same for every run
 MAX_CHUNK_FLOATS = 1 << 25
+TRUTH_VERSION = 1  # bump when truth_columns, popularity_bands or the stream's draws change
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +193,8 @@ PRESETS = {
     # negatives, and a world (10,000 topics, sigma 8) whose truth has P/Q median about
     # 5,000, the order of the number of negatives, so that the positive's share of the
     # standard loss's denominator is large (the regime the paper's catalog is in).
-    # 20,000 users: the stream holds two [users, C] float64 tables (3.2 GB here).
+    # 20,000 users: the stream holds two [users, C] float64 tables (3.2 GB here; about
+    # 6.4 GB at its peak while they are built).
     "headline": dict(
         base=dict(num_items=1_000_000, num_users=20_000, num_topics=10_000,
                   topic_sharpness=8.0, steps=3000, batch_size=2048, embedding_dim=32,
@@ -441,7 +443,9 @@ class World:
         self.bands = popularity_bands(self.log_q)
         self.eval_batch = next(iter(self.stream.dataset(
             run.num_eval_users, num_batches=1, start_batch=EVAL_BATCH_INDEX)))
-        key = f"{run.world()!r} num_eval_users={run.num_eval_users}"
+        key = (f"{run.world()!r} num_eval_users={run.num_eval_users} "
+               f"eval_batch={EVAL_BATCH_INDEX} ks={KS} quantiles={QUANTILES} "
+               f"truth_version={TRUTH_VERSION}")
         cached = {}
         if truth_cache and os.path.exists(truth_cache):
             with open(truth_cache) as f:

@@ -16,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 
 from tfrs_logq.atomic import save_figure, write_text
+from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.stats import paired_difference
 
 KS = (10, 100, 1000)
@@ -94,7 +95,7 @@ def format_table(rows: list[dict]) -> str:
                   + " / ".join(f"{float(any_row[f'truth_p_over_q_q{q}']):.3g}"
                                for q in (10, 50, 90))
                   + f"; the positive's median share of the standard loss's denominator "
-                  f"(P/Q) / (P/Q + {num_negatives(key)}) is "
+                  f"(P/Q) / (P/Q + {num_negatives(key)}), with the unigram Q, is "
                   f"{truth_positive_share(key, any_row):.3f}.", "",
                   "| proposal | correction | seeds | exact R@10 | exact R@100 | exact R@1000 "
                   "| obs. R@100 | head / torso / tail R@100 | model P/Q median | s/step |",
@@ -165,8 +166,8 @@ def truth_positive_share(key, any_row: dict) -> float:
     """Median over held-out pairs of the positive's share of the standard loss's
     denominator at the truth, ``(P/Q) / (P/Q + n)`` (monotone in ``P/Q``, so the share
     at the median ``P/Q`` is the median share)."""
-    ratio = float(any_row["truth_p_over_q_q50"])
-    return ratio / (ratio + num_negatives(key))
+    return float(standard_positive_share(float(any_row["truth_p_over_q_q50"]),
+                                         num_negatives(key)))
 
 
 def regime_points(rows: list[dict], metric: str) -> list[dict]:
@@ -210,8 +211,8 @@ def write_regime_chart(rows: list[dict], path: str) -> None:
         ax.set_ylabel(f"Δ exact Recall@{k}")
         if seen:
             ax.legend(fontsize=6)
-    fig.suptitle("Where the correction matters (paired by seed, 95 % t intervals)",
-                 fontsize=10)
+    fig.suptitle("Where the correction matters (paired by seed, 95 % t intervals; x from the "
+                 "unigram P/Q, approximate for the mixture proposal)", fontsize=10)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
