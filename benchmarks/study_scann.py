@@ -34,6 +34,7 @@ from tfrs_logq.serving.export import build_scann_searcher, scann_parameters  # n
 
 from tfrs_logq import study  # noqa: E402
 from tfrs_logq.atomic import write_text  # noqa: E402
+from tfrs_logq.metrics import recall_ndcg_from_ranks  # noqa: E402
 
 KS = study.KS
 EXPORT_DEFAULT_K = 100  # tfrs-logq export's --k default (tfrs_logq/cli/export.py)
@@ -54,7 +55,10 @@ def score(world: "study.World", top: np.ndarray) -> dict:
     users = world.eval_batch["user_id"].numpy()
     targets = world.eval_batch["target"].numpy()
     exact = study.exact_expected_recall(world.stream, users, top)
-    observed = {k: float(np.mean(np.any(top[:, :k] == targets[:, None], axis=1))) for k in KS}
+    # The target's 0-based position in the list, or the list's length when absent.
+    found = top == targets[:, None]
+    ranks = np.where(found.any(axis=1), found.argmax(axis=1), top.shape[1])
+    observed = {k: recall_ndcg_from_ranks(ranks, (k,))[f"recall@{k}"] for k in KS}
     return {**{f"exact_recall@{k}": v for k, v in exact.items()},
             **{f"observed_recall@{k}": v for k, v in observed.items()}}
 
