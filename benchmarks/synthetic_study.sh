@@ -13,8 +13,9 @@
 # Every run trains from one pinned snapshot of the code: the commit in OUT/code_commit
 # (written by the first run; PIN=<commit> overrides it for a new grid), so all runs of a
 # grid use the same code whatever is committed meanwhile. Resumable: a run whose run_id is
-# in OUT/results.csv is skipped (the study writes a row only when a run has finished; a
-# killed run starts again from step 0). With COMMIT=1, OUT is committed after every run.
+# in OUT/results.csv is skipped (the study writes a row when a run has finished), and a run
+# killed while training goes on from its checkpoint in OUT/runs/ (code from this commit
+# on; earlier pins restart it from step 0). With COMMIT=1, OUT is committed after every run.
 # (Pinning, snapshots, commits: grid_lib.sh.)
 set -u -o pipefail
 cd "$(dirname "$0")/.."

@@ -70,6 +70,7 @@ def _imports(path: str) -> set[str]:
 ABOVE_APPS = ("apache_beam", "grpc", "tfrs_logq.serving", "tfrs_logq.pipelines.beam",
               "tfrs_logq.cli")
 APPS = ("tfrs_logq.training", "tfrs_logq.callbacks", "tfrs_logq.run_directory",
+        "tfrs_logq.step_checkpoint",
         "tfrs_logq.trained", "tfrs_logq.diagnose", "tfrs_logq.demo", "tfrs_logq.experiment",
         "tfrs_logq.study", "tfrs_logq.study_report")
 
@@ -197,7 +198,7 @@ LAYERS = {
     3: ("tfrs_logq", "tfrs_logq.tasks", "tfrs_logq.objectives", "tfrs_logq.models",
         "tfrs_logq.lazy_adam", "tfrs_logq.native"),
     4: ("tfrs_logq.training", "tfrs_logq.callbacks", "tfrs_logq.run_directory",
-        "tfrs_logq.trained"),
+        "tfrs_logq.trained", "tfrs_logq.step_checkpoint"),
     5: ("tfrs_logq.experiment", "tfrs_logq.demo", "tfrs_logq.diagnose", "tfrs_logq.study",
         "tfrs_logq.study_report", "tfrs_logq.pipelines.beam", "tfrs_logq.serving"),
     6: ("tfrs_logq.cli",),

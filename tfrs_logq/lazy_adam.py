@@ -48,17 +48,22 @@ class LazyAdam(tf.Module):
         self.learning_rate = float(learning_rate)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
-        self._slots: dict = {}
+        # The moments (m, v of each variable, in creation order) are a tracked list, so
+        # `tf.train.Checkpoint` saves and restores them: an optimizer built on the same
+        # variables in the same order restores into the same slots. `_position` maps a
+        # variable to its pair's index (ints, which the checkpoint does not track).
+        self.moments: list = []
+        self._position: dict = {}
 
     def _moments(self, var: tf.Variable) -> tuple[tf.Variable, tf.Variable]:
         key = var.ref()
-        if key not in self._slots:
+        if key not in self._position:
             with tf.init_scope():
-                self._slots[key] = (
-                    tf.Variable(tf.zeros_like(var), trainable=False, name="m"),
-                    tf.Variable(tf.zeros_like(var), trainable=False, name="v"),
-                )
-        return self._slots[key]
+                self._position[key] = len(self.moments)
+                self.moments.append(tf.Variable(tf.zeros_like(var), trainable=False, name="m"))
+                self.moments.append(tf.Variable(tf.zeros_like(var), trainable=False, name="v"))
+        i = self._position[key]
+        return self.moments[i], self.moments[i + 1]
 
     def build(self, variables: Iterable[tf.Variable]) -> None:
         """Creates the moments (call once before a `tf.function` step)."""

@@ -59,12 +59,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import itertools
 import json
 import os
+import shutil
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -76,6 +78,7 @@ from tfrs_logq.models import HistoryQueryTower
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
 from tfrs_logq.proposal import inclusion_log_q, mixture_probability
 from tfrs_logq.sampling import SampledNegatives, distinct_in_random_order, uniform_ids
+from tfrs_logq.step_checkpoint import StepCheckpoint
 from tfrs_logq.tasks import CorrectedRetrieval
 
 KS = (10, 100, 1000)
@@ -294,20 +297,32 @@ def make_optimizer(run: Run):
     return tf.keras.optimizers.Adam(run.learning_rate)
 
 
-def train_batches(run: Run, stream: SyntheticStream) -> tf.data.Dataset:
-    return stream.dataset(run.batch_size, num_batches=run.steps,
-                          start_batch=run.seed * SEED_STRIDE)
+def train_batches(run: Run, stream: SyntheticStream, first_step: int = 0) -> tf.data.Dataset:
+    return stream.dataset(run.batch_size, num_batches=run.steps - first_step,
+                          start_batch=run.seed * SEED_STRIDE + first_step)
 
 
 def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
-          record: Optional[list] = None) -> tuple[StudyModel, float]:
-    """Trains one run; returns the model and the seconds per step (first step excluded).
+          record: Optional[list] = None, checkpoint_dir: Optional[str] = None,
+          checkpoint_seconds: float = 120.0,
+          on_step: Optional[Callable[[int], None]] = None) -> tuple[StudyModel, dict]:
+    """Trains one run; returns the model and ``{"seconds_per_step", "resumed_from_step"}``
+    (seconds per step of this process, its first step excluded).
 
     ``record``, when a list, receives ``(batch, negatives)`` numpy pairs of every step
-    (for the common-random-numbers test)."""
+    (for the common-random-numbers test). ``checkpoint_dir``: the run's state is saved
+    there every ``checkpoint_seconds`` (`StepCheckpoint`) and a run finds its last state
+    there and goes on from it, ending exactly as an uninterrupted run. ``on_step(i)`` is
+    called after step ``i`` (0-based) has finished."""
     model = StudyModel(run)
     task, optimizer = make_task(run), make_optimizer(run)
-    optimizer.build(model.weights)  # slots exist before the step is traced
+    optimizer.build(model.weights)  # slots exist before the step is traced (and restored)
+    checkpoint = None
+    first_step = 0
+    if checkpoint_dir:
+        checkpoint = StepCheckpoint(checkpoint_dir, run.run_id, checkpoint_seconds,
+                                    model=model, optimizer=optimizer)
+        first_step = checkpoint.restore()
     table = tf.constant(np.where(np.isfinite(log_q_table), log_q_table, 0.0), tf.float32)
 
     @tf.function
@@ -325,17 +340,21 @@ def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
         optimizer.apply_gradients(zip(grads, model.weights))
         return loss, negatives.ids, negatives.is_valid
 
-    first = time.perf_counter()
-    for i, batch in enumerate(train_batches(run, stream)):
+    start = time.perf_counter()
+    for i, batch in enumerate(train_batches(run, stream, first_step), first_step):
         _, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
         if record is not None:
             record.append(({k: v.numpy() for k, v in batch.items()},
                            neg_ids.numpy(), neg_valid.numpy()))
-        if i == 0:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    per_step = (end - first) / (run.steps - 1) if run.steps > 1 else float("nan")
-    return model, per_step
+        if checkpoint is not None and i + 1 < run.steps:
+            checkpoint.step_done(i + 1)
+        if on_step is not None:
+            on_step(i)
+        if i == first_step:
+            start = time.perf_counter()
+    timed = run.steps - first_step - 1
+    per_step = (time.perf_counter() - start) / timed if timed > 0 else float("nan")
+    return model, {"seconds_per_step": per_step, "resumed_from_step": first_step}
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -459,17 +478,30 @@ class World:
                                                sort_keys=True) + "\n")
 
 
-def execute(run: Run, world: Optional[World] = None) -> dict:
-    """Trains and evaluates one run: its results.csv row."""
+def execute(run: Run, world: Optional[World] = None,
+            checkpoint_dir: Optional[str] = None) -> dict:
+    """Trains and evaluates one run: its results.csv row. ``checkpoint_dir``: see `train`
+    (``train_seconds`` and ``seconds_per_step`` are then this process's, from
+    ``resumed_from_step`` on)."""
     world = world or World(run)
     start = time.perf_counter()
-    model, per_step = train(run, world.stream, proposal_log_q_table(run, world.log_q))
+    model, timing = train(run, world.stream, proposal_log_q_table(run, world.log_q),
+                          checkpoint_dir=checkpoint_dir)
     train_s = time.perf_counter() - start
     start = time.perf_counter()
     row = evaluate(model, world.stream, world.eval_batch, world.log_q, world.bands)
     return {"run_id": run.run_id, **dataclasses.asdict(run), **row, **world.truth,
-            "seconds_per_step": round(per_step, 4), "train_seconds": round(train_s, 1),
-            "eval_seconds": round(time.perf_counter() - start, 1)}
+            "seconds_per_step": round(timing["seconds_per_step"], 4),
+            "train_seconds": round(train_s, 1),
+            "eval_seconds": round(time.perf_counter() - start, 1),
+            "resumed_from_step": timing["resumed_from_step"]}
+
+
+def checkpoint_directory(output_dir: str, run: Run) -> str:
+    """Where a grid keeps a run's `StepCheckpoint` while it trains (``runs/`` is not
+    committed)."""
+    digest = hashlib.sha256(run.run_id.encode()).hexdigest()[:16]
+    return os.path.join(output_dir, "runs", digest)
 
 
 def read_results(output_dir: str) -> list[dict]:
@@ -500,7 +532,8 @@ def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = Non
              say=print) -> list[dict]:
     """Runs the unfinished runs in order (at most ``max_runs``), appending each row to
     ``results.csv`` as it finishes, then rewrites table.md and the chart. Resumable: a
-    run whose ``run_id`` is in results.csv is skipped."""
+    run whose ``run_id`` is in results.csv is skipped, and a run killed while training
+    goes on from its last `StepCheckpoint` (`checkpoint_directory`, every 2 minutes)."""
     from tfrs_logq.study_report import write_report
 
     os.makedirs(output_dir, exist_ok=True)
@@ -514,8 +547,12 @@ def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = Non
         say(f"run {number}/{len(todo)}: V={run.num_items:,} {run.sampler} "
             f"({run.num_in_batch_negatives}+{run.num_uniform_negatives}) {run.proposal} "
             f"{run.correction} seed {run.seed}, {run.steps} steps, {run.optimizer}")
-        row = execute(run, worlds[key])
+        checkpoint_dir = checkpoint_directory(output_dir, run)
+        row = execute(run, worlds[key], checkpoint_dir)
         write_results(output_dir, read_results(output_dir) + [row])
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        if row["resumed_from_step"]:
+            say(f"  resumed from step {row['resumed_from_step']:,}")
         say(f"  exact Recall@10/100/1000 {row['exact_recall@10']:.4f} / "
             f"{row['exact_recall@100']:.4f} / {row['exact_recall@1000']:.4f}, "
             f"{row['seconds_per_step']} s/step")
