@@ -545,11 +545,12 @@ def test_demo_says_what_it_is_doing_in_a_log(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "tfrs_logq.cli", "demo", "--output-dir", str(tmp_path / "d"),
          "--num-items", "3000", "--num-users", "500", "--steps", str(steps), "--batch-size",
-         "128", "--num-eval", "256"],
+         "128", "--num-eval", "256", "--num-topics", "40", "--topic-sharpness", "3.5"],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
+    assert "3,000 items, 500 users, 40 topics (sharpness 3.5)" in lines[0]
     every = -(-steps // 10)
     expected = [f"step {n}/{steps}:" for n in range(every, steps + 1, every)]
     for correction in ("none", "logq", "corrected"):

@@ -38,3 +38,20 @@ def test_regime_line_states_the_truths_positive_share():
                              - stream.item_log_marginal()[targets]))
     assert f"median {ratio:,.1f} against about 63 in-batch" in line
     assert f"share of the standard loss's denominator is {ratio / (ratio + 63):.3f}" in line
+
+
+def test_regime_line_says_how_to_move_a_world_where_the_losses_coincide():
+    from tfrs_logq.pipelines.synthetic import SyntheticStream
+
+    def line(num_topics, sharpness, batch_size):
+        stream = SyntheticStream(num_items=2000, num_users=100, num_topics=num_topics,
+                                 topic_sharpness=sharpness, seed=1)
+        batch = next(iter(stream.dataset(512, num_batches=1)))
+        return demo.regime_line(stream, batch, batch_size)
+
+    coinciding = line(2, 1.0, 1024)  # P/Q about 2 against 1,023 negatives
+    assert float(coinciding.split("denominator is ")[1][:5]) < demo.SMALL_SHARE
+    assert "--num-topics 10000 --topic-sharpness 8" in coinciding
+    apart = line(500, 8.0, 16)  # P/Q in the hundreds against 15
+    assert float(apart.split("denominator is ")[1][:5]) > demo.SMALL_SHARE
+    assert "--num-topics" not in apart

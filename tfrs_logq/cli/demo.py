@@ -16,6 +16,10 @@ def populate(p) -> None:
     help_text = {
         "num_items": "catalog size of the synthetic stream",
         "num_users": "users of the synthetic stream",
+        "num_topics": "topics of the synthetic stream: with --topic-sharpness, the regime "
+                      "knob (many sharp topics make the positive a large share of the "
+                      "standard loss's denominator; memory 16 B x users x topics)",
+        "topic_sharpness": "scale of the users' topic logits",
         "batch_size": "in-batch negatives per step",
         "steps": "training steps per correction",
         "embedding_dim": "embedding size",
