@@ -2,7 +2,7 @@
 # Issue 26 part 1: the large-catalog study (`tfrs-logq study`, tfrs_logq/study.py) run by
 # run, resumable, optionally committed after every run.
 #
-#   PRESET=pilot|headline|sweep COMMIT=1 benchmarks/synthetic_study.sh [extra study flags]
+#   PRESET=pilot|headline|sweep|samplers COMMIT=1 benchmarks/synthetic_study.sh [extra study flags]
 #
 # Presets (tfrs_logq/study.py PRESETS): `headline` is Table 2's analogue (1,000,000 items,
 # 4,096 uniform + 4,096 in-batch negatives and pure in-batch, every proposal and correction,

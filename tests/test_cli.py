@@ -572,3 +572,17 @@ def test_demo_cli_rejects_bad_corrections():
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2 and "bogus" in proc.stderr
+
+
+def test_study_counts_a_presets_pending_runs_and_takes_both_spellings(tmp_path):
+    from tfrs_logq import study
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrs_logq.cli", "study", "--preset", "samplers", "--pending",
+         "--output_dir", str(tmp_path), "--max_runs", "1", "--seeds", "0", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == str(len(study.preset_runs("samplers", [0, 1])))
+    proc = subprocess.run([sys.executable, "-m", "tfrs_logq.cli", "study", "--preset", "x"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "argument --preset: invalid choice: 'x'" in proc.stderr

@@ -183,6 +183,11 @@ def test_mixture_for_pure_in_batch_runs_as_unigram_and_presets_are_distinct():
     assert {(r.sampler, r.proposal) for r in sweep} == {("in-batch", "unigram"),
                                                         ("mixed", "mixture")}
     assert len(sweep) == 3 * 2 * 3 * 3
+    samplers = study.preset_runs("samplers")
+    assert {(r.sampler, r.proposal) for r in samplers} == {
+        ("in-batch", "unigram"), ("in-batch", "inclusion"), ("uniform", "unigram"),
+        ("uniform", "mixture"), ("mixed", "unigram"), ("mixed", "mixture")}
+    assert len(samplers) == 6 * 2 * 3 and {r.num_topics for r in samplers} == {10_000}
 
 
 def test_proposals_and_the_positive_column():

@@ -218,6 +218,18 @@ PRESETS = {
                   proposal=["mixture"],
                   correction=["logq-paper", "logq-official", "corrected"]),
         seeds=[0, 1, 2]),
+    # What the sampler and its proposal do where the correction can matter (the sweep's
+    # C = 10,000 world): deduplicated in-batch with the unigram or the inclusion proposal,
+    # uniform-only with the unigram convention or its own (constant) log Q, and fewer
+    # mixed negatives (256 + 256, a larger share of the positive) with both proposals.
+    "samplers": dict(
+        base=dict(num_items=100_000, num_users=20_000, num_topics=10_000,
+                  topic_sharpness=8.0, steps=4000, batch_size=1024, embedding_dim=32,
+                  learning_rate=1e-2, num_eval_users=4096),
+        axes=dict(negatives=[("in-batch", 1024, 0), ("uniform", 0, 1024), ("mixed", 256, 256)],
+                  proposal=["unigram", "mixture", "inclusion"],
+                  correction=["logq-paper", "corrected"]),
+        seeds=[0, 1, 2]),
 }
 
 
@@ -562,37 +574,5 @@ def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = Non
     return rows
 
 
-# ---------------------------------------------------------------------------- command line
-
-def populate_parser(p) -> None:
-    """The flags of `tfrs-logq study` (called by `tfrs_logq.cli`)."""
-    p.add_argument("--preset", choices=tuple(PRESETS), default="pilot",
-                   help="the grid (see PRESETS in tfrs_logq/study.py)")
-    p.add_argument("--output-dir", "--output_dir", default="study_output", metavar="DIR",
-                   help="results.csv, table.md and paired.png go here")
-    p.add_argument("--seeds", type=int, nargs="+", default=None,
-                   help="override the preset's seeds (default: the preset's)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="override the preset's steps (default: the preset's)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="override the preset's optimizer (default: the preset's, lazy-adam)")
-    p.add_argument("--max-runs", "--max_runs", type=int, default=None, metavar="N",
-                   help="run at most N unfinished runs, then stop (default: all)")
-    p.add_argument("--pending", action="store_true",
-                   help="print the number of unfinished runs and exit")
-    p.set_defaults(run=command)
-
-
-def command(args) -> int:
-    overrides = {k: getattr(args, k) for k in ("steps", "optimizer")
-                 if getattr(args, k) is not None}
-    runs = preset_runs(args.preset, args.seeds, **overrides)
-    if args.pending:
-        print(len(pending(runs, args.output_dir)))
-        return 0
-    run_grid(runs, args.output_dir, args.max_runs, say=lambda m: print(m, flush=True))
-    return 0
-
-
 __all__ = ["PRESETS", "Run", "execute", "exact_expected_recall", "grid", "model_top_k",
-           "pending", "popularity_bands", "populate_parser", "preset_runs", "run_grid"]
+           "pending", "popularity_bands", "preset_runs", "run_grid"]

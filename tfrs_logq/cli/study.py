@@ -1,13 +1,37 @@
-"""``tfrs-logq study``: the large-catalog study on the synthetic stream (issue 26).
-
-Its flags and handler live beside the study (`tfrs_logq.study.populate_parser`, which
-sets ``run``); this module only attaches them.
-"""
+"""``tfrs-logq study``: the large-catalog study on the synthetic stream (`tfrs_logq.study`)."""
 
 from __future__ import annotations
 
 
-def populate(parser) -> None:
-    from tfrs_logq.study import populate_parser
+def populate(p) -> None:
+    from tfrs_logq.cli._common import add_flag
+    from tfrs_logq.study import OPTIMIZERS, PRESETS
 
-    populate_parser(parser)
+    add_flag(p, "preset", choices=tuple(PRESETS), default="pilot",
+             help="the grid (see PRESETS in tfrs_logq/study.py)")
+    add_flag(p, "output-dir", default="study_output", metavar="DIR",
+             help="results.csv, table.md and paired.png go here")
+    add_flag(p, "seeds", type=int, nargs="+", default=None,
+             help="override the preset's seeds (default: the preset's)")
+    add_flag(p, "steps", type=int, default=None,
+             help="override the preset's steps (default: the preset's)")
+    add_flag(p, "optimizer", choices=OPTIMIZERS, default=None,
+             help="override the preset's optimizer (default: the preset's, lazy-adam)")
+    add_flag(p, "max-runs", type=int, default=None, metavar="N",
+             help="run at most N unfinished runs, then stop (default: all)")
+    add_flag(p, "pending", action="store_true",
+             help="print the number of unfinished runs and exit")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from tfrs_logq.study import pending, preset_runs, run_grid
+
+    overrides = {k: getattr(args, k) for k in ("steps", "optimizer")
+                 if getattr(args, k) is not None}
+    runs = preset_runs(args.preset, args.seeds, **overrides)
+    if args.pending:
+        print(len(pending(runs, args.output_dir)))
+        return 0
+    run_grid(runs, args.output_dir, args.max_runs, say=lambda m: print(m, flush=True))
+    return 0
