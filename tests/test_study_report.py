@@ -39,3 +39,13 @@ def test_regime_points_pair_the_same_proposal_at_the_truths_positive_share(tmp_p
     assert points[0]["mean"] == pytest.approx(0.002)
     study_report.write_regime_chart(rows, str(tmp_path / "regime.png"))
     assert (tmp_path / "regime.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_resumed_run_stays_in_its_scenario():
+    rows = _rows()
+    rows[1] = {**rows[1], "resumed_from_step": "1200"}
+    rows = [{"resumed_from_step": "0", **row} for row in rows]
+    scenarios = study_report.scenarios(rows)
+    assert len(scenarios) == 1
+    (variants,) = scenarios.values()
+    assert sorted(variants[("unigram", "logq-paper")]) == [0, 1, 2]

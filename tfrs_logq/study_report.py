@@ -20,7 +20,8 @@ from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.stats import paired_difference
 
 KS = (10, 100, 1000)
-VARIANT_FIELDS = ("proposal", "correction", "seed", "run_id")
+# A run's own fields, not its scenario's (resumed_from_step: where a killed run went on).
+VARIANT_FIELDS = ("proposal", "correction", "seed", "run_id", "resumed_from_step")
 SCENARIO_LABEL = ("num_items", "num_topics", "topic_sharpness", "sampler", "num_in_batch",
                   "num_uniform", "steps", "batch_size", "optimizer")
 METRIC_PREFIXES = ("exact_", "observed_", "head_", "torso_", "tail_", "oracle_", "truth_",
