@@ -8,7 +8,7 @@
 grid_check_out() {  # dir...: each must be results/NAME (its runs/ is git-ignored)
   local d
   for d in "$@"; do
-    case "$d" in results/*/*|/*) return 2;; esac
+    case "$d" in results/*/*|results/|results/.*) return 2;; results/*) ;; *) return 2;; esac
   done
 }
 

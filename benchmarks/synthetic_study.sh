@@ -4,11 +4,12 @@
 #
 #   PRESET=pilot|headline|sweep|samplers COMMIT=1 benchmarks/synthetic_study.sh [extra study flags]
 #
-# Presets (tfrs_logq/study.py PRESETS): `headline` is Table 2's analogue (1,000,000 items,
-# 4,096 uniform + 4,096 in-batch negatives and pure in-batch, every proposal and correction,
-# 3 seeds); `sweep` maps catalog size x negatives x sharpness at smaller budgets; `pilot`
-# is the small grid committed in results/synthetic-study-pilot/. See docs/study.md for
-# their expected durations.
+# Presets (tfrs_logq/study.py PRESETS; docs/study.md says what each holds and how long it
+# takes): `headline` is Table 2's analogue (1,000,000 items, 10,000 topics, 2,048 uniform +
+# 2,048 in-batch negatives, unigram and mixture proposals, every correction, 3 seeds);
+# `sweep` maps the regime (topics 10,000 / 1,000 / 100 at 100,000 items, mixed and
+# in-batch); `samplers` compares samplers and proposals at 10,000 topics; `pilot` is the
+# small grid committed in results/synthetic-study-pilot/.
 #
 # Every run trains from one pinned snapshot of the code: the commit in OUT/code_commit
 # (written by the first run; PIN=<commit> overrides it for a new grid), so all runs of a

@@ -88,7 +88,7 @@ def test_the_snapshot_is_the_pinned_code_laid_out_as_installed(repo, tmp_path):
 
 def test_check_out_accepts_results_name_only(repo):
     assert _lib(repo, "grid_check_out results/a results/b").returncode == 0
-    for bad in ("results/a/b", "/tmp/x"):
+    for bad in ("results/a/b", "/tmp/x", "foo", "../x", "results/", "results/..", "./results/a"):
         assert _lib(repo, f"grid_check_out results/a {bad}").returncode == 2
 
 

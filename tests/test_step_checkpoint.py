@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfrs_logq import study
+from tfrs_logq import study, study_grid
 from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.step_checkpoint import StepCheckpoint
 
@@ -79,16 +79,51 @@ def test_without_a_save_the_run_starts_from_step_0(tmp_path, world):
     assert timing["resumed_from_step"] == 0
 
 
-def test_a_checkpoint_of_another_run_is_refused(tmp_path, world):
+def test_a_state_of_another_key_is_refused_both_ways_and_the_message_names_the_field(tmp_path):
+    var = tf.Variable(1.0)
+    a = "num_items=5|correction=corrected|code=abc"
+    b = "num_items=5|correction=logq-paper|code=abc"
+    StepCheckpoint(str(tmp_path), a, var=var).save(3)
+    with pytest.raises(ValueError, match="'correction=corrected' where this run has "
+                                         "'correction=logq-paper'"):
+        StepCheckpoint(str(tmp_path), b, var=var).restore()
+    with pytest.raises(ValueError, match="belongs to another run or code"):
+        StepCheckpoint(str(tmp_path), b, var=var).save(4)  # saving into it is refused too
+    # A key.txt with no checkpoint yet still keeps another key out.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "key.txt").write_text(a)
+    with pytest.raises(ValueError, match="belongs to another run or code"):
+        StepCheckpoint(str(fresh), b, var=var).save(1)
+    # A checkpoint with no key.txt is nobody's.
+    os.remove(tmp_path / "key.txt")
+    with pytest.raises(ValueError, match="holds a checkpoint but no key.txt"):
+        StepCheckpoint(str(tmp_path), a, var=var).restore()
+
+
+def test_other_code_resumes_nothing(tmp_path, world, monkeypatch):
+    run = study.Run(**TINY)
+    out = str(tmp_path)
+    before = study_grid.checkpoint_directory(out, run)
+    assert study.checkpoint_key(run).startswith(run.run_id + "|code=")
+    monkeypatch.setattr(study, "source_fingerprint", lambda *dirs: "other-code")
+    assert study.checkpoint_key(run) == run.run_id + "|code=other-code"
+    assert study_grid.checkpoint_directory(out, run) != before
+
+
+def test_a_run_killed_while_evaluating_does_not_train_again(tmp_path, world):
     run = study.Run(**TINY)
     table = study.proposal_log_q_table(run, world.log_q)
     directory = str(tmp_path / "ckpt")
-    with pytest.raises(Killed):
-        study.train(run, world.stream, table, checkpoint_dir=directory, checkpoint_seconds=0,
-                    on_step=lambda i: (_ for _ in ()).throw(Killed))
-    other = study.Run(**{**TINY, "correction": "logq-paper"})
-    with pytest.raises(ValueError, match="holds a checkpoint of another run"):
-        study.train(other, world.stream, table, checkpoint_dir=directory)
+    model, timing = study.train(run, world.stream, table, checkpoint_dir=directory,
+                                checkpoint_seconds=3600)
+    assert timing["resumed_from_step"] == 0 and timing["seconds_per_step"] > 0
+    record: list = []
+    again, timing = study.train(run, world.stream, table, record, checkpoint_dir=directory)
+    assert timing["resumed_from_step"] == run.steps and record == []
+    assert np.isnan(timing["seconds_per_step"])
+    for x, y in zip(_state(model), _state(again)):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_lazy_adam_moments_and_step_round_trip(tmp_path):
@@ -126,14 +161,40 @@ def test_every_seconds_spaces_the_saves(tmp_path):
 def test_the_grid_goes_on_from_a_killed_runs_checkpoint_and_removes_it(tmp_path, world):
     run = study.Run(**TINY)
     out = str(tmp_path / "study")
-    directory = study.checkpoint_directory(out, run)
+    directory = study_grid.checkpoint_directory(out, run)
     assert directory.startswith(os.path.join(out, "runs") + os.sep)
     table = study.proposal_log_q_table(run, world.log_q)
     with pytest.raises(Killed):
         study.train(run, world.stream, table, checkpoint_dir=directory, checkpoint_seconds=0,
                     on_step=lambda i: (_ for _ in ()).throw(Killed) if i == 2 else None)
     said: list = []
-    rows = study.run_grid([run], out, say=said.append)
+    rows = study_grid.run_grid([run], out, say=said.append)
     assert rows[0]["resumed_from_step"] == "3"
     assert "  resumed from step 3" in said
     assert not os.path.exists(directory)
+
+
+def test_the_grid_removes_checkpoints_no_unfinished_run_resumes(tmp_path):
+    runs = [study.Run(**TINY), study.Run(**{**TINY, "correction": "logq-paper"})]
+    out = str(tmp_path)
+    keep = study_grid.checkpoint_directory(out, runs[1])
+    finished = study_grid.checkpoint_directory(out, runs[0])
+    stale = os.path.join(out, "runs", "0123456789abcdef")
+    not_ours = os.path.join(out, "runs", "notes")
+    for path in (keep, finished, stale, not_ours):
+        os.makedirs(path)
+    for path in (keep, finished, stale):
+        open(os.path.join(path, "key.txt"), "w").write("k")
+    said: list = []
+    study_grid.remove_stale_checkpoints(out, runs[1:], say=said.append)
+    assert os.path.isdir(keep) and os.path.isdir(not_ours)
+    assert not os.path.exists(finished) and not os.path.exists(stale)
+    assert len(said) == 2
+
+
+def test_a_second_driver_on_the_same_directory_is_refused(tmp_path):
+    from tfrs_logq.run_directory import RunDirectoryError, RunLock
+
+    with RunLock(str(tmp_path)):
+        with pytest.raises(RunDirectoryError, match="^--output-dir .* is in use by another"):
+            study_grid.run_grid([study.Run(**TINY)], str(tmp_path), say=lambda m: None)

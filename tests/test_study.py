@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfrs_logq import study
+from tfrs_logq import study, study_grid
 
 TINY = dict(num_items=2000, num_users=1000, num_topics=20, topic_sharpness=3.0,
             history_length=5, steps=12, batch_size=64, num_in_batch=64, num_uniform=32,
@@ -123,11 +123,11 @@ def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world)
     assert [r.correction for r in runs] == ["logq-paper", "corrected"]
     out = str(tmp_path / "study")
     said: list = []
-    study.run_grid(runs, out, max_runs=1, say=said.append)  # "killed" after one run
-    assert len(study.read_results(out)) == 1 and len(study.pending(runs, out)) == 1
-    first = study.read_results(out)[0]
+    study_grid.run_grid(runs, out, max_runs=1, say=said.append)  # "killed" after one run
+    assert len(study_grid.read_results(out)) == 1 and len(study_grid.pending(runs, out)) == 1
+    first = study_grid.read_results(out)[0]
     said.clear()
-    rows = study.run_grid(runs, out, say=said.append)
+    rows = study_grid.run_grid(runs, out, say=said.append)
     assert said[0].startswith("study: 1 of 2 runs already")
     assert sum(line.startswith("run ") for line in said) == 1  # the finished one is skipped
     assert [r["correction"] for r in rows] == ["logq-paper", "corrected"]
@@ -143,7 +143,7 @@ def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world)
         assert column in header, column
     assert "corrected (unigram) − logq-paper (unigram)" in open(os.path.join(out, "table.md")
                                                                 ).read()
-    assert study.run_grid(runs, out, say=said.append) and not study.pending(runs, out)
+    assert study_grid.run_grid(runs, out, say=said.append) and not study_grid.pending(runs, out)
     # The truth columns were computed once and cached for the next process.
     with open(os.path.join(out, "truth.json")) as f:
         assert list(json.load(f).values()) == [world.truth]

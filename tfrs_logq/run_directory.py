@@ -34,8 +34,9 @@ class RunLock:
 
     NAME = ".lock"
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, flag: str = "--model-dir") -> None:
         self.path = os.path.join(model_dir, self.NAME)
+        self.flag = flag  # how the error names the directory
         self._file = None
 
     def __enter__(self) -> "RunLock":
@@ -55,7 +56,7 @@ class RunLock:
             self._file = None
             if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise RunDirectoryError(
-                    f"--model-dir {os.path.dirname(self.path)} is in use by another "
+                    f"{self.flag} {os.path.dirname(self.path)} is in use by another "
                     f"training process; wait for it or choose another directory.") from None
             raise
         return self

@@ -57,16 +57,12 @@ Top-k and softmax run brute force over the catalog in chunks of queries
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import hashlib
-import io
 import itertools
 import json
 import os
-import shutil
 import time
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -78,7 +74,7 @@ from tfrs_logq.models import HistoryQueryTower
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
 from tfrs_logq.proposal import inclusion_log_q, mixture_probability
 from tfrs_logq.sampling import SampledNegatives, distinct_in_random_order, uniform_ids
-from tfrs_logq.step_checkpoint import StepCheckpoint
+from tfrs_logq.step_checkpoint import StepCheckpoint, source_fingerprint
 from tfrs_logq.tasks import CorrectedRetrieval
 
 KS = (10, 100, 1000)
@@ -314,25 +310,37 @@ def train_batches(run: Run, stream: SyntheticStream, first_step: int = 0) -> tf.
                           start_batch=run.seed * SEED_STRIDE + first_step)
 
 
+def checkpoint_key(run: Run) -> str:
+    """What a run's `StepCheckpoint` belongs to: its ``run_id`` and the code's
+    `source_fingerprint` (the package and its pipelines)."""
+    import tfrs_logq
+    import tfrs_logq.pipelines
+
+    code = source_fingerprint(tfrs_logq.__path__[0], tfrs_logq.pipelines.__path__[0])
+    return f"{run.run_id}|code={code}"
+
+
 def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
           record: Optional[list] = None, checkpoint_dir: Optional[str] = None,
           checkpoint_seconds: float = 120.0,
           on_step: Optional[Callable[[int], None]] = None) -> tuple[StudyModel, dict]:
     """Trains one run; returns the model and ``{"seconds_per_step", "resumed_from_step"}``
-    (seconds per step of this process, its first step excluded).
+    (seconds per step of this process, its first step and the saves excluded; NaN when
+    it trained fewer than 2 steps).
 
     ``record``, when a list, receives ``(batch, negatives)`` numpy pairs of every step
     (for the common-random-numbers test). ``checkpoint_dir``: the run's state is saved
-    there every ``checkpoint_seconds`` (`StepCheckpoint`) and a run finds its last state
-    there and goes on from it, ending exactly as an uninterrupted run. ``on_step(i)`` is
-    called after step ``i`` (0-based) has finished."""
+    there every ``checkpoint_seconds`` and after the last step (`StepCheckpoint`, keyed
+    by `checkpoint_key`), and a run finds its last state there and goes on from it,
+    ending exactly as an uninterrupted run. ``on_step(i)`` is called after step ``i``
+    (0-based) has finished."""
     model = StudyModel(run)
     task, optimizer = make_task(run), make_optimizer(run)
     optimizer.build(model.weights)  # slots exist before the step is traced (and restored)
     checkpoint = None
     first_step = 0
     if checkpoint_dir:
-        checkpoint = StepCheckpoint(checkpoint_dir, run.run_id, checkpoint_seconds,
+        checkpoint = StepCheckpoint(checkpoint_dir, checkpoint_key(run), checkpoint_seconds,
                                     model=model, optimizer=optimizer)
         first_step = checkpoint.restore()
     table = tf.constant(np.where(np.isfinite(log_q_table), log_q_table, 0.0), tf.float32)
@@ -352,20 +360,25 @@ def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
         optimizer.apply_gradients(zip(grads, model.weights))
         return loss, negatives.ids, negatives.is_valid
 
-    start = time.perf_counter()
+    start, saving = time.perf_counter(), 0.0
     for i, batch in enumerate(train_batches(run, stream, first_step), first_step):
         _, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
         if record is not None:
             record.append(({k: v.numpy() for k, v in batch.items()},
                            neg_ids.numpy(), neg_valid.numpy()))
-        if checkpoint is not None and i + 1 < run.steps:
-            checkpoint.step_done(i + 1)
-        if on_step is not None:
-            on_step(i)
         if i == first_step:
             start = time.perf_counter()
+        if checkpoint is not None and i + 1 < run.steps:
+            saving -= checkpoint.seconds_saving
+            checkpoint.step_done(i + 1)
+            saving += checkpoint.seconds_saving
+        if on_step is not None:
+            on_step(i)
     timed = run.steps - first_step - 1
-    per_step = (time.perf_counter() - start) / timed if timed > 0 else float("nan")
+    per_step = ((time.perf_counter() - start - saving) / timed if timed > 0
+                else float("nan"))
+    if checkpoint is not None and first_step < run.steps:
+        checkpoint.save(run.steps)  # a kill while evaluating does not repeat training
     return model, {"seconds_per_step": per_step, "resumed_from_step": first_step}
 
 
@@ -503,76 +516,12 @@ def execute(run: Run, world: Optional[World] = None,
     start = time.perf_counter()
     row = evaluate(model, world.stream, world.eval_batch, world.log_q, world.bands)
     return {"run_id": run.run_id, **dataclasses.asdict(run), **row, **world.truth,
-            "seconds_per_step": round(timing["seconds_per_step"], 4),
+            "seconds_per_step": (round(timing["seconds_per_step"], 4)
+                                 if np.isfinite(timing["seconds_per_step"]) else ""),
             "train_seconds": round(train_s, 1),
             "eval_seconds": round(time.perf_counter() - start, 1),
             "resumed_from_step": timing["resumed_from_step"]}
 
 
-def checkpoint_directory(output_dir: str, run: Run) -> str:
-    """Where a grid keeps a run's `StepCheckpoint` while it trains (``runs/`` is not
-    committed)."""
-    digest = hashlib.sha256(run.run_id.encode()).hexdigest()[:16]
-    return os.path.join(output_dir, "runs", digest)
-
-
-def read_results(output_dir: str) -> list[dict]:
-    path = os.path.join(output_dir, "results.csv")
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def write_results(output_dir: str, rows: list[dict]) -> None:
-    fields = list(rows[0])
-    for row in rows[1:]:
-        fields += [f for f in row if f not in fields]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(os.path.join(output_dir, "results.csv"), buffer.getvalue())
-
-
-def pending(runs: Iterable[Run], output_dir: str) -> list[Run]:
-    done = {row["run_id"] for row in read_results(output_dir)}
-    return [run for run in runs if run.run_id not in done]
-
-
-def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = None,
-             say=print) -> list[dict]:
-    """Runs the unfinished runs in order (at most ``max_runs``), appending each row to
-    ``results.csv`` as it finishes, then rewrites table.md and the chart. Resumable: a
-    run whose ``run_id`` is in results.csv is skipped, and a run killed while training
-    goes on from its last `StepCheckpoint` (`checkpoint_directory`, every 2 minutes)."""
-    from tfrs_logq.study_report import write_report
-
-    os.makedirs(output_dir, exist_ok=True)
-    todo = pending(runs, output_dir)
-    say(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in {output_dir}")
-    worlds: dict = {}
-    for number, run in enumerate(todo[:max_runs] if max_runs is not None else todo, 1):
-        key = run.world()
-        if key not in worlds:
-            worlds = {key: World(run, os.path.join(output_dir, "truth.json"))}  # one at a time
-        say(f"run {number}/{len(todo)}: V={run.num_items:,} {run.sampler} "
-            f"({run.num_in_batch_negatives}+{run.num_uniform_negatives}) {run.proposal} "
-            f"{run.correction} seed {run.seed}, {run.steps} steps, {run.optimizer}")
-        checkpoint_dir = checkpoint_directory(output_dir, run)
-        row = execute(run, worlds[key], checkpoint_dir)
-        write_results(output_dir, read_results(output_dir) + [row])
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
-        if row["resumed_from_step"]:
-            say(f"  resumed from step {row['resumed_from_step']:,}")
-        say(f"  exact Recall@10/100/1000 {row['exact_recall@10']:.4f} / "
-            f"{row['exact_recall@100']:.4f} / {row['exact_recall@1000']:.4f}, "
-            f"{row['seconds_per_step']} s/step")
-    rows = read_results(output_dir)
-    if rows:
-        write_report(rows, output_dir)
-    return rows
-
-
-__all__ = ["PRESETS", "Run", "execute", "exact_expected_recall", "grid", "model_top_k",
-           "pending", "popularity_bands", "preset_runs", "run_grid"]
+__all__ = ["PRESETS", "Run", "World", "checkpoint_key", "execute", "exact_expected_recall",
+           "grid", "model_top_k", "popularity_bands", "preset_runs", "train"]

@@ -77,7 +77,11 @@ def _interval(diff: dict) -> str:
 
 
 def _mean(rows: dict, field: str) -> float:
-    return float(np.mean([float(r[field]) for r in rows.values()]))
+    """Mean over seeds, NaN and empty cells left out (a run resumed after its last step
+    has no seconds per step); NaN when none is left."""
+    values = [float(r[field]) for r in rows.values() if r.get(field) not in (None, "")]
+    values = [v for v in values if not np.isnan(v)]
+    return float(np.mean(values)) if values else float("nan")
 
 
 def format_table(rows: list[dict]) -> str:

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 from tfrs_logq.cli._common import PROG, USER_ERROR_EXIT, LazyParser, add_verbose, log_handler
 
 # (path, module, help): one module of `tfrs_logq.cli` per command, its flags (`populate`)
-# and its handler (`run`); "study" keeps its flags in `tfrs_logq.study`.
+# and its handler (`run`).
 COMMANDS = (
     (("demo",), "demo",
      "train none/logq/corrected on the synthetic stream; compare Recall@k"),

@@ -25,7 +25,8 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq.study import pending, preset_runs, run_grid
+    from tfrs_logq.study import preset_runs
+    from tfrs_logq.study_grid import pending, run_grid
 
     overrides = {k: getattr(args, k) for k in ("steps", "optimizer")
                  if getattr(args, k) is not None}
