@@ -141,8 +141,9 @@ def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world)
                    "truth_p_over_q_q50", "model_p_over_q_q50"] + [
             f"{kind}_recall@{k}" for kind in ("exact", "observed") for k in study.KS]:
         assert column in header, column
-    assert "corrected (unigram) − logq-paper (unigram)" in open(os.path.join(out, "table.md")
-                                                                ).read()
+    table = open(os.path.join(out, "table.md")).read()
+    assert "corrected (unigram) − logq-paper (unigram)" in table
+    assert "## Where the correction matters" in table and "| logq-paper (unigram) | 1 |" in table
     assert study_grid.run_grid(runs, out, say=said.append) and not study_grid.pending(runs, out)
     # The truth columns were computed once and cached for the next process.
     with open(os.path.join(out, "truth.json")) as f:

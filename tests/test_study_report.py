@@ -49,3 +49,16 @@ def test_a_resumed_run_stays_in_its_scenario():
     assert len(scenarios) == 1
     (variants,) = scenarios.values()
     assert sorted(variants[("unigram", "logq-paper")]) == [0, 1, 2]
+
+
+def test_the_summary_lists_every_scenario_by_share_with_its_paired_differences():
+    low = [{**row, "truth_p_over_q_q50": "8.0"} for row in _rows()]
+    high = [{**row, "num_topics": 80, "truth_p_over_q_q50": "72.0",
+             "run_id": "h" + row["run_id"]} for row in _rows()]
+    lines = study_report.format_summary(high + low)
+    body = [line for line in lines if line.startswith("| 0.")]
+    assert len(body) == 2
+    assert body[0].startswith("| 0.500 | V=1,000, C=8,")  # 8 / (8 + 8 negatives)
+    assert body[1].startswith("| 0.900 | V=1,000, C=80,")
+    assert "| logq-paper (unigram) | 3 | +0.0020 ± 0.0000" in body[0]
+    assert study_report.format_summary([]) == []

@@ -90,6 +90,7 @@ def format_table(rows: list[dict]) -> str:
              "observed = held-out targets; bands by the target's popularity (thirds of the "
              "interaction mass). Paired differences: corrected minus the standard variant, "
              "seed by seed, mean ± half-width of the 95 % t interval (tfrs_logq.stats).", ""]
+    lines += format_summary(rows)
     for key, variants in scenarios(rows).items():
         any_row = next(iter(next(iter(variants.values())).values()))
         lines += [f"## {label(key)}", "",
@@ -185,8 +186,32 @@ def regime_points(rows: list[dict], metric: str) -> list[dict]:
             if std[0] == corr[0]:
                 points.append({"share": truth_positive_share(key, any_row),
                                "sampler": dict(key)["sampler"], "standard": std[1],
+                               "proposal": std[0],
                                "scenario": label(key), **diff})
     return points
+
+
+def format_summary(rows: list[dict]) -> list[str]:
+    """table.md's first section: every scenario's corrected-minus-standard differences of
+    exact Recall@k (same proposal) in one table, ordered by the truth's positive share
+    (the data of regime.png)."""
+    by_k = {k: regime_points(rows, f"exact_recall@{k}") for k in KS}
+    if not by_k[KS[0]]:
+        return []
+    lines = ["## Where the correction matters", "",
+             "Corrected minus the standard variant with the same proposal, exact Recall@k, "
+             "one row per scenario and standard variant, by the truth's median share of the "
+             "positive in the standard loss's denominator (unigram Q).", "",
+             "| share | scenario | corrected minus | seeds | Δ R@10 | Δ R@100 | Δ R@1000 |",
+             "|---|---|---|---|---|---|---|"]
+    order = sorted(range(len(by_k[KS[0]])), key=lambda i: (by_k[KS[0]][i]["share"],
+                                                            by_k[KS[0]][i]["scenario"]))
+    for i in order:
+        pt = by_k[KS[0]][i]
+        lines.append(f"| {pt['share']:.3f} | {pt['scenario']} | {pt['standard']} "
+                     f"({pt['proposal']}) | {pt['n']} | "
+                     + " | ".join(_interval(by_k[k][i]) for k in KS) + " |")
+    return lines + [""]
 
 
 def write_regime_chart(rows: list[dict], path: str) -> None:
@@ -229,5 +254,6 @@ def write_report(rows: list[dict], output_dir: str) -> None:
     write_regime_chart(rows, os.path.join(output_dir, "regime.png"))
 
 
-__all__ = ["comparisons", "format_table", "num_negatives", "regime_points", "scenarios",
-           "truth_positive_share", "write_chart", "write_regime_chart", "write_report"]
+__all__ = ["comparisons", "format_summary", "format_table", "num_negatives", "regime_points",
+           "scenarios", "truth_positive_share", "write_chart", "write_regime_chart",
+           "write_report"]
