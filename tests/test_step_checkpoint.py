@@ -198,3 +198,17 @@ def test_a_second_driver_on_the_same_directory_is_refused(tmp_path):
     with RunLock(str(tmp_path)):
         with pytest.raises(RunDirectoryError, match="^--output-dir .* is in use by another"):
             study_grid.run_grid([study.Run(**TINY)], str(tmp_path), say=lambda m: None)
+
+
+def test_source_fingerprint_follows_the_sources_only(tmp_path):
+    from tfrs_logq.step_checkpoint import source_fingerprint
+
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "k.cc").write_text("int f();\n")
+    first = source_fingerprint.__wrapped__(str(tmp_path / "pkg"))
+    (tmp_path / "pkg" / "__pycache__" / "a.pyc").write_bytes(b"compiled")
+    (tmp_path / "pkg" / "notes.md").write_text("not code")
+    assert source_fingerprint.__wrapped__(str(tmp_path / "pkg")) == first
+    (tmp_path / "pkg" / "k.cc").write_text("int g();\n")
+    assert source_fingerprint.__wrapped__(str(tmp_path / "pkg")) != first

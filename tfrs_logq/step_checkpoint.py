@@ -28,6 +28,7 @@ import time
 import tensorflow as tf
 
 from tfrs_logq.atomic import write_text
+from tfrs_logq.pipelines.interactions import file_fingerprint
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,14 +37,13 @@ def source_fingerprint(*directories: str) -> str:
     contents): a state saved by other code does not resume."""
     digest = hashlib.sha256()
     for directory in directories:
-        for parent, dirs, files in sorted(os.walk(directory)):
+        for parent, dirs, files in os.walk(directory):
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
             for name in sorted(files):
                 if name.endswith((".py", ".cc")):
                     path = os.path.join(parent, name)
-                    digest.update(os.path.relpath(path, directory).encode() + b"\0")
-                    with open(path, "rb") as f:
-                        digest.update(f.read() + b"\0")
+                    digest.update(f"{os.path.relpath(path, directory)}\0"
+                                  f"{file_fingerprint(path)}\0".encode())
     return digest.hexdigest()[:16]
 
 
