@@ -71,7 +71,7 @@ def evaluate_run(run: "study.Run", world: "study.World") -> dict:
     items = model.item_tower.embeddings.numpy()
     k = max(KS)
     start = time.perf_counter()
-    exact_top, _ = study.model_top_k(queries, items, k)
+    exact_top, _, _ = study.model_top_k(queries, items, k)
     brute_s = time.perf_counter() - start
     start = time.perf_counter()
     scann_top, params = scann_top_k(queries, items, k)

@@ -69,3 +69,24 @@ def test_metrics_docstring_examples_run():
 def test_ties_count_against_the_target():
     ranks = target_ranks(np.zeros((2, 3), np.float32), np.ones((5, 3), np.float32), [1, 4])
     np.testing.assert_array_equal(ranks, [3, 3])  # 4 real items, all tied
+
+
+def test_ranks_from_scores_counts_other_columns_at_least_the_targets_score():
+    import tensorflow as tf
+
+    from tfrs_logq.metrics import ranks_from_scores
+
+    scores = np.array([[0.5, 0.9, 0.5, 0.1], [0.3, 0.2, 0.1, 0.0], [np.nan, 1.0, 2.0, 0.0]],
+                      np.float32)
+    targets = np.array([0, 3, 0])
+    # Row 0: the tie at column 2 counts against the target; row 1: the worst; row 2: a
+    # NaN target ranks 0 (no column compares at least it), as in target_ranks.
+    np.testing.assert_array_equal(ranks_from_scores(tf.constant(scores), targets), [2, 3, 0])
+    valid = np.array([True, True, False, True])
+    np.testing.assert_array_equal(ranks_from_scores(tf.constant(scores), targets, valid),
+                                  [1, 2, 0])
+    rng = np.random.default_rng(3)
+    big = rng.standard_normal((6, 500)).astype(np.float32)
+    t = rng.integers(0, 500, 6)
+    expected = (big >= big[np.arange(6), t][:, None]).sum(1) - 1
+    np.testing.assert_array_equal(ranks_from_scores(tf.constant(big), t), expected)

@@ -82,7 +82,7 @@ def test_exact_expected_recall_is_the_true_mass_of_the_model_top_k(world):
     users = world.eval_batch["user_id"].numpy()
     queries = rng.standard_normal((len(users), 8)).astype(np.float32)
     items = rng.standard_normal((run.num_items + 1, 8)).astype(np.float32)
-    top, _ = study.model_top_k(queries, items, 1000)
+    top, _, _ = study.model_top_k(queries, items, 1000)
     got = study.exact_expected_recall(world.stream, users, top)
     p = _numpy_true_probabilities(run, users)
     scores = queries.astype(np.float64) @ items.T.astype(np.float64)
@@ -97,15 +97,25 @@ def test_exact_expected_recall_is_the_true_mass_of_the_model_top_k(world):
     assert world.truth["oracle_exact_recall@100"] == pytest.approx(oracle, rel=1e-6)
 
 
-def test_model_probability_of_the_target_is_the_full_catalog_softmax():
+def test_model_probability_rank_and_top_k_of_the_target_in_one_pass(monkeypatch):
+    from tfrs_logq.metrics import target_ranks
+
     rng = np.random.default_rng(1)
-    queries = rng.standard_normal((5, 4)).astype(np.float32)
+    queries = rng.standard_normal((40, 4)).astype(np.float32)
     items = rng.standard_normal((300, 4)).astype(np.float32)
-    targets = rng.integers(1, 300, 5)
-    _, log_p = study.model_top_k(queries, items, 10, targets)
+    items[0] = 100.0  # padding would top every list if it were scored
+    targets = rng.integers(1, 300, 40)
+    targets[:3] = [1, 299, 150]
+    monkeypatch.setattr(study, "MAX_CHUNK_FLOATS", 7 * 299)  # chunks of 7 queries
+    top, log_p, ranks = study.model_top_k(queries, items, 10, targets)
     s = queries.astype(np.float64) @ items[1:].T.astype(np.float64)
-    expected = s[np.arange(5), targets - 1] - np.log(np.exp(s).sum(1))
+    expected = s[np.arange(40), targets - 1] - np.log(np.exp(s).sum(1))
     np.testing.assert_allclose(log_p, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(top, np.argsort(-s, axis=1, kind="stable")[:, :10] + 1)
+    numpy_ranks = (s > s[np.arange(40), targets - 1][:, None]).sum(1)
+    np.testing.assert_array_equal(ranks, numpy_ranks)
+    np.testing.assert_array_equal(ranks, target_ranks(queries, items, targets))
+    assert study.model_top_k(queries, items, 10)[1:] == (None, None)
 
 
 def test_popularity_bands_split_the_interaction_mass_in_thirds(world):

@@ -82,7 +82,6 @@ def _chunk_ranks(q, items, targets, exclude, padding_id, num_ids):
     import tensorflow as tf
 
     scores = tf.matmul(tf.cast(q, tf.float32), tf.cast(items, tf.float32), transpose_b=True)
-    target_scores = tf.gather(scores, targets, batch_dims=1)
     valid = tf.ones_like(scores, tf.bool)
     if padding_id >= 0:
         valid = tf.logical_and(valid, tf.not_equal(tf.range(num_ids, dtype=tf.int64), padding_id))
@@ -96,9 +95,34 @@ def _chunk_ranks(q, items, targets, exclude, padding_id, num_ids):
         idx = tf.boolean_mask(tf.stack([rows, exclude], -1), keep)
         seen = tf.scatter_nd(idx, tf.ones([tf.shape(idx)[0]], tf.bool), tf.shape(scores, tf.int64))
         valid = tf.logical_and(valid, tf.logical_not(seen))
-    not_target = tf.not_equal(tf.range(num_ids, dtype=tf.int64)[None, :], targets[:, None])
-    above = tf.logical_and(scores >= target_scores[:, None], not_target)
-    return tf.reduce_sum(tf.cast(tf.logical_and(above, valid), tf.int64), axis=1)
+    return ranks_from_scores(scores, targets, valid)
+
+
+def ranks_from_scores(scores, targets, valid=None):
+    """0-based rank of each row's target among the row's scores (TensorFlow, graph-safe):
+    the number of other columns, of those ``valid``, scoring at least the target's (ties
+    count against the target). `target_ranks` computes its ranks with it.
+
+    Args:
+      scores: `[n, m]` float tensor.
+      targets: `[n]` int64 column of each row's target.
+      valid: optional `[n, m]` or `[m]` bool: columns that are items. Defaults to all.
+
+    Returns:
+      `[n]` int64 tensor.
+    """
+    import tensorflow as tf
+
+    targets = tf.cast(targets, tf.int64)
+    target_scores = tf.gather(scores, targets, batch_dims=1)
+    at_least = scores >= target_scores[:, None]
+    if valid is None:  # the target counts itself (not when its score is NaN: rank 0)
+        count = tf.reduce_sum(tf.cast(at_least, tf.int32), axis=1)
+        return tf.cast(tf.maximum(count - 1, 0), tf.int64)
+    columns = tf.range(tf.shape(scores, out_type=tf.int64)[1])
+    above = tf.logical_and(tf.logical_and(at_least, valid),
+                           tf.not_equal(columns[None, :], targets[:, None]))
+    return tf.cast(tf.reduce_sum(tf.cast(above, tf.int32), axis=1), tf.int64)
 
 
 def dcg_gain(ranks) -> np.ndarray:
@@ -154,5 +178,5 @@ def recall_ndcg_from_histogram(histogram, recall_cutoffs: Sequence[int],
     return out
 
 
-__all__ = ["dcg_gain", "rank_histogram", "recall_ndcg_from_histogram", "recall_ndcg_from_ranks",
-           "target_ranks"]
+__all__ = ["dcg_gain", "rank_histogram", "ranks_from_scores", "recall_ndcg_from_histogram",
+           "recall_ndcg_from_ranks", "target_ranks"]

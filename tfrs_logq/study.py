@@ -41,7 +41,7 @@ Evaluation, on the same ``num_eval_users`` held-out examples for every run
 (a) exact expected Recall@k = ``sum_{d in model top-k} P(d|u)``, the recall a
     target drawn from ``P(.|u)`` would get on average (no target-sampling noise),
     beside the oracle's (the true top-k);
-(b) observed Recall@k of the held-out targets (`metrics.target_ranks`), overall
+(b) observed Recall@k of the held-out targets (`metrics.ranks_from_scores`), overall
     and by the target's popularity band: items sorted by ``Q`` descending, *head*
     = the most popular items holding the first third of the interaction mass,
     *torso* the next third, *tail* the rest (each band gets about a third of the
@@ -69,7 +69,7 @@ import tensorflow as tf
 
 from tfrs_logq.atomic import write_text
 from tfrs_logq.lazy_adam import LazyAdam
-from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
+from tfrs_logq.metrics import ranks_from_scores, recall_ndcg_from_ranks
 from tfrs_logq.models import HistoryQueryTower
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
 from tfrs_logq.proposal import inclusion_log_q, mixture_probability
@@ -395,26 +395,29 @@ def popularity_bands(log_q_unigram: np.ndarray) -> np.ndarray:
 
 
 def model_top_k(queries: np.ndarray, items: np.ndarray, k: int,
-                targets: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+                targets: Optional[np.ndarray] = None) -> tuple:
     """Brute-force top-``k`` ids of every query over ids ``1..V`` (row 0 of ``items`` is
     padding) and, when ``targets`` are given, the model's ``log P(target|u)`` under its
-    full-catalog softmax. Chunked: ``chunk x (V + 1)`` scores at most `MAX_CHUNK_FLOATS`."""
-    items_t = tf.constant(items, tf.float32)
-    num_ids = items.shape[0]
-    chunk = max(1, MAX_CHUNK_FLOATS // num_ids)
-    is_pad = tf.one_hot(0, num_ids, on_value=True, off_value=False)
-    tops, log_probs = [], []
+    full-catalog softmax and the target's 0-based rank (`metrics.ranks_from_scores`),
+    all from one pass over the scores: ``(top, log_p, ranks)``, the last two None
+    without targets. Chunked: ``chunk x V`` scores at most `MAX_CHUNK_FLOATS`."""
+    items_t = tf.constant(items[1:], tf.float32)  # column j is item j + 1
+    num_items = items.shape[0] - 1
+    chunk = max(1, MAX_CHUNK_FLOATS // num_items)
+    tops, log_probs, ranks = [], [], []
     for start in range(0, len(queries), chunk):
         scores = tf.matmul(tf.constant(queries[start:start + chunk], tf.float32), items_t,
                            transpose_b=True)
-        scores = tf.where(is_pad[None, :], -np.inf, scores)
-        tops.append(tf.math.top_k(scores, k=min(k, num_ids - 1)).indices.numpy())
+        tops.append(tf.math.top_k(scores, k=min(k, num_items)).indices.numpy() + 1)
         if targets is not None:
-            t = tf.constant(targets[start:start + chunk], tf.int64)
-            log_probs.append((tf.gather(scores, t, batch_dims=1)
+            column = tf.constant(targets[start:start + chunk], tf.int64) - 1
+            log_probs.append((tf.gather(scores, column, batch_dims=1)
                               - tf.reduce_logsumexp(scores, axis=1)).numpy())
-    return (np.concatenate(tops).astype(np.int64),
-            np.concatenate(log_probs) if targets is not None else None)
+            ranks.append(ranks_from_scores(scores, column).numpy())
+    if targets is None:
+        return np.concatenate(tops).astype(np.int64), None, None
+    return (np.concatenate(tops).astype(np.int64), np.concatenate(log_probs),
+            np.concatenate(ranks))
 
 
 def exact_expected_recall(stream: SyntheticStream, users: np.ndarray, top: np.ndarray,
@@ -438,11 +441,9 @@ def evaluate(model: StudyModel, stream: SyntheticStream, eval_batch: dict,
     targets = eval_batch["target"].numpy()
     queries = model.query_tower(eval_batch["history"]).numpy()
     items = model.item_tower.embeddings.numpy()
-    top, model_log_p = model_top_k(queries, items, max(KS), targets)
+    top, model_log_p, ranks = model_top_k(queries, items, max(KS), targets)
     row = {f"exact_recall@{k}": v
            for k, v in exact_expected_recall(stream, users, top).items()}
-    ranks = target_ranks(queries, items, targets, chunk_size=max(1, MAX_CHUNK_FLOATS
-                                                                 // items.shape[0]))
     overall = recall_ndcg_from_ranks(ranks, KS)
     row.update({f"observed_recall@{k}": overall[f"recall@{k}"] for k in KS})
     target_band = bands[targets]
