@@ -198,7 +198,14 @@ def test_mixture_for_pure_in_batch_runs_as_unigram_and_presets_are_distinct():
     assert {(r.sampler, r.proposal) for r in samplers} == {
         ("in-batch", "unigram"), ("in-batch", "inclusion"), ("uniform", "unigram"),
         ("uniform", "mixture"), ("mixed", "unigram"), ("mixed", "mixture")}
-    assert len(samplers) == 6 * 2 * 3 and {r.num_topics for r in samplers} == {10_000}
+    main, extra = samplers[:6 * 2 * 3], samplers[6 * 2 * 3:]
+    assert {r.num_topics for r in main} == {10_000}
+    # The part after the main grid: the sweep's C = 1,000 in-batch cell, both proposals.
+    assert len(extra) == 2 * 2 * 3 and {r.num_topics for r in extra} == {1_000}
+    assert {(r.sampler, r.proposal) for r in extra} == {("in-batch", "unigram"),
+                                                        ("in-batch", "inclusion")}
+    sweep_ids = {r.run_id for r in sweep}
+    assert sum(r.run_id in sweep_ids for r in extra) == 2 * 3  # the unigram half, re-run
 
 
 def test_proposals_and_the_positive_column():

@@ -218,6 +218,9 @@ PRESETS = {
     # C = 10,000 world): deduplicated in-batch with the unigram or the inclusion proposal,
     # uniform-only with the unigram convention or its own (constant) log Q, and fewer
     # mixed negatives (256 + 256, a larger share of the positive) with both proposals.
+    # Last, the sweep's C = 1,000 in-batch cell (where corrected lost 0.03 Recall@10 to
+    # logq-paper) with both proposals: is the per-draw unigram log Q of deduplicated
+    # draws what costs it? (`parts`: further grids over the preset's base.)
     "samplers": dict(
         base=dict(num_items=100_000, num_users=20_000, num_topics=10_000,
                   topic_sharpness=8.0, steps=4000, batch_size=1024, embedding_dim=32,
@@ -225,7 +228,11 @@ PRESETS = {
         axes=dict(negatives=[("in-batch", 1024, 0), ("uniform", 0, 1024), ("mixed", 256, 256)],
                   proposal=["unigram", "mixture", "inclusion"],
                   correction=["logq-paper", "corrected"]),
-        seeds=[0, 1, 2]),
+        seeds=[0, 1, 2],
+        parts=[dict(base=dict(num_topics=1_000),
+                    axes=dict(negatives=[("in-batch", 1024, 0)],
+                              proposal=["unigram", "inclusion"],
+                              correction=["logq-paper", "corrected"]))]),
 }
 
 
@@ -233,8 +240,11 @@ def preset_runs(name: str, seeds: Optional[Sequence[int]] = None, **overrides) -
     if name not in PRESETS:
         raise ValueError(f"`preset` must be one of {tuple(PRESETS)}, received {name!r}.")
     spec = PRESETS[name]
-    return grid({**spec["base"], **overrides}, spec["axes"],
-                spec["seeds"] if seeds is None else seeds)
+    seeds = spec["seeds"] if seeds is None else seeds
+    runs = grid({**spec["base"], **overrides}, spec["axes"], seeds)
+    for part in spec.get("parts", ()):
+        runs += grid({**spec["base"], **part["base"], **overrides}, part["axes"], seeds)
+    return runs
 
 
 # ---------------------------------------------------------------------------- proposal
