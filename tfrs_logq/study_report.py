@@ -214,11 +214,15 @@ def format_summary(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+SHARE_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
 def write_regime_chart(rows: list[dict], path: str) -> None:
     """Where does the correction matter: paired difference of exact Recall@k
     (corrected minus logq-paper / logq-official, same proposal) against the truth's
     median positive share of the standard loss's denominator, one panel per k."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -237,6 +241,12 @@ def write_regime_chart(rows: list[dict], path: str) -> None:
             seen.add(name)
         ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_xscale("log")
+        # Shares lie in (0, 1): plain tick labels, none on the minor ticks (matplotlib's
+        # default labels every minor tick of a sub-decade log axis, which overlap).
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(SHARE_TICKS))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter(
+            [f"{t:g}" for t in SHARE_TICKS]))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("truth: median share of the positive in the standard denominator")
         ax.set_ylabel(f"Δ exact Recall@{k}")
         if seen:
