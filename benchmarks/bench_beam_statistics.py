@@ -16,15 +16,16 @@ import tempfile
 import time
 
 import numpy as np
-from hostinfo import cpu_name
 from tfrs_logq.pipelines.beam import load_item_statistics, run_components
 from tfrs_logq.pipelines.beam.statistics import SyntheticStatistics
 from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec
 
+from tfrs_logq.hostinfo import cpu_description
+
 
 def machine() -> str:
     load = os.getloadavg()[0]
-    return f"{os.cpu_count()} CPU cores ({cpu_name()}), load average {load:.1f} at start"
+    return f"{os.cpu_count()} CPU cores ({cpu_description()}), load average {load:.1f} at start"
 
 
 def main():

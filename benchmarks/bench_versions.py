@@ -114,7 +114,7 @@ def main():
     if args.rounds < 1 or args.steps < 1:
         parser.error("--rounds and --steps must be >= 1")
     sys.path.insert(0, HERE)
-    from hostinfo import cpu_name
+    from tfrs_logq.hostinfo import cpu_description
 
     revs = {"baseline": args.baseline, "candidate": args.candidate}
     losses = args.losses.split(",")
@@ -140,7 +140,7 @@ def main():
                     if proc.returncode or not lines:
                         raise SystemExit(f"{revs[who]} {loss} failed:\n{proc.stderr[-3000:]}")
                     results[who, loss].append(json.loads(lines[-1]))
-    print(f"machine: {os.cpu_count()} CPU cores ({cpu_name()}), preset {args.preset}, "
+    print(f"machine: {os.cpu_count()} CPU cores ({cpu_description()}), preset {args.preset}, "
           f"data {'ML-1M' if os.path.isdir(args.data_dir) else 'synthetic stand-in'}; "
           f"median of {args.rounds} alternating rounds, each the median of 3 x "
           f"{args.steps} steps")

@@ -7,14 +7,14 @@ import time
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRS needs Keras 2 (tf-keras)
 
 import tensorflow as tf  # noqa: E402
-from hostinfo import cpu_name  # noqa: E402
 
 import tfrs_logq  # noqa: E402,F401
+from tfrs_logq.hostinfo import cpu_description  # noqa: E402
 
 
 def machine() -> str:
     gpus = tf.config.list_physical_devices("GPU")
-    cpu = cpu_name()
+    cpu = cpu_description()
     dev = f"{len(gpus)} GPU(s): " + ", ".join(
         tf.config.experimental.get_device_details(g).get("device_name", "?") for g in gpus
     ) if gpus else "no GPU"

@@ -118,7 +118,7 @@ def test_known_upward_imports_are_still_there():
 
 
 @pytest.mark.parametrize("module", ["tfrs_logq.metrics", "tfrs_logq.atomic", "tfrs_logq.cache",
-                                    "tfrs_logq.pipelines.beam.evaluation"])
+                                    "tfrs_logq.hostinfo", "tfrs_logq.pipelines.beam.evaluation"])
 def test_the_metric_formulas_and_utilities_import_without_tensorflow(module):
     """Recall/NDCG (used by the serving client and Beam workers), atomic writes and the
     cache location load no TensorFlow."""
@@ -188,7 +188,7 @@ def test_the_readers_moved_below_training_keep_their_pipeline_names():
 # module may import its own layer and lower ones only; a new module must be placed here.
 LAYERS = {
     1: ("tfrs_logq._version", "tfrs_logq.proposal", "tfrs_logq.losses", "tfrs_logq.metrics",
-        "tfrs_logq.stats", "tfrs_logq.atomic", "tfrs_logq.cache"),
+        "tfrs_logq.stats", "tfrs_logq.atomic", "tfrs_logq.cache", "tfrs_logq.hostinfo"),
     2: ("tfrs_logq.sampling", "tfrs_logq.frequency", "tfrs_logq.config",
         "tfrs_logq.pipelines", "tfrs_logq.pipelines.datasets",
         "tfrs_logq.pipelines.interactions", "tfrs_logq.pipelines.splits",

@@ -41,6 +41,21 @@ def test_regime_points_pair_the_same_proposal_at_the_truths_positive_share(tmp_p
     assert (tmp_path / "regime.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_run_on_another_machine_stays_in_its_scenario_and_the_table_names_both():
+    table_fields = {**{f"oracle_exact_recall@{k}": 0.5 for k in study_report.KS},
+                    **{f"truth_p_over_q_q{q}": 8.0 for q in (10, 50, 90)},
+                    **{f"{b}_recall@100": 0.3 for b in ("observed", "head", "torso", "tail")},
+                    "observed_recall@1000": 0.4, "truth_p_q50": 0.01,
+                    "model_p_over_q_q50": 5.0, "seconds_per_step": 0.1}
+    rows = [{**row, **table_fields, "machine": "2 cores, CPU A, AVX2"} for row in _rows()]
+    rows[0] = {**rows[0], "machine": "2 cores, CPU B, AVX-512"}
+    assert len(study_report.scenarios(rows)) == 1
+    text = study_report.format_table(rows)
+    assert "Ran on: 2 cores, CPU A, AVX2; 2 cores, CPU B, AVX-512." in text
+    older = [{k: v for k, v in row.items() if k != "machine"} for row in rows]
+    assert "Ran on" not in study_report.format_table(older)  # older rows name none
+
+
 def test_a_resumed_run_stays_in_its_scenario():
     rows = _rows()
     rows[1] = {**rows[1], "resumed_from_step": "1200"}

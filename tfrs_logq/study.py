@@ -68,6 +68,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq.atomic import write_text
+from tfrs_logq.hostinfo import machine_description
 from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.metrics import ranks_from_scores, recall_ndcg_from_ranks
 from tfrs_logq.models import HistoryQueryTower
@@ -531,7 +532,8 @@ def execute(run: Run, world: Optional[World] = None,
                                  if np.isfinite(timing["seconds_per_step"]) else ""),
             "train_seconds": round(train_s, 1),
             "eval_seconds": round(time.perf_counter() - start, 1),
-            "resumed_from_step": timing["resumed_from_step"]}
+            "resumed_from_step": timing["resumed_from_step"],
+            "machine": machine_description()}  # s/step and rounding are the machine's
 
 
 __all__ = ["PRESETS", "Run", "World", "checkpoint_key", "execute", "exact_expected_recall",

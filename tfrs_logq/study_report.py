@@ -20,8 +20,9 @@ from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.stats import paired_difference
 
 KS = (10, 100, 1000)
-# A run's own fields, not its scenario's (resumed_from_step: where a killed run went on).
-VARIANT_FIELDS = ("proposal", "correction", "seed", "run_id", "resumed_from_step")
+# A run's own fields, not its scenario's (resumed_from_step: where a killed run went on;
+# machine: what it ran on, `tfrs_logq.hostinfo`).
+VARIANT_FIELDS = ("proposal", "correction", "seed", "run_id", "resumed_from_step", "machine")
 SCENARIO_LABEL = ("num_items", "num_topics", "topic_sharpness", "sampler", "num_in_batch",
                   "num_uniform", "steps", "batch_size", "optimizer")
 METRIC_PREFIXES = ("exact_", "observed_", "head_", "torso_", "tail_", "oracle_", "truth_",
@@ -84,6 +85,13 @@ def _mean(rows: dict, field: str) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def _machines(variants: dict) -> str:
+    """" Ran on: ..." naming each machine of the scenario's runs (rows that name one)."""
+    names = sorted({row.get("machine") for runs in variants.values() for row in runs.values()}
+                   - {None, ""})
+    return f" Ran on: {'; '.join(names)}." if names else ""
+
+
 def format_table(rows: list[dict]) -> str:
     lines = ["# Synthetic large-catalog study", "",
              "Exact = expected Recall@k (sum of the true P(d|u) over the model's top-k); "
@@ -102,7 +110,8 @@ def format_table(rows: list[dict]) -> str:
                                for q in (10, 50, 90))
                   + f"; the positive's median share of the standard loss's denominator "
                   f"(P/Q) / (P/Q + {num_negatives(key)}), with the unigram Q, is "
-                  f"{truth_positive_share(key, any_row):.3f}.", "",
+                  f"{truth_positive_share(key, any_row):.3f}."
+                  + _machines(variants), "",
                   "| proposal | correction | seeds | exact R@10 | exact R@100 | exact R@1000 "
                   "| obs. R@100 | head / torso / tail R@100 | model P/Q median | s/step |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
