@@ -2,13 +2,14 @@
 # Issue 26 part 1: the large-catalog study (`tfrs-logq study`, tfrs_logq/study.py) run by
 # run, resumable, optionally committed after every run.
 #
-#   PRESET=pilot|headline|sweep|samplers COMMIT=1 benchmarks/synthetic_study.sh [extra study flags]
+#   PRESET=pilot|headline|sweep|samplers|scale COMMIT=1 benchmarks/synthetic_study.sh [extra study flags]
 #
 # Presets (tfrs_logq/study.py PRESETS; docs/study.md says what each holds and how long it
 # takes): `headline` is Table 2's analogue (1,000,000 items, 10,000 topics, 2,048 uniform +
 # 2,048 in-batch negatives, unigram and mixture proposals, every correction, 3 seeds);
 # `sweep` maps the regime (topics 10,000 / 1,000 / 100 at 100,000 items, mixed and
-# in-batch); `samplers` compares samplers and proposals at 10,000 topics; `pilot` is the
+# in-batch); `samplers` compares samplers and proposals at 10,000 topics; `scale` moves
+# the catalog (100k -> 1M) and the sharpness (8 -> 4) from the sweep's largest-share cell; `pilot` is the
 # small grid committed in results/synthetic-study-pilot/.
 #
 # Every run trains from one pinned snapshot of the code: the commit in OUT/code_commit

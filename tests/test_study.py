@@ -206,6 +206,13 @@ def test_mixture_for_pure_in_batch_runs_as_unigram_and_presets_are_distinct():
                                                         ("in-batch", "inclusion")}
     sweep_ids = {r.run_id for r in sweep}
     assert sum(r.run_id in sweep_ids for r in extra) == 2 * 3  # the unigram half, re-run
+    scale = study.preset_runs("scale")
+    assert len(scale) == 3 * 3 * 3
+    assert {(r.num_items, r.topic_sharpness) for r in scale} == {
+        (100_000, 8.0), (1_000_000, 8.0), (100_000, 4.0)}
+    # Its 100,000-item reference is the sweep's C = 10,000 in-batch cell, re-run on its pin.
+    reference = [r for r in scale if (r.num_items, r.topic_sharpness) == (100_000, 8.0)]
+    assert all(r.run_id in sweep_ids for r in reference)
 
 
 def test_proposals_and_the_positive_column():

@@ -234,6 +234,20 @@ PRESETS = {
                     axes=dict(negatives=[("in-batch", 1024, 0)],
                               proposal=["unigram", "inclusion"],
                               correction=["logq-paper", "corrected"]))]),
+    # How the gap moves with the catalog and the sharpness, one knob at a time from the
+    # sweep's C = 10,000 in-batch cell (its largest share, 0.81): the same budget at
+    # 100,000 items (the reference, on this preset's pin) and at 1,000,000, then sigma 4
+    # (a flatter preference, a smaller P/Q) at 100,000 items.
+    "scale": dict(
+        base=dict(num_users=20_000, num_topics=10_000, topic_sharpness=8.0, steps=4000,
+                  batch_size=1024, embedding_dim=32, learning_rate=1e-2,
+                  num_eval_users=4096),
+        axes=dict(num_items=[100_000, 1_000_000], negatives=[("in-batch", 1024, 0)],
+                  correction=["logq-paper", "logq-official", "corrected"]),
+        seeds=[0, 1, 2],
+        parts=[dict(base=dict(num_items=100_000, topic_sharpness=4.0),
+                    axes=dict(negatives=[("in-batch", 1024, 0)],
+                              correction=["logq-paper", "logq-official", "corrected"]))]),
 }
 
 
