@@ -220,3 +220,48 @@ def test_plot_writes_the_png_whole_and_leaves_no_temporary(tmp_path):
     diag.plot(result, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["diagnose.png"]
+
+
+def test_the_regime_is_the_positives_share_of_the_standard_denominator():
+    q, items, pos, unigram = _toy(num_items=40, num_queries=64, seed=3)
+    result = diagnose(q, items, pos, unigram, samplers=["in-batch", "uniform", "mixed"],
+                      num_negatives=[4, 32], corrections=["logq"], num_draws=2)
+    s = q @ items.T
+    prob = np.exp(s - s.max(1, keepdims=True))
+    prob /= prob.sum(1, keepdims=True)
+    p = prob[np.arange(len(pos)), pos]
+    regime = result["regime"]
+    assert regime["p_positive"]["q50"] == pytest.approx(np.percentile(p, 50), rel=1e-9)
+    proposals = {"in-batch": lambda k: unigram[pos], "uniform": lambda k: np.full(len(pos), 1 / 40),
+                 "mixed": lambda k: (k // 2) / k / 40 + (1 - (k // 2) / k) * unigram[pos]}
+    for entry in regime["samplers"]:
+        q_p = proposals[entry["sampler"]]
+        assert entry["p_over_q"]["q90"] == pytest.approx(np.percentile(p / q_p(4), 90), rel=1e-9)
+        for k in (4, 32):
+            ratio = p / q_p(k)
+            assert entry["median_share"][k] == pytest.approx(np.median(ratio / (ratio + k)),
+                                                             rel=1e-9)
+
+
+def test_the_regimes_share_is_the_mean_share_in_sampled_standard_denominators():
+    """The formula against Monte Carlo: draw k negatives from Q and measure the positive's
+    share of sum_i exp(s_i - log Q(d_i)) + exp(s_p - log Q(p)) directly."""
+    rng = np.random.default_rng(7)
+    num_items, k = 200, 512
+    items = rng.normal(size=(num_items, 4))
+    queries = rng.normal(size=(16, 4)) * 1.5
+    positives = rng.integers(0, num_items, 16)
+    unigram = rng.uniform(0.1, 1.0, num_items)
+    unigram /= unigram.sum()
+    regime = diagnose(queries, items, positives, unigram, samplers=["in-batch"],
+                      num_negatives=[k], corrections=["logq"], num_draws=2)["regime"]
+    s = queries @ items.T
+    shares = []
+    for _ in range(200):
+        draws = rng.choice(num_items, size=(16, k), p=unigram)
+        neg = np.exp(np.take_along_axis(s, draws, 1) - np.log(unigram[draws])).sum(1)
+        pos_term = np.exp(s[np.arange(16), positives] - np.log(unigram[positives]))
+        shares.append(pos_term / (pos_term + neg))
+    # The median over queries of E[share] against the formula's median share.
+    assert regime["samplers"][0]["median_share"][k] == pytest.approx(
+        np.median(np.mean(shares, 0)), abs=0.02)

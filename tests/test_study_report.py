@@ -67,13 +67,21 @@ def test_a_resumed_run_stays_in_its_scenario():
 
 
 def test_the_summary_lists_every_scenario_by_share_with_its_paired_differences():
-    low = [{**row, "truth_p_over_q_q50": "8.0"} for row in _rows()]
+    # The model's P/Q median: the standard variant's seeds give 2, 4, 6 (mean 4), the
+    # corrected ones 100, which the model share (the standard model's) must not use.
+    def model(row):
+        return str(100.0 if row["correction"] == "corrected" else 2.0 + 2 * row["seed"])
+
+    low = [{**row, "truth_p_over_q_q50": "8.0", "model_p_over_q_q50": model(row)}
+           for row in _rows()]
     high = [{**row, "num_topics": 80, "truth_p_over_q_q50": "72.0",
-             "run_id": "h" + row["run_id"]} for row in _rows()]
+             "model_p_over_q_q50": model(row), "run_id": "h" + row["run_id"]}
+            for row in _rows()]
     lines = study_report.format_summary(high + low)
     body = [line for line in lines if line.startswith("| 0.")]
     assert len(body) == 2
-    assert body[0].startswith("| 0.500 | V=1,000, C=8,")  # 8 / (8 + 8 negatives)
-    assert body[1].startswith("| 0.900 | V=1,000, C=80,")
+    # truth 8 / (8 + 8 negatives); model 4 / (4 + 8)
+    assert body[0].startswith("| 0.500 | 0.333 | V=1,000, C=8,")
+    assert body[1].startswith("| 0.900 | 0.333 | V=1,000, C=80,")
     assert "| logq-paper (unigram) | 3 | +0.0020 ± 0.0000" in body[0]
     assert study_report.format_summary([]) == []

@@ -57,7 +57,7 @@ from tfrs_logq.losses import (
     masked_row_logsumexp,
     sampled_softmax_loss,
 )
-from tfrs_logq.proposal import excluded_log_q, mixture_probability
+from tfrs_logq.proposal import excluded_log_q, mixture_probability, standard_positive_share
 
 SAMPLERS = ("in-batch", "uniform", "mixed", "mixed-unigram")
 # What each sampler's negatives are corrected with (shown under the table).
@@ -250,6 +250,7 @@ def diagnose(
     rank[order] = np.arange(num_items)
     decile = np.minimum(rank[positives] * 10 // num_items, 9)
 
+    regime = positive_regime(p_positive, positives, unigram, samplers, num_negatives)
     rows, per_query = [], {}
     items_tf, positives_tf = tf.constant(items), tf.constant(positives)
     for sampler in samplers:
@@ -303,7 +304,46 @@ def diagnose(
     return {"rows": rows, "num_queries": int(len(queries)), "num_items": int(num_items),
             "num_draws": None if exact else int(num_draws), "exact": bool(exact),
             "proposals": {s: SAMPLER_PROPOSALS[s] for s in samplers},
-            "_per_query": per_query}
+            "regime": regime, "_per_query": per_query}
+
+
+QUANTILES = (10, 50, 90)
+
+
+def positive_regime(p_positive, positives, unigram, samplers: Sequence[str],
+                    num_negatives: Sequence[int]) -> dict:
+    """Where this model sits: how much of the standard logQ loss's denominator the
+    positive holds, the quantity that decides whether the corrected loss can differ.
+
+    At the model, each of ``k`` negatives drawn from a proposal ``Q`` adds on average
+    ``E_Q[e^{s_d} / Q(d)] = Z`` to the standard loss's denominator and the positive adds
+    ``e^{s_p} / Q(p)``, so the positive's share is about ``(P/Q) / (P/Q + k)`` with
+    ``P = P(p|u)`` the model's full-softmax probability
+    (`tfrs_logq.proposal.standard_positive_share`). Where it is small, ``w = 1 - P`` is
+    about 1 and the two losses nearly coincide (docs/study.md maps the share to the
+    measured gap). ``Q(p)`` is each sampler's proposal of the positive (the mixture's
+    for ``"mixed"``, the unigram for ``"mixed-unigram"``).
+
+    Returns ``{"p_positive": {q10, q50, q90}, "samplers": [{"sampler", "p_over_q":
+    {q10, q50, q90}, "median_share": {k: share}}]}`` (quantiles over the queries).
+    """
+    p_positive = np.asarray(p_positive, np.float64)
+    quantiles = lambda x: {f"q{q}": float(np.percentile(x, q)) for q in QUANTILES}  # noqa: E731
+    out = {"p_positive": quantiles(p_positive), "samplers": []}
+    for sampler in samplers:
+        # The proposal's log Q does not depend on k for in-batch and uniform; mixed's
+        # uniform share a = (k // 2) / k does, so it is taken at each k.
+        per_k = {}
+        for k in num_negatives:
+            log_q_p = Proposal(sampler, int(k), unigram).log_q()[positives]
+            ratio = p_positive / np.exp(log_q_p)
+            per_k[int(k)] = ratio
+        first = per_k[int(num_negatives[0])]
+        out["samplers"].append({
+            "sampler": sampler, "p_over_q": quantiles(first),
+            "median_share": {k: float(np.median(standard_positive_share(r, k)))
+                             for k, r in per_k.items()}})
+    return out
 
 
 def _summary(bias, variance, cosine, w_bias) -> dict:
@@ -322,11 +362,31 @@ def format_table(result: dict) -> str:
         w = f"{r['w_bias']:+.4f}" if "w_bias" in r else "-"
         lines.append(f"| {r['sampler']} | {r['k']} | {r['correction']} | {r['bias']:.4f} | "
                      f"{r['variance']:.4f} | {r['cosine']:.4f} | {w} |")
+    if result.get("regime"):
+        lines += [""] + format_regime(result["regime"])
     samplers = [s for s in SAMPLERS if any(r["sampler"] == s for r in result["rows"])]
     if any(s.startswith("mixed") for s in samplers):
         lines.append("")
         lines += [f"- {s}: negatives corrected with {SAMPLER_PROPOSALS[s]}" for s in samplers]
     return "\n".join(lines)
+
+
+def format_regime(regime: dict) -> list[str]:
+    """The model's regime (`positive_regime`) as markdown lines."""
+    p = regime["p_positive"]
+    lines = ["Regime at this model: P(p|u) 10/50/90 % "
+             + " / ".join(f"{p[f'q{q}']:.3g}" for q in QUANTILES)
+             + "; the positive's median share of the standard loss's denominator, "
+               "(P/Q) / (P/Q + k):", "",
+             "| sampler | P/Q 10/50/90 % | " + " | ".join(
+                 f"share at k = {k}" for k in regime["samplers"][0]["median_share"]) + " |",
+             "|---|---|" + "---|" * len(regime["samplers"][0]["median_share"])]
+    for entry in regime["samplers"]:
+        r = entry["p_over_q"]
+        lines.append(f"| {entry['sampler']} | "
+                     + " / ".join(f"{r[f'q{q}']:.3g}" for q in QUANTILES) + " | "
+                     + " | ".join(f"{v:.3f}" for v in entry["median_share"].values()) + " |")
+    return lines
 
 
 def plot(result: dict, path: str) -> None:

@@ -194,10 +194,19 @@ def regime_points(rows: list[dict], metric: str) -> list[dict]:
         for corr, std, diff in comparisons(variants, metric):
             if std[0] == corr[0]:
                 points.append({"share": truth_positive_share(key, any_row),
+                               "model_share": model_positive_share(key, variants[std]),
                                "sampler": dict(key)["sampler"], "standard": std[1],
                                "proposal": std[0],
                                "scenario": label(key), **diff})
     return points
+
+
+def model_positive_share(key, runs: dict) -> float:
+    """The same share at the trained standard-variant model (its median `P/Q`, mean over
+    seeds): what `tfrs-logq diagnose` reports for a user's own model, so a user can find
+    their model's row in the summary."""
+    return float(standard_positive_share(_mean(runs, "model_p_over_q_q50"),
+                                         num_negatives(key)))
 
 
 def format_summary(rows: list[dict]) -> list[str]:
@@ -210,14 +219,18 @@ def format_summary(rows: list[dict]) -> list[str]:
     lines = ["## Where the correction matters", "",
              "Corrected minus the standard variant with the same proposal, exact Recall@k, "
              "one row per scenario and standard variant, by the truth's median share of the "
-             "positive in the standard loss's denominator (unigram Q).", "",
-             "| share | scenario | corrected minus | seeds | Δ R@10 | Δ R@100 | Δ R@1000 |",
-             "|---|---|---|---|---|---|---|"]
+             "positive in the standard loss's denominator (unigram Q); *model share* is "
+             "the same at the trained standard-variant model (its median P/Q; what "
+             "`tfrs-logq diagnose` reports for a user's model).", "",
+             "| share | model share | scenario | corrected minus | seeds | Δ R@10 | Δ R@100 "
+             "| Δ R@1000 |",
+             "|---|---|---|---|---|---|---|---|"]
     order = sorted(range(len(by_k[KS[0]])), key=lambda i: (by_k[KS[0]][i]["share"],
                                                             by_k[KS[0]][i]["scenario"]))
     for i in order:
         pt = by_k[KS[0]][i]
-        lines.append(f"| {pt['share']:.3f} | {pt['scenario']} | {pt['standard']} "
+        lines.append(f"| {pt['share']:.3f} | {pt['model_share']:.3f} | {pt['scenario']} "
+                     f"| {pt['standard']} "
                      f"({pt['proposal']}) | {pt['n']} | "
                      + " | ".join(_interval(by_k[k][i]) for k in KS) + " |")
     return lines + [""]
@@ -273,6 +286,7 @@ def write_report(rows: list[dict], output_dir: str) -> None:
     write_regime_chart(rows, os.path.join(output_dir, "regime.png"))
 
 
-__all__ = ["comparisons", "format_summary", "format_table", "num_negatives", "regime_points",
+__all__ = ["comparisons", "format_summary", "format_table", "model_positive_share",
+           "num_negatives", "regime_points",
            "scenarios", "truth_positive_share", "write_chart", "write_regime_chart",
            "write_report"]
