@@ -328,22 +328,22 @@ def positive_regime(p_positive, positives, unigram, samplers: Sequence[str],
     {q10, q50, q90}, "median_share": {k: share}}]}`` (quantiles over the queries).
     """
     p_positive = np.asarray(p_positive, np.float64)
-    quantiles = lambda x: {f"q{q}": float(np.percentile(x, q)) for q in QUANTILES}  # noqa: E731
-    out = {"p_positive": quantiles(p_positive), "samplers": []}
+    out = {"p_positive": _quantiles(p_positive), "samplers": []}
     for sampler in samplers:
-        # The proposal's log Q does not depend on k for in-batch and uniform; mixed's
-        # uniform share a = (k // 2) / k does, so it is taken at each k.
-        per_k = {}
-        for k in num_negatives:
-            log_q_p = Proposal(sampler, int(k), unigram).log_q()[positives]
-            ratio = p_positive / np.exp(log_q_p)
-            per_k[int(k)] = ratio
-        first = per_k[int(num_negatives[0])]
+        # Q(p) does not depend on k for in-batch and uniform draws; for mixed ones the
+        # uniform share a = (k // 2) / k does, so P/Q is taken at each k (its quantiles
+        # are reported at the first k).
+        ratios = {int(k): p_positive / np.exp(Proposal(sampler, int(k), unigram).log_q()[positives])
+                  for k in num_negatives}
         out["samplers"].append({
-            "sampler": sampler, "p_over_q": quantiles(first),
+            "sampler": sampler, "p_over_q": _quantiles(ratios[int(num_negatives[0])]),
             "median_share": {k: float(np.median(standard_positive_share(r, k)))
-                             for k, r in per_k.items()}})
+                             for k, r in ratios.items()}})
     return out
+
+
+def _quantiles(values) -> dict:
+    return {f"q{q}": float(np.percentile(values, q)) for q in QUANTILES}
 
 
 def _summary(bias, variance, cosine, w_bias) -> dict:
