@@ -41,8 +41,10 @@ def loss_logq(s_p, s_n, log_q, mask, log_q_p=None):
     return np.array(out), np.array(g_p), g_n
 
 
-def loss_corrected(s_p, s_n, log_q_prime, mask):
-    """-w (s_p - log sum_i e^{s_i - log Q'(d_i)}), w = 1 - P held constant."""
+def loss_corrected(s_p, s_n, log_q_prime, mask, inclusion=False):
+    """-w (s_p - log sum_i e^{s_i - log Q'(d_i)}), w = 1 - P held constant. With
+    ``inclusion``, ``log_q_prime`` holds log inclusion probabilities and P's
+    normaliser is the Horvitz-Thompson sum (no 1/n)."""
     out, g_p, g_n, weights = [], [], np.zeros_like(s_n, np.float64), []
     for r in range(len(s_p)):
         adj = (s_n[r] - log_q_prime[r])[mask[r]]
@@ -52,7 +54,7 @@ def loss_corrected(s_p, s_n, log_q_prime, mask):
             continue
         lse = logsumexp(adj)
         # P = e^{s_p} / (e^{s_p} + (1/n) sum e^{adj}), in log space.
-        p = np.exp(s_p[r] - np.logaddexp(s_p[r], lse - np.log(n)))
+        p = np.exp(s_p[r] - np.logaddexp(s_p[r], lse - (0.0 if inclusion else np.log(n))))
         w = 1.0 - p
         weights.append(w)
         out.append(-w * (s_p[r] - lse))

@@ -230,3 +230,61 @@ def test_negative_mask_is_a_deprecated_name_of_is_negative():
         s_p, s_n, correction="corrected", negative_log_q=log_q).numpy())  # the mask is used
     with pytest.raises(ValueError, match="`is_negative` only.*`negative_mask`"):
         sampled_softmax_loss(s_p, s_n, correction="none", is_negative=mask, negative_mask=mask)
+
+
+def test_inclusion_proposal_matches_the_horvitz_thompson_formula():
+    """``proposal="inclusion"``: log_q holds log pi(d) (deduplicated draws); the weight's
+    P(p|u) is e^{s_p} / (e^{s_p} + sum_i e^{s_i} / pi_i), no 1/n (tests/reference.py)."""
+    s_p, s_n, log_pi, _, mask = _inputs(seed=4)
+    loss, g_p, g_n = _loss_and_grads("corrected", s_p, s_n, negative_log_q=log_pi,
+                                     is_negative=mask, proposal="inclusion")
+    ref, ref_gp, ref_gn, _ = loss_corrected(s_p, s_n, log_pi, mask, inclusion=True)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_p, ref_gp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g_n, ref_gn, rtol=1e-5, atol=1e-6)
+    per_draw = _loss_and_grads("corrected", s_p, s_n, negative_log_q=log_pi,
+                               is_negative=mask)[0]
+    assert not np.allclose(loss[1:], per_draw[1:])
+    with pytest.raises(ValueError, match="proposal"):
+        sampled_softmax_loss(s_p, s_n, correction="corrected", negative_log_q=log_pi,
+                             proposal="set")
+
+
+def test_inclusion_weight_estimates_one_minus_p_on_deduplicated_draws():
+    """The weight on deduplicated in-batch draws, at a model equal to the truth (a row's
+    P(d|u) proportional to Q(d) times a random preference): with pi = 1 - (1 - Q)^B and the
+    Horvitz-Thompson normaliser its mean is the true mean of 1 - P(p|u) and that of the
+    paper's per-draw estimate on the same draws without deduplication; the per-draw
+    formula fed pi (the 1/n and 1 - pi(p) factors) is far below it."""
+    from tfrs_logq.losses import corrected_weight
+
+    rng = np.random.default_rng(0)
+    num_items, batch, rows = 2_000, 256, 400
+    q = 1.0 / np.arange(1, num_items + 1) ** 1.05
+    q /= q.sum()
+    pi = 1.0 - (1.0 - q) ** batch
+    s = np.log(q) + rng.normal(size=(rows, num_items)) * 2.5  # each row's true logits
+    p_true = np.exp(s - s.max(1, keepdims=True))
+    p_true /= p_true.sum(1, keepdims=True)
+    positives = np.array([rng.choice(num_items, p=p_true[r]) for r in range(rows)])
+    lse, lse_misread, lse_draws, num_valid, num_draws = [], [], [], [], []
+    for r, p in enumerate(positives):
+        draws = rng.choice(num_items, size=batch - 1, p=q)  # the others' positives
+        draws = draws[draws != p]
+        pool = np.unique(draws)
+        lse.append(np.logaddexp.reduce(s[r, pool] - np.log(pi[pool])))
+        lse_misread.append(lse[-1] + np.log1p(-pi[p]))  # pi read as a per-draw Q
+        lse_draws.append(np.logaddexp.reduce(s[r, draws] - np.log(q[draws] / (1 - q[p]))))
+        num_valid.append(len(pool))
+        num_draws.append(len(draws))
+
+    def weight(lse_rows, counts, proposal="per_draw"):
+        s_p = tf.constant(s[np.arange(rows), positives])
+        return np.mean(corrected_weight(s_p, tf.constant(lse_rows), tf.constant(counts),
+                                        proposal=proposal).numpy())
+
+    truth = np.mean(1.0 - p_true[np.arange(rows), positives])
+    w = weight(lse, num_valid, "inclusion")
+    assert w == pytest.approx(truth, abs=0.02)
+    assert w == pytest.approx(weight(lse_draws, num_draws), abs=0.01)  # the paper's, i.i.d.
+    assert weight(lse_misread, num_valid) < truth - 0.3

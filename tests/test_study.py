@@ -215,6 +215,24 @@ def test_mixture_for_pure_in_batch_runs_as_unigram_and_presets_are_distinct():
     assert all(r.run_id in sweep_ids for r in reference)
 
 
+def test_negatives_are_not_the_streams_draws_at_seed_0(world):
+    """Seed 0 of world 0 once keyed its negatives like the stream's batch 0 ([0, 0]), so
+    every uniform negative was the batch's user draw scaled (neg - 1 = user mod users)."""
+    run = study.Run(**{**TINY, "sampler": "uniform", "num_uniform": 64, "seed": 0})
+    batch = next(iter(study.train_batches(run, world.stream)))
+    negatives = study.draw_negatives(run, batch["target"], tf.constant(0, tf.int64),
+                                     tf.zeros([run.num_items + 1]))
+    users = batch["user_id"].numpy()
+    same = (negatives.ids.numpy() - 1) % run.num_users == users[:64] % run.num_users
+    assert same.mean() < 0.1
+
+
+def test_inclusion_runs_weight_with_the_inclusion_estimate():
+    for proposal, expected in (("inclusion", "inclusion"), ("unigram", "per_draw")):
+        run = study.Run(**{**TINY, "sampler": "in-batch", "proposal": proposal})
+        assert study.make_task(run).proposal == expected
+
+
 def test_proposals_and_the_positive_column():
     log_q = np.log(np.array([np.nan, 0.5, 0.3, 0.2]))
     log_q[0] = -np.inf

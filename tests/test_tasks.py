@@ -36,8 +36,10 @@ def _loss_and_grads(task, q, c, **kwargs):
 
 
 def reference_corrected(q, c, ids, prob, *, temperature=1.0, dedup=False, score_mask=None,
-                        sample_weight=None):
-    """Per-row corrected loss from the paper: Q'(d) = Q(d) / (1 - Q(p)), hits masked."""
+                        sample_weight=None, inclusion=False):
+    """Per-row corrected loss from the paper: Q'(d) = Q(d) / (1 - Q(p)), hits masked.
+    ``inclusion``: ``prob`` are inclusion probabilities pi(d): no positive to exclude,
+    P(p|u) from the Horvitz-Thompson sum e^{s_p} / (e^{s_p} + sum_i e^{s_i} / pi_i)."""
     scores = (q.astype(np.float64) @ c.T.astype(np.float64)) / temperature
     b, n = scores.shape
     log_q = np.log(prob.astype(np.float64))
@@ -49,9 +51,11 @@ def reference_corrected(q, c, ids, prob, *, temperature=1.0, dedup=False, score_
         mask &= first[None, :]
     if score_mask is not None:
         mask &= score_mask
-    log_q_prime = log_q[None, :] - np.log1p(-prob[:b].astype(np.float64))[:, None]
+    log_q_prime = log_q[None, :] - (0.0 if inclusion else
+                                    np.log1p(-prob[:b].astype(np.float64))[:, None])
     s_p = scores[np.arange(b), np.arange(b)]
-    loss = loss_corrected(s_p, scores, log_q_prime, mask)[0]
+    loss = loss_corrected(s_p, scores, np.broadcast_to(log_q_prime, scores.shape), mask,
+                          inclusion)[0]
     if sample_weight is not None:
         loss = loss * sample_weight
     return loss
@@ -430,8 +434,15 @@ def test_deduplicated_proposal_inclusion_matches_reference():
     got = CorrectedRetrieval(deduplicate_candidates=True, deduplicated_proposal="inclusion",
                              reduction="none")(
         q, c, candidate_ids=ids, candidate_sampling_probability=prob).numpy()
-    expected = reference_corrected(q, c, ids, inclusion.astype(np.float32), dedup=True)
+    expected = reference_corrected(q, c, ids, inclusion.astype(np.float32), dedup=True,
+                                   inclusion=True)
     np.testing.assert_allclose(got, expected, rtol=1e-4)
+    # The same inclusion probabilities passed in by the caller (its own deduplication).
+    direct = CorrectedRetrieval(deduplicate_candidates=True, sampling_probability="inclusion",
+                                reduction="none")(
+        q, c, candidate_ids=ids,
+        candidate_sampling_probability=inclusion.astype(np.float32)).numpy()
+    np.testing.assert_allclose(direct, got, rtol=1e-5)
     per_draw = CorrectedRetrieval(deduplicate_candidates=True, reduction="none")(
         q, c, candidate_ids=ids, candidate_sampling_probability=prob).numpy()
     np.testing.assert_allclose(per_draw, reference_corrected(q, c, ids, prob, dedup=True),
@@ -439,6 +450,10 @@ def test_deduplicated_proposal_inclusion_matches_reference():
     assert not np.allclose(got, per_draw)
     with pytest.raises(ValueError, match="deduplicated_proposal"):
         CorrectedRetrieval(deduplicated_proposal="batch")
+    with pytest.raises(ValueError, match="sampling_probability"):
+        CorrectedRetrieval(sampling_probability="batch")
+    with pytest.raises(ValueError, match="per-draw probabilities"):
+        CorrectedRetrieval(deduplicated_proposal="inclusion", sampling_probability="inclusion")
 
 
 def test_docstring_example():

@@ -124,41 +124,59 @@ def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     return m + tf.math.log(tf.exp(a - m) + tf.exp(b - m))
 
 
+# What a negative's probability is: ``"per_draw"``, ``Q(d)`` of one draw (the paper's
+# setting: n draws, the normaliser estimated by their mean); ``"inclusion"``, ``pi(d)``,
+# the chance that ``d`` is in the row's set of negatives (deduplicated draws: the
+# normaliser estimated by the Horvitz-Thompson sum over the set).
+PROPOSALS = ("per_draw", "inclusion")
+
+
+def check_proposal(proposal: str, name: str = "proposal") -> None:
+    if proposal not in PROPOSALS:
+        raise ValueError(f"`{name}` must be one of {PROPOSALS}, received {proposal!r}.")
+
+
 def corrected_weight(
-    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor
+    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor,
+    proposal: str = "per_draw",
 ) -> tf.Tensor:
     """The corrected loss's weight ``w = sg(1 - P(p|u))``, `[batch]`; 0 where ``n = 0``.
 
     ``negative_lse = log sum_i e^{s_i - log Q'(d_i)}`` over the row's ``num_valid``
-    (``n``) negatives, and ``P = e^{s_p} / (e^{s_p} + (1/n) sum_i e^{s_i - log Q'(d_i)})
-    = sigmoid(s_p - lse + log n)``, so ``1 - P = sigmoid(lse - log n - s_p)``.
-    Its gradient is zero (stop-gradient). A row with no valid negative has no loss,
-    and weight 0.
+    (``n``) negatives. Per-draw proposals (the paper): ``P = e^{s_p} / (e^{s_p} +
+    (1/n) sum_i e^{s_i - log Q'(d_i)}) = sigmoid(s_p - lse + log n)``, so
+    ``1 - P = sigmoid(lse - log n - s_p)``. Inclusion probabilities ``pi`` (``lse``
+    over ``s_i - log pi(d_i)``): the sum itself estimates the normaliser without the
+    positive (Horvitz-Thompson), ``1 - P = sigmoid(lse - s_p)``. Its gradient is zero
+    (stop-gradient). A row with no valid negative has no loss, and weight 0.
 
     >>> w = corrected_weight(tf.constant([2.0]), tf.math.log([11.7957]), [2])
     >>> round(float(w[0]), 3)
     0.444
     """
+    check_proposal(proposal)
     positive_logits = tf.convert_to_tensor(positive_logits)
     num_valid = tf.cast(num_valid, positive_logits.dtype)
     has_negative = num_valid > 0
     safe_lse = tf.where(has_negative, negative_lse, positive_logits)
-    log_n = tf.math.log(tf.maximum(num_valid, 1.0))
-    weight = tf.stop_gradient(tf.sigmoid(safe_lse - log_n - positive_logits))
+    if proposal == "per_draw":
+        safe_lse = safe_lse - tf.math.log(tf.maximum(num_valid, 1.0))
+    weight = tf.stop_gradient(tf.sigmoid(safe_lse - positive_logits))
     return tf.where(has_negative, weight, tf.zeros_like(weight))
 
 
 def corrected_from_logsumexp(
-    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor
+    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor,
+    proposal: str = "per_draw",
 ) -> tf.Tensor:
-    """``-w (s_p - lse)`` with ``w = sg(1 - P)`` (`corrected_weight`); rows with no
-    valid negative give 0.
+    """``-w (s_p - lse)`` with ``w = sg(1 - P)`` (`corrected_weight`, with its
+    ``proposal``); rows with no valid negative give 0.
 
     ``lse = log sum_i e^{s_i - log Q'(d_i)}`` over the ``num_valid`` negatives.
     """
     has_negative = tf.cast(num_valid, positive_logits.dtype) > 0
     safe_lse = tf.where(has_negative, negative_lse, positive_logits)
-    weight = corrected_weight(positive_logits, safe_lse, num_valid)
+    weight = corrected_weight(positive_logits, safe_lse, num_valid, proposal)
     loss = weight * (safe_lse - positive_logits)
     return tf.where(has_negative, loss, tf.zeros_like(loss))
 
@@ -172,6 +190,7 @@ def sampled_softmax_loss(
     positive_log_q=None,
     is_negative=None,
     negative_mask=None,
+    proposal: str = "per_draw",
 ) -> tf.Tensor:
     """Per-example sampled softmax loss with the chosen logQ correction.
 
@@ -191,6 +210,11 @@ def sampled_softmax_loss(
       negative_mask: deprecated name of ``is_negative`` (same meaning: True =
         counts as a negative); it warns with a `DeprecationWarning` and will be
         removed in the next release. Passing both is an error.
+      proposal: str. What ``negative_log_q`` is the log of, for ``"corrected"``'s
+        weight: ``"per_draw"`` (default; ``Q'(d)`` of one of ``n`` draws, the paper)
+        or ``"inclusion"`` (``pi(d)``, the chance that ``d`` is in the row's set of
+        negatives, as for deduplicated draws: no positive to exclude, the weight's
+        normaliser is the Horvitz-Thompson sum, `corrected_weight`).
 
     Returns:
       `[batch]` loss in float32 (float64 if an input is float64). A row with
@@ -217,6 +241,7 @@ def sampled_softmax_loss(
         is_negative = negative_mask
     if correction not in CORRECTIONS:
         raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
+    check_proposal(proposal)
     positive_logits = tf.convert_to_tensor(positive_logits)
     negative_logits = tf.convert_to_tensor(negative_logits)
     if negative_log_q is not None:
@@ -276,7 +301,7 @@ def sampled_softmax_loss(
             "removes the positive from the denominator."
         )
     num_valid = tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1)
-    return corrected_from_logsumexp(s_p, row_logsumexp(adjusted), num_valid)
+    return corrected_from_logsumexp(s_p, row_logsumexp(adjusted), num_valid, proposal)
 
 
 def in_batch_softmax_loss(
@@ -289,6 +314,7 @@ def in_batch_softmax_loss(
     numerator_log_q: bool = True,
     positive_logits: Optional[tf.Tensor] = None,
     positives_masked: bool = False,
+    proposal: str = "per_draw",
 ) -> tf.Tensor:
     """The same losses on a TFRS-style score matrix, without copying the positive out.
 
@@ -319,6 +345,9 @@ def in_batch_softmax_loss(
       positives_masked: bool. ``is_negative`` is already False on the diagonal
         (true when accidental hits are removed: the positive has its own id), so
         the diagonal need not be masked again. Defaults to False.
+      proposal: str. ``"per_draw"`` (default) or ``"inclusion"``: ``log_q`` holds
+        inclusion probabilities ``log pi(d)``; ``"corrected"`` then excludes no
+        ``Q(p)`` and weights with the Horvitz-Thompson normaliser (`corrected_weight`).
 
     Returns:
       `[batch]` per-example losses in the scores' dtype.
@@ -329,6 +358,7 @@ def in_batch_softmax_loss(
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
+    check_proposal(proposal)
     dtype = scores.dtype
     batch = tf.shape(scores)[0]
     if positive_logits is not None:
@@ -357,9 +387,11 @@ def in_batch_softmax_loss(
         if correction == "corrected":
             if num_negatives is None:
                 num_negatives = tf.reduce_sum(tf.cast(is_negative, tf.int32), -1)
-            # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
-            negative_lse = negative_lse + log_complement(tf.cast(log_q, dtype)[:batch])
-            return corrected_from_logsumexp(positive_logits, negative_lse, num_negatives)
+            if proposal == "per_draw":
+                # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
+                negative_lse = negative_lse + log_complement(tf.cast(log_q, dtype)[:batch])
+            return corrected_from_logsumexp(positive_logits, negative_lse, num_negatives,
+                                            proposal)
         lse = logaddexp(negative_lse, diagonal)
     if correction == "logq" and numerator_log_q:
         return lse - diagonal

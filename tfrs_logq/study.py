@@ -283,10 +283,19 @@ def positive_log_q(run: Run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tenso
     return tf.gather(table, positives)
 
 
+# Salts the negatives' key: the stream keys batch i of seed s by [world_seed, s * 10^8 + i],
+# which [seed, step] equalled for seed 0 of world 0 (its uniform negatives were then
+# the users' draw scaled: neg - 1 = user mod num_users). Grids pinned before this
+# commit (the sweep at 363fc9c, the headline at 6efc8bf) draw with the unsalted key.
+NEGATIVES_SALT = 0x6E65676174697665  # "negative"
+
+
 def draw_negatives(run: Run, positives: tf.Tensor, step: tf.Tensor,
                    table: tf.Tensor) -> SampledNegatives:
-    """The run's negatives at ``step``: stateless, keyed by ``(seed, step)`` only."""
-    key = tf.stack([tf.constant(run.seed, tf.int64), tf.cast(step, tf.int64)])
+    """The run's negatives at ``step``: stateless, keyed by ``(seed, step)`` only (and a
+    salt that keeps the key apart from the stream's)."""
+    key = tf.random.experimental.stateless_fold_in(
+        tf.constant([run.seed, NEGATIVES_SALT], tf.int64), tf.cast(step, tf.int64))
     s_uniform, s_in_batch = tf.unstack(tf.random.experimental.stateless_split(key, 2))
     ids, valid = [], []
     if run.num_uniform_negatives:
@@ -321,7 +330,11 @@ class StudyModel(tf.Module):
 
 def make_task(run: Run) -> CorrectedRetrieval:
     correction = {"none": "none", "corrected": "corrected"}.get(run.correction, "logq")
-    return CorrectedRetrieval(correction=correction, remove_accidental_hits=True)
+    # The inclusion table holds pi(d), the chance d is in the deduplicated batch: the
+    # corrected weight's normaliser is then the Horvitz-Thompson sum (`losses`).
+    probability = "inclusion" if run.proposal == "inclusion" else "per_draw"
+    return CorrectedRetrieval(correction=correction, remove_accidental_hits=True,
+                              sampling_probability=probability)
 
 
 def make_optimizer(run: Run):

@@ -26,6 +26,8 @@ import tensorflow_recommenders as tfrs
 
 from tfrs_logq.losses import (
     CORRECTIONS,
+    PROPOSALS,
+    check_proposal,
     compute_dtype_for,
     corrected_from_logsumexp,
     in_batch_softmax_loss,
@@ -40,7 +42,7 @@ from tfrs_logq.proposal import (  # noqa: F401  (inclusion_log_q re-exported)
 )
 
 REDUCTIONS = ("sum", "sum_over_batch_size", "none")
-DEDUPLICATED_PROPOSALS = ("per_draw", "inclusion")
+DEDUPLICATED_PROPOSALS = PROPOSALS  # the name this module exported first
 # Tolerance on Q <= 1 (float32 rounding of probabilities computed as counts / total).
 _Q_TOLERANCE = 1e-5
 
@@ -359,6 +361,11 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         ``candidate_log_sampling_probability``. Defaults to 1e-6.
       deduplicated_proposal: str. ``"per_draw"`` or ``"inclusion"``; only with
         ``deduplicate_candidates``. Defaults to ``"per_draw"``.
+      sampling_probability: str. ``"per_draw"`` (default: ``Q(d)`` of one draw) or
+        ``"inclusion"``: ``pi(d)``, the chance ``d`` is among the row's candidates
+        (your own deduplicated draws; ``deduplicated_proposal="inclusion"`` implies
+        it). ``"corrected"`` then weights with the Horvitz-Thompson ``P(p|u)``
+        (`tfrs_logq.losses.corrected_weight`); for extra per-draw negatives pass ``k Q``.
       name: str. Task name.
     """
 
@@ -375,6 +382,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         remove_accidental_hits: bool = False,
         min_sampling_probability: float = 1e-6,
         deduplicated_proposal: str = "per_draw",
+        sampling_probability: str = "per_draw",
         name: Optional[str] = None,
     ) -> None:
         if correction not in CORRECTIONS:
@@ -394,11 +402,12 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 "`min_sampling_probability` must be in (0, 1], "
                 f"received {min_sampling_probability!r}."
             )
-        if deduplicated_proposal not in DEDUPLICATED_PROPOSALS:
-            raise ValueError(
-                f"`deduplicated_proposal` must be one of {DEDUPLICATED_PROPOSALS}, "
-                f"received {deduplicated_proposal!r}."
-            )
+        check_proposal(deduplicated_proposal, "deduplicated_proposal")
+        check_proposal(sampling_probability, "sampling_probability")
+        if sampling_probability == "inclusion" and deduplicated_proposal == "inclusion":
+            raise ValueError("`deduplicated_proposal='inclusion'` computes inclusion "
+                             "probabilities from per-draw ones: pass per-draw probabilities "
+                             "with sampling_probability='per_draw'.")
         super().__init__(
             metrics=metrics,
             batch_metrics=batch_metrics,
@@ -416,10 +425,19 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         self._reduction = reduction
         self._min_sampling_probability = float(min_sampling_probability)
         self._deduplicated_proposal = deduplicated_proposal
+        self._sampling_probability = sampling_probability
 
     @property
     def correction(self) -> str:
         return self._correction
+
+    @property
+    def proposal(self) -> str:
+        """What ``log Q`` holds when the loss reads it (`tfrs_logq.losses.PROPOSALS`)."""
+        if self._sampling_probability == "inclusion" or (
+                self._deduplicate_candidates and self._deduplicated_proposal == "inclusion"):
+            return "inclusion"
+        return "per_draw"
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -432,6 +450,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             remove_accidental_hits=self._remove_accidental_hits,
             min_sampling_probability=self._min_sampling_probability,
             deduplicated_proposal=self._deduplicated_proposal,
+            sampling_probability=self._sampling_probability,
         )
         config.pop("trainable", None)
         config.pop("dtype", None)
@@ -516,6 +535,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 scores, correction=self._correction, log_q=log_q,
                 is_negative=is_negative, num_negatives=num_negatives,
                 positive_logits=positives, positives_masked=remove_hits,
+                proposal=self.proposal,
             )
         else:
             per_example = self._hard_negative_loss(scores, log_q, is_negative)
@@ -575,9 +595,11 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         top = tf.where(is_valid, top, masked)
         positive_logits = tf.linalg.diag_part(scores)
         if self._correction == "corrected":
-            lse = row_logsumexp(top) + log_complement(log_q[:num_queries])
+            lse = row_logsumexp(top)
+            if self.proposal == "per_draw":
+                lse = lse + log_complement(log_q[:num_queries])
             num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
-            return corrected_from_logsumexp(positive_logits, lse, num_valid)
+            return corrected_from_logsumexp(positive_logits, lse, num_valid, self.proposal)
         diagonal = tf.linalg.diag_part(adjusted)
         lse = row_logsumexp(tf.concat([diagonal[:, None], top], axis=1))
         return lse - (diagonal if self._correction == "logq" else positive_logits)
