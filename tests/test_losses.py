@@ -273,7 +273,8 @@ def test_inclusion_weight_estimates_one_minus_p_on_deduplicated_draws():
         draws = draws[draws != p]
         pool = np.unique(draws)
         lse.append(np.logaddexp.reduce(s[r, pool] - np.log(pi[pool])))
-        lse_misread.append(lse[-1] + np.log1p(-pi[p]))  # pi read as a per-draw Q
+        # pi read as a per-draw Q, Q(p) capped at 1 - 1e-6 as `proposal.log_complement` does
+        lse_misread.append(lse[-1] + np.log1p(-min(pi[p], 1 - 1e-6)))
         lse_draws.append(np.logaddexp.reduce(s[r, draws] - np.log(q[draws] / (1 - q[p]))))
         num_valid.append(len(pool))
         num_draws.append(len(draws))
