@@ -146,6 +146,7 @@ def main() -> int:
     text = report(results, machine())
     print(text, end="")
     if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)  # write_text does not create it
         write_text(os.path.join(args.output_dir, "scann.md"), text)
         write_text(os.path.join(args.output_dir, "scann.json"),
                    json.dumps(results, indent=1) + "\n")
