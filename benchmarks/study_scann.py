@@ -1,21 +1,28 @@
-"""Recall@k of the study's trained models through a ScaNN index, beside brute force.
+"""Recall@k of the study's trained models through ScaNN indexes, beside brute force.
 
 Trains runs of a `tfrs_logq.study` preset (by default the headline's `corrected` and
-`logq-paper` with the mixture proposal, seed 0) with `study.train`, then scores the
-same held-out examples twice: the exact top-k over the catalog (`study.model_top_k`)
-and a ScaNN searcher built with the settings of a default export (`tfrs-logq export`,
---k 100: `serving.export.scann_parameters` / `build_scann_searcher`, a tree of
-2 sqrt(V) leaves, 1/20 searched, asymmetric hashing), searched for the top 1,000 as the
-exported module does (exact reordering of max(n, 1,000) candidates).
-For each it prints exact expected Recall@k (the true mass of the top-k), observed
-Recall@k of the held-out targets, and ScaNN's overlap with the exact top-k; the
-paired difference corrected minus standard is printed for both, so a reader sees
-whether the approximate index keeps it. Observed recall here is "the target is in the
-top-k list" for both indexes (ties broken by id, where `tfrs_logq.metrics` counts ties
-against the target), and the runs are retrained, so the brute-force figures need not
-equal results.csv's. ScaNN 1.4.2 loads only with TensorFlow 2.20.
+`logq-paper` with the mixture proposal) for each seed with `study.train`, then scores the
+same held-out examples by brute force (`study.model_top_k`) and through ScaNN searchers
+built as `tfrs-logq export --index scann` builds them (`serving.export.scann_parameters` /
+`build_scann_searcher`: a tree of 2 sqrt(V) leaves, asymmetric hashing, exact reordering
+of max(n, reorder) candidates as the exported module does), searched for the top 1,000:
 
-    python benchmarks/study_scann.py --output-dir results/synthetic-study-scann
+- `export --k 100`: the export's default (1/20 of the leaves, reorder 1,000);
+- `export --k 1000`: what a user asking for 1,000 candidates gets (reorder 10,000);
+- `k 1000, 1/5 leaves`: the same with four times the leaves searched (the Python API's
+  `scann_params`; the command line does not set it).
+
+For each it prints exact expected Recall@k (the true mass of the top-k), observed
+Recall@k of the held-out targets and the index's overlap with the exact top-k, and the
+difference corrected minus each other correction per index, seed by seed and, with two or
+more seeds, its 95 % t interval (`tfrs_logq.stats.paired_difference`), so a reader sees
+whether an approximate index keeps the difference. Observed recall here is "the target is
+in the top-k list" for every index (ties broken by id, where `tfrs_logq.metrics` counts
+ties against the target), and the runs are retrained, so the brute-force figures need not
+equal results.csv's. With --output-dir, scann.json is rewritten after every seed and seeds
+already in it are not rerun. ScaNN 1.4.2 loads only with TensorFlow 2.20.
+
+    python benchmarks/study_scann.py --seeds 0 1 2 --output-dir results/synthetic-study-scann
     python benchmarks/study_scann.py --quick     # a tiny world, seconds (tests run it)
 """
 
@@ -30,25 +37,35 @@ from common import machine  # first: sets TF_USE_LEGACY_KERAS before TFRS
 
 # isort: split
 import numpy as np  # noqa: E402
-from tfrs_logq.serving.export import build_scann_searcher, scann_parameters  # noqa: E402
+from tfrs_logq.serving.export import (  # noqa: E402
+    build_scann_searcher,
+    scann_parameters,
+    search_scann,
+)
 
 from tfrs_logq import study  # noqa: E402
 from tfrs_logq.atomic import write_text  # noqa: E402
 from tfrs_logq.metrics import recall_ndcg_from_ranks  # noqa: E402
+from tfrs_logq.stats import paired_difference  # noqa: E402
 
 KS = study.KS
-EXPORT_DEFAULT_K = 100  # tfrs-logq export's --k default (tfrs_logq/cli/export.py)
 
 
-def scann_top_k(queries: np.ndarray, items: np.ndarray, k: int) -> tuple[np.ndarray, dict]:
-    """`[n, k]` ids (row 0 of ``items`` is padding, never returned) and the settings."""
-    # A default export (`tfrs-logq export`, --k 100) builds with k = 100 and, asked for
-    # more, reorders max(n, its reorder) candidates (serving/export.py _search).
-    params = scann_parameters(items.shape[0] - 1, EXPORT_DEFAULT_K)
+def index_settings(num_items: int) -> dict:
+    """Name -> ScaNN settings of the indexes compared (see the module docstring)."""
+    wide = dict(scann_parameters(num_items, 1000))
+    if wide["tree"]:
+        wide["num_leaves_to_search"] = max(1, wide["num_leaves"] // 5)
+    return {"export --k 100": scann_parameters(num_items, 100),
+            "export --k 1000": scann_parameters(num_items, 1000),
+            "k 1000, 1/5 leaves": wide}
+
+
+def scann_top_k(queries: np.ndarray, items: np.ndarray, k: int, params: dict) -> np.ndarray:
+    """`[n, k]` ids (row 0 of ``items`` is padding, never returned)."""
     searcher = build_scann_searcher(items[1:].astype(np.float32), params)
-    idx, _ = searcher.search_batched(queries.astype(np.float32), final_num_neighbors=k,
-                                     pre_reorder_num_neighbors=max(k, params["reorder"]))
-    return np.asarray(idx, np.int64) + 1, params
+    idx, _ = search_scann(searcher, queries.astype(np.float32), k, params)  # as served
+    return idx.numpy() + 1
 
 
 def score(world: "study.World", top: np.ndarray) -> dict:
@@ -72,52 +89,76 @@ def evaluate_run(run: "study.Run", world: "study.World") -> dict:
     k = max(KS)
     start = time.perf_counter()
     exact_top, _, _ = study.model_top_k(queries, items, k)
-    brute_s = time.perf_counter() - start
-    start = time.perf_counter()
-    scann_top, params = scann_top_k(queries, items, k)
-    scann_s = time.perf_counter() - start
-    overlap = {f"overlap@{j}": float(np.mean([len(set(a[:j]) & set(b[:j])) / j
-                                             for a, b in zip(exact_top, scann_top)]))
-               for j in KS}
+    indexes = {"brute force": {**score(world, exact_top),
+                               "seconds": round(time.perf_counter() - start, 1)}}
+    for name, params in index_settings(run.num_items).items():
+        start = time.perf_counter()
+        top = scann_top_k(queries, items, k, params)
+        overlap = {f"overlap@{j}": float(np.mean([len(set(a[:j]) & set(b[:j])) / j
+                                                 for a, b in zip(exact_top, top)]))
+                   for j in KS}
+        indexes[name] = {**score(world, top), **overlap,
+                         "seconds": round(time.perf_counter() - start, 1), "params": params}
     return {"run": dataclasses.asdict(run), "train_seconds": round(train_s, 1),
-            "brute_force": {**score(world, exact_top), "seconds": round(brute_s, 1)},
-            "scann": {**score(world, scann_top), **overlap, "seconds": round(scann_s, 1),
-                      "params": params}}
+            "indexes": indexes}
+
+
+def differences(results: list[dict]) -> list[str]:
+    """Corrected minus each other correction, per index: seed by seed, and the interval."""
+    by = {(r["run"]["correction"], r["run"]["seed"]): r for r in results}
+    seeds = sorted({seed for _, seed in by})
+    others = sorted({c for c, _ in by if c != "corrected"})
+    lines = ["| corrected minus | index | seeds | " + " | ".join(
+        f"Δ exact R@{k}" for k in KS) + " | per seed, Δ R@10 / 100 / 1000 |",
+        "|---|---|---|" + "---|" * (len(KS) + 1)]
+    for other in others:
+        pairs = [s for s in seeds if ("corrected", s) in by and (other, s) in by]
+        if not pairs:
+            continue
+        for index in by[("corrected", pairs[0])]["indexes"]:
+            cells, per_seed = [], []
+            for k in KS:
+                metric = f"exact_recall@{k}"
+                a = [by[(other, s)]["indexes"][index][metric] for s in pairs]
+                b = [by[("corrected", s)]["indexes"][index][metric] for s in pairs]
+                d = paired_difference(a, b)
+                cells.append(f"{d['mean']:+.4f}" if d["half_width"] is None else
+                             f"{d['mean']:+.4f} ± {d['half_width']:.4f}"
+                             + (" (within noise)" if d["within_noise"] else ""))
+            for s in pairs:
+                mine = by[("corrected", s)]["indexes"][index]
+                theirs = by[(other, s)]["indexes"][index]
+                per_seed.append(" / ".join(
+                    f"{mine[f'exact_recall@{k}'] - theirs[f'exact_recall@{k}']:+.4f}" for k in KS))
+            lines.append(f"| {other} | {index} | {len(pairs)} | " + " | ".join(cells)
+                         + " | " + "; ".join(per_seed) + " |")
+    return lines
 
 
 def report(results: list[dict], host: str) -> str:
     first = results[0]["run"]
+    seeds = sorted({r["run"]["seed"] for r in results})
     lines = [f"machine: {host}", "",
              f"# ScaNN vs brute force on the study's models (V={first['num_items']:,}, "
              f"C={first['num_topics']}, sigma={first['topic_sharpness']}, "
-             f"{first['steps']} steps x {first['batch_size']}, seed {first['seed']}, "
-             f"{len(results)} runs)", "",
-             "| correction (proposal) | index | " + " | ".join(
+             f"{first['steps']} steps x {first['batch_size']}, seeds "
+             f"{', '.join(map(str, seeds))}, {len(results)} runs)", "",
+             "| seed | correction (proposal) | index | " + " | ".join(
                  f"exact R@{k}" for k in KS) + " | " + " | ".join(
                  f"obs. R@{k}" for k in KS) + " | overlap@10/100/1000 | seconds |",
-             "|---|---|" + "---|" * (2 * len(KS) + 2)]
+             "|---|---|---|" + "---|" * (2 * len(KS) + 2)]
     for r in results:
         name = f"{r['run']['correction']} ({r['run']['proposal']})"
-        for index in ("brute_force", "scann"):
-            m = r[index]
+        for index, m in r["indexes"].items():
             overlap = (" / ".join(f"{m[f'overlap@{k}']:.3f}" for k in KS)
-                       if index == "scann" else "1")
-            lines.append(f"| {name} | {index.replace('_', ' ')} | "
+                       if "overlap@10" in m else "1")
+            lines.append(f"| {r['run']['seed']} | {name} | {index} | "
                          + " | ".join(f"{m[f'exact_recall@{k}']:.4f}" for k in KS) + " | "
                          + " | ".join(f"{m[f'observed_recall@{k}']:.4f}" for k in KS)
                          + f" | {overlap} | {m['seconds']} |")
-    by_name = {r["run"]["correction"]: r for r in results}
-    if "corrected" in by_name:
-        for other, r in by_name.items():
-            if other == "corrected":
-                continue
-            for index in ("brute_force", "scann"):
-                diff = [by_name["corrected"][index][f"exact_recall@{k}"]
-                        - r[index][f"exact_recall@{k}"] for k in KS]
-                lines.append("")
-                lines.append(f"corrected − {other}, {index.replace('_', ' ')}: Δ exact "
-                             "R@10/100/1000 " + " / ".join(f"{d:+.4f}" for d in diff)
-                             + " (one seed: no interval)")
+    lines += ["", "Corrected minus each other correction, exact Recall@k, the mean over seeds "
+              "± the half-width of its 95 % t interval (none with one seed):", ""]
+    lines += differences(results)
     return "\n".join(lines) + "\n"
 
 
@@ -127,29 +168,44 @@ def main() -> int:
     p.add_argument("--corrections", nargs="+", default=["corrected", "logq-paper"],
                    choices=study.CORRECTIONS)
     p.add_argument("--proposal", default="mixture", choices=study.PROPOSALS)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--steps", type=int, default=None, help="override the preset's steps")
-    p.add_argument("--output-dir", default=None, help="write scann.md and scann.json here")
+    p.add_argument("--output-dir", default=None,
+                   help="write scann.md and scann.json here after every seed; seeds "
+                        "already in scann.json are not rerun")
     p.add_argument("--quick", action="store_true", help="a tiny world (tests)")
     args = p.parse_args()
     overrides = {} if args.steps is None else {"steps": args.steps}
     if args.quick:
         overrides = dict(num_items=25_000, num_users=500, num_topics=30, steps=20,
                          batch_size=64, num_in_batch=64, num_uniform=64, num_eval_users=128)
-    runs = [r for r in study.preset_runs(args.preset, [args.seed], **overrides)
+    runs = [r for r in study.preset_runs(args.preset, args.seeds, **overrides)
             if r.correction in args.corrections and r.proposal == args.proposal]
     if not runs:
         p.error(f"no run of preset {args.preset!r} has proposal {args.proposal!r} and a "
                 f"correction in {args.corrections}")
-    world = study.World(runs[0])
-    results = [evaluate_run(run, world) for run in runs]
-    text = report(results, machine())
-    print(text, end="")
+    results, json_path = [], None
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)  # write_text does not create it
-        write_text(os.path.join(args.output_dir, "scann.md"), text)
-        write_text(os.path.join(args.output_dir, "scann.json"),
-                   json.dumps(results, indent=1) + "\n")
+        json_path = os.path.join(args.output_dir, "scann.json")
+        if os.path.exists(json_path):
+            with open(json_path, encoding="utf-8") as f:
+                results = json.load(f)
+            if not isinstance(results, list) or any("indexes" not in r for r in results):
+                p.error(f"{json_path} is not this script's output (a list of runs with "
+                        "'indexes'); move it away")
+    done = {json.dumps(r["run"], sort_keys=True) for r in results}
+    world, host = None, machine()
+    for run in runs:
+        if json.dumps(dataclasses.asdict(run), sort_keys=True) in done:
+            continue
+        world = world or study.World(run)  # one world: the runs differ in seed and loss only
+        results.append(evaluate_run(run, world))
+        if json_path:  # after every run, so a killed job keeps what it finished
+            write_text(json_path, json.dumps(results, indent=1) + "\n")
+            write_text(os.path.join(args.output_dir, "scann.md"), report(results, host))
+    text = report(results, host)
+    print(text, end="")
     return 0
 
 

@@ -130,6 +130,31 @@ def build_scann_searcher(embeddings: np.ndarray, params: dict):
     return builder.reorder(params["reorder"]).build()
 
 
+def search_scann(searcher, queries, n, params: dict):
+    """ScaNN's top ``n`` of each query: ``(ids, scores)``, ids 0-based rows of the index.
+
+    Reorders at least ``n`` candidates exactly, however large an ``n`` is asked for. A
+    tree index searches ``num_leaves_to_search`` leaves; where they hold fewer than ``n``
+    items, scann 1.4.2 returns as many columns as the best-served query found and fills
+    the shorter rows with id 0 and a NaN score (measured), so a served list would repeat
+    the first item or be short. Then the batch is searched again over every leaf, which
+    holds the whole catalog (``n`` is at most its size).
+    Works in a graph (the exported module) and eagerly (benchmarks/study_scann.py).
+    """
+    reorder = tf.maximum(n, params["reorder"])
+    idx, scores = searcher.search_batched(queries, final_num_neighbors=n,
+                                          pre_reorder_num_neighbors=reorder)
+    if params["tree"]:
+        def every_leaf():
+            found = searcher.search_batched(queries, final_num_neighbors=n,
+                                            pre_reorder_num_neighbors=reorder,
+                                            leaves_to_search=params["num_leaves"])
+            return tuple(found)  # a namedtuple in a graph: tf.cond wants plain tuples
+        short = tf.logical_or(tf.shape(scores)[1] < n, tf.reduce_any(tf.math.is_nan(scores)))
+        idx, scores = tf.cond(short, every_leaf, lambda: (idx, scores))
+    return tf.cast(idx, tf.int64), scores
+
+
 class RetrievalModule(tf.Module):
     """Query encoder + vocabulary + index, with the three serving signatures."""
 
@@ -198,11 +223,7 @@ class RetrievalModule(tf.Module):
         if self.index_kind == "scann":
             scann_ops = scann_ops_or_error()
             searcher = scann_ops.searcher_from_module(self.scann_index)
-            # Reorder at least n candidates exactly, however large a k is asked for.
-            reorder = tf.maximum(n, self.scann_params["reorder"])
-            idx, scores = searcher.search_batched(query, final_num_neighbors=n,
-                                                  pre_reorder_num_neighbors=reorder)
-            idx = tf.cast(idx, tf.int64)
+            idx, scores = search_scann(searcher, query, n, self.scann_params)
         else:
             scores, idx = tf.math.top_k(tf.matmul(query, self.item_table, transpose_b=True), n)
             idx = tf.cast(idx, tf.int64)
@@ -306,4 +327,5 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
 
 __all__ = ["INDEXES", "RetrievalModule", "check_model_name", "export", "export_version",
            "load_trained",
-           "remove_stale_temporaries", "run_fingerprint", "scann_parameters"]
+           "remove_stale_temporaries", "run_fingerprint", "scann_parameters",
+           "search_scann"]

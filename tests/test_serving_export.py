@@ -55,6 +55,62 @@ def test_scann_equals_brute_force_and_both_equal_exact_ranking(trained, exports)
     np.testing.assert_allclose(emb.numpy(), q, rtol=1e-4, atol=1e-5)
 
 
+def _tree_params(num_items: int, leaves: int, searched: int, k: int,
+                 reorder: int = 0) -> dict:
+    return {"tree": True, "num_leaves": leaves, "num_leaves_to_search": searched,
+            "training_sample_size": num_items, "dims_per_block": 2,
+            "anisotropic_threshold": 0.2, "reorder": reorder or k, "k": k}
+
+
+def test_search_scann_never_pads_when_the_searched_leaves_hold_fewer_than_n():
+    from tfrs_logq.serving.export import build_scann_searcher, search_scann
+
+    rng = np.random.default_rng(0)
+    items = rng.normal(size=(25_000, 16)).astype(np.float32)
+    queries = rng.normal(size=(32, 16)).astype(np.float32)
+    # 1 of 316 leaves holds about 80 items: fewer than the 1,000 asked for.
+    params = _tree_params(25_000, 316, 1, 1000, reorder=10_000)
+    searcher = build_scann_searcher(items, params)
+    raw, raw_scores = searcher.search_batched(queries, final_num_neighbors=1000,
+                                              pre_reorder_num_neighbors=1000)
+    assert np.isnan(raw_scores.numpy()).any()
+    assert (raw.numpy() == 0).sum(axis=1).max() > 1  # ScaNN's padding: id 0 repeated
+    ids, scores = search_scann(searcher, queries, 1000, params)
+    ids, scores = ids.numpy(), scores.numpy()
+    assert ids.dtype == np.int64 and ids.shape == (32, 1000) and np.isfinite(scores).all()
+    assert all(len(set(row)) == 1000 for row in ids)
+    exact = queries @ items.T
+    np.testing.assert_allclose(scores, np.take_along_axis(exact, ids, 1), rtol=1e-4, atol=1e-4)
+    best = np.argsort(-exact, axis=1)[:, :1000]
+    overlap = np.mean([len(set(a) & set(b)) / 1000 for a, b in zip(ids, best)])
+    assert overlap > 0.99, overlap  # every leaf searched, 10,000 reordered exactly
+    # Enough leaves: one search, ScaNN's own answer.
+    wide = _tree_params(25_000, 316, 316, 100)
+    searcher = build_scann_searcher(items, wide)
+    ids, scores = search_scann(searcher, queries, 100, wide)
+    direct, _ = searcher.search_batched(queries, final_num_neighbors=100,
+                                        pre_reorder_num_neighbors=100)
+    np.testing.assert_array_equal(ids.numpy(), direct.numpy())
+
+
+def test_exported_tree_index_serves_k_distinct_items_when_few_leaves_are_searched(
+        trained, tmp_path):
+    encoder, config, raw_ids = load_trained(trained["model_dir"])
+    n = len(raw_ids)
+    path = export(trained["model_dir"], str(tmp_path), "tree", index="scann", default_k=10,
+                  scann_params=_tree_params(n, 8, 1, 10))
+    brute = export(trained["model_dir"], str(tmp_path), "brute", index="brute-force")
+    h, k = tf.constant(_histories()), tf.constant(n - 2)
+    outs = [tf.saved_model.load(p).signatures["top_k"](history=h, k=k,
+                                                       exclude_history=tf.constant(False))
+            for p in (path, brute)]
+    ids, scores = outs[0]["item_ids"].numpy(), outs[0]["scores"].numpy()
+    assert ids.shape == (3, n - 2) and np.isfinite(scores).all()
+    assert all(len(set(row)) == n - 2 for row in ids)  # no padded, repeated first item
+    np.testing.assert_array_equal(ids[:, :5], outs[1]["item_ids"].numpy()[:, :5])
+    np.testing.assert_allclose(scores[:, :5], outs[1]["scores"].numpy()[:, :5], rtol=1e-4)
+
+
 FRESH = r"""
 import sys, json
 import numpy as np
