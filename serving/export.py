@@ -80,22 +80,26 @@ def remove_stale_temporaries(base: str) -> list[str]:
             for name in remove_stale_staging(base, (_TMP_PREFIX,))]
 
 
-def scann_parameters(num_items: int, k: int) -> dict:
+def scann_parameters(num_items: int, k: int, search_fraction: float = 0.05) -> dict:
     """ScaNN settings by catalog size.
 
     Small catalogs (< 20,000 items) are scored exhaustively with asymmetric
     hashing and reordered exactly; larger ones use a partitioning tree with
-    ``2 sqrt(n)`` leaves, search 1/20 of them and reorder the best ``max(10 k, 500)``
-    candidates with exact dot products. Measured on 1M clustered d=64 items
-    (benchmarks/bench_serving.py): recall@100 0.998 against exact search.
+    ``2 sqrt(n)`` leaves, search ``search_fraction`` of them (default 1/20) and reorder
+    the best ``max(10 k, 500)`` candidates with exact dot products. Measured on 1M
+    clustered d=64 items (benchmarks/bench_serving.py): recall@100 0.998 against exact
+    search; on the synthetic study's 1M-item models 1/20 keeps about half of the exact
+    top-1,000 and 1/5 about 0.85 (results/synthetic-study-scann).
     """
+    if not 0.0 < search_fraction <= 1.0:
+        raise ValueError(f"`search_fraction` must be in (0, 1], received {search_fraction}.")
     reorder = max(10 * k, 500)
     if num_items < 20_000:
         return {"tree": False, "dims_per_block": 2, "anisotropic_threshold": 0.2,
                 "reorder": min(num_items, reorder), "k": k}
     leaves = int(round(2 * math.sqrt(num_items)))
     return {"tree": True, "num_leaves": leaves,
-            "num_leaves_to_search": max(1, leaves // 20),
+            "num_leaves_to_search": max(1, math.floor(leaves * search_fraction + 1e-9)),
             "training_sample_size": min(num_items, 250_000), "dims_per_block": 2,
             "anisotropic_threshold": 0.2, "reorder": min(num_items, reorder), "k": k}
 
@@ -159,7 +163,8 @@ class RetrievalModule(tf.Module):
     """Query encoder + vocabulary + index, with the three serving signatures."""
 
     def __init__(self, encoder: SASRecEncoder, raw_item_ids: np.ndarray, index: str,
-                 default_k: int = 100, scann_params: Optional[dict] = None) -> None:
+                 default_k: int = 100, scann_params: Optional[dict] = None,
+                 search_fraction: float = 0.05) -> None:
         super().__init__(name="retrieval")
         if index not in INDEXES:
             raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
@@ -179,7 +184,8 @@ class RetrievalModule(tf.Module):
         self.index_kind = index
         self.scann_params = None
         if index == "scann":
-            self.scann_params = scann_params or scann_parameters(self.num_items, self.default_k)
+            self.scann_params = scann_params or scann_parameters(self.num_items, self.default_k,
+                                                                 search_fraction)
             self.scann_index = build_scann_searcher(table, self.scann_params).serialize_to_module()
         else:
             self.item_table = tf.Variable(table, trainable=False, name="item_embeddings")
@@ -272,7 +278,8 @@ def export(model_dir: str, model_base_path: str, model_name: str, version: Optio
 def export_version(model_dir: str, base_path: str, version: Optional[int] = None,
                    index: str = "scann", default_k: int = 100,
                    scann_params: Optional[dict] = None,
-                   module: Optional[RetrievalModule] = None) -> str:
+                   module: Optional[RetrievalModule] = None,
+                   search_fraction: float = 0.05) -> str:
     """Writes ``base_path/VERSION`` atomically (TF Serving's ``--model_base_path``
     layout: ``base_path`` holds the integer versions); returns its path.
 
@@ -290,7 +297,8 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
             logger.warning("--k %d is larger than the catalog (%d items): the export "
                            "answers at most %d items.", default_k, len(raw_ids), len(raw_ids))
         fingerprint = run_fingerprint(model_dir)
-        module = RetrievalModule(encoder, raw_ids, index, default_k, scann_params)
+        module = RetrievalModule(encoder, raw_ids, index, default_k, scann_params,
+                                 search_fraction)
     base = base_path
     os.makedirs(base, exist_ok=True)
     for path in remove_stale_temporaries(base):

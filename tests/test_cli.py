@@ -446,6 +446,27 @@ def test_export_onto_a_file(capsys, tmp_path):
     assert_one_line_error(code, err, "--model_base_path", str(target), "not a directory")
 
 
+@pytest.mark.parametrize("value", ["0", "1.5", "x"])
+def test_export_refuses_a_search_fraction_outside_0_1(capsys, tmp_path, value):
+    code, _, err = run(capsys, "export", "--model-dir", tmp_path / "m", "--model_base_path",
+                       tmp_path / "b", "--model_name", "x", "--scann-search-fraction", value)
+    assert_one_line_error(code, err, "--scann-search-fraction", value)
+
+
+def test_export_passes_the_search_fraction_on(capsys, tmp_path, monkeypatch):
+    from tfrs_logq.serving import export as serving_export
+
+    import tfrs_logq.cli.export as cli_export
+
+    seen = {}
+    monkeypatch.setattr(cli_export, "read_model_config", lambda model_dir: {})
+    monkeypatch.setattr(serving_export, "export_version",
+                        lambda *a, **kw: seen.update(kw) or str(tmp_path / "b" / "1"))
+    code, out, _ = run(capsys, "export", "--model-dir", tmp_path / "m", "--model_base_path",
+                       tmp_path / "b", "--model_name", "x", "--scann-search-fraction", "1")
+    assert code == 0 and seen["search_fraction"] == 1.0 and seen["default_k"] == 100
+
+
 @pytest.mark.parametrize("which", ["rest", "grpc"])
 def test_serve_on_a_port_in_use(capsys, tmp_path, which):
     holder = socket.socket()

@@ -30,6 +30,16 @@ def test_export_layout_assets_and_atomic_versions(trained, exports):
         export(trained["model_dir"], str(exports["base"]), "brute_force", version=2,
                index="brute-force")
     assert scann_parameters(1_000_000, 100)["tree"] and not scann_parameters(5000, 100)["tree"]
+    for n in (20_000, 25_000, 1_000_000, 10_000_000):  # the default: 1/20 of the leaves
+        p = scann_parameters(n, 100)
+        assert p["num_leaves"] == round(2 * n ** 0.5)
+        assert p["num_leaves_to_search"] == p["num_leaves"] // 20
+    assert scann_parameters(1_000_000, 100, 0.2)["num_leaves_to_search"] == 400
+    assert scann_parameters(1_000_000, 100, 1.0)["num_leaves_to_search"] == 2000
+    assert scann_parameters(1_000_000, 100, 1e-9)["num_leaves_to_search"] == 1
+    for bad in (0.0, -0.1, 1.01):
+        with pytest.raises(ValueError, match="`search_fraction` must be in"):
+            scann_parameters(1_000_000, 100, bad)
 
 
 def test_scann_equals_brute_force_and_both_equal_exact_ranking(trained, exports):

@@ -42,16 +42,18 @@ def int_at_least(low: int) -> Callable[[str], int]:
     return convert
 
 
-def float_in(low: float, high: Optional[float] = None, low_inclusive: bool = False):
+def float_in(low: float, high: Optional[float] = None, low_inclusive: bool = False,
+             high_inclusive: bool = False):
     def convert(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        ok = (value >= low if low_inclusive else value > low) and (high is None or value < high)
+        below_high = high is None or (value <= high if high_inclusive else value < high)
+        ok = (value >= low if low_inclusive else value > low) and below_high
         if not ok:
             left = "[" if low_inclusive else "("
-            right = f"{high})" if high is not None else "inf)"
+            right = ("inf)" if high is None else f"{high}]" if high_inclusive else f"{high})")
             raise argparse.ArgumentTypeError(f"must be in {left}{low}, {right}, got {text}")
         return value
 

@@ -9,6 +9,7 @@ from tfrs_logq.cli._common import (
     TF_SERVING_STYLE,
     add_flag,
     add_verbose,
+    float_in,
     int_at_least,
     read_model_config,
 )
@@ -29,6 +30,11 @@ def populate(p) -> None:
                   "TensorFlow ops only")
     add_flag(p, "k", type=int_at_least(1), default=100, metavar="N",
              help="results of serving_default (top_k takes k per request)")
+    add_flag(p, "scann-search-fraction", type=float_in(0.0, 1.0, high_inclusive=True), default=0.05,
+             metavar="F",
+             help="share of the ScaNN tree's leaves a query searches, catalogs of 20,000 "
+                  "items or more (default 0.05; at 1M items 0.2 keeps about 0.85 of the exact "
+                  "top-1,000 where 0.05 keeps about half: docs/export.md)")
     add_verbose(p)
     p.set_defaults(run=run)
 
@@ -51,7 +57,7 @@ def run(args) -> int:
               f"{old_layout} to silence this.", file=sys.stderr)
         base = old_layout
     path = export_version(args.model_dir, base, version=args.version, index=args.index,
-                          default_k=args.k)
+                          default_k=args.k, search_fraction=args.scann_search_fraction)
     print(path)
     return 0
 
