@@ -36,7 +36,7 @@ run() {  # loss seed
   grid_has_row "$OUT" "ml-1m,gsasrec,$loss,$seed,fixed," &&
     { echo "skip $loss seed $seed: in $OUT/results.csv"; return 0; }
   local snap rc; snap=$(mktemp -d)
-  trap 'rm -rf "$snap"' EXIT
+  trap 'rm -rf "${snap:-}"' EXIT  # snap is local: unset when the script exits
   grid_snapshot "$PIN" "$snap" || return 1
   grid_python "$snap" -m tfrs_logq.cli experiment \
     --output-dir "$ROOT/$OUT" --preset fixed --datasets ml-1m --splits gsasrec \

@@ -40,7 +40,7 @@ run() {  # out loss seed [flags...]
   grid_has_row "$out" "ml-1m,gsasrec,$loss,$seed,long," &&
     { echo "skip $loss seed $seed: in $out/results.csv"; return 0; }
   local snap rc; snap=$(mktemp -d)
-  trap 'rm -rf "$snap"' EXIT
+  trap 'rm -rf "${snap:-}"' EXIT  # snap is local: unset when the script exits
   grid_snapshot HEAD "$snap" || return 1
   # From inside the snapshot: the committed code trains, not the work tree.
   grid_python "$snap" -m tfrs_logq.cli experiment \
