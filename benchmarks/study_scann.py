@@ -53,12 +53,9 @@ KS = study.KS
 
 def index_settings(num_items: int) -> dict:
     """Name -> ScaNN settings of the indexes compared (see the module docstring)."""
-    wide = dict(scann_parameters(num_items, 1000))
-    if wide["tree"]:
-        wide["num_leaves_to_search"] = max(1, wide["num_leaves"] // 5)
     return {"export --k 100": scann_parameters(num_items, 100),
             "export --k 1000": scann_parameters(num_items, 1000),
-            "k 1000, 1/5 leaves": wide}
+            "k 1000, 1/5 leaves": scann_parameters(num_items, 1000, search_fraction=0.2)}
 
 
 def scann_top_k(queries: np.ndarray, items: np.ndarray, k: int, params: dict) -> np.ndarray:
