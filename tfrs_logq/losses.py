@@ -398,6 +398,36 @@ def in_batch_softmax_loss(
     return lse - positive_logits
 
 
+def hard_negative_softmax_loss(
+    scores: tf.Tensor, log_q: Optional[tf.Tensor], is_negative: Optional[tf.Tensor],
+    num_hard_negatives: int, correction: str, proposal: str = "per_draw",
+) -> tf.Tensor:
+    """`in_batch_softmax_loss` over each row's ``num_hard_negatives`` largest
+    ``s_i - log Q(d_i)`` among its negatives (column ``i`` of row ``i`` is the positive
+    and never one); ``"logq"`` corrects the positive too, as the paper writes it."""
+    dtype = scores.dtype
+    num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
+    adjusted = scores if log_q is None else scores - log_q[None, :]
+    off_diagonal = tf.logical_not(tf.cast(tf.eye(num_queries, num_candidates), tf.bool))
+    counts = off_diagonal if is_negative is None else tf.logical_and(is_negative, off_diagonal)
+    masked = masked_value(dtype)
+    negatives = tf.where(counts, adjusted, masked)
+    k = tf.minimum(int(num_hard_negatives), num_candidates)
+    top, _ = tf.math.top_k(negatives, k=k, sorted=False)
+    is_valid = top > masked / 2
+    top = tf.where(is_valid, top, masked)
+    positive_logits = tf.linalg.diag_part(scores)
+    if correction == "corrected":
+        lse = row_logsumexp(top)
+        if proposal == "per_draw":
+            lse = lse + log_complement(log_q[:num_queries])
+        num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
+        return corrected_from_logsumexp(positive_logits, lse, num_valid, proposal)
+    diagonal = tf.linalg.diag_part(adjusted)
+    lse = row_logsumexp(tf.concat([diagonal[:, None], top], axis=1))
+    return lse - (diagonal if correction == "logq" else positive_logits)
+
+
 def gbce_loss(
     positive_logits,
     negative_logits,

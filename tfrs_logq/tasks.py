@@ -29,15 +29,13 @@ from tfrs_logq.losses import (
     PROPOSALS,
     check_proposal,
     compute_dtype_for,
-    corrected_from_logsumexp,
+    hard_negative_softmax_loss,
     in_batch_softmax_loss,
     masked_value,
-    row_logsumexp,
 )
 from tfrs_logq.proposal import (  # noqa: F401  (inclusion_log_q re-exported)
     MIN_PROBABILITY,
     inclusion_log_q,
-    log_complement,
     log_q_from_probability,
 )
 
@@ -538,7 +536,9 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 proposal=self.proposal,
             )
         else:
-            per_example = self._hard_negative_loss(scores, log_q, is_negative)
+            per_example = hard_negative_softmax_loss(
+                scores, log_q, is_negative, self._num_hard_negatives, self._correction,
+                self.proposal)
         loss = reduce_loss(per_example, self._reduction, sample_weight)
 
         update_ops = self._update_metrics(
@@ -579,27 +579,3 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                     metric.update_state(labels, metric_scores, sample_weight=sample_weight)
                 )
         return update_ops
-
-    def _hard_negative_loss(self, scores, log_q, is_negative):
-        """Keeps each row's ``num_hard_negatives`` largest corrected negative logits."""
-        dtype = scores.dtype
-        num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
-        adjusted = scores if log_q is None else scores - log_q[None, :]
-        off_diagonal = tf.logical_not(tf.cast(tf.eye(num_queries, num_candidates), tf.bool))
-        counts = off_diagonal if is_negative is None else tf.logical_and(is_negative, off_diagonal)
-        masked = masked_value(dtype)
-        negatives = tf.where(counts, adjusted, masked)
-        k = tf.minimum(int(self._num_hard_negatives), num_candidates)
-        top, _ = tf.math.top_k(negatives, k=k, sorted=False)
-        is_valid = top > masked / 2
-        top = tf.where(is_valid, top, masked)
-        positive_logits = tf.linalg.diag_part(scores)
-        if self._correction == "corrected":
-            lse = row_logsumexp(top)
-            if self.proposal == "per_draw":
-                lse = lse + log_complement(log_q[:num_queries])
-            num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
-            return corrected_from_logsumexp(positive_logits, lse, num_valid, self.proposal)
-        diagonal = tf.linalg.diag_part(adjusted)
-        lse = row_logsumexp(tf.concat([diagonal[:, None], top], axis=1))
-        return lse - (diagonal if self._correction == "logq" else positive_logits)
