@@ -85,3 +85,23 @@ def test_the_summary_lists_every_scenario_by_share_with_its_paired_differences()
     assert body[1].startswith("| 0.900 | 0.333 | V=1,000, C=80,")
     assert "| logq-paper (unigram) | 3 | +0.0020 ± 0.0000" in body[0]
     assert study_report.format_summary([]) == []
+
+
+def test_each_proposal_is_compared_with_the_unigram_one_under_the_same_correction():
+    # inclusion = unigram + 0.003 under logq-paper and + (0.001 * seed) under corrected.
+    rows = _rows()
+    rows += [{**row, "proposal": "inclusion", "run_id": "i" + row["run_id"],
+              "exact_recall@10": row["exact_recall@10"]
+              + (0.003 if row["correction"] == "logq-paper" else 0.001 * row["seed"])}
+             for row in _rows()]
+    (variants,) = study_report.scenarios(rows).values()
+    diffs = study_report.proposal_comparisons(variants, "exact_recall@10")
+    assert [(c, p) for c, p, _ in diffs] == [("corrected", "inclusion"),
+                                             ("logq-paper", "inclusion")]
+    corrected, paper = diffs[0][2], diffs[1][2]
+    assert corrected["mean"] == pytest.approx(0.001)
+    assert corrected["within_noise"]  # 0, 0.001, 0.002: the t(2) interval holds 0
+    assert paper["mean"] == pytest.approx(0.003) and not paper["within_noise"]
+    # No proposal other than the baseline: nothing to compare.
+    assert study_report.proposal_comparisons(study_report.scenarios(_rows())[
+        next(iter(study_report.scenarios(_rows())))], "exact_recall@10") == []

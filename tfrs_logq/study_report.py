@@ -5,7 +5,9 @@ a run but its proposal, correction and seed; within a scenario, each ``corrected
 variant (one per proposal) is compared with each standard variant (``none``,
 ``logq-paper``, ``logq-official``, any proposal) seed by seed:
 `tfrs_logq.stats.paired_difference` gives the mean difference and its 95 % t
-interval. "within noise" means the interval holds 0.
+interval. "within noise" means the interval holds 0. Where a correction ran with more
+than one proposal, each other proposal is compared with the unigram one (the paper's
+convention) the same way (`proposal_comparisons`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,21 @@ def comparisons(variants: dict, metric: str) -> list[tuple]:
             diff = paired_difference([float(standard[s][metric]) for s in seeds],
                                      [float(corrected[s][metric]) for s in seeds])
             out.append(((p_c, c_c), (p_s, c_s), diff))
+    return out
+
+
+def proposal_comparisons(variants: dict, metric: str, baseline: str = "unigram") -> list[tuple]:
+    """``(correction, proposal, paired_difference)``: ``proposal`` minus ``baseline``
+    with the same correction, seed by seed, for every correction run with both."""
+    out = []
+    for (proposal, correction), runs in sorted(variants.items(), key=lambda kv: kv[0][::-1]):
+        base = variants.get((baseline, correction))
+        seeds = sorted(set(runs) & set(base or ()))
+        if proposal == baseline or not seeds:
+            continue
+        diff = paired_difference([float(base[s][metric]) for s in seeds],
+                                 [float(runs[s][metric]) for s in seeds])
+        out.append((correction, proposal, diff))
     return out
 
 
@@ -133,6 +150,15 @@ def format_table(rows: list[dict]) -> str:
             cells = [_interval(per_metric[m][i][2]) for m in per_metric]
             lines.append(f"| corrected ({corr[0]}) − {std[1]} ({std[0]}) | "
                          + " | ".join(cells) + " |")
+        by_proposal = {m: proposal_comparisons(variants, m) for m in per_metric}
+        if by_proposal["exact_recall@10"]:
+            lines += ["", "| proposal minus unigram, same correction | Δ exact R@10 "
+                      "| Δ exact R@100 | Δ exact R@1000 | Δ observed R@1000 |",
+                      "|---|---|---|---|---|"]
+            for i, (correction, proposal, _) in enumerate(by_proposal["exact_recall@10"]):
+                cells = [_interval(by_proposal[m][i][2]) for m in by_proposal]
+                lines.append(f"| {proposal} − unigram ({correction}) | "
+                             + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
