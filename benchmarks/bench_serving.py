@@ -1,9 +1,10 @@
 """ScaNN vs brute force, and the model server vs calling the SavedModel in process.
 
-1. Top-100 over N synthetic item embeddings (default 1M, d=64, clustered like
+1. Top-k over N synthetic item embeddings (default 1M, d=64, clustered like
    learned embeddings: a Gaussian mixture of 1,000 components): queries/s of
-   ScaNN (the export's parameters for that catalog size) and of exact brute force
-   (a TensorFlow matmul + top_k), and ScaNN's recall@100 against the exact top-100.
+   ScaNN (the export's parameters for that catalog size, searched as the exported
+   module searches) and of exact brute force (a TensorFlow matmul + top_k), and
+   ScaNN's recall@k against the exact top-k, for each --ann-k and --search-fraction.
 2. A SASRec export (brute force over the given catalog) served by the model server
    on loopback: throughput and p50/p99 latency of concurrent gRPC clients (the
    official stub, in a separate process), beside threads calling the same
@@ -17,6 +18,8 @@
 
     python benchmarks/bench_serving.py [--num-items 1000000 --queries 2000 --clients 8]
     python benchmarks/bench_serving.py --skip-ann --skip-grpc   # the REST parts only
+    python benchmarks/bench_serving.py --skip-grpc --skip-rest --skip-slow \
+        --ann-k 100 1000 --search-fraction 0.05 0.2             # ScaNN settings only
 """
 
 import argparse
@@ -37,6 +40,7 @@ from tfrs_logq.serving.export import (  # noqa: E402
     build_scann_searcher,
     export,
     scann_parameters,
+    search_scann,
 )
 from tfrs_logq.serving.server import ModelServer, ServerOptions  # noqa: E402
 
@@ -50,38 +54,43 @@ def clustered(n, d, rng, components=1000):
 
 
 def ann_benchmark(args, rng):
+    """Queries/s and recall@k against the exact top-k of brute force and of ScaNN built as
+    the export builds it (`scann_parameters`), for each k and search fraction asked for,
+    all in one run on the same items and queries; ScaNN searched through `search_scann`,
+    the exported module's search."""
     items = clustered(args.num_items, args.dim, rng)
     queries = clustered(args.queries, args.dim, rng)
-    k = 100
-    params = scann_parameters(args.num_items, k)
-    start = time.perf_counter()
-    searcher = build_scann_searcher(items, params)
-    build_s = time.perf_counter() - start
     q = tf.constant(queries)
     table = tf.constant(items)
 
-    @tf.function
-    def brute(qb):
-        return tf.math.top_k(tf.matmul(qb, table, transpose_b=True), k)[1]
-
-    def timed(fn, batch):
+    def timed(fn, batch=256):
         fn(q[:batch])
         start = time.perf_counter()
         out = [fn(q[i:i + batch]) for i in range(0, args.queries, batch)]
         return args.queries / (time.perf_counter() - start), np.concatenate(
             [np.asarray(o) for o in out])
 
-    exact_qps, exact = timed(lambda x: brute(x).numpy(), 256)
-    scann_qps, approx = timed(
-        lambda x: searcher.search_batched(x, final_num_neighbors=k)[0].numpy(), 256)
-    recall = np.mean([len(set(a) & set(e)) / k for a, e in zip(approx, exact)])
-    print(f"top-{k} over {args.num_items:,} items, d={args.dim}, {args.queries:,} queries "
-          f"in batches of 256 (ScaNN built in {build_s:.0f} s with {params}):")
-    print(f"| index       | queries/s | recall@{k} vs exact |")
-    print("|-------------|-----------|-------------------|")
-    print(f"| brute force | {exact_qps:9,.0f} | 1.000             |")
-    print(f"| ScaNN       | {scann_qps:9,.0f} | {recall:.3f}             |")
-    print(f"ScaNN / brute force queries/s = {scann_qps / exact_qps:.1f}x")
+    print(f"{args.num_items:,} items, d={args.dim}, {args.queries:,} queries in batches of 256")
+    print("| k | index | leaves searched | reorder | build s | queries/s | recall@k vs exact "
+          "| / brute force queries/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for k in args.ann_k:
+        brute = tf.function(lambda qb, k=k: tf.math.top_k(
+            tf.matmul(qb, table, transpose_b=True), k)[1])
+        exact_qps, exact = timed(lambda x: brute(x).numpy())
+        print(f"| {k} | brute force | - | - | - | {exact_qps:,.0f} | 1.000 | 1.0x |")
+        for fraction in args.search_fraction:
+            params = scann_parameters(args.num_items, k, search_fraction=fraction)
+            start = time.perf_counter()
+            searcher = build_scann_searcher(items, params)
+            build_s = time.perf_counter() - start
+            qps, approx = timed(lambda x: search_scann(searcher, x, k, params)[0].numpy())
+            recall = np.mean([len(set(a) & set(e)) / k for a, e in zip(approx, exact)])
+            leaves = (f"{params['num_leaves_to_search']:,} of {params['num_leaves']:,}"
+                      if params["tree"] else "all")
+            print(f"| {k} | ScaNN, fraction {fraction:g} | {leaves} | {params['reorder']:,} "
+                  f"| {build_s:.0f} | {qps:,.0f} | {recall:.3f} | {qps / exact_qps:.1f}x |",
+                  flush=True)
 
 
 def serving_export(args):
@@ -330,6 +339,11 @@ def main():
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--skip-ann", action="store_true")
+    parser.add_argument("--ann-k", type=int, nargs="+", default=[100],
+                        help="part 1: the k of each search (default 100)")
+    parser.add_argument("--search-fraction", type=float, nargs="+", default=[0.05],
+                        help="part 1: ScaNN's share of the tree's leaves searched, each "
+                             "timed (default 0.05, the export's)")
     parser.add_argument("--skip-grpc", action="store_true", help="skip part 2")
     parser.add_argument("--skip-rest", action="store_true", help="skip part 3")
     parser.add_argument("--rest-clients", default="32,200",
