@@ -213,6 +213,12 @@ def test_mixture_for_pure_in_batch_runs_as_unigram_and_presets_are_distinct():
     # Its 100,000-item reference is the sweep's C = 10,000 in-batch cell, re-run on its pin.
     reference = [r for r in scale if (r.num_items, r.topic_sharpness) == (100_000, 8.0)]
     assert all(r.run_id in sweep_ids for r in reference)
+    # The negatives preset's 256 + 256 cell is the samplers' (mixture proposal), same runs.
+    negatives = study.preset_runs("negatives")
+    assert len(negatives) == 2 * 2 * 3
+    assert {(r.num_in_batch, r.num_uniform) for r in negatives} == {(256, 256), (1024, 1024)}
+    samplers_ids = {r.run_id for r in samplers}
+    assert sum(r.run_id in samplers_ids for r in negatives) == 2 * 3
 
 
 def test_negatives_are_not_the_streams_draws_at_seed_0(world):

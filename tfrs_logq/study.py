@@ -234,6 +234,15 @@ PRESETS = {
                     axes=dict(negatives=[("in-batch", 1024, 0)],
                               proposal=["unigram", "inclusion"],
                               correction=["logq-paper", "corrected"]))]),
+    # The number of negatives, on the samplers' world and pin: mixed 256 + 256 (its cell)
+    # against 1,024 + 1,024 with the mixture proposal, paired by seed within each count.
+    "negatives": dict(
+        base=dict(num_items=100_000, num_users=20_000, num_topics=10_000,
+                  topic_sharpness=8.0, steps=4000, batch_size=1024, embedding_dim=32,
+                  learning_rate=1e-2, num_eval_users=4096),
+        axes=dict(negatives=[("mixed", 256, 256), ("mixed", 1024, 1024)],
+                  proposal=["mixture"], correction=["logq-paper", "corrected"]),
+        seeds=[0, 1, 2]),
     # How the gap moves with the catalog and the sharpness, one knob at a time from the
     # sweep's C = 10,000 in-batch cell (its largest share, 0.81): the same budget at
     # 100,000 items (the reference, on this preset's pin) and at 1,000,000, then sigma 4
