@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf  # noqa: E402
 from common import machine
 from tfrs_logq.serving.export import (  # noqa: E402
+    DEFAULT_SEARCH_FRACTION,
     RetrievalModule,
     build_scann_searcher,
     export,
@@ -341,9 +342,10 @@ def main():
     parser.add_argument("--skip-ann", action="store_true")
     parser.add_argument("--ann-k", type=int, nargs="+", default=[100],
                         help="part 1: the k of each search (default 100)")
-    parser.add_argument("--search-fraction", type=float, nargs="+", default=[0.05],
+    parser.add_argument("--search-fraction", type=float, nargs="+",
+                        default=[DEFAULT_SEARCH_FRACTION],
                         help="part 1: ScaNN's share of the tree's leaves searched, each "
-                             "timed (default 0.05, the export's)")
+                             "timed (default: the export's)")
     parser.add_argument("--skip-grpc", action="store_true", help="skip part 2")
     parser.add_argument("--skip-rest", action="store_true", help="skip part 3")
     parser.add_argument("--rest-clients", default="32,200",

@@ -80,7 +80,12 @@ def remove_stale_temporaries(base: str) -> list[str]:
             for name in remove_stale_staging(base, (_TMP_PREFIX,))]
 
 
-def scann_parameters(num_items: int, k: int, search_fraction: float = 0.05) -> dict:
+# The share of a ScaNN tree's leaves a query searches unless told otherwise (1/20).
+DEFAULT_SEARCH_FRACTION = 0.05
+
+
+def scann_parameters(num_items: int, k: int,
+                     search_fraction: float = DEFAULT_SEARCH_FRACTION) -> dict:
     """ScaNN settings by catalog size.
 
     Small catalogs (< 20,000 items) are scored exhaustively with asymmetric
@@ -164,7 +169,7 @@ class RetrievalModule(tf.Module):
 
     def __init__(self, encoder: SASRecEncoder, raw_item_ids: np.ndarray, index: str,
                  default_k: int = 100, scann_params: Optional[dict] = None,
-                 search_fraction: float = 0.05) -> None:
+                 search_fraction: float = DEFAULT_SEARCH_FRACTION) -> None:
         super().__init__(name="retrieval")
         if index not in INDEXES:
             raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
@@ -279,7 +284,7 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
                    index: str = "scann", default_k: int = 100,
                    scann_params: Optional[dict] = None,
                    module: Optional[RetrievalModule] = None,
-                   search_fraction: float = 0.05) -> str:
+                   search_fraction: float = DEFAULT_SEARCH_FRACTION) -> str:
     """Writes ``base_path/VERSION`` atomically (TF Serving's ``--model_base_path``
     layout: ``base_path`` holds the integer versions); returns its path.
 
@@ -333,7 +338,7 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
     return final
 
 
-__all__ = ["INDEXES", "RetrievalModule", "check_model_name", "export", "export_version",
-           "load_trained",
+__all__ = ["DEFAULT_SEARCH_FRACTION", "INDEXES", "RetrievalModule", "check_model_name",
+           "export", "export_version", "load_trained",
            "remove_stale_temporaries", "run_fingerprint", "scann_parameters",
            "search_scann"]

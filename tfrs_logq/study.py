@@ -180,6 +180,11 @@ def grid(base: dict, axes: dict, seeds: Sequence[int]) -> list[Run]:
     return runs
 
 
+# The world and budget of the `samplers` and `negatives` presets (the sweep's C = 10,000).
+_SAMPLERS_BASE = dict(num_items=100_000, num_users=20_000, num_topics=10_000,
+                      topic_sharpness=8.0, steps=4000, batch_size=1024, embedding_dim=32,
+                      learning_rate=1e-2, num_eval_users=4096)
+
 PRESETS = {
     # The SMALL pilot committed in results/synthetic-study-pilot/ (C = 100: the truth's
     # P/Q median is 37 against 512-1,024 negatives, so the losses nearly coincide).
@@ -223,9 +228,7 @@ PRESETS = {
     # logq-paper) with both proposals: is the per-draw unigram log Q of deduplicated
     # draws what costs it? (`parts`: further grids over the preset's base.)
     "samplers": dict(
-        base=dict(num_items=100_000, num_users=20_000, num_topics=10_000,
-                  topic_sharpness=8.0, steps=4000, batch_size=1024, embedding_dim=32,
-                  learning_rate=1e-2, num_eval_users=4096),
+        base=_SAMPLERS_BASE,
         axes=dict(negatives=[("in-batch", 1024, 0), ("uniform", 0, 1024), ("mixed", 256, 256)],
                   proposal=["unigram", "mixture", "inclusion"],
                   correction=["logq-paper", "corrected"]),
@@ -237,9 +240,7 @@ PRESETS = {
     # The number of negatives, on the samplers' world and pin: mixed 256 + 256 (its cell)
     # against 1,024 + 1,024 with the mixture proposal, paired by seed within each count.
     "negatives": dict(
-        base=dict(num_items=100_000, num_users=20_000, num_topics=10_000,
-                  topic_sharpness=8.0, steps=4000, batch_size=1024, embedding_dim=32,
-                  learning_rate=1e-2, num_eval_users=4096),
+        base=_SAMPLERS_BASE,
         axes=dict(negatives=[("mixed", 256, 256), ("mixed", 1024, 1024)],
                   proposal=["mixture"], correction=["logq-paper", "corrected"]),
         seeds=[0, 1, 2]),

@@ -16,7 +16,7 @@ from tfrs_logq.cli._common import (
 
 
 def populate(p) -> None:
-    from tfrs_logq.serving.export import INDEXES
+    from tfrs_logq.serving.export import DEFAULT_SEARCH_FRACTION, INDEXES
 
     add_flag(p, "model-dir", required=True, metavar="DIR", help="the output of `tfrs-logq train`")
     add_flag(p, "model_base_path", style=TF_SERVING_STYLE, required=True, metavar="DIR",
@@ -30,11 +30,11 @@ def populate(p) -> None:
                   "TensorFlow ops only")
     add_flag(p, "k", type=int_at_least(1), default=100, metavar="N",
              help="results of serving_default (top_k takes k per request)")
-    add_flag(p, "scann-search-fraction", type=float_in(0.0, 1.0, high_inclusive=True), default=0.05,
-             metavar="F",
+    add_flag(p, "scann-search-fraction", type=float_in(0.0, 1.0, high_inclusive=True),
+             default=DEFAULT_SEARCH_FRACTION, metavar="F",
              help="share of the ScaNN tree's leaves a query searches, catalogs of 20,000 "
-                  "items or more (default 0.05; at 1M items 0.2 keeps about 0.85 of the exact "
-                  "top-1,000 where 0.05 keeps about half: docs/export.md)")
+                  "items or more (at 1M items 0.2 keeps about 0.85 of the exact top-1,000 "
+                  "where 0.05 keeps about half: docs/export.md)")
     add_verbose(p)
     p.set_defaults(run=run)
 
