@@ -243,8 +243,9 @@ def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, package_ca
     monkeypatch.setenv("CXX", "false")
     with pytest.raises(native.NativeBuildError, match="failed"):
         native.build()
-    # No library and no temporary: only the lock file (one per key, the compiler's too).
-    assert [p.suffix for p in broken.iterdir()] == [".lock"]
+    # No library and no temporary: the lock file and the remembered failure (one per
+    # key, the compiler's too).
+    assert sorted(p.suffix for p in broken.iterdir()) == [".failed", ".lock"]
     monkeypatch.setenv("CXX", "no-such-compiler-xyz")
     with pytest.raises(native.NativeBuildError, match="no C\\+\\+ compiler"):
         native.build()
@@ -256,7 +257,57 @@ def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, package_ca
     monkeypatch.setenv("CXX", str(fake))
     with pytest.raises(native.NativeBuildError, match="failed"):
         native.build()
-    assert {p.suffix for p in broken.iterdir()} == {".lock"}
+    assert {p.suffix for p in broken.iterdir()} == {".lock", ".failed"}
+
+
+def _picky_compiler(directory, refuse):
+    """A stand-in compiler that fails (printing a note and an error) when its arguments
+    contain ``-march=native`` without ``-mno-avx512fp16`` (TF 2.21's Eigen on an
+    AVX512-FP16 host) or, with ``refuse="all"``, always; it logs every call."""
+    fake = directory / f"picky-{refuse}"
+    log = directory / f"picky-{refuse}.log"
+    fake.write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\n'
+        'native=0; nofp16=0; for a; do case "$a" in -march=native) native=1;; '
+        '-mno-avx512fp16) nofp16=1;; esac; done\n'
+        + ('fail=1\n' if refuse == "all" else
+           'fail=0; [ $native = 1 ] && [ $nofp16 = 0 ] && fail=1\n')
+        + 'if [ $fail = 1 ]; then echo "In file included from Eigen/Core:1," >&2; '
+          'echo "PacketMathFP16.h:740: error: expected initializer before <" >&2; exit 1; fi\n'
+          'for a; do case "$prev" in -o) echo lib > "$a";; esac; prev="$a"; done\nexit 0\n')
+    fake.chmod(0o755)
+    return str(fake), log
+
+
+def test_the_build_falls_back_to_no_avx512fp16_then_remembers_a_failure(tmp_path, package_cache):
+    # Issue 37: on an Intel host with AVX512-FP16, TF 2.21's Eigen does not compile with
+    # -march=native: the kernels must still build (without FP16), and a build that
+    # cannot succeed must not be retried (30 s) by every process.
+    package_cache.setenv(native.CACHE_ENV, str(tmp_path / "k"))
+    compiler, log = _picky_compiler(tmp_path, "fp16")
+    package_cache.setenv("CXX", compiler)
+    path = native.build()
+    assert path.read_text() == "lib\n"
+    def builds():  # the compiler's calls that build (`_cpu_signature` asks it --help too)
+        return [c for c in log.read_text().splitlines() if " -o " in f" {c} "]
+
+    calls = builds()
+    assert len(calls) == 2 and "-mno-avx512fp16" in calls[1] and "-march=native" in calls[1]
+    assert not native.failure_path(path).exists()
+
+    compiler, log = _picky_compiler(tmp_path, "all")
+    package_cache.setenv("CXX", compiler)
+    with pytest.raises(native.NativeBuildError) as error:
+        native.build()
+    assert "error: expected initializer" in str(error.value)  # the error, not the notes
+    assert "In file included" not in str(error.value)
+    assert len(builds()) == len(native._ARCH_FLAGS)
+    with pytest.raises(native.NativeBuildError, match="remembered in .*failed"):
+        native.build()  # no compiler call
+    assert len(builds()) == len(native._ARCH_FLAGS)
+    with pytest.raises(native.NativeBuildError, match="error: expected"):
+        native.build(force=True)  # forced: compiled again
+    assert len(builds()) == 2 * len(native._ARCH_FLAGS)
 
 
 def test_a_killed_builds_temporary_is_removed_by_the_next_build(tmp_path, package_cache):

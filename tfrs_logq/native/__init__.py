@@ -20,8 +20,11 @@ one kernel cache shared by tests that point the data cache at temporary director
 keyed by the sources, TensorFlow's version, the compiler and the CPU; the build writes
 to a temporary file and renames it, under a file lock, so concurrent processes build it
 once and never load a half-written library. ``$CXX`` names the compiler (default ``g++``).
-``TFRS_LOGQ_NATIVE=0`` turns the kernels off, ``=1`` makes a failed build an error; by
-default a failed build logs a warning once and callers fall back to TensorFlow ops
+The compiler targets the host (``-march=native``), without AVX512-FP16 where that fails
+(TensorFlow 2.21's Eigen does not compile with it), else the generic target; a build that
+fails with all three is remembered beside the library and not tried again.
+``TFRS_LOGQ_NATIVE=0`` turns the kernels off, ``=1`` makes a failed build an error (and
+compiles again); by default a failed build logs a warning once and callers fall back to TensorFlow ops
 (the same results up to float rounding; dropout draws other, equally distributed,
 masks).
 
@@ -55,8 +58,13 @@ ENV_VAR = "TFRS_LOGQ_NATIVE"
 CACHE_ENV = "TFRS_LOGQ_NATIVE_CACHE_DIR"
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("sampled_dot.cc", "layer_norm.cc",
                                                                 "dropout.cc"))
-_CXXFLAGS = ["-shared", "-fPIC", "-O3", "-DNDEBUG", "-march=native", "-fopenmp-simd",
+_CXXFLAGS = ["-shared", "-fPIC", "-O3", "-DNDEBUG", "-fopenmp-simd",
              "-Wno-deprecated-declarations"]
+# The target flags tried in order, the first that compiles wins. TensorFlow 2.21's Eigen
+# does not compile with AVX512-FP16 enabled (`PacketMathFP16.h: expected initializer
+# before '<'` under -march=native on an Intel Xeon with AMX), so the second try keeps
+# every other extension of the host; the last is the compiler's generic target.
+_ARCH_FLAGS = (("-march=native",), ("-march=native", "-mno-avx512fp16"), ())
 _BUILD_TIMEOUT_S = 600
 
 _lock = threading.Lock()
@@ -117,9 +125,16 @@ def _compiler() -> list[str]:
     return shlex.split(os.environ.get("CXX", "g++")) or ["g++"]
 
 
-def _build_command(output: str) -> list[str]:
-    return [*_compiler(), *_CXXFLAGS, *map(str, SOURCES), "-o", output,
+def _build_command(output: str, arch: tuple = _ARCH_FLAGS[0]) -> list[str]:
+    return [*_compiler(), *_CXXFLAGS, *arch, *map(str, SOURCES), "-o", output,
             *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+
+
+def _compiler_errors(stderr: str, limit: int = 6) -> str:
+    """The compiler's ``error:`` lines (its notes and include chains are most of its
+    output), else the end of its output."""
+    errors = [line.strip() for line in stderr.splitlines() if "error" in line]
+    return "\n".join(errors[:limit]) if errors else stderr[-2000:].strip()
 
 
 def library_path() -> Path:
@@ -128,7 +143,8 @@ def library_path() -> Path:
     for source in SOURCES:
         key.update(source.read_bytes() + b"\0")
     compiler = " ".join(_compiler())
-    for part in (tf.__version__, compiler, " ".join(_CXXFLAGS), _cpu_signature(compiler),
+    for part in (tf.__version__, compiler, " ".join(_CXXFLAGS), repr(_ARCH_FLAGS),
+                 _cpu_signature(compiler),
                  " ".join(tf.sysconfig.get_compile_flags())):
         key.update(b"\0" + part.encode())
     return cache_dir() / f"kernels-{tf.__version__}-{key.hexdigest()[:16]}.so"
@@ -143,15 +159,30 @@ def _announce_compile(target: Path) -> None:
         logger.warning("compiling native CPU kernels (once, cached in %s)", target.parent)
 
 
+def failure_path(target: Optional[Path] = None) -> Path:
+    """Where a failed build of ``target`` (default `library_path`) is remembered: later
+    processes read the error there instead of compiling again (about 30 s each)."""
+    target = target or library_path()
+    return target.with_name(target.name + ".failed")
+
+
 def build(force: bool = False) -> Path:
     """Compiles the kernels unless the cached library exists; returns its path.
 
+    The target flags of `_ARCH_FLAGS` are tried in order. A build that fails with all
+    of them is remembered (`failure_path`) and not tried again for the same sources,
+    TensorFlow, compiler and CPU unless ``force`` (``TFRS_LOGQ_NATIVE=1`` forces it).
+
     Raises:
-      NativeBuildError: no compiler, or the compiler failed (its output is included).
+      NativeBuildError: no compiler, or the compiler failed (its errors are included).
     """
     target = library_path()
     if target.exists() and not force:
         return target
+    failed = failure_path(target)
+    if failed.exists() and not force:
+        raise NativeBuildError(f"{failed.read_text().strip()} (remembered in {failed}: delete "
+                               f"it or set {ENV_VAR}=1 to compile again)")
     if shutil.which(_compiler()[0]) is None:
         raise NativeBuildError(f"no C++ compiler {_compiler()[0]!r} on PATH (set $CXX).")
     try:
@@ -170,19 +201,30 @@ def build(force: bool = False) -> Path:
             with contextlib.suppress(OSError):
                 os.remove(stale)
         _announce_compile(target)
-        try:
-            with atomic.atomic_path(target) as tmp:  # the compiler writes it, then renamed
-                result = subprocess.run(_build_command(tmp), capture_output=True, text=True,
-                                        timeout=_BUILD_TIMEOUT_S)
-                if result.returncode != 0:
-                    raise NativeBuildError(
-                        f"compiling {', '.join(s.name for s in SOURCES)} failed "
-                        f"({' '.join(_build_command(tmp))}):\n"
-                        f"{result.stderr[-4000:]}")
-        except subprocess.TimeoutExpired as e:
-            raise NativeBuildError(f"compiling the native kernels took over {_BUILD_TIMEOUT_S} s"
-                                   ) from e
-    return target
+        errors = []
+        for arch in _ARCH_FLAGS:
+            try:
+                with atomic.atomic_path(target) as tmp:  # the compiler writes it, then renamed
+                    result = subprocess.run(_build_command(tmp, arch), capture_output=True,
+                                            text=True, timeout=_BUILD_TIMEOUT_S)
+                    if result.returncode != 0:
+                        raise NativeBuildError(_compiler_errors(result.stderr))
+            except NativeBuildError as e:
+                errors.append(f"[{' '.join(arch) or 'generic target'}] {e}")
+                continue
+            except subprocess.TimeoutExpired as e:
+                raise NativeBuildError(f"compiling the native kernels took over "
+                                       f"{_BUILD_TIMEOUT_S} s") from e
+            if errors:
+                logger.info("native kernels built with %s after: %s", " ".join(arch) or
+                            "the generic target", "; ".join(errors))
+            with contextlib.suppress(OSError):
+                failed.unlink()
+            return target
+        message = (f"compiling {', '.join(s.name for s in SOURCES)} with "
+                   f"{' '.join(_compiler())} failed: " + " | ".join(errors))
+        atomic.write_text(str(failed), message + "\n")
+        raise NativeBuildError(message)
 
 
 def _sampled_dot_grad(op, upstream):
@@ -221,7 +263,7 @@ for _name, _fn in (("TfrsLogqSampledDot", _sampled_dot_grad),
 
 
 def _load_library() -> object:
-    path = build()
+    path = build(force=_mode() == "on" and not library_path().exists())
     try:
         return tf.load_op_library(str(path))
     except (tf.errors.OpError, OSError):
