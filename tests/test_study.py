@@ -256,3 +256,56 @@ def test_proposals_and_the_positive_column():
                                  ("logq-official", [0.0, 0.0])):
         run = study.Run(**{**TINY, "correction": correction})
         np.testing.assert_array_equal(study.positive_log_q(run, table, positives), expected)
+
+
+def test_eval_at_rows_equal_shorter_runs_and_survive_a_kill(tmp_path, world, monkeypatch):
+    # Issue 38: one run evaluated along its learning curve. The row at step s is the
+    # s-step run's (same batches, weights, negatives; constant learning rate), keyed as
+    # it; a kill after an evaluation neither loses nor repeats it.
+    curve = study.Run(**{**TINY, "steps": 6, "eval_at": (4, 2, 4)})
+    assert curve.eval_at == (2, 4)
+    assert curve.evaluations == tuple(study.Run(**{**TINY, "steps": s}).run_id
+                                      for s in (2, 4, 6))
+    assert "eval_at" not in study.Run(**TINY).run_id  # older grids keep their keys
+    with pytest.raises(ValueError, match="eval_at"):
+        study.Run(**{**TINY, "steps": 6, "eval_at": (6,)})
+    out = str(tmp_path / "curve")
+    rows = study_grid.run_grid([curve], out, say=lambda m: None)
+    assert [int(r["steps"]) for r in rows] == [2, 4, 6] and "eval_at" not in rows[0]
+    short = study.execute(study.Run(**{**TINY, "steps": 4}), world)
+    for key in ("exact_recall@10", "exact_recall@1000", "observed_recall@100", "model_p_q50"):
+        assert float(rows[1][key]) == pytest.approx(short[key], rel=1e-6), key
+    assert float(rows[0]["exact_recall@100"]) != float(rows[2]["exact_recall@100"])
+
+    # Killed while evaluating step 4 (after the step-2 row was written): the rerun writes
+    # the rows of 4 and 6 once each, and step 2 is not evaluated again.
+    out2 = str(tmp_path / "killed")
+    real = study.evaluate
+    calls = []
+
+    def dies_at_the_second(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(study, "evaluate", dies_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        study_grid.run_grid([curve], out2, say=lambda m: None)
+    assert [int(r["steps"]) for r in study_grid.read_results(out2)] == [2]
+    assert study_grid.pending([curve], out2) == [curve]
+    monkeypatch.setattr(study, "evaluate", real)
+    again = study_grid.run_grid([curve], out2, say=lambda m: None)
+    assert [int(r["steps"]) for r in again] == [2, 4, 6] and not study_grid.pending([curve], out2)
+    for a, b in zip(rows, again):
+        assert a["exact_recall@100"] == b["exact_recall@100"]
+
+
+def test_budget_and_curve_presets():
+    budget = study.preset_runs("budget")
+    assert len(budget) == 27 and {r.eval_at for r in budget} == {(1000, 4000)}
+    assert {r.num_in_batch + r.num_uniform for r in budget} == {256, 1024, 4096}
+    assert all(r.num_in_batch <= r.batch_size for r in budget)
+    curve = study.preset_runs("curve")
+    assert [r.correction for r in curve] == ["logq-paper", "logq-official", "corrected"]
+    assert curve[0].eval_at == (3000, 10_000, 30_000) and curve[0].steps == 100_000

@@ -114,6 +114,7 @@ class Run:
     optimizer: str = "lazy-adam"
     num_eval_users: int = 2048
     world_seed: int = 0
+    eval_at: tuple = ()  # earlier steps also evaluated (the learning curve), one row each
 
     def __post_init__(self) -> None:
         for name, allowed in (("sampler", SAMPLERS), ("proposal", PROPOSALS),
@@ -127,6 +128,11 @@ class Run:
         if self.num_eval_users < 1 or self.steps < 0 or self.batch_size < 1:
             raise ValueError(f"bad budget: steps={self.steps}, batch_size={self.batch_size}, "
                              f"num_eval_users={self.num_eval_users}.")
+        eval_at = tuple(sorted({int(s) for s in self.eval_at}))
+        if any(not 0 < s < self.steps for s in eval_at):
+            raise ValueError(f"`eval_at` steps must be in (0, steps={self.steps}), received "
+                             f"{self.eval_at}.")
+        object.__setattr__(self, "eval_at", eval_at)
 
     @property
     def num_in_batch_negatives(self) -> int:
@@ -138,8 +144,27 @@ class Run:
 
     @property
     def run_id(self) -> str:
-        """A key of every field (results.csv's first column; resume skips it)."""
-        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
+        """A key of every field (results.csv's first column; resume skips it); an empty
+        ``eval_at`` is left out, so rows of grids written before it keep their keys."""
+        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                        if f.name != "eval_at" or self.eval_at)
+
+    def at(self, steps: int) -> "Run":
+        """The run trained for ``steps`` only: the row of an evaluation at ``steps`` is
+        that run's (same batches, weights and negatives up to there; the learning rate
+        is constant), so it is keyed and reported as it."""
+        return dataclasses.replace(self, steps=steps, eval_at=())
+
+    @property
+    def evaluations(self) -> tuple:
+        """The ``run_id`` of every row this run writes: one per `eval_at` step and the
+        last step."""
+        return tuple(self.at(s).run_id for s in (*self.eval_at, self.steps))
+
+    def row_fields(self) -> dict:
+        fields = dataclasses.asdict(self)
+        fields.pop("eval_at")
+        return fields
 
     def world(self) -> SyntheticConfig:
         return SyntheticConfig(
@@ -258,6 +283,31 @@ PRESETS = {
         parts=[dict(base=dict(num_items=100_000, topic_sharpness=4.0),
                     axes=dict(negatives=[("in-batch", 1024, 0)],
                               correction=["logq-paper", "logq-official", "corrected"]))]),
+    # Issue 38's budget map: where does the sign of corrected minus each standard form
+    # settle as the model approaches the truth? The sweep's C = 10,000 world at 100,000
+    # items, one run of 16,000 steps of 2,048 evaluated at 1,000 and 4,000 steps too
+    # (20 / 82 / 328 training examples per item), by the number of negatives (mixed,
+    # half in-batch, half uniform, the mixture proposal).
+    "budget": dict(
+        base=dict(num_items=100_000, num_users=20_000, num_topics=10_000,
+                  topic_sharpness=8.0, steps=16_000, eval_at=(1000, 4000), batch_size=2048,
+                  embedding_dim=32, learning_rate=1e-2, num_eval_users=4096,
+                  proposal="mixture"),
+        axes=dict(negatives=[("mixed", 128, 128), ("mixed", 512, 512), ("mixed", 2048, 2048)],
+                  proposal=["mixture"],
+                  correction=["logq-paper", "logq-official", "corrected"]),
+        seeds=[0, 1, 2]),
+    # Issue 38's learning curve at the headline's scale on CPU (the accelerator study's
+    # 1M-item curve, in TensorFlow): 10,000 topics, sigma 8, mixed 4,096 + 4,096, batch
+    # 4,096, evaluated at 3k, 10k, 30k and 100k steps; one seed of the three forms first.
+    "curve": dict(
+        base=dict(num_items=1_000_000, num_users=20_000, num_topics=10_000,
+                  topic_sharpness=8.0, steps=100_000, eval_at=(3000, 10_000, 30_000),
+                  batch_size=4096, embedding_dim=32, learning_rate=1e-2,
+                  num_eval_users=8192, proposal="mixture"),
+        axes=dict(negatives=[("mixed", 4096, 4096)], proposal=["mixture"],
+                  correction=["logq-paper", "logq-official", "corrected"]),
+        seeds=[0]),
 }
 
 
@@ -371,7 +421,9 @@ def checkpoint_key(run: Run) -> str:
 def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
           record: Optional[list] = None, checkpoint_dir: Optional[str] = None,
           checkpoint_seconds: float = 120.0,
-          on_step: Optional[Callable[[int], None]] = None) -> tuple[StudyModel, dict]:
+          on_step: Optional[Callable[[int], None]] = None,
+          on_eval: Optional[Callable[[int, "StudyModel", dict], None]] = None
+          ) -> tuple[StudyModel, dict]:
     """Trains one run; returns the model and ``{"seconds_per_step", "resumed_from_step"}``
     (seconds per step of this process, its first step and the saves excluded; NaN when
     it trained fewer than 2 steps).
@@ -381,7 +433,9 @@ def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
     there every ``checkpoint_seconds`` and after the last step (`StepCheckpoint`, keyed
     by `checkpoint_key`), and a run finds its last state there and goes on from it,
     ending exactly as an uninterrupted run. ``on_step(i)`` is called after step ``i``
-    (0-based) has finished."""
+    (0-based) has finished. ``on_eval(steps, model, timing)`` is called after each of
+    ``run.eval_at``'s steps, before the checkpoint may save that step, so a kill never
+    skips an evaluation (``timing`` as returned, so far)."""
     model = StudyModel(run)
     task, optimizer = make_task(run), make_optimizer(run)
     optimizer.build(model.weights)  # slots exist before the step is traced (and restored)
@@ -416,6 +470,14 @@ def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
                            neg_ids.numpy(), neg_valid.numpy()))
         if i == first_step:
             start = time.perf_counter()
+        if on_eval is not None and i + 1 in run.eval_at:
+            timed = i - first_step
+            eval_start = time.perf_counter()
+            on_eval(i + 1, model, {
+                "seconds_per_step": ((eval_start - start - saving) / timed if timed > 0
+                                     else float("nan")),
+                "resumed_from_step": first_step})
+            saving += time.perf_counter() - eval_start  # not a training step's time
         if checkpoint is not None and i + 1 < run.steps:
             saving -= checkpoint.seconds_saving
             checkpoint.step_done(i + 1)
@@ -552,25 +614,40 @@ class World:
                                                sort_keys=True) + "\n")
 
 
-def execute(run: Run, world: Optional[World] = None,
-            checkpoint_dir: Optional[str] = None) -> dict:
-    """Trains and evaluates one run: its results.csv row. ``checkpoint_dir``: see `train`
-    (``train_seconds`` and ``seconds_per_step`` are then this process's, from
-    ``resumed_from_step`` on)."""
+def execute(run: Run, world: Optional[World] = None, checkpoint_dir: Optional[str] = None,
+            on_row: Optional[Callable[[dict], None]] = None,
+            done: Sequence[str] = ()) -> dict:
+    """Trains and evaluates one run: its results.csv row at its last step. A run with
+    ``eval_at`` is also evaluated at those steps, each row (keyed by `Run.at`) passed to
+    ``on_row`` as it is made, unless its ``run_id`` is in ``done`` (written before a
+    kill); the last row is returned and also passed to ``on_row``. ``checkpoint_dir``:
+    see `train` (``train_seconds`` and ``seconds_per_step`` are then this process's,
+    from ``resumed_from_step`` on)."""
     world = world or World(run)
     start = time.perf_counter()
+
+    def row(steps: int, model: StudyModel, timing: dict) -> dict:
+        eval_start = time.perf_counter()
+        metrics = evaluate(model, world.stream, world.eval_batch, world.log_q, world.bands)
+        return {"run_id": run.at(steps).run_id, **run.at(steps).row_fields(), **metrics,
+                **world.truth,
+                "seconds_per_step": (round(timing["seconds_per_step"], 4)
+                                     if np.isfinite(timing["seconds_per_step"]) else ""),
+                "train_seconds": round(eval_start - start, 1),
+                "eval_seconds": round(time.perf_counter() - eval_start, 1),
+                "resumed_from_step": timing["resumed_from_step"],
+                "machine": machine_description()}  # s/step and rounding are the machine's
+
+    def on_eval(steps: int, model: StudyModel, timing: dict) -> None:
+        if run.at(steps).run_id not in done and on_row is not None:
+            on_row(row(steps, model, timing))
+
     model, timing = train(run, world.stream, proposal_log_q_table(run, world.log_q),
-                          checkpoint_dir=checkpoint_dir)
-    train_s = time.perf_counter() - start
-    start = time.perf_counter()
-    row = evaluate(model, world.stream, world.eval_batch, world.log_q, world.bands)
-    return {"run_id": run.run_id, **dataclasses.asdict(run), **row, **world.truth,
-            "seconds_per_step": (round(timing["seconds_per_step"], 4)
-                                 if np.isfinite(timing["seconds_per_step"]) else ""),
-            "train_seconds": round(train_s, 1),
-            "eval_seconds": round(time.perf_counter() - start, 1),
-            "resumed_from_step": timing["resumed_from_step"],
-            "machine": machine_description()}  # s/step and rounding are the machine's
+                          checkpoint_dir=checkpoint_dir, on_eval=on_eval)
+    last = row(run.steps, model, timing)
+    if on_row is not None:
+        on_row(last)
+    return last
 
 
 __all__ = ["PRESETS", "Run", "World", "checkpoint_key", "execute", "exact_expected_recall",

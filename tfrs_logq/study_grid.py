@@ -66,8 +66,9 @@ def write_results(output_dir: str, rows: list[dict]) -> None:
 
 
 def pending(runs: Iterable[Run], output_dir: str) -> list[Run]:
+    """The runs with a row missing (a run with ``eval_at`` writes one per evaluation)."""
     done = {row["run_id"] for row in read_results(output_dir)}
-    return [run for run in runs if run.run_id not in done]
+    return [run for run in runs if not done.issuperset(run.evaluations)]
 
 
 def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = None,
@@ -97,8 +98,18 @@ def _run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int], say
             f"({run.num_in_batch_negatives}+{run.num_uniform_negatives}) {run.proposal} "
             f"{run.correction} seed {run.seed}, {run.steps} steps, {run.optimizer}")
         checkpoint_dir = checkpoint_directory(output_dir, run)
-        row = execute(run, worlds[key], checkpoint_dir)
-        write_results(output_dir, read_results(output_dir) + [row])
+        done = {r["run_id"] for r in read_results(output_dir)}
+
+        def append(new: dict) -> None:
+            if new["run_id"] not in done:
+                write_results(output_dir, read_results(output_dir) + [new])
+                done.add(new["run_id"])
+                if new["steps"] != run.steps:
+                    say(f"  step {new['steps']:,}: exact Recall@10/100/1000 "
+                        f"{new['exact_recall@10']:.4f} / {new['exact_recall@100']:.4f} / "
+                        f"{new['exact_recall@1000']:.4f}")
+
+        row = execute(run, worlds[key], checkpoint_dir, on_row=append, done=tuple(done))
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
         if row["resumed_from_step"]:
             say(f"  resumed from step {row['resumed_from_step']:,}")

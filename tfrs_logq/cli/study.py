@@ -15,6 +15,9 @@ def populate(p) -> None:
              help="override the preset's seeds (default: the preset's)")
     add_flag(p, "steps", type=int, default=None,
              help="override the preset's steps (default: the preset's)")
+    add_flag(p, "eval-at", type=_steps_list, default=None, metavar="STEPS",
+             help="also evaluate at these steps, e.g. 3000,10000 (a row each; default: "
+                  "the preset's)")
     add_flag(p, "optimizer", choices=OPTIMIZERS, default=None,
              help="override the preset's optimizer (default: the preset's, lazy-adam)")
     add_flag(p, "max-runs", type=int, default=None, metavar="N",
@@ -24,11 +27,24 @@ def populate(p) -> None:
     p.set_defaults(run=run)
 
 
+def _steps_list(text: str) -> tuple:
+    import argparse
+
+    try:
+        steps = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected step counts like 3000,10000, received "
+                                         f"{text[:80]!r}") from None
+    if not steps or min(steps) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive step counts, received {text[:80]!r}")
+    return steps
+
+
 def run(args) -> int:
     from tfrs_logq.study import preset_runs
     from tfrs_logq.study_grid import pending, run_grid
 
-    overrides = {k: getattr(args, k) for k in ("steps", "optimizer")
+    overrides = {k: getattr(args, k) for k in ("steps", "optimizer", "eval_at")
                  if getattr(args, k) is not None}
     runs = preset_runs(args.preset, args.seeds, **overrides)
     if args.pending:
