@@ -3,8 +3,10 @@
 As TF Serving's ``BasicBatchScheduler``: a queue per (signature, history dtype, scalar
 options); a worker takes the first request, waits at most ``batch_timeout_micros`` for
 more (up to ``max_batch_size`` rows), left-pads the histories to one width, calls the
-model once and hands each request its rows (``k`` cut per request). Every wait is
-bounded: a request gets its result, or DEADLINE_EXCEEDED after
+model once and hands each request its rows (``k`` cut per request). A batch is run
+with the largest ``k`` of its requests, so it also stops growing before its rows times
+that ``k`` would pass ``max_batch_rows_times_k``: a request that asks for many results
+never makes the small ones beside it compute as many. Every wait is bounded: a request gets its result, or DEADLINE_EXCEEDED after
 ``request_timeout_in_ms``; a worker that dies fails its queue at once (UNAVAILABLE)
 and the next request starts a new one.
 """
@@ -16,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 from tfrs_logq.serving.errors import ServingError, as_serving_error
@@ -32,20 +34,25 @@ class Batcher:
         max_batch_size: int. Most rows in one batch (1 turns batching off).
         batch_timeout_micros: int. Longest a batch waits for more requests.
         request_timeout_in_ms: int. Longest a request waits for its result.
+        max_batch_rows_times_k: int or None. Most rows x (largest k) in one model call
+            (a single request larger than it still runs alone). Defaults to no bound.
     """
 
     def __init__(self, call: Callable[[str, dict], dict], max_batch_size: int,
-                 batch_timeout_micros: int, request_timeout_in_ms: int) -> None:
+                 batch_timeout_micros: int, request_timeout_in_ms: int,
+                 max_batch_rows_times_k: Optional[int] = None) -> None:
         self._call = call
         self.max_batch_size = max_batch_size
+        self.max_batch_rows_times_k = max_batch_rows_times_k
         self.batch_timeout_s = batch_timeout_micros / 1e6
         self.request_timeout_s = request_timeout_in_ms / 1000
         self._queues: dict = {}
         self._lock = threading.Lock()
         self._stop = False
 
-    def run(self, name: str, inputs: dict) -> dict:
-        """Runs a checked request, batched with concurrent ones of the same kind."""
+    def run(self, name: str, inputs: dict, k: int = 1) -> dict:
+        """Runs a checked request, batched with concurrent ones of the same kind; ``k``:
+        the results a row of it asks for (its cost in a batch)."""
         history = inputs.get("history")
         if history is None or self.max_batch_size <= 1:
             return self._call(name, inputs)
@@ -59,7 +66,7 @@ class Batcher:
                 self._queues[key] = q
                 threading.Thread(target=self._batch_loop, args=(name, q), daemon=True,
                                  name=f"tfrs-logq-batch-{name}").start()
-            self._queues[key].put((inputs, future))
+            self._queues[key].put((inputs, future, k))
         try:
             return future.result(timeout=self.request_timeout_s)
         except concurrent.futures.TimeoutError:
@@ -84,14 +91,22 @@ class Batcher:
             _fail_pending(q, ServingError("UNAVAILABLE", "the model version is unloading"
                                           if self._stop else "the batch worker stopped"))
 
+    def _fits(self, rows: int, k: int) -> bool:
+        return rows <= self.max_batch_size and (self.max_batch_rows_times_k is None or
+                                                rows * k <= self.max_batch_rows_times_k)
+
     def _batch_loop_body(self, name: str, q: queue.Queue) -> None:
+        held = None  # a request that did not fit the last batch: it starts the next one
         while not self._stop:
-            try:
-                first = q.get(timeout=0.5)
-            except queue.Empty:
-                continue
+            if held is not None:
+                first, held = held, None
+            else:
+                try:
+                    first = q.get(timeout=0.5)
+                except queue.Empty:
+                    continue
             batch = [first]
-            rows = first[0]["history"].shape[0]
+            rows, k = first[0]["history"].shape[0], first[2]
             deadline = time.monotonic() + self.batch_timeout_s
             while rows < self.max_batch_size:
                 remaining = deadline - time.monotonic()
@@ -101,12 +116,18 @@ class Batcher:
                     item = q.get(timeout=remaining)
                 except queue.Empty:
                     break
+                more, item_k = rows + item[0]["history"].shape[0], max(k, item[2])
+                if not self._fits(more, item_k):
+                    held = item
+                    break
                 batch.append(item)
-                rows += item[0]["history"].shape[0]
+                rows, k = more, item_k
             self._run_batch(name, batch)
+        if held is not None:
+            q.put(held)  # failed with the rest of the queue
 
     def _run_batch(self, name: str, batch: list) -> None:
-        batch = [(inputs, f) for inputs, f in batch if f.set_running_or_notify_cancel()]
+        batch = [(inputs, f) for inputs, f, _ in batch if f.set_running_or_notify_cancel()]
         if not batch:
             return
         try:
@@ -147,7 +168,7 @@ class Batcher:
 def _fail_pending(q: queue.Queue, error: Exception) -> None:
     while True:
         try:
-            _, future = q.get_nowait()
+            _, future, _ = q.get_nowait()
         except queue.Empty:
             return
         if future.set_running_or_notify_cancel():

@@ -50,6 +50,25 @@ class ServingError(Exception):
         return getattr(grpc.StatusCode, self.code, grpc.StatusCode.INTERNAL)
 
 
+ECHO_LIMIT = 64  # characters of a client's string (a model name, a path) echoed in an error
+
+
+def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` as an error may echo it: its repr, cut to ``limit`` characters, saying how
+    long it was (a 100 KB model name is not sent back).
+
+    >>> shorten("ml")
+    "'ml'"
+    >>> shorten("x" * 100_000, 8)
+    "'xxxxxxxx...' (100000 characters)"
+    """
+    text = str(text)
+    if len(text) <= limit:
+        return repr(text)
+    head = repr(text[:limit])
+    return f"{head[:-1]}...{head[-1]} ({len(text)} characters)"
+
+
 def as_serving_error(exc: BaseException) -> ServingError:
     """``exc`` itself when it is a `ServingError`, else INTERNAL with its text."""
     if isinstance(exc, ServingError):
@@ -57,4 +76,4 @@ def as_serving_error(exc: BaseException) -> ServingError:
     return ServingError("INTERNAL", f"internal error: {type(exc).__name__}: {exc}")
 
 
-__all__ = ["STATUS", "ServingError", "as_serving_error"]
+__all__ = ["ECHO_LIMIT", "STATUS", "ServingError", "as_serving_error", "shorten"]

@@ -3,7 +3,9 @@
 ``Predict``, ``GetModelMetadata`` and ``GetModelStatus`` with the official
 ``tensorflow-serving-api`` messages, so existing TF Serving clients work unchanged
 (TF Serving's ``prediction_service_impl`` and ``model_service_impl``). Failures are
-`ServingError` statuses (see ``errors``); inputs are checked as REST's are (``inputs``).
+`ServingError` statuses (see ``errors``); inputs are checked as REST's are (``inputs``),
+each tensor's declared shape before it is built. A reply over ``max_response_bytes`` is
+refused (INVALID_ARGUMENT), not sent.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Optional
 
 import tensorflow as tf
 from tfrs_logq.serving.drain import InFlight
-from tfrs_logq.serving.errors import ServingError
-from tfrs_logq.serving.manager import ModelManager
+from tfrs_logq.serving.errors import ServingError, shorten
+from tfrs_logq.serving.manager import INT64_MAX, INT64_MIN, ModelManager
 from tfrs_logq.serving.options import ServerOptions
 
 
@@ -23,7 +25,8 @@ def _version_of(spec) -> Optional[int]:
     if spec.HasField("version"):
         return int(spec.version.value)
     if spec.version_label:
-        raise ServingError("INVALID_ARGUMENT", "version labels are not supported")
+        raise ServingError("INVALID_ARGUMENT", f"version labels are not supported (got "
+                                               f"{shorten(spec.version_label)})")
     return None
 
 
@@ -43,6 +46,15 @@ def _guarded(fn):
     return wrapper
 
 
+def _bounded(response, options: ServerOptions):
+    size = response.ByteSize()
+    if size > options.max_response_bytes:
+        raise ServingError("INVALID_ARGUMENT",
+                           f"the reply would be {size} bytes, over {options.max_response_bytes} "
+                           "(max_response_bytes): send fewer rows or a smaller k")
+    return response
+
+
 def _services(manager: ModelManager, in_flight: InFlight):
     from google.protobuf import any_pb2
     from tensorflow_serving.apis import (
@@ -60,11 +72,9 @@ def _services(manager: ModelManager, in_flight: InFlight):
         @_guarded
         def Predict(self, request, context):  # noqa: N802 (gRPC method name)
             servable = manager.get(request.model_spec.name, _version_of(request.model_spec))
-            try:
-                inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-            except Exception as exc:
-                raise ServingError("INVALID_ARGUMENT", f"malformed input tensor: {exc}") from None
-            checked = servable.validate(request.model_spec.signature_name, inputs)
+            signature = request.model_spec.signature_name
+            inputs = servable.arrays_from_protos(signature, request.inputs)
+            checked = servable.validate(signature, inputs)
             outputs = servable.run(checked)
             response = predict_pb2.PredictResponse()
             response.model_spec.name = request.model_spec.name
@@ -74,7 +84,7 @@ def _services(manager: ModelManager, in_flight: InFlight):
             for key, value in outputs.items():
                 if key in wanted:
                     response.outputs[key].CopyFrom(tf.make_tensor_proto(value))
-            return response
+            return _bounded(response, manager.options)
 
         @_guarded
         def GetModelMetadata(self, request, context):  # noqa: N802
@@ -82,8 +92,8 @@ def _services(manager: ModelManager, in_flight: InFlight):
             fields = set(request.metadata_field)
             if fields != {"signature_def"}:
                 raise ServingError("INVALID_ARGUMENT",
-                                   "Metadata field(s) must be ['signature_def'], got "
-                                   f"{sorted(fields)}")
+                                   "Metadata field(s) must be ['signature_def'], got ["
+                                   + ", ".join(shorten(f) for f in sorted(fields)[:4]) + "]")
             response = get_model_metadata_pb2.GetModelMetadataResponse()
             response.model_spec.name = request.model_spec.name
             response.model_spec.version.value = servable.version
@@ -107,6 +117,8 @@ def _services(manager: ModelManager, in_flight: InFlight):
             states = get_model_status_pb2.ModelVersionStatus.State
             for version in manager.status(request.model_spec.name,
                                           _version_of(request.model_spec)):
+                if not INT64_MIN <= version.version <= INT64_MAX:
+                    continue  # a directory beyond int64 (REST's status lists it)
                 status = response.model_version_status.add()
                 status.version = version.version
                 status.state = states.Value(version.state)
@@ -129,7 +141,7 @@ def build_grpc_server(options: ServerOptions):
         concurrent.futures.ThreadPoolExecutor(max_workers=options.num_threads,
                                               thread_name_prefix="tfrs-logq-grpc"),
         options=[("grpc.max_receive_message_length", options.max_request_bytes),
-                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                 ("grpc.max_send_message_length", options.max_response_bytes),
                  ("grpc.so_reuseport", 0)])
 
 

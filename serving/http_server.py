@@ -8,12 +8,22 @@ What it adds to uvicorn, in a protocol subclass:
 - a client must send its request line and headers within ``rest_api_timeout_in_ms``
   (a client that sends part of a request holds a socket, never a worker, and only
   that long: the body has the same bound in `rest_api.RestApi`);
-- a client that half-closes after a short body still gets its reply.
+- a client that half-closes after a short body still gets its reply;
+- at shutdown, a connection whose first request may be on its way (new, or a request
+  half received) is not closed under it: its request is served (``Connection:
+  close``) if it arrives within `FIRST_REQUEST_WAIT_S` (Go's ``net/http`` keeps new
+  connections at ``Shutdown`` likewise), where uvicorn would close it at once.
+
+The subclass overrides uvicorn's ``H11Protocol`` methods (``connection_made``,
+``data_received``, ``on_response_complete``, ``eof_received``, ``send_400_response``,
+``shutdown``), which are internals: uvicorn's minor version is pinned for it.
 
 The listening socket is bound here, before the model loads, with SO_REUSEADDR but
 not SO_REUSEPORT, so a port in use is refused at start. Shutdown (`HttpServer.stop`)
 is uvicorn's graceful one: stop accepting, close idle keep-alive connections, let
-requests in flight finish (``Connection: close``) up to the drain timeout.
+requests in flight finish up to the drain timeout. The server's drain calls it only
+after its grace (`server.ModelServer.stop`), during which the REST API answers with
+``Connection: close``.
 """
 
 from __future__ import annotations
@@ -33,6 +43,15 @@ log = logging.getLogger("tfrs_logq.serving")
 
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*([^\r\n]*)")
 
+FIRST_REQUEST_WAIT_S = 1.0  # at shutdown: how long a new connection may take to send its request
+
+
+class _Shutdown:
+    """Shared by a server's connections: set once its shutdown has begun."""
+
+    def __init__(self) -> None:
+        self.begun = False
+
 
 def _reply(status: int, message: str) -> bytes:
     """A complete HTTP/1.1 reply with a JSON error body that closes the connection."""
@@ -42,17 +61,36 @@ def _reply(status: int, message: str) -> bytes:
             "connection: close\r\n\r\n").encode() + body
 
 
-def _protocol_class(head_timeout_s: float):
+def _protocol_class(head_timeout_s: float, shutdown: _Shutdown):
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class JsonH11Protocol(H11Protocol):
-        """uvicorn's h11 protocol with JSON refusals and a request-head timeout."""
+        """uvicorn's h11 protocol with JSON refusals, a request-head timeout, and a
+        shutdown that lets a new connection's first request arrive."""
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             self._head = b""  # the start of the request being received (for messages)
             self._head_timer = None
-            self._arm_head_timer()
+            self._answered = 0  # replies sent on this connection
+            if shutdown.begun:  # accepted from the backlog as the listener closed
+                self._await_first_request()
+            else:
+                self._arm_head_timer()
+
+        def shutdown(self) -> None:
+            """uvicorn closes every connection without a request under way; one that
+            never carried a request, or is receiving one, may have it on its way:
+            it gets `FIRST_REQUEST_WAIT_S` to arrive, then is answered and closed."""
+            if self._waiting_for_head() and (self._answered == 0 or self._head):
+                self._await_first_request()
+                return
+            super().shutdown()
+
+        def _await_first_request(self) -> None:
+            self._cancel_head_timer()
+            self._head_timer = self.loop.call_later(min(head_timeout_s, FIRST_REQUEST_WAIT_S),
+                                                    self._head_timed_out)
 
         def _waiting_for_head(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
@@ -90,6 +128,7 @@ def _protocol_class(head_timeout_s: float):
 
         def on_response_complete(self) -> None:
             super().on_response_complete()  # arms uvicorn's keep-alive (idle) timer
+            self._answered += 1
             self._head = b""
             self._cancel_head_timer()
 
@@ -185,12 +224,13 @@ class HttpServer:
             head_timeout_s, idle_timeout_s, backlog
         self._server = None
         self._thread: Optional[threading.Thread] = None
+        self._shutdown = _Shutdown()
 
     def start(self, app) -> None:
         import uvicorn
 
         config = uvicorn.Config(
-            app, http=_protocol_class(self.head_timeout_s), lifespan="off",
+            app, http=_protocol_class(self.head_timeout_s, self._shutdown), lifespan="off",
             log_config=None, log_level=logging.ERROR, access_log=False,
             timeout_keep_alive=int(max(1, self.idle_timeout_s)), backlog=self.backlog,
             proxy_headers=False, server_header=False, date_header=False,
@@ -208,10 +248,13 @@ class HttpServer:
             raise RuntimeError("the REST server did not start")
 
     def stop(self, drain_timeout_s: float) -> None:
-        """Stops accepting; requests in flight finish within ``drain_timeout_s``."""
+        """Stops accepting and closes idle keep-alive connections; requests in flight
+        (and first requests on their way, `FIRST_REQUEST_WAIT_S`) finish within
+        ``drain_timeout_s``, then are cut."""
         if self._server is None:
             self.socket.close()
             return
+        self._shutdown.begun = True
         self._server.config.timeout_graceful_shutdown = drain_timeout_s
         self._server.should_exit = True
         self._thread.join(drain_timeout_s + 10)

@@ -4,8 +4,11 @@ It polls ``model_base_path`` every ``file_system_poll_wait_seconds`` and serves 
 newest integer version that loads. A version that fails to load (a corrupt
 ``saved_model.pb``, a directory without one) is logged once, kept as an error in the
 model's status, and tried again only when its directory changes; the version being
-served keeps serving meanwhile. A swap lets requests in flight finish on the version
-they started with.
+served keeps serving meanwhile. A version directory must be ASCII digits within int64
+(TF Serving's versions are int64): one beyond it is never served, and is listed in the
+status as ``END`` with INVALID_ARGUMENT. A swap lets requests in flight finish on the
+version they started with. During a shutdown (`begin_drain`) the served version is
+reported ``UNLOADING``: readiness fails before the ports close.
 """
 
 from __future__ import annotations
@@ -13,22 +16,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import threading
 from typing import Callable, Optional
 
-from tfrs_logq.serving.errors import ServingError
+from tfrs_logq.serving.errors import ServingError, shorten
 from tfrs_logq.serving.options import ServerOptions
 from tfrs_logq.serving.servable import Servable
 
 log = logging.getLogger("tfrs_logq.serving")
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_VERSION_DIRECTORY = re.compile(r"[0-9]+")  # ASCII only: str.isdigit takes "²" and "١"
 
 
 @dataclasses.dataclass(frozen=True)
 class VersionStatus:
     """A version's state as TF Serving's ``ModelVersionStatus`` reports it.
 
-    ``state`` is ``"AVAILABLE"`` (being served) or ``"END"`` (not served; with
-    ``error_code``/``error_message`` when it failed to load).
+    ``state`` is ``"AVAILABLE"`` (being served), ``"UNLOADING"`` (served, but the
+    server is draining) or ``"END"`` (not served; with ``error_code``/``error_message``
+    when it failed to load or is out of int64's range).
     """
 
     version: int
@@ -84,20 +92,34 @@ class ModelManager:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._retired: list = []
+        self.draining = False
         self.poll()
         self._thread = threading.Thread(target=self._watch, daemon=True,
                                         name="tfrs-logq-version-watcher")
         self._thread.start()
 
     def versions_on_disk(self) -> list[int]:
-        """The integer version directories under the base path, oldest first."""
+        """The integer version directories under the base path, oldest first (those
+        beyond int64 included: `poll` refuses them)."""
         base = self.options.model_base_path
         try:
             names = os.listdir(base)
         except OSError:
             return []
         return sorted(int(d) for d in names
-                      if d.isdigit() and os.path.isdir(os.path.join(base, d)))
+                      if _VERSION_DIRECTORY.fullmatch(d) and os.path.isdir(os.path.join(base, d)))
+
+    def _refuse_out_of_range(self, versions: list[int]) -> list[int]:
+        """Records (once) the versions beyond int64 as not served; returns the others."""
+        for version in versions:
+            if version <= INT64_MAX or version in self._failed:
+                continue
+            message = (f"version {shorten(str(version), 24)} is beyond int64 (at most "
+                       f"{INT64_MAX}): TF Serving's versions are int64; not served")
+            self._failed[version] = (None, VersionStatus(version, "END", "INVALID_ARGUMENT",
+                                                         message))
+            log.error("%s: %s", self.options.model_name, message)
+        return [v for v in versions if v <= INT64_MAX]
 
     def poll(self) -> None:
         """Serves the newest version that loads, if it is not served already."""
@@ -105,6 +127,7 @@ class ModelManager:
         for version in list(self._failed):
             if version not in versions:
                 del self._failed[version]  # removed: nothing to report any more
+        versions = self._refuse_out_of_range(versions)
         current = self._servable
         for version in reversed(versions):
             if current is not None and version <= current.version:
@@ -151,22 +174,25 @@ class ModelManager:
 
     def _check_name(self, model_name: str, version: Optional[int]) -> None:
         if model_name != self.options.model_name:
-            raise ServingError("NOT_FOUND", f"Servable not found for request: Latest({model_name})"
-                               if version is None else
-                               f"Servable not found for request: Specific({model_name}, "
-                               f"{version})")
+            raise _not_found(model_name, version)
 
     def get(self, model_name: str, version: Optional[int] = None) -> Servable:
         """The servable for a request; NOT_FOUND for another name or version."""
         self._check_name(model_name, version)
         servable = self._servable
         if servable is None:
-            raise ServingError("NOT_FOUND", f"Servable not found for request: "
-                                            f"Latest({model_name}): no version loaded yet")
+            raise _not_found(model_name, None, ": no version loaded yet")
         if version is not None and version != servable.version:
-            raise ServingError("NOT_FOUND", f"Servable not found for request: Specific("
-                                            f"{model_name}, {version})")
+            raise _not_found(model_name, version)
         return servable
+
+    def begin_drain(self) -> None:
+        """The server is shutting down: the served version reports ``UNLOADING``."""
+        self.draining = True
+
+    def ready(self) -> bool:
+        """A version is served and the server is not draining (readiness)."""
+        return self._servable is not None and not self.draining
 
     def status(self, model_name: str, version: Optional[int] = None) -> list[VersionStatus]:
         """The versions' states, newest first: the one served (AVAILABLE) and those that
@@ -175,14 +201,14 @@ class ModelManager:
         servable = self._servable
         out = [failed for _, failed in list(self._failed.values())]  # poll() may change it
         if servable is not None:
-            out.append(VersionStatus(servable.version, "AVAILABLE"))
+            out.append(VersionStatus(servable.version,
+                                     "UNLOADING" if self.draining else "AVAILABLE"))
         out.sort(key=lambda s: -s.version)
         if version is not None:
             out = [s for s in out if s.version == version]
         if not out:
-            raise ServingError("NOT_FOUND", "Servable not found for request: "
-                               + (f"Latest({model_name}): no version loaded yet"
-                                  if version is None else f"Specific({model_name}, {version})"))
+            raise _not_found(model_name, version,
+                             ": no version loaded yet" if version is None else "")
         return out
 
     def stop(self) -> None:
@@ -195,4 +221,12 @@ class ModelManager:
             self._servable.close()
 
 
-__all__ = ["ModelManager", "VersionStatus"]
+def _not_found(model_name: str, version: Optional[int], why: str = "") -> ServingError:
+    """TF Serving's NOT_FOUND words, the name cut short (a 100 KB name is not echoed)."""
+    name = model_name if model_name.isprintable() and len(model_name) <= 64 \
+        else shorten(model_name)
+    which = f"Latest({name})" if version is None else f"Specific({name}, {version})"
+    return ServingError("NOT_FOUND", f"Servable not found for request: {which}{why}")
+
+
+__all__ = ["INT64_MAX", "INT64_MIN", "ModelManager", "VersionStatus"]

@@ -2,11 +2,15 @@
 
 ``POST /v1/models/NAME[/versions/V]:predict`` ("instances" and "inputs" forms),
 ``GET /v1/models/NAME[/versions/V]`` (status) and ``.../metadata``, with TF Serving's
-JSON shapes (its ``http_rest_api_handler``). Every reply is JSON, refusals included:
-``{"error": "..."}`` with the status `errors.STATUS` gives. The body is read on the
+JSON shapes (its ``http_rest_api_handler``), and ``GET /livez`` and ``/readyz`` (503
+once a shutdown has begun, or before a version loads). Every reply is JSON, refusals
+included: ``{"error": "..."}`` with the status `errors.STATUS` gives. While the server
+drains (`RestApi.draining`) every reply carries ``Connection: close``. The body is read on the
 event loop, bounded in size (``max_request_bytes``, 413, refused from its
 Content-Length before it is read) and in time (``rest_api_timeout_in_ms``, 408); the
 JSON decoding, the model call and the encoding run on ``rest_api_num_threads`` workers.
+A JSON input's shape is checked before it becomes an array, a reply over
+``max_response_bytes`` is refused.
 The HTTP/1.1 server under it is `http_server.HttpServer` (uvicorn).
 """
 
@@ -21,8 +25,9 @@ from typing import Optional
 
 import numpy as np
 from tfrs_logq.serving.drain import InFlight
-from tfrs_logq.serving.errors import ServingError
-from tfrs_logq.serving.manager import ModelManager
+from tfrs_logq.serving.errors import ServingError, shorten
+from tfrs_logq.serving.inputs import check_shape
+from tfrs_logq.serving.manager import INT64_MAX, ModelManager
 from tfrs_logq.serving.options import ServerOptions
 
 log = logging.getLogger("tfrs_logq.serving")
@@ -61,6 +66,7 @@ class RestApi:
 
         self.manager, self.options = manager, options
         self.in_flight = in_flight or InFlight()
+        self.draining = False  # set by the server's shutdown: replies say Connection: close
         self.pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=options.rest_api_num_threads, thread_name_prefix="tfrs-logq-rest")
         base, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version}"
@@ -70,8 +76,27 @@ class RestApi:
             routes.append(Route(path, self._endpoint(self.status), methods=["GET"]))
             routes.append(Route(path + "/metadata", self._endpoint(self.metadata),
                                 methods=["GET"]))
-        self.app = Starlette(routes=routes,
-                             exception_handlers={HTTPException: self._http_exception})
+        routes.append(Route("/livez", self._endpoint(self.live), methods=["GET"]))
+        routes.append(Route("/readyz", self._endpoint(self.ready), methods=["GET"]))
+        self.app = self._closing_while_draining(
+            Starlette(routes=routes, exception_handlers={HTTPException: self._http_exception}))
+
+    def _closing_while_draining(self, app):
+        """``app`` whose replies say ``Connection: close`` once the drain has begun, so
+        a keep-alive client opens a new connection for its next request instead of
+        writing it into one the server is about to close."""
+
+        async def closing(scope, receive, send):
+            async def send_closing(message):
+                if message["type"] == "http.response.start" and self.draining:
+                    headers = [(k, v) for k, v in message.get("headers", [])
+                               if k.lower() != b"connection"]
+                    message = {**message, "headers": headers + [(b"connection", b"close")]}
+                await send(message)
+
+            await app(scope, receive, send_closing)
+
+        return closing
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -103,6 +128,7 @@ class RestApi:
         """Starlette's own refusals (no route, a method the route does not take) as JSON."""
         method, path = request.method, request.url.path
         if exc.status_code == 405:
+            method, path = method[:32], shorten(path)
             if method not in _HTTP_METHODS:
                 return error_response(ServingError(
                     "NOT_IMPLEMENTED", f"method {method} is not supported; this server answers "
@@ -111,8 +137,8 @@ class RestApi:
                 "METHOD_NOT_ALLOWED", f"method {method} is not allowed on {path}: this server "
                                       f"answers {ALLOWED_METHODS}"), {"Allow": ALLOWED_METHODS})
         if exc.status_code == 404:
-            return error_response(ServingError("NOT_FOUND",
-                                               f"Malformed request: {method} {path}"))
+            return error_response(ServingError(
+                "NOT_FOUND", f"Malformed request: {method[:32]} {shorten(path)}"))
         return json_response(exc.status_code, {"error": str(exc.detail)}, exc.headers)
 
     async def _in_worker(self, fn, *args):
@@ -125,9 +151,23 @@ class RestApi:
         text = request.path_params.get("version")
         if text is None:
             return None
-        if not text.isdigit():
-            raise ServingError("INVALID_ARGUMENT", f"Malformed version in {request.url.path}")
+        if not (text.isascii() and text.isdigit() and len(text) <= 19 and
+                int(text) <= INT64_MAX):
+            raise ServingError("INVALID_ARGUMENT", f"Malformed version {shorten(text)}: "
+                                                   f"versions are integers 0 to {INT64_MAX}")
         return int(text)
+
+    async def live(self, request):
+        return json_response(200, {"live": True})
+
+    async def ready(self, request):
+        """Readiness: 200 while a version is served; 503 before, and from the start of
+        a shutdown (before the ports close), so a load balancer stops sending."""
+        if self.manager.ready():
+            return json_response(200, {"ready": True})
+        why = "the server is shutting down" if self.manager.draining else \
+            "no version is loaded yet"
+        return json_response(503, {"ready": False, "error": why})
 
     async def status(self, request):
         name = request.path_params["name"]
@@ -153,7 +193,11 @@ class RestApi:
         body = await self._read_body(request)
         name, version = request.path_params["name"], self._version(request)
         servable = self.manager.get(name, version)
-        return json_response(200, await self._in_worker(_predict, servable, body))
+        reply = await self._in_worker(_predict_encoded, servable, body,
+                                      self.options.max_response_bytes)
+        from starlette.responses import Response
+
+        return Response(reply, status_code=200, media_type="application/json")
 
     async def _read_body(self, request) -> bytes:
         """The body, within ``max_request_bytes`` and ``rest_api_timeout_in_ms``."""
@@ -203,6 +247,16 @@ class RestApi:
 # ------------------------------------------------------------------ JSON <-> tensors
 
 
+def _predict_encoded(servable, body: bytes, max_response_bytes: int) -> bytes:
+    """`_predict`, encoded as JSON and bounded (on a worker, as the rest)."""
+    reply = json.dumps(_predict(servable, body)).encode()
+    if len(reply) > max_response_bytes:
+        raise ServingError("INVALID_ARGUMENT",
+                           f"the reply would be {len(reply)} bytes, over {max_response_bytes} "
+                           "(max_response_bytes): send fewer rows or a smaller k")
+    return reply
+
+
 def _predict(servable, body: bytes) -> dict:
     """Runs on a worker: decode, check, run, encode (TF Serving's JSON forms)."""
     request = _decode_json(body)
@@ -250,11 +304,18 @@ def _jsonable(value: np.ndarray):
 
 def json_inputs(servable, signature: str, request: dict, row_format: bool) -> dict:
     """The request's inputs as arrays: a scalar input (``k``, ``exclude_history``) one
-    value, the others rectangular lists of one JSON type each."""
-    _, fn = servable.signature(signature)
-    specs = fn.structured_input_signature[1]
+    value, the others rectangular lists of one JSON type each, their shape checked
+    against the servable's limits before they become arrays (an unknown input stays
+    None, for `Servable.validate` to refuse)."""
+    specs = servable.input_specs(signature)
     scalars = {k for k, spec in specs.items() if spec.shape.rank == 0}
     input_names = sorted(specs)
+
+    def array(rows, key):
+        if key not in specs:
+            return None
+        return _rectangular(rows, key, specs[key], servable.limits)
+
     if row_format:
         instances = request["instances"]
         if not isinstance(instances, list) or not instances:
@@ -272,19 +333,19 @@ def json_inputs(servable, signature: str, request: dict, row_format: bool) -> di
                                            f"all instances must share {key!r}")
                     inputs[key] = _scalar(values[0])
                 else:
-                    inputs[key] = _rectangular(values, key)
+                    inputs[key] = array(values, key)
             return inputs
         if len(input_names) != 1:
             raise ServingError("INVALID_ARGUMENT", f"instances must be objects naming the inputs "
                                                    f"{input_names}")
-        return {input_names[0]: _rectangular(instances, input_names[0])}
+        return {input_names[0]: array(instances, input_names[0])}
     value = request["inputs"]
     if isinstance(value, dict):
-        return {k: (_rectangular(v, k) if isinstance(v, list) else _scalar(v))
+        return {k: (array(v, k) if isinstance(v, list) else _scalar(v))
                 for k, v in value.items()}
     if len(input_names) != 1:
         raise ServingError("INVALID_ARGUMENT", f"'inputs' must be an object naming {input_names}")
-    return {input_names[0]: _rectangular(value, input_names[0])}
+    return {input_names[0]: array(value, input_names[0])}
 
 
 def _scalar(value) -> np.ndarray:
@@ -302,11 +363,13 @@ def _leaves(rows):
             yield row
 
 
-def _rectangular(rows, key: str) -> np.ndarray:
-    """``rows`` as an array; refused unless rectangular and of one JSON type (numbers,
+def _rectangular(rows, key: str, spec, limits) -> np.ndarray:
+    """``rows`` as an array; refused unless rectangular, within ``limits``
+    (`inputs.check_shape`, before the array is built) and of one JSON type (numbers,
     strings or booleans: ``[true, 1]`` would otherwise become ``[1, 1]``)."""
     if not _is_rectangular(rows):
         _raise(key)
+    check_shape(key, _declared_shape(rows), spec, limits)
     kinds = {type(x) for x in _leaves(rows)}
     if not (kinds <= {int, float} or kinds == {str} or kinds == {bool}):
         names = ", ".join(sorted("null" if k is type(None) else k.__name__ for k in kinds))
@@ -316,6 +379,15 @@ def _rectangular(rows, key: str) -> np.ndarray:
         return np.array(rows)
     except (ValueError, OverflowError):
         _raise(key)
+
+
+def _declared_shape(rows) -> list:
+    """The lengths along the first element of each level of nested lists."""
+    shape = []
+    while isinstance(rows, list):
+        shape.append(len(rows))
+        rows = rows[0] if rows else None
+    return shape
 
 
 def _is_rectangular(rows) -> bool:

@@ -2,7 +2,9 @@
 
 The SavedModel, its signatures and their ``SignatureDef`` protos (for metadata), the
 export's ``assets/export.json`` (input defaults, ``max_length``, ``num_items``) and a
-`Batcher` over its signatures.
+`Batcher` over its signatures. Its limits (`inputs.ShapeLimits`: ``max_request_rows``
+and the history's ``max_length``; ``max_rows_times_k``) are checked on every request
+before the model runs, on both protocols.
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ import os
 import numpy as np
 import tensorflow as tf
 from tfrs_logq.serving.batching import Batcher
-from tfrs_logq.serving.errors import ServingError
-from tfrs_logq.serving.inputs import check_inputs
+from tfrs_logq.serving.errors import ServingError, shorten
+from tfrs_logq.serving.inputs import (
+    DEFAULT_MAX_WIDTH,
+    ShapeLimits,
+    array_from_tensor_proto,
+    check_inputs,
+)
 from tfrs_logq.serving.options import ServerOptions
 
 
@@ -42,38 +49,57 @@ class Servable:
                 self.meta = json.load(f)
         self.signature_defs = read_signature_defs(path)
         self.options = options
+        self.limits = ShapeLimits(rows=options.max_request_rows,
+                                  width=int(self.meta.get("max_length") or DEFAULT_MAX_WIDTH))
         self.batcher = Batcher(self._call, options.max_batch_size, options.batch_timeout_micros,
-                               options.request_timeout_in_ms)
+                               options.request_timeout_in_ms,
+                               max_batch_rows_times_k=options.max_rows_times_k)
 
     def signature(self, signature_name: str):
         """``(name, concrete function)``; the default signature for ``""``."""
         name = signature_name or tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
         if name not in self.signatures:
             raise ServingError("INVALID_ARGUMENT",
-                               f"Serving signature name: \"{name}\" not found in signature def "
-                               f"(available: {sorted(self.signatures)})")
+                               f"Serving signature name: {shorten(name)} not found in signature "
+                               f"def (available: {sorted(self.signatures)})")
         return name, self.signatures[name]
 
+    def input_specs(self, signature_name: str) -> dict:
+        """The ``tf.TensorSpec`` of each input of a signature, by name."""
+        return self.signature(signature_name)[1].structured_input_signature[1]
+
+    def arrays_from_protos(self, signature_name: str, protos) -> dict:
+        """gRPC ``TensorProto`` inputs as arrays, each shape checked before it is built
+        (`inputs.array_from_tensor_proto`); an unknown input is left for `validate`."""
+        specs = self.input_specs(signature_name)
+        return {key: array_from_tensor_proto(key, proto, specs[key], self.limits)
+                if key in specs else None for key, proto in protos.items()}
+
     def validate(self, signature_name: str, inputs: dict) -> dict:
-        """The request checked (`check_inputs`) and bounded: ``{"signature", "inputs"}``."""
+        """The request checked (`check_inputs`, shapes within `limits`) and bounded
+        (rows x k within ``max_rows_times_k``): ``{"signature", "inputs"}``."""
         name, fn = self.signature(signature_name)
         out = check_inputs(fn, name, inputs,
                            defaults=self.meta.get("input_defaults", {}).get(name, {}),
-                           k_range=self._k_range(fn))
+                           k_range=self._k_range(fn), limits=self.limits)
         history = out.get("history")
         if history is not None:
-            max_length = self.meta.get("max_length")
-            if max_length and history.shape[1] > max_length:
+            rows, k = history.shape[0], self.results_per_row(fn, out)
+            if rows * k > self.options.max_rows_times_k:
                 raise ServingError("INVALID_ARGUMENT",
-                                   f"history has {history.shape[1]} items; the model takes at "
-                                   f"most {max_length}")
-            if history.shape[0] > self.options.max_request_rows:
-                raise ServingError("INVALID_ARGUMENT",
-                                   f"{history.shape[0]} rows in one request; at most "
-                                   f"{self.options.max_request_rows}")
-            if history.shape[0] == 0:
-                raise ServingError("INVALID_ARGUMENT", "history has no rows")
+                                   f"{rows} rows x k={k} = {rows * k} results; at most "
+                                   f"{self.options.max_rows_times_k} in one request "
+                                   "(max_rows_times_k): send fewer rows or a smaller k")
         return {"signature": name, "inputs": out}
+
+    def results_per_row(self, fn, inputs: dict) -> int:
+        """``k`` of a request: its ``k`` input, else the export's ``default_k`` for a
+        signature that returns items (``serving_default``), else 1."""
+        if "k" in inputs:
+            return int(inputs["k"])
+        if "item_ids" in (fn.structured_outputs or {}):
+            return int(self.meta.get("default_k") or 1)
+        return 1
 
     def _k_range(self, fn) -> tuple:
         """The values ``k`` may take: 1 to the catalog size (and what its dtype holds)."""
@@ -84,7 +110,10 @@ class Servable:
 
     def run(self, request: dict) -> dict:
         """Runs a validated request, batched with concurrent ones of the same kind."""
-        return self.batcher.run(request["signature"], request["inputs"])
+        name = request["signature"]
+        inputs = request["inputs"]
+        return self.batcher.run(name, inputs, k=self.results_per_row(self.signatures[name],
+                                                                      inputs))
 
     def _call(self, name: str, inputs: dict) -> dict:
         tensors = {k: tf.constant(v) for k, v in inputs.items()}

@@ -18,9 +18,18 @@ Serving's JSON shapes and ``{"error": "..."}`` bodies.
 - ``errors``: the status table both protocols answer with; ``drain``: requests in flight.
 
 Both ports are bound before the model loads, so a port in use fails at once. On
-SIGTERM or SIGINT (`ModelServer.serve_until_signal`) the server stops accepting on
-both protocols, lets every request in flight finish (at most ``drain_timeout_in_ms``),
-logs one line saying how many it drained, and returns.
+SIGTERM or SIGINT (`ModelServer.serve_until_signal`) the server drains, in this order:
+
+1. readiness fails: ``GET /readyz`` answers 503 and the model status reports the
+   served version ``UNLOADING`` (REST and gRPC), and every REST reply from now on
+   carries ``Connection: close``;
+2. for ``drain_grace_in_ms`` both ports still accept and serve, so requests already
+   sent (on a keep-alive connection, in the listen backlog, in transit) are answered,
+   and keep-alive clients learn to reconnect, not to write into a closing socket;
+3. both ports close: new gRPC calls get UNAVAILABLE, new REST connections are
+   refused, idle keep-alive connections are closed;
+4. requests in flight finish (all of it within ``drain_timeout_in_ms``; what still runs
+   then is cut), and one line is logged saying how many were drained.
 """
 
 from __future__ import annotations
@@ -101,9 +110,10 @@ class ModelServer:
         return self
 
     def stop(self, drain_timeout_s: Optional[float] = None, reason: str = "stop") -> dict:
-        """Graceful shutdown: both front ends stop accepting, requests in flight finish
-        (at most ``drain_timeout_s``, default ``drain_timeout_in_ms``), then the
-        versions unload. Logs one line; returns what it did::
+        """Graceful shutdown (the module's docstring gives its steps): readiness fails,
+        the grace (``drain_grace_in_ms``), both front ends stop accepting, requests in
+        flight finish (all within ``drain_timeout_s``, default ``drain_timeout_in_ms``),
+        then the versions unload. Logs one line; returns what it did::
 
             {"drained": {"rest": R, "grpc": G}, "cut": C, "seconds": S}
 
@@ -118,8 +128,17 @@ class ModelServer:
             start = time.monotonic()
             self.rest_in_flight.mark()
             self.grpc_in_flight.mark()
-            grpc_done = self.grpc_server.stop(grace=timeout)  # refuses new calls at once
-            self.http.stop(timeout)  # returns when REST has drained (or timed out)
+            # 1. Readiness fails, REST replies say Connection: close; both ports serve on.
+            self.manager.begin_drain()
+            self.rest_api.draining = True
+            grace = min(self.options.drain_grace_in_ms / 1000, timeout)
+            log.info("%s: draining: not ready; the ports close in %.2f s", reason, grace)
+            time.sleep(grace)
+            # 2. The ports close (gRPC refuses new calls, idle REST connections close);
+            #    requests in flight finish within what is left of the timeout.
+            left = max(0.0, timeout - (time.monotonic() - start))
+            grpc_done = self.grpc_server.stop(grace=left)
+            self.http.stop(left)  # returns when REST has drained (or timed out)
             grpc_done.wait(max(0.0, timeout - (time.monotonic() - start)) + 1.0)
             self.rest_api.close()
             self.manager.stop()
