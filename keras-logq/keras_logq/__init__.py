@@ -7,9 +7,9 @@ Runs on JAX, PyTorch and TensorFlow (``KERAS_BACKEND``); needs only ``keras`` an
 from keras_logq import losses
 from keras_logq._version import __version__
 from keras_logq.frequency import ItemFrequency
-from keras_logq.losses import CORRECTIONS, sampled_softmax_loss
+from keras_logq.losses import CORRECTIONS, check_log_q, sampled_softmax_loss
 from keras_logq.masks import accidental_hit_mask, first_occurrence_mask
-from keras_logq.retrieval import CorrectedRetrieval, reduce_loss
+from keras_logq.retrieval import CorrectedRetrieval, CorrectedRetrievalLoss, reduce_loss
 from keras_logq.sampling import (
     InBatchNegatives,
     MixedNegatives,
@@ -22,6 +22,7 @@ from keras_logq.sampling import (
 __all__ = [
     "CORRECTIONS",
     "CorrectedRetrieval",
+    "CorrectedRetrievalLoss",
     "InBatchNegatives",
     "ItemFrequency",
     "MixedNegatives",
@@ -30,6 +31,7 @@ __all__ = [
     "__version__",
     "accidental_hit_mask",
     "batch_log_frequency",
+    "check_log_q",
     "distinct_in_random_order",
     "first_occurrence_mask",
     "losses",

@@ -17,6 +17,22 @@ drawn from and ``Q'`` the proposal with the positive excluded,
   ``n`` the number of valid negatives of the row and ``sg`` the stop-gradient.
 
 The same semantics as `tfrs_logq.losses.sampled_softmax_loss` (TensorFlow only).
+
+Input checks. ``Q`` is a per-draw probability, so ``log Q <= 0``; a larger value
+(a batch-level probability ``B * Q``, a count) would make the loss negative and,
+for ``"corrected"``, drive the weight ``w`` to 0. `check_log_q` refuses it, on
+every backend, wherever it can see the values:
+
+- concrete values (eager JAX, PyTorch and TensorFlow): `ValueError` at once;
+- JAX under `jit` (`model.fit`): a `jax.debug.callback` raises the same
+  `ValueError` on the host; the step fails with a `JaxRuntimeError` whose text
+  holds the message;
+- TensorFlow graphs (`tf.function`): a `tf.debugging.Assert`
+  (`InvalidArgumentError` with the message). XLA (`jit_compile=True`, Keras's
+  default on TensorFlow) drops assertions, so the offending entries are also
+  set to NaN there: the loss reads `nan` instead of a plausible number;
+- PyTorch under `torch.compile` or on an accelerator: `torch._assert_async`
+  (`RuntimeError` with the message; on a GPU it surfaces at the next sync).
 """
 
 from __future__ import annotations
@@ -25,8 +41,14 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_logq.masks import accidental_hit_mask, first_occurrence_mask
+
 CORRECTIONS = ("none", "logq", "corrected")
 _HALF = ("float16", "bfloat16")
+# Tolerance on Q <= 1, as in tfrs_logq (float32 rounding of probabilities from counts).
+Q_TOLERANCE = 1e-5
+# TFRS and Keras-RS clip a probability to [1e-6, 1] before the log.
+MIN_PROBABILITY = 1e-6
 
 
 def _dtype_name(x) -> str:
@@ -76,6 +98,134 @@ def _check_dim(x, name: str, axis: int, expected, what: str) -> None:
             f"`{name}` has {got} {what} along axis {axis} (shape {_shape(x)}), "
             f"expected {expected}."
         )
+
+
+def _concrete(x):
+    """``x`` as numpy when its value is known now (eager); None while tracing.
+
+    PyTorch tensors on an accelerator also give None (no host sync per step).
+    """
+    if isinstance(x, keras.KerasTensor):
+        return None
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        if isinstance(x, jax.core.Tracer):
+            return None
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():
+            return tf.get_static_value(x)
+    elif backend == "torch":
+        import torch
+
+        if torch.compiler.is_compiling() or x.device.type != "cpu":
+            return None
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def _refuse_traced(x, bad, message: str):
+    """Checks ``not any(bad)`` inside a traced graph (see the module docstring)."""
+    backend = keras.backend.backend()
+    any_bad = ops.any(bad)
+    if backend == "jax":
+        import jax
+
+        def _raise(flag):
+            if bool(flag):
+                raise ValueError(message)
+
+        jax.debug.callback(_raise, any_bad)
+    elif backend == "tensorflow":
+        import tensorflow as tf
+
+        assertion = tf.debugging.Assert(tf.logical_not(any_bad), [message])
+        with tf.control_dependencies([assertion]):
+            x = tf.identity(x)
+        x = tf.where(bad, tf.constant(float("nan"), x.dtype), x)  # XLA drops the Assert
+    elif backend == "torch":
+        import torch
+
+        if x.device.type != "meta":
+            torch._assert_async(torch.logical_not(any_bad), message)
+    return x
+
+
+def check_log_q(log_q, name: str, where=None):
+    """``log_q``, refused (see the module docstring) if an entry exceeds ``Q_TOLERANCE``.
+
+    ``log Q`` is the log of a per-draw probability: at most 0. Only the entries
+    where ``where`` (a bool tensor broadcastable to ``log_q``) is True are
+    checked; NaN passes (masked entries may hold anything).
+
+    Args:
+        log_q: float tensor. ``log Q`` values.
+        name: str. The argument's name, for the message.
+        where: bool tensor. Which entries are used. Defaults to `None` (all).
+
+    Returns:
+        ``log_q`` (under TensorFlow graphs, with a control dependency on the
+        check and NaN at offending entries).
+
+    Raises:
+        ValueError: when the values are concrete and an entry is above 0.
+
+    Example:
+
+    >>> check_log_q(np.log([0.5, 0.25]), "candidate_log_sampling_probability").shape
+    (2,)
+    """
+    log_q = ops.convert_to_tensor(log_q)
+    bad = log_q > ops.cast(Q_TOLERANCE, log_q.dtype)
+    if where is not None:
+        bad = ops.logical_and(bad, where)
+    message = (
+        f"`{name}` must be the log of a per-draw proposal probability (log Q <= 0): the "
+        "probability that one draw of the sampler returns the candidate (count / total "
+        "interactions), not its chance to appear in a batch."
+    )
+    value = _concrete(bad)
+    if value is not None:
+        if np.any(value):
+            raise ValueError(f"{message} Received {_max_offending(log_q, value)}.")
+        return log_q
+    return _refuse_traced(log_q, bad, message)
+
+
+def _max_offending(values, bad) -> str:
+    """"a maximum of X" over the offending entries, when the values are known."""
+    known = _concrete(values)
+    if known is None:
+        return "values above it"
+    return f"a maximum of {float(np.max(np.asarray(known, np.float64)[bad])):.6g}"
+
+
+def log_q_from_probability(probability, name: str = "candidate_sampling_probability",
+                           min_probability: float = MIN_PROBABILITY, dtype: str = "float32"):
+    """``log(clip(Q, min_probability, 1))`` of a per-draw probability, checked ``0 <= Q <= 1``.
+
+    TFRS's and Keras-RS's ``candidate_sampling_probability`` convention (they clip
+    at 1e-6); values outside ``[0, 1]`` (beyond ``Q_TOLERANCE``) are refused as
+    `check_log_q` refuses ``log Q > 0``.
+
+    >>> np.round(keras.ops.convert_to_numpy(log_q_from_probability([0.5, 0.0])), 4)
+    array([ -0.6931, -13.8155], dtype=float32)
+    """
+    q = _as_float(ops.convert_to_tensor(probability), name, dtype)
+    bad = ops.logical_or(q > ops.cast(1.0 + Q_TOLERANCE, dtype), q < ops.cast(0.0, dtype))
+    message = (
+        f"`{name}` must be a per-draw proposal probability (0 <= Q <= 1): the probability "
+        "that one draw of the sampler returns the candidate (count / total interactions), "
+        "not its chance to appear in a batch."
+    )
+    value = _concrete(bad)
+    if value is not None and np.any(value):
+        raise ValueError(f"{message} Received {_max_offending(q, value)}.")
+    if value is None:
+        q = _refuse_traced(q, bad, message)
+    return ops.log(ops.clip(q, ops.cast(min_probability, dtype), ops.cast(1.0, dtype)))
 
 
 def row_logsumexp(logits):
@@ -145,7 +295,10 @@ def sampled_softmax_loss(
 
     Raises:
         ValueError: on an unknown correction, a missing ``negative_log_q``, a
-            non-floating input, or shapes that do not agree.
+            non-floating input, shapes that do not agree, or a ``log Q``
+            above 0 (``negative_log_q`` where ``is_negative`` is True, and
+            ``positive_log_q``; `check_log_q` says how each backend reports
+            it while tracing).
 
     Example:
 
@@ -163,6 +316,19 @@ def sampled_softmax_loss(
     )
     ```
     """
+    return _sampled_softmax_loss(
+        positive_logits, negative_logits, correction=correction, negative_log_q=negative_log_q,
+        positive_log_q=positive_log_q, is_negative=is_negative, check=True,
+    )
+
+
+def _sampled_softmax_loss(
+    positive_logits, negative_logits, *, correction, negative_log_q, positive_log_q,
+    is_negative, check: bool,
+):
+    """`sampled_softmax_loss`; ``check=False`` skips the ``log Q <= 0`` checks (for callers
+    that checked their own inputs: `CorrectedRetrieval` checks ``Q``, not the ``Q'`` it
+    derives)."""
     if correction not in CORRECTIONS:
         raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
     positive_logits = ops.convert_to_tensor(positive_logits)
@@ -205,6 +371,8 @@ def sampled_softmax_loss(
     else:
         _check_dim(log_q, "negative_log_q", 0, batch, "rows")
         _check_dim(log_q, "negative_log_q", 1, num_neg, "columns (must match negatives)")
+    if check:
+        log_q = check_log_q(log_q, "negative_log_q", where=mask)
     # Masked entries may hold anything (inf, NaN): `where` drops them, value and gradient.
     adjusted = ops.where(mask, s_n - log_q, masked)
 
@@ -214,6 +382,8 @@ def sampled_softmax_loss(
             pos_q = _as_float(positive_log_q, "positive_log_q", dtype)
             _check_rank(pos_q, "positive_log_q", (1,))
             _check_dim(pos_q, "positive_log_q", 0, batch, "entries (must match batch)")
+            if check:
+                pos_q = check_log_q(pos_q, "positive_log_q")
             positive_term = s_p - pos_q
         return row_logsumexp(ops.concatenate([positive_term[:, None], adjusted], axis=1)) - s_p
 
@@ -224,3 +394,166 @@ def sampled_softmax_loss(
         )
     num_valid = ops.sum(ops.cast(mask, "int32"), axis=-1)
     return corrected_from_logsumexp(s_p, row_logsumexp(adjusted), num_valid)
+
+
+# Q(p) is clipped below 1 before log(1 - Q(p)), as in tfrs_logq.
+_MAX_POSITIVE_Q = 1.0 - 1e-6
+
+
+def _on_diagonal(num_queries, num_candidates):
+    rows = ops.arange(num_queries)[:, None]
+    cols = ops.arange(num_candidates)[None, :]
+    return ops.equal(rows, cols)
+
+
+def _at_positive(values, is_positive):
+    """`[batch]`: each row's value at its positive, for `[1 or batch, num_candidates]` values."""
+    zero = ops.zeros((), values.dtype)
+    return ops.sum(ops.where(is_positive, values, zero), axis=1)
+
+
+def positives_from_labels(labels, num_candidates=None):
+    """`[batch, num_candidates]` bool, True at each row's largest label (its one positive).
+
+    Keras-RS's retrieval examples pass ``labels = keras.ops.eye(batch, num_candidates)``;
+    that gives the diagonal.
+
+    >>> keras.ops.convert_to_numpy(positives_from_labels(np.array([[0.0, 1.0], [1.0, 0.0]])))
+    array([[False,  True],
+           [ True, False]])
+    """
+    labels = ops.convert_to_tensor(labels)
+    if len(ops.shape(labels)) != 2:
+        raise ValueError(
+            "`labels` must be `[batch_size, num_candidates]` (one positive per row), "
+            f"received shape {tuple(ops.shape(labels))}."
+        )
+    num_candidates = ops.shape(labels)[1] if num_candidates is None else num_candidates
+    return ops.equal(ops.arange(num_candidates)[None, :], ops.argmax(labels, axis=1)[:, None])
+
+
+def resolve_log_q(
+    candidate_sampling_probability=None,
+    candidate_log_sampling_probability=None,
+    *,
+    min_sampling_probability: float = MIN_PROBABILITY,
+    dtype: str = "float32",
+):
+    """``log Q`` from one of the two names, checked (``Q <= 1``); None when neither is given.
+
+    ``candidate_sampling_probability`` (``Q``, TFRS and Keras-RS) is clipped to
+    ``[min_sampling_probability, 1]`` before the log; ``candidate_log_sampling_probability``
+    (``log Q``, tfrs_logq) is used as given.
+
+    Raises:
+        ValueError: both given, or (for concrete values) ``Q`` outside ``[0, 1]`` /
+            ``log Q > 0``; see `check_log_q` for traced values.
+    """
+    if candidate_sampling_probability is not None and candidate_log_sampling_probability is not None:
+        raise ValueError(
+            "Pass one of `candidate_sampling_probability` (Q) and "
+            "`candidate_log_sampling_probability` (log Q), not both."
+        )
+    if candidate_log_sampling_probability is not None:
+        log_q = _as_float(ops.convert_to_tensor(candidate_log_sampling_probability),
+                                 "candidate_log_sampling_probability", dtype)
+        return check_log_q(log_q, "candidate_log_sampling_probability")
+    if candidate_sampling_probability is not None:
+        return log_q_from_probability(candidate_sampling_probability,
+                                             "candidate_sampling_probability",
+                                             min_sampling_probability, dtype)
+    return None
+
+
+def retrieval_loss(
+    scores,
+    *,
+    correction: str,
+    log_q=None,
+    candidate_ids=None,
+    is_negative=None,
+    is_positive=None,
+    remove_accidental_hits: bool = True,
+    deduplicate: bool = False,
+):
+    """`[batch_size]` losses of a score matrix: the shared body of the layer and the loss.
+
+    Args:
+        scores: float tensor, `[batch_size, num_candidates]`, already divided by the
+            temperature.
+        correction: str. ``"none"``, ``"logq"`` or ``"corrected"``.
+        log_q: float tensor, `[num_candidates]` or `[batch_size, num_candidates]`.
+            ``log Q(d)``, already checked (`resolve_log_q`). Required unless
+            ``"none"``.
+        candidate_ids: int tensor, `[num_candidates]` or
+            `[batch_size, num_candidates]`. Required to remove hits or duplicates.
+        is_negative: bool tensor, `[batch_size, num_candidates]`. False drops a
+            candidate from the row's negatives. Defaults to `None`.
+        is_positive: bool tensor, `[batch_size, num_candidates]`, one True a row.
+            Defaults to `None` (the diagonal).
+        remove_accidental_hits: bool. Always on for ``"corrected"``.
+        deduplicate: bool. Count each id once as a negative (1-D ids).
+    """
+    dtype = compute_dtype_for(scores)
+    scores = ops.cast(scores, dtype)
+    num_queries, num_candidates = ops.shape(scores)
+    if is_positive is None:
+        is_positive = _on_diagonal(num_queries, num_candidates)
+    positive_logits = _at_positive(scores, is_positive)
+
+    negatives = ops.logical_not(is_positive)
+    remove_hits = correction == "corrected" or remove_accidental_hits
+    if (remove_hits or deduplicate) and candidate_ids is None:
+        reason = (
+            "correction='corrected' always removes accidental hits"
+            if correction == "corrected"
+            else "accidental hit removal or deduplication is on"
+        )
+        raise ValueError(f"`candidate_ids` is required: {reason}.")
+    if remove_hits:
+        ids = ops.convert_to_tensor(candidate_ids)
+        ids_2d = ids[None, :] if len(ops.shape(ids)) == 1 else ids
+        positive_ids = _at_positive(ids_2d, is_positive)
+        negatives = ops.logical_and(negatives, accidental_hit_mask(positive_ids, ids))
+    if deduplicate:
+        ids = ops.convert_to_tensor(candidate_ids)
+        if len(ops.shape(ids)) != 1:
+            raise ValueError(
+                "`deduplicate=True` needs `candidate_ids` of shape `[num_candidates]`, "
+                f"received shape {tuple(ops.shape(ids))}."
+            )
+        negatives = ops.logical_and(negatives, first_occurrence_mask(ids)[None, :])
+    if is_negative is not None:
+        is_negative = ops.convert_to_tensor(is_negative)
+        if keras.backend.standardize_dtype(is_negative.dtype) != "bool":
+            raise ValueError(f"`is_negative` must be bool, received dtype {is_negative.dtype}.")
+        negatives = ops.logical_and(negatives, is_negative)
+
+    if correction == "none":
+        return _sampled_softmax_loss(
+            positive_logits, scores, correction="none", negative_log_q=None,
+            positive_log_q=None, is_negative=negatives, check=False,
+        )
+    if log_q is None:
+        raise ValueError(
+            f"correction={correction!r} needs `candidate_sampling_probability` "
+            "(or `candidate_log_sampling_probability`); received neither."
+        )
+    log_q = ops.cast(log_q, dtype)
+    log_q_2d = log_q[None, :] if len(ops.shape(log_q)) == 1 else log_q
+    positive_log_q = _at_positive(log_q_2d, is_positive)
+    if correction == "logq":
+        # TFRS's form: -log softmax(s - log Q)[p], i.e. log Q(p) in the numerator
+        # too (a constant: the gradient is that of sampled_softmax_loss).
+        return _sampled_softmax_loss(
+            positive_logits, scores, correction="logq", negative_log_q=log_q,
+            positive_log_q=positive_log_q, is_negative=negatives, check=False,
+        ) + positive_log_q
+    # Q is checked (<= 1); Q' = Q / (1 - Q(p)) is not: with proposals of different
+    # sources (mixed negatives) a negative's Q' may exceed 1, as in tfrs_logq.
+    q_positive = ops.minimum(ops.exp(positive_log_q), _MAX_POSITIVE_Q)
+    log_q_prime = log_q_2d - ops.log1p(-q_positive)[:, None]
+    return _sampled_softmax_loss(
+        positive_logits, scores, correction="corrected", negative_log_q=log_q_prime,
+        positive_log_q=None, is_negative=negatives, check=False,
+    )
