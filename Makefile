@@ -19,7 +19,7 @@ TF221_PY       := $(TF221_VENV)/bin/python
 TF221_STAMP    := $(TF221_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_tasks.py \
                   tests/test_sampling.py tests/test_frequency.py tests/test_export.py \
-                  tests/test_training.py::test_train_cli_smoke_writes_model_dir_and_json
+                  tests/sasrec/test_training.py::test_train_cli_smoke_writes_model_dir_and_json
 PIP_PROGRESS   := --progress-bar off
 
 .PHONY: demo test test-keras test-tf221 bench lint clean install pipeline help
@@ -121,9 +121,13 @@ bench: $(STAMP) $(KERAS_STAMP)
 	$(PY) benchmarks/bench_serving.py
 	$(PY) benchmarks/bench_keras3.py
 
+# Ruff, and the layers as import-linter contracts (pyproject.toml) on the package laid
+# out as installed (pipelines/ and serving/ are tfrs_logq.pipelines and .serving).
 lint: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev]"
-	$(VENV)/bin/ruff check tfrs_logq pipelines serving tests benchmarks
+	$(VENV)/bin/ruff check tfrs_logq pipelines serving tests benchmarks tools
+	rm -rf build/layout && $(PY) tools/installed_layout.py build/layout
+	cd build/layout && PYTHONPATH=. $(abspath $(VENV))/bin/lint-imports $(CURDIR)/pyproject.toml
 
 clean:
 	rm -rf $(VENV) $(KERAS_VENV) $(TF221_VENV) demo_output pipeline_output build *.egg-info \

@@ -16,11 +16,11 @@ import tempfile
 import time
 
 import numpy as np
+
+from tfrs_logq._util.hostinfo import cpu_description
 from tfrs_logq.pipelines.beam import load_item_statistics, run_components
 from tfrs_logq.pipelines.beam.statistics import SyntheticStatistics
 from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec
-
-from tfrs_logq.hostinfo import cpu_description
 
 
 def machine() -> str:

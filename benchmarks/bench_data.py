@@ -14,6 +14,7 @@ import time
 
 import tensorflow as tf  # noqa: E402
 from common import DEFAULT_ML1M, machine, ml1m_or_stand_in
+
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset  # noqa
 from tfrs_logq.pipelines.splits import leave_one_out  # noqa: E402
 

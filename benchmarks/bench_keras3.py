@@ -62,9 +62,8 @@ def recall_at_k(queries, items, targets, k):
 
 
 def make_data(args, path):
-    from tfrs_logq.pipelines.synthetic import SyntheticStream
-
     import tfrs_logq  # noqa: F401  (tf-keras before TensorFlow)
+    from tfrs_logq.pipelines.synthetic import SyntheticStream
 
     stream = SyntheticStream(num_items=args.num_items, num_users=args.num_users,
                              num_topics=args.num_topics, seed=args.seed)

@@ -23,11 +23,11 @@ import time
 
 import tensorflow as tf  # noqa: E402
 from common import DEFAULT_ML1M, machine, ml1m_or_stand_in
+
 from tfrs_logq.pipelines.sequential import training_dataset  # noqa: E402
 from tfrs_logq.pipelines.splits import make_split  # noqa: E402
-
-from tfrs_logq.objectives import OBJECTIVES  # noqa: E402
-from tfrs_logq.training import _set_policy, build_model, resolve_config  # noqa: E402
+from tfrs_logq.sasrec.objectives import OBJECTIVES  # noqa: E402
+from tfrs_logq.sasrec.training import _set_policy, build_model, resolve_config  # noqa: E402
 
 VARIANTS = {  # name -> (jit_compile, mixed precision, length buckets)
     "float32": (False, "none", 8),

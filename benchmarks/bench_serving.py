@@ -35,6 +35,8 @@ import time
 import numpy as np
 import tensorflow as tf  # noqa: E402
 from common import machine
+
+from tfrs_logq.sasrec.models import SASRecEncoder  # noqa: E402
 from tfrs_logq.serving.export import (  # noqa: E402
     DEFAULT_SEARCH_FRACTION,
     RetrievalModule,
@@ -44,8 +46,6 @@ from tfrs_logq.serving.export import (  # noqa: E402
     search_scann,
 )
 from tfrs_logq.serving.server import ModelServer, ServerOptions  # noqa: E402
-
-from tfrs_logq.models import SASRecEncoder  # noqa: E402
 
 
 def clustered(n, d, rng, components=1000):

@@ -12,10 +12,10 @@ import time
 
 import tensorflow as tf  # noqa: E402
 from common import machine
-from tfrs_logq.pipelines.synthetic import SyntheticStream  # noqa: E402
 
 from tfrs_logq import CorrectedRetrieval, CountMinSketch  # noqa: E402
-from tfrs_logq.models import TwoTowerModel  # noqa: E402
+from tfrs_logq.pipelines.synthetic import SyntheticStream  # noqa: E402
+from tfrs_logq.two_tower import TwoTowerModel  # noqa: E402
 
 
 def main():

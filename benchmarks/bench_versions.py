@@ -59,7 +59,7 @@ def child(args) -> None:
     import tfrs_logq
     from tfrs_logq.pipelines.sequential import training_dataset
     from tfrs_logq.pipelines.splits import make_split
-    from tfrs_logq.training import build_model, resolve_config
+    from tfrs_logq.sasrec.training import build_model, resolve_config
 
     if not os.path.abspath(tfrs_logq.__file__).startswith(os.path.abspath(args.snapshot)):
         raise SystemExit(f"imported {tfrs_logq.__file__}, not the snapshot {args.snapshot}")
@@ -114,7 +114,7 @@ def main():
     if args.rounds < 1 or args.steps < 1:
         parser.error("--rounds and --steps must be >= 1")
     sys.path.insert(0, HERE)
-    from tfrs_logq.hostinfo import cpu_description
+    from tfrs_logq._util.hostinfo import cpu_description
 
     revs = {"baseline": args.baseline, "candidate": args.candidate}
     losses = args.losses.split(",")

@@ -9,7 +9,7 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRS needs Keras 2 (tf-keras)
 import tensorflow as tf  # noqa: E402
 
 import tfrs_logq  # noqa: E402,F401
-from tfrs_logq.hostinfo import cpu_description  # noqa: E402
+from tfrs_logq._util.hostinfo import cpu_description  # noqa: E402
 
 
 def machine() -> str:
@@ -41,6 +41,7 @@ def ml1m_or_stand_in(data_dir: str):
     """SASRec's ML-1M from ``data_dir`` if present, else a synthetic stand-in of the same
     size (1M interactions, 6,000 users, 3,400 items); returns (interactions, description)."""
     import numpy as np
+
     from tfrs_logq.pipelines.datasets import load_movielens_1m
     from tfrs_logq.pipelines.interactions import build_interactions
 

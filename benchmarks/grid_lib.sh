@@ -26,11 +26,10 @@ grid_pin() {  # out: sets PIN to the commit every run of the grid in out trains 
 }
 
 grid_snapshot() {  # commit dir: the package's code at commit, laid out as installed, in dir
-  git archive "$1" tfrs_logq pipelines serving | tar -x -C "$2" &&
-    mv "$2/pipelines" "$2/tfrs_logq/pipelines" &&
-    mv "$2/serving" "$2/tfrs_logq/serving" || { echo "no snapshot of $1" >&2; return 1; }
+  # (pyproject.toml's package-dir at that commit says where each part goes)
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../tools/installed_layout.py" --commit "$1" "$2" ||
+    { echo "no snapshot of $1" >&2; return 1; }
 }
-
 grid_python() {  # snap args...: $PY args... from inside the snapshot snap, with -P:
   # neither the work tree nor the current directory is on sys.path, so the snapshot runs.
   local snap=$1; shift

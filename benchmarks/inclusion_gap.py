@@ -18,8 +18,8 @@ from common import machine  # first: sets TF_USE_LEGACY_KERAS before TFRS
 # isort: split
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream  # noqa: E402
 
+from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream  # noqa: E402
 from tfrs_logq.proposal import inclusion_log_q  # noqa: E402
 
 

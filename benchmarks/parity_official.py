@@ -67,7 +67,7 @@ BUDGETS = ("cpu", "smoke", "long", "paper")  # tfrs-logq training presets
 
 def official_budget(preset: str) -> dict:
     """The official config fields for one of our training presets (one source of truth)."""
-    from tfrs_logq.training import resolve_config
+    from tfrs_logq.sasrec.training import resolve_config
 
     c = resolve_config(preset)
     return {"sequence_length": c.max_length, "embedding_dim": c.embedding_dim,
@@ -231,7 +231,7 @@ def run_ours(data_dir: str, loss: str, seed: int, budget: str, threads: int) -> 
 
 
 def _ours_config(data_dir: str, loss: str, seed: int, budget: str):
-    from tfrs_logq.training import resolve_config
+    from tfrs_logq.sasrec.training import resolve_config
 
     return resolve_config(budget, dataset="ml-1m", split="gsasrec", loss=loss,
                           data_dir=data_dir, data_format="sasrec", seed=seed)
@@ -240,7 +240,7 @@ def _ours_config(data_dir: str, loss: str, seed: int, budget: str):
 def import_ours(grid_dir: str, data_dir: str, loss: str, seed: int, budget: str):
     """Our record from a finished `tfrs-logq experiment` run of exactly the config
     `run_ours` trains, or None when there is none."""
-    from tfrs_logq.training import same_run
+    from tfrs_logq.sasrec.training import same_run
 
     run_dir = os.path.join(grid_dir, "runs", f"ml-1m_gsasrec_{loss}_seed{seed}")
     metrics = os.path.join(run_dir, "metrics.json")
@@ -259,7 +259,7 @@ def _ours_child(args) -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
-    from tfrs_logq.training import train
+    from tfrs_logq.sasrec.training import train
 
     tf.config.threading.set_intra_op_parallelism_threads(
         int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0")))
@@ -284,7 +284,7 @@ def check_forward(code: str, python: str, num_items: int = 50, length: int = 20,
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
-    from tfrs_logq.models import SASRecEncoder
+    from tfrs_logq.sasrec.models import SASRecEncoder
 
     script = os.path.join(code, "parity_forward.py")
     with open(script, "w") as f:

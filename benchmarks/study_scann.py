@@ -1,6 +1,6 @@
 """Recall@k of the study's trained models through ScaNN indexes, beside brute force.
 
-Trains runs of a `tfrs_logq.study` preset (by default the headline's `corrected` and
+Trains runs of a `tfrs_logq.studies.study` preset (by default the headline's `corrected` and
 `logq-paper` with the mixture proposal) for each seed with `study.train`, then scores the
 same held-out examples by brute force (`study.model_top_k`) and through ScaNN searchers
 built as `tfrs-logq export --index scann` builds them (`serving.export.scann_parameters` /
@@ -37,16 +37,16 @@ from common import machine  # first: sets TF_USE_LEGACY_KERAS before TFRS
 
 # isort: split
 import numpy as np  # noqa: E402
+
+from tfrs_logq._util.atomic import write_text  # noqa: E402
+from tfrs_logq.metrics import recall_ndcg_from_ranks  # noqa: E402
 from tfrs_logq.serving.export import (  # noqa: E402
     build_scann_searcher,
     scann_parameters,
     search_scann,
 )
-
-from tfrs_logq import study  # noqa: E402
-from tfrs_logq.atomic import write_text  # noqa: E402
-from tfrs_logq.metrics import recall_ndcg_from_ranks  # noqa: E402
 from tfrs_logq.stats import paired_difference  # noqa: E402
+from tfrs_logq.studies import study  # noqa: E402
 
 KS = study.KS
 

@@ -6,7 +6,7 @@ Where the files are looked for (one place, never a fallback from one to the next
    directory, and only it is searched;
 2. else ``$TFRS_LOGQ_DATA_DIR``, when set (the same rules);
 3. else the download cache ``~/.cache/tfrs_logq`` (``$TFRS_LOGQ_CACHE_DIR``; see
-   `tfrs_logq.cache.cache_dir`), where
+   `tfrs_logq._util.cache.cache_dir`), where
    an official archive (``ml-1m.zip``, ``steam_reviews.json.gz``) is downloaded with
    a progress bar and checked against its published checksum.
 
@@ -43,6 +43,9 @@ import urllib.request
 from typing import Optional
 
 import numpy as np
+
+from tfrs_logq._util.atomic import atomic_write
+from tfrs_logq._util.cache import cache_dir  # the one cache location (re-exported here)
 from tfrs_logq.pipelines.interactions import (
     DataFormatError,
     Interactions,
@@ -55,9 +58,6 @@ from tfrs_logq.pipelines.interactions import (
     save_cache,
 )
 from tfrs_logq.pipelines.splits import Split, make_split
-
-from tfrs_logq.atomic import atomic_write
-from tfrs_logq.cache import cache_dir  # the one cache location (re-exported here)
 
 log = logging.getLogger("tfrs_logq.data")
 

@@ -30,7 +30,8 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
-from tfrs_logq.atomic import publish_directory, staging_directory
+from tfrs_logq._util.atomic import publish_directory, staging_directory
+from tfrs_logq._util.fingerprint import file_fingerprint
 
 log = logging.getLogger("tfrs_logq.data")
 
@@ -253,15 +254,6 @@ def _first_appearance_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------- cache
-
-
-def file_fingerprint(path: str) -> str:
-    """sha256 of a file's bytes (streamed)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 CACHE_VERSION = 2

@@ -24,6 +24,7 @@ import os
 from typing import Optional
 
 import numpy as np
+
 from tfrs_logq.pipelines.manifest import verified_manifest
 
 # `tfrs_logq.frequency._PRIME`, repeated so that the pipeline needs no TensorFlow

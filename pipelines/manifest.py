@@ -2,7 +2,7 @@
 
 A Beam-free, TensorFlow-free part of `tfrs_logq.pipelines.beam.artifacts` (which
 re-exports every name here and describes the layout), so the training configuration
-(`tfrs_logq.config.examples_config`) can read an ExampleGen artifact without importing
+(`tfrs_logq.sasrec.config.examples_config`) can read an ExampleGen artifact without importing
 the pipeline's layer. ``manifest.json`` holds ``outputs``: the sha256 of every file of
 the artifact, keyed by its path relative to the artifact directory; a reader
 (`verified_manifest`) refuses an artifact whose files do not match, naming the file.
@@ -14,7 +14,7 @@ import json
 import os
 from typing import Optional
 
-from tfrs_logq.pipelines.interactions import file_fingerprint
+from tfrs_logq._util.fingerprint import file_fingerprint
 
 MANIFEST = "manifest.json"
 

@@ -16,9 +16,9 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-from tfrs_logq.pipelines.splits import EvalPart, Split
 
 from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
+from tfrs_logq.pipelines.splits import EvalPart, Split
 
 
 def left_pad(sequences, length: int) -> np.ndarray:

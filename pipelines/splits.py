@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
 from tfrs_logq.pipelines.interactions import Interactions
 
 SPLITS = ("loo", "gsasrec", "temporal")

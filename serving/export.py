@@ -36,9 +36,9 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from tfrs_logq.atomic import publish_directory, remove_stale_staging, staging_directory
-from tfrs_logq.models import SASRecEncoder
-from tfrs_logq.trained import load_trained  # noqa: F401  (the export's input; re-exported)
+from tfrs_logq._util.atomic import publish_directory, remove_stale_staging, staging_directory
+from tfrs_logq.sasrec.models import SASRecEncoder
+from tfrs_logq.sasrec.trained import load_trained  # noqa: F401  (the export's input; re-exported)
 
 INDEXES = ("scann", "brute-force")
 # A servable name is one path component: no separators, no "..", nothing hidden.
@@ -74,7 +74,7 @@ def remove_stale_temporaries(base: str) -> list[str]:
 
     A temporary is named ``.tmp-VERSION-PID-RANDOM``; it is stale when that process
     is gone (an export in progress in a live process is left alone; so is a name
-    without a PID). Returns the removed paths (`tfrs_logq.atomic.remove_stale_staging`).
+    without a PID). Returns the removed paths (`tfrs_logq._util.atomic.remove_stale_staging`).
     """
     return [os.path.join(base, name)
             for name in remove_stale_staging(base, (_TMP_PREFIX,))]

@@ -74,7 +74,7 @@ def data_dir(tmp_path, monkeypatch):
 # fixtures: the serving extras (grpc, tensorflow-serving-api) are not needed elsewhere.
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
-    from tfrs_logq.training import resolve_config, train
+    from tfrs_logq.sasrec.training import resolve_config, train
 
     root = tmp_path_factory.mktemp("serving")
     os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")

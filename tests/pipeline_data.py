@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+
 from tfrs_logq.pipelines.interactions import build_interactions
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+
 from tfrs_logq.serving.client import make_request, predict_stub
 
 

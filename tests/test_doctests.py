@@ -42,7 +42,7 @@ def test_the_examples_are_found():
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name):
     module = importlib.import_module(name)
-    environ = dict(os.environ)  # an example may set variables (tfrs_logq.cache does)
+    environ = dict(os.environ)  # an example may set variables (tfrs_logq._util.cache does)
     try:
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS
                                  | doctest.NORMALIZE_WHITESPACE)

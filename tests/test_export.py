@@ -7,6 +7,9 @@ import os
 
 import numpy as np
 import pytest
+
+from tfrs_logq import cli
+from tfrs_logq.sasrec.training import resolve_config, train
 from tfrs_logq.serving.export import (
     check_model_name,
     export,
@@ -14,9 +17,6 @@ from tfrs_logq.serving.export import (
     remove_stale_temporaries,
     run_fingerprint,
 )
-
-from tfrs_logq import cli
-from tfrs_logq.training import resolve_config, train
 
 
 def _ratings(directory, seed=0):

@@ -31,6 +31,8 @@ def repo(tmp_path):
     _git(repo, "init", "-q")
     _git(repo, "config", "user.email", "t@example.com")
     _git(repo, "config", "user.name", "t")
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:  # its package-dir mapping
+        (repo / "pyproject.toml").write_text(f.read())
     for version in ("v1", "v2"):
         for d in ("tfrs_logq", "pipelines", "serving"):
             (repo / d / "__init__.py").write_text(f"VERSION = {version!r}\n")
@@ -161,6 +163,8 @@ def test_fixed_grid_skips_finished_rows_trains_from_the_pin_and_commits_each_run
                                                                                tmp_path):
     for name in ("fixed_grid.sh", "grid_lib.sh"):
         shutil.copy(os.path.join(ROOT, "benchmarks", name), repo / "benchmarks" / name)
+    (repo / "tools").mkdir(exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "tools", "installed_layout.py"), repo / "tools")
     python = tmp_path / "python"
     python.write_text(_FAKE_PYTHON)
     python.chmod(0o755)
@@ -217,6 +221,8 @@ echo "run$done_runs,0.5" >> "$out/results.csv"
 def test_synthetic_study_runs_one_at_a_time_from_the_pin_and_commits_each(repo, tmp_path):
     for name in ("synthetic_study.sh", "grid_lib.sh"):
         shutil.copy(os.path.join(ROOT, "benchmarks", name), repo / "benchmarks" / name)
+    (repo / "tools").mkdir(exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "tools", "installed_layout.py"), repo / "tools")
     python = tmp_path / "python"
     python.write_text(_FAKE_STUDY)
     python.chmod(0o755)

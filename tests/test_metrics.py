@@ -33,9 +33,8 @@ def test_target_ranks_and_metrics_match_numpy():
 def test_recall_ndcg_from_ranks_histograms_and_the_beam_evaluator_agree():
     """One implementation: the Beam Evaluator's figures are `tfrs_logq.metrics`' on the same
     ranks, and both are the formula in numpy."""
-    from tfrs_logq.pipelines.beam import evaluation
-
     from tfrs_logq.metrics import rank_histogram, recall_ndcg_from_histogram
+    from tfrs_logq.pipelines.beam import evaluation
 
     ranks = np.random.default_rng(2).integers(0, 3000, size=500) // 3
     r = ranks.astype(np.float64)

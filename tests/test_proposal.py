@@ -164,7 +164,7 @@ def test_in_batch_loss_task_and_hard_negative_task_agree_with_excluded_log_q():
 
 
 def test_sequence_objective_agrees_with_excluded_log_q_from_counts():
-    from tfrs_logq.objectives import SampledIds, make_objective
+    from tfrs_logq.sasrec.objectives import SampledIds, make_objective
 
     rng = np.random.default_rng(3)
     num_items, dim = 9, 4
@@ -193,7 +193,7 @@ def test_sequence_objective_agrees_with_excluded_log_q_from_counts():
 
 
 def test_diagnose_uses_the_losses_log_q_prime_and_weight():
-    from tfrs_logq.diagnose import _sampled_gradients
+    from tfrs_logq.studies.diagnose import _sampled_gradients
 
     rng = np.random.default_rng(4)
     n, num_items, dim = 4, 7, 3
@@ -225,7 +225,7 @@ def test_diagnose_uses_the_losses_log_q_prime_and_weight():
 
 def test_a_positive_with_q_one_is_clipped_the_same_way_everywhere():
     """Q(p) = 1 (a caller's log Q of 0): every caller caps it at 1 - 1e-6, finite and equal."""
-    from tfrs_logq.diagnose import _sampled_gradients
+    from tfrs_logq.studies.diagnose import _sampled_gradients
     from tfrs_logq.tasks import CorrectedRetrieval
 
     q = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
@@ -253,9 +253,9 @@ def test_a_positive_with_q_one_is_clipped_the_same_way_everywhere():
 
 
 def test_mixture_log_q_is_the_same_in_the_sampler_and_in_diagnose():
-    from tfrs_logq.diagnose import Proposal
     from tfrs_logq.frequency import ExactFrequency
     from tfrs_logq.sampling import InBatchSampler, MixedSampler, UniformSampler
+    from tfrs_logq.studies.diagnose import Proposal
 
     counts = np.array([0, 6, 3, 1], np.float64)
     unigram = counts / counts.sum()

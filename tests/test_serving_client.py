@@ -4,11 +4,11 @@ the client's recall/NDCG is the metrics implementation."""
 
 import numpy as np
 import pytest
+
+from tfrs_logq.metrics import target_ranks
 from tfrs_logq.serving.client import predict_stub, ranks_through_server
 from tfrs_logq.serving.export import load_trained
 from tfrs_logq.serving.server import ModelServer, ServerOptions
-
-from tfrs_logq.metrics import target_ranks
 
 
 def test_ranks_through_server_equal_exact_for_brute_force(trained, exports):
@@ -37,9 +37,8 @@ def test_ranks_through_server_equal_exact_for_brute_force(trained, exports):
 
 
 def test_client_recall_ndcg_is_the_metrics_implementation():
-    from tfrs_logq.serving.client import recall_ndcg
-
     from tfrs_logq.metrics import recall_ndcg_from_ranks
+    from tfrs_logq.serving.client import recall_ndcg
 
     ranks = np.random.default_rng(3).integers(0, 1500, size=500)
     got = recall_ndcg(ranks, (10, 100, 1000), (20,))

@@ -49,9 +49,8 @@ def test_evaluate_through_server_is_a_library_function(trained, exports):
 
 def test_the_evaluate_command_only_parses_flags_and_calls_the_library(trained, monkeypatch,
                                                                      capsys):
-    from tfrs_logq.serving import evaluation
-
     from tfrs_logq import cli
+    from tfrs_logq.serving import evaluation
 
     calls = []
     monkeypatch.setattr(evaluation, "evaluate_through_server",

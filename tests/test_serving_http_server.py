@@ -6,6 +6,7 @@ import time
 
 import pytest
 from serving_helpers import _http, _predict_body, _raw
+
 from tfrs_logq.serving.server import ModelServer, ServerOptions
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from serving_helpers import _histories, _http
+
 from tfrs_logq.serving.client import make_request, predict_stub
 
 

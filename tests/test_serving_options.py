@@ -3,6 +3,7 @@
 
 
 import pytest
+
 from tfrs_logq.serving.server import ServerOptions
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from serving_helpers import _histories
+
 from tfrs_logq.serving.export import load_trained
 
 

@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from tfrs_logq.serving import export as export_lib
 
 from tfrs_logq import cli
-from tfrs_logq.training import resolve_config, train
+from tfrs_logq.sasrec.training import resolve_config, train
+from tfrs_logq.serving import export as export_lib
 
 
 def _scann_loads() -> bool:

@@ -31,6 +31,9 @@ import datetime
 import os
 from typing import Iterator, Optional
 
+from tfrs_logq._util import atomic
+from tfrs_logq._util.atomic import write_json
+
 # Reading and verifying a manifest, Beam-free (re-exported here).
 from tfrs_logq.pipelines.manifest import (  # noqa: F401
     MANIFEST,
@@ -40,9 +43,6 @@ from tfrs_logq.pipelines.manifest import (  # noqa: F401
     read_manifest,
     verified_manifest,
 )
-
-from tfrs_logq import atomic
-from tfrs_logq.atomic import write_json
 
 LOCK = ".lock"
 _TMP_PREFIX = ".tmp-"
@@ -96,19 +96,19 @@ def write_manifest(staging: str, record: dict) -> dict:
 
 def staging_directory(root: str, component: str) -> contextlib.AbstractContextManager[str]:
     """A fresh ``ROOT/.tmp-COMPONENT-PID-XXXX`` directory, removed if the block fails
-    (`tfrs_logq.atomic.staging_directory`)."""
+    (`tfrs_logq._util.atomic.staging_directory`)."""
     return atomic.staging_directory(root, f"{_TMP_PREFIX}{component}-{os.getpid()}-")
 
 
 def publish(staging: str, directory: str) -> None:
     """Moves a finished ``staging`` directory to ``directory``, replacing any old one
-    (moved aside to ``.old-NAME-PID-XXXX`` first: `tfrs_logq.atomic.publish_directory`)."""
+    (moved aside to ``.old-NAME-PID-XXXX`` first: `tfrs_logq._util.atomic.publish_directory`)."""
     atomic.publish_directory(staging, directory)
 
 
 def remove_stale(root: str) -> list[str]:
     """Removes ``.tmp-*`` / ``.old-*`` directories left by runs that died (their PID is
-    gone); returns what was removed (`tfrs_logq.atomic.remove_stale_staging`)."""
+    gone); returns what was removed (`tfrs_logq._util.atomic.remove_stale_staging`)."""
     return atomic.remove_stale_staging(root, (_TMP_PREFIX, _OLD_PREFIX))
 
 

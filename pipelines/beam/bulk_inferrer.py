@@ -38,6 +38,7 @@ from typing import Any, Iterable, Optional, Sequence
 import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
+
 from tfrs_logq.pipelines.beam.artifacts import artifact_input, verified_manifest
 from tfrs_logq.pipelines.beam.exporter import saved_model_dir
 from tfrs_logq.pipelines.beam.predictions import PREDICTIONS_DIR, encode_features

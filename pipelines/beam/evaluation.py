@@ -27,9 +27,9 @@ import os
 from typing import Optional
 
 import numpy as np
-from tfrs_logq.pipelines.beam.artifacts import verified_manifest
 
 from tfrs_logq.metrics import recall_ndcg_from_histogram
+from tfrs_logq.pipelines.beam.artifacts import verified_manifest
 
 COMPONENT = "Evaluator"
 METRICS_FILE = "metrics.json"

@@ -33,6 +33,7 @@ from typing import Optional
 
 import apache_beam as beam
 import numpy as np
+
 from tfrs_logq.pipelines.beam.artifacts import ArtifactError, artifact_input, verified_manifest
 from tfrs_logq.pipelines.beam.evaluation import (
     HISTORY_BUCKETS,  # noqa: F401  (re-exported)

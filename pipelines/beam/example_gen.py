@@ -43,6 +43,8 @@ from typing import Callable, Optional
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.tfrecordio import _TFRecordUtil
+
+from tfrs_logq._util.fingerprint import file_fingerprint
 from tfrs_logq.pipelines.beam import SOURCE_FORMATS
 from tfrs_logq.pipelines.beam.artifacts import ArtifactError
 from tfrs_logq.pipelines.beam.synthetic_source import DATASET, ItemTable, SyntheticSpec, draw_chunk
@@ -59,7 +61,6 @@ from tfrs_logq.pipelines.interactions import (
     DataFormatError,
     ParseReport,
     build_interactions,
-    file_fingerprint,
     open_text,
     parse_lines,
 )

@@ -222,8 +222,7 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
         Evaluator("", "", "", thresholds=dict(thresholds or {}), baseline=baseline,
                   baseline_tolerance=baseline_tolerance)
     from tfrs_logq.pipelines.beam.exporter import Exporter
-
-    from tfrs_logq.config import resolve_config
+    from tfrs_logq.sasrec.config import resolve_config
 
     resolve_config(preset, **dict(train_options or {}))
     Exporter("", index=index)

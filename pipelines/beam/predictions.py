@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
 from tfrs_logq.pipelines.examples import example_class, read_records
 

@@ -24,10 +24,9 @@ import os
 import shutil
 from typing import Optional
 
+from tfrs_logq._util.atomic import publish_directory, staging_directory
 from tfrs_logq.pipelines.beam.artifacts import artifact_input, remove_stale, verified_manifest
 from tfrs_logq.pipelines.beam.exporter import saved_model_dir
-
-from tfrs_logq.atomic import publish_directory, staging_directory
 
 NAME = "Pusher"
 VERSION = 1

@@ -17,6 +17,7 @@ import os
 
 import apache_beam as beam
 import numpy as np
+
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
 from tfrs_logq.pipelines.beam.synthetic_source import ItemTable, chunk_training_ids
 from tfrs_logq.pipelines.examples import decode_user, example_class

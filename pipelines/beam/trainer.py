@@ -1,4 +1,4 @@
-"""Trainer: `tfrs_logq.training.train` on the ExampleGen artifact, into a model directory.
+"""Trainer: `tfrs_logq.sasrec.training.train` on the ExampleGen artifact, into a model directory.
 
 ::
 
@@ -39,7 +39,7 @@ class Trainer:
       examples_dir: str. The ExampleGen artifact (``PIPELINE_ROOT/ExampleGen``).
       statistics_dir: str. The Statistics artifact, whose counts give ``log Q``; None
         counts them from the split (the same numbers). Defaults to None.
-      preset: str. A `tfrs_logq.config.PRESETS` name. Defaults to ``"smoke"`` (seconds
+      preset: str. A `tfrs_logq.sasrec.config.PRESETS` name. Defaults to ``"smoke"`` (seconds
         to minutes on 2 CPU cores; ``cpu`` or ``long`` train a usable model).
       overrides: dict. Other `TrainConfig` fields (``loss``, ``seed``, ...). Defaults
         to none.
@@ -57,7 +57,7 @@ class Trainer:
     USES_BEAM = False  # runs in the pipeline's process
 
     def __post_init__(self) -> None:
-        from tfrs_logq.config import resolve_config
+        from tfrs_logq.sasrec.config import resolve_config
 
         unknown = set(self.overrides) & {"examples", "log_q"}
         if unknown:
@@ -67,7 +67,7 @@ class Trainer:
 
     def config(self):
         """The run's `TrainConfig`: the preset and overrides, the artifact's data fields."""
-        from tfrs_logq.config import examples_config, resolve_config
+        from tfrs_logq.sasrec.config import examples_config, resolve_config
 
         config = resolve_config(
             self.preset, **self.overrides, examples=os.path.abspath(self.examples_dir),
@@ -86,7 +86,7 @@ class Trainer:
 
     def build(self, root: str, staging: str, run) -> dict:
         """Trains into ``staging`` (no Beam job); returns the run's summary."""
-        from tfrs_logq.training import train
+        from tfrs_logq.sasrec.training import train
 
         result = train(self.config(), staging, verbose=self.verbose)
         return {"epochs": result["epochs"], "steps": result["steps"],

@@ -108,16 +108,16 @@ _DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fractio
 
 def train_help(name: str) -> str:
     """The help of a `TrainConfig` field: its docstring."""
-    from tfrs_logq.config import TrainConfig
+    from tfrs_logq.sasrec.config import TrainConfig
 
     return next(f.doc for f in dataclass_fields(TrainConfig) if f.name == name)
 
 
 def train_choices() -> dict:
     """The names each `TrainConfig` field of a closed set takes (what it checks)."""
-    from tfrs_logq.config import MIXED_PRECISION_POLICIES, OBJECTIVES, PRESETS, STRATEGIES
     from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
     from tfrs_logq.pipelines.splits import SPLITS
+    from tfrs_logq.sasrec.config import MIXED_PRECISION_POLICIES, OBJECTIVES, PRESETS, STRATEGIES
 
     return {"dataset": DATASETS, "split": SPLITS, "loss": OBJECTIVES,
             "data_format": ML1M_FORMATS, "strategy": STRATEGIES, "preset": tuple(PRESETS),
@@ -127,7 +127,7 @@ def train_choices() -> dict:
 def train_value(name: str, kind: type):
     """The argparse type of a `TrainConfig` field: the text as ``kind``, checked by
     `TrainConfig` (``argument --seed: must be >= 0, received -1.``)."""
-    from tfrs_logq.config import ConfigError, TrainConfig
+    from tfrs_logq.sasrec.config import ConfigError, TrainConfig
 
     def convert(text: str):
         try:
@@ -187,7 +187,7 @@ def add_train_fields(parser, experiment: bool) -> None:
     """A flag per `TrainConfig` field (``experiment`` takes lists of datasets, splits,
     losses and seeds instead of one), then ``--config``. Every default is None, so a
     flag not given leaves the preset and ``--config`` alone."""
-    from tfrs_logq.config import FLAGS, PRESETS, TrainConfig
+    from tfrs_logq.sasrec.config import FLAGS, PRESETS, TrainConfig
 
     choices = train_choices()
     groups = {"data": parser.add_argument_group("data"),
@@ -240,7 +240,7 @@ def config_file(path: str, flag: str = "--config") -> dict:
     """The JSON object of `TrainConfig` fields in the file ``path`` (given as ``flag``),
     each value checked as its flag's: its JSON type by jsonargparse, its value by
     `TrainConfig`."""
-    from tfrs_logq.config import ConfigError, TrainConfig
+    from tfrs_logq.sasrec.config import ConfigError, TrainConfig
 
     try:
         with open(path) as f:
@@ -275,7 +275,7 @@ def config_file(path: str, flag: str = "--config") -> dict:
 
 def training_overrides(args) -> dict:
     """``--config`` then the flags given, over the preset (resolved by `resolve_config`)."""
-    from tfrs_logq.config import TrainConfig
+    from tfrs_logq.sasrec.config import TrainConfig
 
     overrides = {}
     if args.config:

@@ -9,7 +9,7 @@ from tfrs_logq.cli._dataclass_flags import add_data_flags, train_help, train_val
 
 
 def populate(p) -> None:
-    from tfrs_logq.config import TrainConfig
+    from tfrs_logq.sasrec.config import TrainConfig
 
     defaults = TrainConfig()
     group = add_data_flags(p, defaults.dataset, defaults.split)

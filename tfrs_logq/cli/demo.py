@@ -1,4 +1,4 @@
-"""``tfrs-logq demo``: none/logq/corrected on the synthetic stream (`tfrs_logq.demo`)."""
+"""``tfrs-logq demo``: none/logq/corrected on the synthetic stream (`tfrs_logq.studies.demo`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from tfrs_logq.cli._dataclass_flags import dataclass_fields, field_spec
 
 
 def populate(p) -> None:
-    from tfrs_logq.demo import DemoConfig
     from tfrs_logq.losses import CORRECTIONS
+    from tfrs_logq.studies.demo import DemoConfig
 
     help_text = {
         "num_items": "catalog size of the synthetic stream",
@@ -45,7 +45,7 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq.demo import DemoConfig, run_demo
+    from tfrs_logq.studies.demo import DemoConfig, run_demo
 
     config = DemoConfig(**{f.name: getattr(args, f.name)
                            for f in dataclasses.fields(DemoConfig)})

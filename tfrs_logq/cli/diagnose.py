@@ -1,4 +1,4 @@
-"""``tfrs-logq diagnose``: gradient bias against the full softmax (`tfrs_logq.diagnose`)."""
+"""``tfrs-logq diagnose``: gradient bias against the full softmax (`tfrs_logq.studies.diagnose`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from tfrs_logq.cli._common import add_flag, add_verbose, comma_list, int_at_leas
 
 
 def populate(p) -> None:
-    from tfrs_logq.diagnose import SAMPLERS
     from tfrs_logq.losses import CORRECTIONS
+    from tfrs_logq.studies.diagnose import SAMPLERS
 
     source = p.add_mutually_exclusive_group(required=True)
     add_flag(source, "model-dir", metavar="DIR",
@@ -40,7 +40,7 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq import diagnose as diag
+    from tfrs_logq.studies import diagnose as diag
 
     if args.model_dir:
         read_model_config(args.model_dir)
@@ -56,7 +56,7 @@ def run(args) -> int:
     result.pop("_per_query")
     result = {**source, **result}
     if args.output_dir:
-        from tfrs_logq.atomic import write_json, write_text
+        from tfrs_logq._util.atomic import write_json, write_text
 
         os.makedirs(args.output_dir, exist_ok=True)
         write_json(os.path.join(args.output_dir, "diagnose.json"), result)

@@ -1,4 +1,4 @@
-"""``tfrs-logq experiment``: the paper's grid and its Table 1 (`tfrs_logq.experiment`)."""
+"""``tfrs-logq experiment``: the paper's grid and its Table 1 (`tfrs_logq.studies.experiment`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from tfrs_logq.cli._dataclass_flags import add_train_fields, train_value, traini
 
 
 def populate(p) -> None:
-    from tfrs_logq.config import OBJECTIVES, TrainConfig
     from tfrs_logq.pipelines.datasets import DATASETS
     from tfrs_logq.pipelines.splits import SPLITS
+    from tfrs_logq.sasrec.config import OBJECTIVES, TrainConfig
 
     defaults = TrainConfig()
     add_flag(p, "output-dir", required=True, metavar="DIR",
@@ -41,7 +41,7 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq.experiment import run_grid
+    from tfrs_logq.studies.experiment import run_grid
 
     overrides = training_overrides(args)
     preset = overrides.pop("preset", None) or "cpu"

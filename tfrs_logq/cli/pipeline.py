@@ -53,12 +53,12 @@ def _thresholds(metrics: Sequence[str]):
 
 
 def populate(p) -> None:
-    from tfrs_logq.config import OBJECTIVES, PRESETS, TrainConfig
     from tfrs_logq.pipelines.beam import COMPONENTS, METRICS, SOURCE_FORMATS
     from tfrs_logq.pipelines.beam.exporter import INDEXES
     from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
     from tfrs_logq.pipelines.datasets import DATASETS, DEFAULT_TEMPORAL_FRACTION
     from tfrs_logq.pipelines.splits import SPLITS
+    from tfrs_logq.sasrec.config import OBJECTIVES, PRESETS, TrainConfig
 
     defaults = TrainConfig()
     add_flag(p, "pipeline-root", required=True, metavar="DIR",

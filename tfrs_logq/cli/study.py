@@ -1,14 +1,14 @@
-"""``tfrs-logq study``: the large-catalog study on the synthetic stream (`tfrs_logq.study`)."""
+"""``tfrs-logq study``: the large-catalog study on the synthetic stream (`tfrs_logq.studies.study`)."""
 
 from __future__ import annotations
 
 
 def populate(p) -> None:
     from tfrs_logq.cli._common import add_flag
-    from tfrs_logq.study import OPTIMIZERS, PRESETS
+    from tfrs_logq.studies.study import OPTIMIZERS, PRESETS
 
     add_flag(p, "preset", choices=tuple(PRESETS), default="pilot",
-             help="the grid (see PRESETS in tfrs_logq/study.py)")
+             help="the grid (see PRESETS in tfrs_logq/studies/study.py)")
     add_flag(p, "output-dir", default="study_output", metavar="DIR",
              help="results.csv, table.md and paired.png go here")
     add_flag(p, "seeds", type=int, nargs="+", default=None,
@@ -41,8 +41,8 @@ def _steps_list(text: str) -> tuple:
 
 
 def run(args) -> int:
-    from tfrs_logq.study import preset_runs
-    from tfrs_logq.study_grid import pending, run_grid
+    from tfrs_logq.studies.study import preset_runs
+    from tfrs_logq.studies.study_grid import pending, run_grid
 
     overrides = {k: getattr(args, k) for k in ("steps", "optimizer", "eval_at")
                  if getattr(args, k) is not None}

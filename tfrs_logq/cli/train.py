@@ -1,4 +1,4 @@
-"""``tfrs-logq train``: one SASRec training run (`tfrs_logq.training.train`)."""
+"""``tfrs-logq train``: one SASRec training run (`tfrs_logq.sasrec.training.train`)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq import training
     from tfrs_logq.pipelines.datasets import load_split
+    from tfrs_logq.sasrec import training
 
     overrides = training_overrides(args)
     config = training.resolve_config(**overrides)

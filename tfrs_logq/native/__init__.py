@@ -14,7 +14,7 @@
 The kernels (`sampled_dot.cc`, `layer_norm.cc`, `dropout.cc`, beside this file) are
 compiled into one library with TensorFlow's own compile and link flags the first time
 they are needed, into the ``native`` directory of the package's cache
-(`tfrs_logq.cache.cache_dir`: ``$TFRS_LOGQ_CACHE_DIR``, else ``$XDG_CACHE_HOME/tfrs_logq``
+(`tfrs_logq._util.cache.cache_dir`: ``$TFRS_LOGQ_CACHE_DIR``, else ``$XDG_CACHE_HOME/tfrs_logq``
 or ``~/.cache/tfrs_logq``; ``$TFRS_LOGQ_NATIVE_CACHE_DIR`` moves the kernels alone, e.g.
 one kernel cache shared by tests that point the data cache at temporary directories),
 keyed by the sources, TensorFlow's version, the compiler and the CPU; the build writes
@@ -50,7 +50,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from tfrs_logq import atomic, cache
+from tfrs_logq._util import atomic, cache
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def _mode() -> str:
 
 def cache_dir() -> Path:
     """Where the compiled kernels live: ``$TFRS_LOGQ_NATIVE_CACHE_DIR`` when set (not
-    empty), else ``native/`` in the package's cache directory (`tfrs_logq.cache.cache_dir`,
+    empty), else ``native/`` in the package's cache directory (`tfrs_logq._util.cache.cache_dir`,
     which honours the deprecated ``TFRS_LOGQ_CACHE`` with a `DeprecationWarning`)."""
     root = os.environ.get(CACHE_ENV, "").strip()
     if root:
@@ -332,7 +332,7 @@ def usable_here() -> bool:
     Checked where the ops are built, i.e. when a `tf.function` traces: a trace made
     outside XLA and later called from inside an XLA cluster is not retraced, so code
     that compiles with XLA must build its models with ``native_kernels=False`` (as
-    `tfrs_logq.training` does under ``xla`` and on TPU) or trace with ``jit_compile``."""
+    `tfrs_logq.sasrec.training` does under ``xla`` and on TPU) or trace with ``jit_compile``."""
     return not in_xla_context() and not in_save_context()
 
 

@@ -1,0 +1,138 @@
+"""tfrs_logq.sasrec.run_directory: which run a model directory holds, whether it resumes or is
+refused, its lock, and each worker's directory (through tfrs_logq.sasrec.training, which
+re-exports them)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tfrs_logq.sasrec.training import resolve_config, train
+
+
+def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
+    from tfrs_logq.sasrec.training import RunDirectoryError, RunLock
+
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+         str(model_dir / RunLock.NAME)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                                max_epochs=1, steps_per_epoch=2)
+        with pytest.raises(RunDirectoryError, match="in use by another training process"):
+            train(config, str(model_dir), verbose=0)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (model_dir / "config.json").exists()  # refused before touching the run
+    # Released with the process: the same directory trains now.
+    assert train(config, str(model_dir), verbose=0)["epochs"] == 1
+
+
+def test_worker_directory_is_the_model_dir_on_the_chief_only(monkeypatch, tmp_path):
+    from tfrs_logq.sasrec.training import worker_directory
+
+    cluster = {"worker": ["a:1", "b:2"]}
+    for task, expected in (({"type": "worker", "index": 0}, "m"),
+                           ({"type": "worker", "index": 1}, "m/worker-worker-1")):
+        monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
+        assert worker_directory("m") == expected
+        assert worker_directory("m", "default") == "m"  # not a multi-worker run
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["c:0"], **cluster}, "task": {"type": "worker", "index": 0}}))
+    assert worker_directory("m") == "m/worker-worker-0"  # an explicit chief exists
+    monkeypatch.delenv("TF_CONFIG")
+    assert worker_directory("m") == "m"
+
+
+def test_run_directories_of_older_versions_are_refused_not_resumed_wrongly(data_dir, tmp_path):
+    from tfrs_logq.sasrec.training import RunDirectoryError, prepare_run_directory, saved_config
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    for name, make in (("keras-backup", lambda d: (d / "backup" / "chief").mkdir(parents=True)),
+                       ("zero-based", lambda d: (d / "epochs.json").write_text(json.dumps(
+                           {"monitor": "val_ndcg@10", "best_epoch": 0,
+                            "epochs": [{"epoch": 0, "val_ndcg@10": 0.1}]})))):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps(saved_config(config, 40)))
+        make(run)
+        with pytest.raises(RunDirectoryError, match="older tfrs-logq.*--overwrite"):
+            prepare_run_directory(config, str(run))
+        assert prepare_run_directory(config, str(run), overwrite=True) == "new"
+
+
+def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_path):
+    from tfrs_logq.sasrec.training import RunDirectoryError, prepare_run_directory
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    run = tmp_path / "m"
+    run.mkdir()
+    for name in (".lock", "vocabulary.json", ".config.json.x1y2.tmp"):
+        (run / name).write_text("{}")
+    assert prepare_run_directory(config, str(run)) == "new"
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(RunDirectoryError, match="not empty"):
+        prepare_run_directory(config, str(run))
+
+
+def test_a_resume_keeps_the_runs_speed_only_fields(data_dir, tmp_path, caplog):
+    import dataclasses
+    import logging
+
+    from tfrs_logq.sasrec.training import _resumed_speed_fields, saved_config
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                            length_buckets=8)
+    (tmp_path / "config.json").write_text(json.dumps(saved_config(config, 40)))
+    with caplog.at_level(logging.INFO, logger="tfrs_logq.sasrec.training"):
+        resumed = _resumed_speed_fields(dataclasses.replace(config, length_buckets=2),
+                                        str(tmp_path))
+    assert resumed.length_buckets == 8
+    assert any("length_buckets=8" in r.getMessage() for r in caplog.records)
+
+
+def test_a_filesystem_without_flock_warns_and_trains(tmp_path, monkeypatch, caplog):
+    import errno
+    import fcntl
+    import logging
+
+    from tfrs_logq.sasrec.training import RunLock
+
+    def no_flock(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with caplog.at_level(logging.WARNING, logger="tfrs_logq.sasrec.training"):
+        with RunLock(str(tmp_path)):
+            pass
+    assert any("no flock" in r.getMessage() for r in caplog.records)
+
+
+def test_run_directory_refuses_other_or_finished_runs(data_dir, tmp_path):
+    from tfrs_logq.sasrec.training import RunDirectoryError
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                            max_epochs=1, steps_per_epoch=2)
+    model_dir = str(tmp_path / "m")
+    train(config, model_dir, verbose=0)
+    other = resolve_config("smoke", loss="mns-none", split="loo", data_dir=data_dir,
+                           max_epochs=1, steps_per_epoch=2)
+    with pytest.raises(RunDirectoryError, match="another config"):
+        train(other, model_dir, verbose=0)
+    with pytest.raises(RunDirectoryError, match="finished"):
+        train(config, model_dir, verbose=0)
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["loss"] == "inbatch-none"
+    result = train(other, model_dir, verbose=0, overwrite=True)
+    assert result["loss"] == "mns-none"
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("x")
+    with pytest.raises(RunDirectoryError, match="not empty"):
+        train(config, str(tmp_path / "junk"), verbose=0)
+    with pytest.raises(RunDirectoryError, match="is a file"):
+        train(config, str(tmp_path / "junk" / "notes.txt"), verbose=0)

@@ -1,0 +1,211 @@
+"""A training run's directory: which run it holds, whether it may resume, its lock.
+
+``train`` writes ``config.json`` last when it creates a run, so a directory with
+one holds a run; `prepare_run_directory` decides whether ``train`` starts it,
+resumes it or refuses (another config, a finished run, a run written by an older
+version that cannot resume exactly). `RunLock` keeps a second process out, and
+`worker_directory` gives each non-chief worker of a multi-worker cluster its own
+state. Free of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import logging
+import os
+import shutil
+from typing import Optional
+
+from tfrs_logq.sasrec.config import TrainConfig
+
+log = logging.getLogger("tfrs_logq.sasrec.training")
+
+
+class RunLock:
+    """An exclusive lock on a model directory (``.lock`` in it, `fcntl.flock`), so two
+    processes never train into one directory; released when the process ends,
+    however it ends.
+
+    Raises:
+      RunDirectoryError: another process holds the lock.
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, model_dir: str, flag: str = "--model-dir") -> None:
+        self.path = os.path.join(model_dir, self.NAME)
+        self.flag = flag  # how the error names the directory
+        self._file = None
+
+    def __enter__(self) -> "RunLock":
+        import fcntl
+
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                # A filesystem without flock (NFS mounted nolock, some FUSE mounts).
+                log.warning("cannot lock %s (%s): this filesystem has no flock, so nothing "
+                            "stops a second process training into the same directory",
+                            self.path, os.strerror(e.errno))
+                return self
+            self._file.close()
+            self._file = None
+            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise RunDirectoryError(
+                    f"{self.flag} {os.path.dirname(self.path)} is in use by another "
+                    f"training process; wait for it or choose another directory.") from None
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._file is not None:
+            self._file.close()  # closing releases the lock
+            self._file = None
+
+
+# Options that change how fast a run trains, not what it computes.
+SPEED_ONLY_FIELDS = ("length_buckets",)
+
+
+def saved_config(config: TrainConfig, num_items: Optional[int] = None) -> dict:
+    """``config.json`` of a run: the config (data_dir made absolute) and the catalog size."""
+    saved = dataclasses.asdict(config)
+    for name in ("data_dir", "examples", "log_q"):
+        if saved[name]:
+            saved[name] = os.path.abspath(saved[name])
+    if num_items is not None:
+        saved["num_items"] = int(num_items)
+    return saved
+
+
+class RunDirectoryError(ValueError):
+    """A model directory holds a different or a finished run."""
+
+
+def same_run(config: TrainConfig, model_dir: str) -> Optional[bool]:
+    """None if ``model_dir`` holds no run; else whether its ``config.json`` is ``config``."""
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            existing = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return False
+    existing.pop("num_items", None)
+    try:
+        existing = saved_config(TrainConfig(**existing))
+    except (TypeError, ValueError):
+        return False
+    requested = saved_config(config)
+    for name in SPEED_ONLY_FIELDS:  # the same run whatever their values
+        existing.pop(name, None)
+        requested.pop(name, None)
+    return existing == requested
+
+
+def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool = False) -> str:
+    """Decides what ``train`` does with ``model_dir``: ``"new"``, ``"resume"`` (the same
+    config, interrupted) or, with ``overwrite``, clears it first.
+
+    Raises:
+      RunDirectoryError: the directory holds another run, or this run finished
+        (its ``metrics.json`` exists), and ``overwrite`` is False.
+    """
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
+    if overwrite and os.path.isdir(model_dir):
+        # All but the lock this process holds and other workers' directories (each
+        # worker of a multi-worker run clears its own).
+        for name in os.listdir(model_dir):
+            path = os.path.join(model_dir, name)
+            if name == RunLock.NAME or name.startswith(WORKER_PREFIX):
+                continue
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+                else os.remove(path)
+    same = same_run(config, model_dir)
+    if same is None:
+        # A run killed while it was being created (before config.json, which is
+        # written last) holds at most its vocabulary and a temporary file: new.
+        left = {n for n in (os.listdir(model_dir) if os.path.isdir(model_dir) else [])
+                if n not in (RunLock.NAME, "vocabulary.json") and not n.startswith(WORKER_PREFIX)
+                and not (n.startswith(".") and n.endswith(".tmp"))}
+        if left:
+            raise RunDirectoryError(
+                f"--model-dir {model_dir} is not empty and holds no tfrs-logq run; choose "
+                f"another directory or pass --overwrite to clear it.")
+        return "new"
+    if not same:
+        raise RunDirectoryError(
+            f"--model-dir {model_dir} holds a run with another config (its config.json); "
+            f"choose another directory, or pass --overwrite to replace it.")
+    if os.path.exists(os.path.join(model_dir, "metrics.json")):
+        raise RunDirectoryError(
+            f"--model-dir {model_dir} holds this run, finished (metrics.json); pass "
+            f"--overwrite to train it again.")
+    _check_resumable(model_dir)
+    return "resume"
+
+
+def _check_resumable(model_dir: str) -> None:
+    """Refuses run directories written by versions whose state cannot resume exactly:
+    a Keras `BackupAndRestore` checkpoint (``backup/chief``) or an ``epochs.json``
+    numbered from 0."""
+    older = (f"--model-dir {model_dir} holds an interrupted run written by an older "
+             f"tfrs-logq, which cannot resume exactly here ({{}}); pass --overwrite to "
+             f"train it again.")
+    if os.path.isdir(os.path.join(model_dir, "backup", "chief")):
+        raise RunDirectoryError(older.format("a Keras BackupAndRestore checkpoint"))
+    state = os.path.join(model_dir, "epochs.json")
+    if os.path.exists(state):
+        try:
+            with open(state) as f:
+                base = json.load(f).get("epoch_base")
+        except (OSError, ValueError):
+            base = None
+        if base != 1:
+            raise RunDirectoryError(older.format("epochs.json numbers its epochs from 0"))
+
+
+WORKER_PREFIX = "worker-"
+
+
+def worker_directory(model_dir: str, strategy: str = "auto") -> str:
+    """Where this process keeps its run state: ``model_dir`` itself, except on a
+    non-chief worker of a multi-worker cluster (``TF_CONFIG``), which uses
+    ``model_dir/worker-TYPE-INDEX``: every worker saves its own checkpoints (the
+    collective ops need them all to), and only the chief writes the run's files."""
+    if strategy not in ("auto", "multi-worker"):
+        return model_dir
+    try:
+        tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    except ValueError:
+        return model_dir
+    cluster, task = tf_config.get("cluster"), tf_config.get("task") or {}
+    if not cluster or not task:
+        return model_dir
+    kind, index = task.get("type", "worker"), int(task.get("index", 0))
+    chief = kind == "chief" or (kind == "worker" and index == 0 and "chief" not in cluster)
+    return model_dir if chief else os.path.join(model_dir, f"{WORKER_PREFIX}{kind}-{index}")
+
+
+def _resumed_speed_fields(config: TrainConfig, model_dir: str) -> TrainConfig:
+    """``config`` with the saved run's values of `SPEED_ONLY_FIELDS`: they do not
+    change the model, but they change which random draws each step makes (dropout
+    is called once per length bucket), so an exact resume keeps the saved ones."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        saved = json.load(f)
+    changes = {name: saved[name] for name in SPEED_ONLY_FIELDS
+               if name in saved and saved[name] != getattr(config, name)}
+    for name, value in changes.items():
+        log.info("resuming with the run's %s=%s (requested %s), so it resumes exactly",
+                 name, value, getattr(config, name))
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+__all__ = ["RunDirectoryError", "RunLock", "SPEED_ONLY_FIELDS", "WORKER_PREFIX",
+           "prepare_run_directory", "same_run", "saved_config", "worker_directory"]

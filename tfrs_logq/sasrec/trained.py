@@ -1,0 +1,91 @@
+"""A finished training run, loaded back: its config, item vocabulary, best weights and split.
+
+A run's model directory (``tfrs-logq train --model-dir``) holds ``config.json`` (the
+`TrainConfig` and the catalog size), ``vocabulary.json`` (``raw_items``, the raw id of
+internal item ``i + 1`` at ``i``) and ``best.weights``. `load_trained` rebuilds the
+encoder that run trained, with TensorFlow ops only (no native kernels, one length
+bucket), and loads its best weights; `load_run_split` loads the data it trained on.
+
+The export (`tfrs_logq.serving.export`) and `tfrs_logq.studies.diagnose` both start here, so
+this sits at the training layer: it imports `tfrs_logq.sasrec.training`, never the serving or
+pipeline layers above it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tfrs_logq.sasrec.models import SASRecEncoder, SequentialRetrievalModel
+from tfrs_logq.sasrec.objectives import make_objective
+
+
+def read_run_config(model_dir: str) -> dict:
+    """The run's ``config.json``."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f)
+
+
+def read_vocabulary(model_dir: str) -> np.ndarray:
+    """The raw id of each item, in internal order (internal id ``i + 1`` at ``i``):
+    int64 when every id is an integer, else strings."""
+    with open(os.path.join(model_dir, "vocabulary.json")) as f:
+        raw = json.load(f)["raw_items"]
+    raw_ids = np.asarray(raw)
+    if all(x.lstrip("-").isdigit() for x in raw):
+        raw_ids = raw_ids.astype(np.int64)
+    return raw_ids
+
+
+def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
+    """The encoder with its best weights, its config and the item vocabulary.
+
+    Raises:
+      FileNotFoundError: the run has no ``best.weights`` (not trained, or not finished).
+    """
+    config = read_run_config(model_dir)
+    raw_ids = read_vocabulary(model_dir)
+    from tfrs_logq.sasrec.training import build_encoder  # the encoder the run trained
+
+    # One bucket: serving batches are small, where empty groups would only cost time.
+    # TensorFlow ops only: the SavedModel must load without tfrs_logq's kernels.
+    encoder = build_encoder(config, config["num_items"], length_buckets=1,
+                            native_kernels=False)
+    objective = make_objective(config["loss"], config["num_items"],
+                               np.ones(config["num_items"] + 1),
+                               num_negatives=config["num_negatives"])
+    model = SequentialRetrievalModel(encoder, objective)
+    encoder(tf.zeros([1, config["max_length"]], tf.int32))
+    weights = os.path.join(model_dir, "best.weights")
+    if not os.path.exists(weights + ".index"):
+        raise FileNotFoundError(f"{model_dir} has no best.weights: train it with "
+                                "`tfrs-logq train --model-dir` first.")
+    model.load_weights(weights).expect_partial()
+    return encoder, config, raw_ids
+
+
+# The config fields `training.load_split` reads; an older config.json may lack some.
+_SPLIT_FIELDS = ("examples", "dataset", "split", "data_dir", "data_format",
+                 "temporal_fraction")
+
+
+def load_run_split(model_dir: str, data_dir: Optional[str] = None):
+    """The `Split` the run trained on (`tfrs_logq.sasrec.training.load_split` of its config):
+    its ExampleGen artifact's when it trained on one (``train --examples``), else its
+    dataset's file; ``data_dir`` reads the dataset from another directory instead (and
+    then the dataset, even for a run trained on an artifact)."""
+    from tfrs_logq.sasrec.training import load_split
+
+    saved = read_run_config(model_dir)
+    config = types.SimpleNamespace(**{name: saved.get(name) for name in _SPLIT_FIELDS})
+    if data_dir:
+        config.examples, config.data_dir = None, data_dir
+    return load_split(config)  # type: ignore[arg-type]  (the fields it reads)
+
+
+__all__ = ["load_run_split", "load_trained", "read_run_config", "read_vocabulary"]
