@@ -1,10 +1,40 @@
-"""serving/drain.py: the drain of requests in flight is bounded by its timeout and counts
-what it cut."""
+"""serving/drain.py and the server's drain: readiness fails first, both ports serve through
+a grace with ``Connection: close`` on REST, no request sent before the signal fails on
+either protocol, and the drain is bounded by its timeout and counts what it cut."""
 
+import http.client
+import json
+import os
+import signal
+import threading
 import time
 
-from serving_helpers import _predict_in_threads
+import grpc
+import pytest
+from serving_helpers import _histories, _predict_body, _predict_in_threads
+from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+from tfrs_logq.serving.client import make_request, predict_stub
 from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+
+def _wait_for(condition, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(0.01)
+
+
+def _get(port, path, connection=None):
+    own = connection is None
+    connection = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.getheader("Connection"), json.loads(response.read())
+    finally:
+        if own:
+            connection.close()
 
 
 def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(exports):
@@ -17,7 +47,8 @@ def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(exports):
     srv = ModelServer(options).start()
     results: list = []
     threads = _predict_in_threads(srv.rest_port, srv.port, "cut", 2, results)
-    time.sleep(0.8)
+    _wait_for(lambda: srv.rest_in_flight.now + srv.grpc_in_flight.now == 4,
+              what="4 requests in flight")
     start = time.monotonic()
     summary = srv.stop()
     assert time.monotonic() - start < 4.0
@@ -25,3 +56,144 @@ def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(exports):
         t.join(timeout=30)
     assert summary["cut"] == 4 and summary["drained"] == {"rest": 0, "grpc": 0}, summary
     assert not any(outcome in (200, "OK") for _, outcome, _ in results), results
+
+
+def test_readiness_fails_first_and_both_ports_serve_through_the_grace(exports):
+    """Readiness is what a load balancer reads: it fails at the signal, while both ports
+    still answer (REST with Connection: close) until the grace ends."""
+    options = ServerOptions(model_name="g", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"),
+                            drain_grace_in_ms=4000)
+    srv = ModelServer(options).start()
+    idle = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=15)
+    assert _get(srv.rest_port, "/readyz") == (200, None, {"ready": True})
+    assert _get(srv.rest_port, "/livez")[0] == 200
+    code, connection_header, _ = _get(srv.rest_port, "/v1/models/g", idle)  # kept alive
+    assert code == 200 and connection_header is None
+    stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
+    status_stub = model_service_pb2_grpc.ModelServiceStub(channel)
+    summary: list = []
+    stopper = threading.Thread(target=lambda: summary.append(srv.stop()))
+    start = time.monotonic()
+    stopper.start()
+    _wait_for(lambda: _get(srv.rest_port, "/readyz")[0] == 503, what="/readyz 503")
+    code, _, body = _get(srv.rest_port, "/readyz")
+    assert code == 503 and body["ready"] is False and "shutting down" in body["error"]
+    assert _get(srv.rest_port, "/v1/models/g")[2]["model_version_status"][0]["state"] == \
+        "UNLOADING"
+    status = status_stub.GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "g"}), timeout=15)
+    assert status.model_version_status[0].state == \
+        get_model_status_pb2.ModelVersionStatus.UNLOADING
+    # The idle keep-alive connection is served, and told to close.
+    idle.request("POST", "/v1/models/g:predict", _predict_body())
+    response = idle.getresponse()
+    assert response.status == 200 and json.loads(response.read())["predictions"]
+    assert response.getheader("Connection") == "close"
+    # A new connection and a new gRPC call are still served.
+    fresh = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=15)
+    fresh.request("POST", "/v1/models/g:predict", _predict_body())
+    response = fresh.getresponse()
+    assert response.status == 200 and response.getheader("Connection") == "close"
+    response.read()
+    assert stub.Predict(make_request("g", _histories()), timeout=15).outputs["item_ids"]
+    assert time.monotonic() - start < 4.0, "the checks above ran past the grace"
+    stopper.join(timeout=40)
+    channel.close()
+    assert summary and summary[0]["cut"] == 0, summary
+    with pytest.raises(ConnectionRefusedError):
+        _get(srv.rest_port, "/readyz")
+
+
+def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to_close(
+        exports):
+    """Keep-alive REST clients, new-connection REST clients and gRPC clients send
+    requests in a loop when SIGTERM arrives. Before: 25 of 25 keep-alive clients got
+    BrokenPipeError/ConnectionResetError on their next request (the server closed the
+    connection without saying so), and new connections waiting in the listen backlog
+    were reset. Now every request sent before the signal is answered, no request fails
+    on a reused connection, and what fails after the signal is a clean refusal
+    (a refused connection, or gRPC UNAVAILABLE)."""
+    options = ServerOptions(model_name="t", port=0, rest_api_port=0,
+                            model_base_path=str(exports["base"] / "brute_force"))
+    srv = ModelServer(options).start()
+    results: list = []  # (kind, client, started, outcome, reused, told_to_close)
+    lock = threading.Lock()
+    signalled: list = []
+    stop_by = time.monotonic() + 60
+
+    def record(*row):
+        with lock:
+            results.append(row)
+
+    def rest_client(index, keep_alive):
+        kind = "keep-alive" if keep_alive else "new-connection"
+        connection = None
+        while time.monotonic() < stop_by:
+            if connection is None or not keep_alive:
+                connection = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=30)
+            reused = connection.sock is not None
+            started = time.monotonic()
+            try:
+                connection.request("POST", "/v1/models/t:predict", _predict_body())
+                response = connection.getresponse()
+                response.read()
+                closing = (response.getheader("Connection") or "").lower() == "close"
+                record(kind, index, started, response.status, reused, closing)
+            except ConnectionRefusedError:
+                record(kind, index, started, "refused", reused, False)
+                return  # the server is gone
+            except (OSError, http.client.HTTPException) as exc:
+                record(kind, index, started, type(exc).__name__, reused, False)
+                connection.close()
+                if signalled:
+                    return
+            if not keep_alive:
+                connection.close()
+
+    def grpc_client(index):
+        stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
+        while time.monotonic() < stop_by:
+            started = time.monotonic()
+            try:
+                stub.Predict(make_request("t", _histories()), timeout=30)
+                record("grpc", index, started, "OK", True, False)
+            except grpc.RpcError as exc:
+                record("grpc", index, started, exc.code().name, True, False)
+                if signalled:
+                    break
+        channel.close()
+
+    threads = [threading.Thread(target=rest_client, args=(i, True)) for i in range(6)]
+    threads += [threading.Thread(target=rest_client, args=(i, False)) for i in range(6)]
+    threads += [threading.Thread(target=grpc_client, args=(i,)) for i in range(4)]
+
+    def signal_when_every_client_has_been_served():
+        def served():
+            with lock:
+                return len({(r[0], r[1]) for r in results if r[3] in (200, "OK")}) == 16
+
+        _wait_for(served, timeout=30, what="every client served once")
+        signalled.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    for t in threads:
+        t.start()
+    threading.Thread(target=signal_when_every_client_has_been_served, daemon=True).start()
+    summary = srv.serve_until_signal()
+    for t in threads:
+        t.join(timeout=70)
+    assert signalled, "no signal was sent"
+    at = signalled[0]
+    before = [r for r in results if r[2] < at]
+    assert before and all(r[3] in (200, "OK") for r in before), \
+        [r for r in before if r[3] not in (200, "OK")][:5]
+    failed = [r for r in results if r[3] not in (200, "OK")]
+    assert not [r for r in failed if r[0] == "keep-alive" and r[4]], failed[:5]
+    assert all(r[3] in ("refused", "ConnectionResetError", "UNAVAILABLE") for r in failed), \
+        failed[:5]
+    assert not [r for r in failed if r[0] != "new-connection" and r[3] ==
+                "ConnectionResetError"], failed[:5]
+    told = {r[1] for r in results if r[0] == "keep-alive" and r[5]}
+    assert told == set(range(6)), f"keep-alive clients told to close: {sorted(told)}"
+    assert summary["cut"] == 0, summary
