@@ -64,3 +64,12 @@ def test_paired_report_pairs_runs_by_seed_and_prints_the_interval():
     assert f"{d['mean']:+.4f}" in line and f"[{d['low']:+.4f}, {d['high']:+.4f}]" in line
     assert "| 3 |" in line and "+-0.003" in text.splitlines()[0]
     assert "mns" not in text
+
+
+def test_t_distribution_refuses_bad_arguments_naming_them():
+    with pytest.raises(ValueError, match="`df` must be positive"):
+        t_cdf(1.0, 0)
+    with pytest.raises(ValueError, match="`df` must be positive"):
+        t_quantile(0.9, -1)
+    with pytest.raises(ValueError, match=r"`p` must be in \(0, 1\)"):
+        t_quantile(1.0, 3)
