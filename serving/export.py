@@ -251,15 +251,23 @@ class RetrievalModule(tf.Module):
         return self._search(history, k, exclude_history)
 
 
+_MAX_VERSION = 2**63 - 1  # TF Serving's versions are int64
+
+
 def next_version(base: str) -> int:
-    versions = [int(d) for d in os.listdir(base) if d.isdigit()] if os.path.isdir(base) else []
+    versions = [int(d) for d in os.listdir(base) if re.fullmatch(r"[0-9]+", d)] \
+        if os.path.isdir(base) else []
     return max(versions, default=0) + 1
 
 
 def _free_version_path(base: str, version: int) -> str:
-    """``base/version`` if ``version`` is a positive integer not yet written, else an error."""
+    """``base/version`` if ``version`` is a positive integer within int64 (TF Serving's
+    versions are int64) not yet written, else an error."""
     if int(version) < 1:
         raise ValueError(f"`version` must be a positive integer, received {version}.")
+    if int(version) > _MAX_VERSION:
+        raise ValueError(f"`version` must be at most {_MAX_VERSION} (TF Serving's versions "
+                         f"are int64), received {str(version)[:40]}.")
     final = os.path.join(base, str(int(version)))
     if os.path.exists(final):
         raise FileExistsError(f"{final} exists; versions are immutable, choose another.")
