@@ -2,6 +2,7 @@
 
 Run it with ``KERAS_BACKEND=jax`` (or ``torch``, ``tensorflow``):
 
+    pip install -e "keras-logq[examples]"    # keras-rs, for BruteForceRetrieval
     KERAS_BACKEND=jax python keras-logq/examples/two_tower.py --steps 300
 
 The data is the synthetic stream of ``tfrs_logq.pipelines.synthetic`` (a topic model
@@ -108,11 +109,15 @@ class TwoTower(keras.Model):
             log_q = keras.ops.concatenate([log_q, self.frequency.log_q(negatives.ids)], axis=0)
         candidates = keras.ops.normalize(self.item_tower(candidate_ids), axis=-1)
         scores = keras.ops.matmul(queries, keras.ops.transpose(candidates))
-        return {"scores": scores, "candidate_ids": candidate_ids, "candidate_log_q": log_q}
+        return {"scores": scores, "candidate_ids": candidate_ids,
+                "candidate_log_sampling_probability": log_q}
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        return self.retrieval(y_pred["scores"], y_pred["candidate_ids"],
-                              y_pred["candidate_log_q"])
+        return self.retrieval(
+            y_pred["scores"],
+            candidate_ids=y_pred["candidate_ids"],
+            candidate_log_sampling_probability=y_pred["candidate_log_sampling_probability"],
+        )
 
     def query_embeddings(self, users):
         return keras.ops.normalize(self.user_tower(users), axis=-1)
