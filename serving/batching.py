@@ -6,9 +6,10 @@ more (up to ``max_batch_size`` rows), left-pads the histories to one width, call
 model once and hands each request its rows (``k`` cut per request). A batch is run
 with the largest ``k`` of its requests, so it also stops growing before its rows times
 that ``k`` would pass ``max_batch_rows_times_k``: a request that asks for many results
-never makes the small ones beside it compute as many. Every wait is bounded: a request gets its result, or DEADLINE_EXCEEDED after
-``request_timeout_in_ms``; a worker that dies fails its queue at once (UNAVAILABLE)
-and the next request starts a new one.
+never makes the small ones beside it compute as many. Every wait is bounded: a
+request gets its result, or DEADLINE_EXCEEDED after ``request_timeout_in_ms``; a
+worker that dies fails its queue at once (UNAVAILABLE) and the next request starts a
+new one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Callable, Optional
 
 import numpy as np
+
 from tfrs_logq.serving.errors import ServingError, as_serving_error
 
 log = logging.getLogger("tfrs_logq.serving")

@@ -117,6 +117,7 @@ def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
         ``{"server", "model_name", "num_targets", "served": {"recall@10": ...},
         "exact": {...}, "data": {"source", "data_format", "rows", "skipped_lines"}}``.
     """
+    from tfrs_logq.metrics import target_ranks
     from tfrs_logq.pipelines.sequential import evaluation_arrays
     from tfrs_logq.serving.client import (
         predict_stub,
@@ -125,8 +126,6 @@ def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
         served_query_embeddings,
     )
     from tfrs_logq.serving.export import load_trained
-
-    from tfrs_logq.metrics import target_ranks
 
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)

@@ -15,6 +15,7 @@ import functools
 from typing import Optional
 
 import tensorflow as tf
+
 from tfrs_logq.serving.drain import InFlight
 from tfrs_logq.serving.errors import ServingError, shorten
 from tfrs_logq.serving.manager import INT64_MAX, INT64_MIN, ModelManager

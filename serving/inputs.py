@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+
 from tfrs_logq.serving.errors import ServingError, shorten
 
 DEFAULT_MAX_WIDTH = 4096  # an input's width when the export does not say (no max_length)

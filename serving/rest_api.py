@@ -24,6 +24,7 @@ import logging
 from typing import Optional
 
 import numpy as np
+
 from tfrs_logq.serving.drain import InFlight
 from tfrs_logq.serving.errors import ServingError, shorten
 from tfrs_logq.serving.inputs import check_shape

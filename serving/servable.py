@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 import tensorflow as tf
+
 from tfrs_logq.serving.batching import Batcher
 from tfrs_logq.serving.errors import ServingError, shorten
 from tfrs_logq.serving.inputs import (

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from serving_helpers import _histories, _predict_body, _predict_in_threads
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
 from tfrs_logq.serving.client import make_request, predict_stub
 from tfrs_logq.serving.server import ModelServer, ServerOptions
 

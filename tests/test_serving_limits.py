@@ -13,6 +13,7 @@ import tensorflow as tf
 from serving_helpers import _histories, _http
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
 from tfrs_logq.serving.batching import Batcher
 from tfrs_logq.serving.client import make_request, predict_stub
 from tfrs_logq.serving.server import ModelServer, ServerOptions
