@@ -1,0 +1,15 @@
+"""The large-catalog study of `tfrs_logq.study` on Keras 3 / JAX, without TensorFlow.
+
+Entry point: ``benchmarks/accelerator_study.py``; guide: ``docs/accelerator-study.md``.
+
+Modules: `world` (the synthetic world and its device sampler), `tf_philox` (TensorFlow's
+stateless RNG in numpy, for the held-out examples), `loss` (the corrections through
+keras-logq), `model` (the two-tower model, negatives, the row-sparse Adam step),
+`evaluate` (top-k, recall and the truth on the device), `runs` (the grid and presets),
+`driver` (results.csv, checkpoints, the time budget), `cli`, `bench` (step timings).
+"""
+
+import os
+
+if "keras" not in __import__("sys").modules:
+    os.environ.setdefault("KERAS_BACKEND", "jax")

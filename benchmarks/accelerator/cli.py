@@ -1,0 +1,89 @@
+"""``benchmarks/accelerator_study.py``'s command line."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from .runs import PRESETS, Run, preset_runs
+
+
+def _value(field: dataclasses.Field, text: str):
+    default = field.default
+    if isinstance(default, bool):
+        return text.lower() in ("1", "true", "yes")
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, float):
+        return float(text)
+    return text
+
+
+def parse_overrides(items) -> dict:
+    fields = {f.name: f for f in dataclasses.fields(Run)}
+    out = {}
+    for item in items or []:
+        name, _, text = item.partition("=")
+        if name not in fields or name == "eval_at" or not text:
+            raise SystemExit(f"--set takes FIELD=VALUE with FIELD one of "
+                             f"{sorted(set(fields) - {'eval_at'})}, received {item!r}")
+        out[name] = _value(fields[name], text)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="accelerator_study.py",
+        description="The large-catalog study (tfrs-logq study) on Keras 3 / JAX, without "
+                    "TensorFlow. Rows go to OUT/results.csv run by run; a run continues "
+                    "from OUT/runs/ after a stop.")
+    p.add_argument("--preset", choices=tuple(PRESETS), default="smoke")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--seeds", help="comma-separated seeds (default: the preset's)")
+    p.add_argument("--eval-at", help="comma-separated step counts to evaluate at "
+                                     "(default: the preset's)")
+    p.add_argument("--corrections", help="comma-separated subset of the preset's corrections")
+    p.add_argument("--proposals", help="comma-separated subset of the preset's proposals")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="override a Run field of every run (e.g. num_items=100000)")
+    p.add_argument("--max-seconds", type=float, help="stop (state saved) before this many "
+                                                     "seconds of this process")
+    p.add_argument("--max-runs", type=int, help="at most this many pending runs")
+    p.add_argument("--checkpoint-seconds", type=float, default=120.0)
+    p.add_argument("--chunk-floats", type=int, default=1 << 25,
+                   help="scores per evaluation chunk (queries x items)")
+    p.add_argument("--pending", action="store_true", help="list the pending runs and exit")
+    args = p.parse_args(argv)
+
+    overrides = parse_overrides(args.set)
+    if args.eval_at:
+        overrides["eval_at"] = tuple(int(s) for s in args.eval_at.split(","))
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    runs = preset_runs(args.preset, seeds, **overrides)
+    if args.corrections:
+        keep = set(args.corrections.split(","))
+        runs = [r for r in runs if r.correction in keep]
+    if args.proposals:
+        keep = set(args.proposals.split(","))
+        runs = [r for r in runs if r.proposal in keep]
+
+    from . import driver  # imports jax
+
+    if args.pending:
+        done = driver.finished_rows(f"{args.output_dir}/results.csv")
+        todo = [r for r in runs if any(r.row_id(s) not in done for s in r.eval_at)]
+        for r in todo:
+            print(r.row_id(r.steps))
+        print(f"{len(todo)} of {len(runs)} runs pending")
+        return 0
+    result = driver.run_all(runs, args.output_dir, args.max_seconds, args.max_runs,
+                            args.checkpoint_seconds, args.chunk_floats,
+                            log=lambda m: print(m, flush=True))
+    print(f"{result['rows']} row(s) written; {result['pending']} run(s) pending"
+          + (f"; {result['stopped']}" if result["stopped"] else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""The accelerator study (`benchmarks/accelerator/`) against numpy references.
+
+Runs without TensorFlow, on JAX:
+
+    KERAS_BACKEND=jax .venv-keras/bin/python -m pytest -q benchmarks/accelerator/tests
+"""
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "keras-logq"))
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from benchmarks.accelerator import driver, evaluate, model, runs, world  # noqa: E402
+from benchmarks.accelerator.loss import study_loss  # noqa: E402
+
+TINY = dict(num_items=300, num_users=40, num_topics=6, topic_sharpness=3.0, batch_size=32,
+            embedding_dim=8, learning_rate=1e-2, num_eval_users=64, sampler="mixed",
+            num_in_batch=16, num_uniform=16, proposal="mixture")
+
+
+# ---------------------------------------------------------------------------- the loss
+
+def _lse(x):
+    m = x.max(axis=-1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))[..., 0]
+
+
+def reference_loss(correction, s_p, s_n, log_q_p, log_q_n, mask, inclusion=False):
+    """The paper's formulas, row by row in float64 (masked entries dropped)."""
+    out = []
+    for i in range(len(s_p)):
+        keep = mask[i]
+        sn, lq = s_n[i, keep], log_q_n[keep]
+        if correction == "none":
+            out.append(_lse(np.concatenate([[s_p[i]], sn])) - s_p[i])
+        elif correction == "logq-paper":
+            out.append(_lse(np.concatenate([[s_p[i] - log_q_p[i]], sn - lq])) - s_p[i])
+        elif correction == "logq-official":
+            out.append(_lse(np.concatenate([[s_p[i]], sn - lq])) - s_p[i])
+        else:
+            if not keep.any():
+                out.append(0.0)
+                continue
+            lq_prime = lq if inclusion else lq - np.log1p(-np.exp(log_q_p[i]))
+            lse = _lse(sn - lq_prime)
+            if correction == "corrected-w1":
+                w = 1.0
+            elif inclusion:  # Horvitz-Thompson: P = e^{s_p} / (e^{s_p} + sum e^{s - log pi})
+                w = 1.0 - np.exp(s_p[i]) / (np.exp(s_p[i]) + np.exp(lse))
+            else:  # P = e^{s_p} / (e^{s_p} + (1/n) sum e^{s - log Q'})
+                w = 1.0 - np.exp(s_p[i]) / (np.exp(s_p[i]) + np.exp(lse) / keep.sum())
+            out.append(-w * (s_p[i] - lse))
+    return np.array(out)
+
+
+def _loss_inputs(seed=0, batch=6, k=9):
+    rng = np.random.default_rng(seed)
+    s_p = rng.normal(size=batch)
+    s_n = rng.normal(size=(batch, k)) * 2
+    q = rng.dirichlet(np.ones(40))
+    ids = rng.integers(0, 40, size=k)
+    log_q_n = np.log(q[ids])
+    log_q_p = np.log(q[rng.integers(0, 40, size=batch)])
+    mask = rng.random((batch, k)) < 0.8
+    mask[0] = False  # a row without negatives
+    return s_p, s_n, log_q_p, log_q_n, mask
+
+
+@pytest.mark.parametrize("correction,inclusion", [
+    ("none", False), ("logq-paper", False), ("logq-official", False), ("corrected", False),
+    ("corrected-w1", False), ("corrected", True), ("corrected-w1", True)])
+def test_loss_matches_numpy_reference(correction, inclusion):
+    s_p, s_n, log_q_p, log_q_n, mask = _loss_inputs()
+    want = reference_loss(correction, s_p, s_n, log_q_p, log_q_n, mask, inclusion)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    got = study_loss(correction, f32(s_p), f32(s_n), positive_log_q=f32(log_q_p),
+                     negative_log_q=f32(log_q_n), is_negative=jnp.asarray(mask),
+                     inclusion=inclusion)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+
+
+def test_corrected_gradient_holds_the_weight_constant():
+    """d/ds_p of -w (s_p - lse) is -w (w held constant), and a masked logit gets 0."""
+    s_p, s_n, log_q_p, log_q_n, mask = _loss_inputs(seed=1)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    grad_p, grad_n = jax.grad(
+        lambda a, b: study_loss("corrected", a, b, positive_log_q=f32(log_q_p),
+                                negative_log_q=f32(log_q_n),
+                                is_negative=jnp.asarray(mask)).sum(), argnums=(0, 1))(
+        f32(s_p), f32(s_n))
+    loss = reference_loss("corrected", s_p, s_n, log_q_p, log_q_n, mask)
+    lse = np.array([_lse(s_n[i, mask[i]] - (log_q_n[mask[i]] - np.log1p(-np.exp(log_q_p[i]))))
+                    if mask[i].any() else s_p[i] for i in range(len(s_p))])
+    has = mask.any(1)
+    w = np.divide(loss, lse - s_p, out=np.zeros_like(loss), where=has)
+    np.testing.assert_allclose(np.asarray(grad_p), -w, rtol=1e-4, atol=1e-6)
+    assert np.all(np.asarray(grad_n)[~mask] == 0.0)
+    # d/ds_ij = w * softmax_j(s_ij - log Q'_j) over the kept entries.
+    row = 2
+    adjusted = s_n[row] - log_q_n + np.log1p(-np.exp(log_q_p[row]))
+    soft = np.where(mask[row], np.exp(adjusted - lse[row]), 0.0)
+    np.testing.assert_allclose(np.asarray(grad_n)[row], w[row] * soft, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- CRN
+
+def test_common_random_numbers_across_corrections_and_proposals():
+    a = runs.Run(**TINY, correction="corrected", eval_at=(5,))
+    b = dataclasses.replace(a, correction="logq-paper", proposal="unigram")
+    c = dataclasses.replace(a, seed=1)
+    ca, cb, cc = (driver.step_config(r) for r in (a, b, c))
+    w = world.World(a.world(), a.num_eval_users)
+    tables = world.device_tables(w)
+    for step in (0, 1, 7):
+        batch_a, ids_a, valid_a = model.step_inputs(ca, tables, step)
+        batch_b, ids_b, valid_b = model.step_inputs(cb, tables, step)
+        for key in batch_a:
+            np.testing.assert_array_equal(batch_a[key], batch_b[key])
+        np.testing.assert_array_equal(ids_a, ids_b)
+        np.testing.assert_array_equal(valid_a, valid_b)
+    params_a, params_b = model.init_params(ca), model.init_params(cb)
+    for name in params_a:
+        np.testing.assert_array_equal(params_a[name], params_b[name])
+    # Another seed draws other batches, negatives and weights.
+    batch_c, ids_c, _ = model.step_inputs(cc, tables, 0)
+    batch_a, ids_a, _ = model.step_inputs(ca, tables, 0)
+    assert not np.array_equal(batch_a["target"], batch_c["target"])
+    assert not np.array_equal(ids_a, ids_c)
+    assert not np.array_equal(model.init_params(cc)["item_embedding"],
+                              params_a["item_embedding"])
+    # The in-batch negatives are the batch's distinct targets; the uniform ones in 1..V.
+    batch, ids, valid = model.step_inputs(ca, tables, 3)
+    in_batch = np.asarray(ids)[16:][np.asarray(valid)[16:]]
+    assert len(set(in_batch)) == len(in_batch)
+    assert set(in_batch) <= set(np.asarray(batch["target"]))
+    assert len(in_batch) == min(16, len(set(np.asarray(batch["target"]))))
+    assert np.all((np.asarray(ids)[:16] >= 1) & (np.asarray(ids)[:16] <= a.num_items))
+
+
+# ---------------------------------------------------------------------------- the world
+
+def test_device_stream_draws_from_the_world():
+    """Items drawn on the device follow Q = E_u P(d|u) (users are uniform): a chi-square
+    statistic over the catalog within 6 standard deviations of its mean."""
+    cfg = world.WorldConfig(num_items=60, num_users=50, num_topics=4, topic_sharpness=2.0)
+    w = world.World(cfg, 8)
+    tables = world.device_tables(w)
+    counts = np.zeros(cfg.num_items + 1)
+    for i in range(6):
+        batch = world.sample_batch(tables, cfg, 4096, jax.random.PRNGKey(i))
+        items = np.concatenate([np.asarray(batch["history"]).ravel(),
+                                np.asarray(batch["target"])])
+        counts += np.bincount(items, minlength=cfg.num_items + 1)
+    n = counts.sum()
+    expected = n * np.exp(w.log_q[1:])
+    chi2 = ((counts[1:] - expected) ** 2 / expected).sum()
+    dof = cfg.num_items - 1
+    assert abs(chi2 - dof) < 6 * np.sqrt(2 * dof), chi2
+    assert counts[0] == 0
+
+
+def test_truth_against_brute_force():
+    """``log P(d|u)`` and Q from the generative model written out item by item."""
+    cfg = world.WorldConfig(num_items=50, num_users=30, num_topics=7, topic_sharpness=2.0)
+    w = world.World(cfg, 16)
+    z = cfg.topic_sharpness * np.random.default_rng(cfg.seed).standard_normal(
+        (cfg.num_users, cfg.num_topics))
+    p_topic = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    topic = (np.arange(1, cfg.num_items + 1) - 1) % cfg.num_topics
+    pop = np.arange(1, cfg.num_items + 1, dtype=float) ** -cfg.zipf_exponent
+    z_c = np.array([pop[topic == c].sum() for c in range(cfg.num_topics)])
+    p = p_topic[:, topic] * pop / z_c[topic]  # [users, V]
+    np.testing.assert_allclose(p.sum(1), 1.0)
+    np.testing.assert_allclose(np.exp(w.log_q[1:]), p.mean(0), rtol=1e-12)
+    users = w.eval_batch["user_id"]
+    all_items = np.tile(np.arange(1, cfg.num_items + 1), (len(users), 1))
+    np.testing.assert_allclose(np.exp(w.true_log_prob(np.arange(len(users)), all_items)),
+                               p[users], rtol=1e-12)
+
+
+def test_exact_recall_and_ranks_against_brute_force():
+    r = runs.Run(**TINY, eval_at=(1,))
+    w = world.World(r.world(), r.num_eval_users)
+    params = model.init_params(driver.step_config(r))
+    queries = np.asarray(model.query_embeddings(params, jnp.asarray(w.eval_batch["history"])))
+    items = np.asarray(params["item_embedding"])[1:]
+    scores = queries @ items.T
+    targets = w.eval_batch["target"]
+    # Small chunks: several device chunks and a padded last one.
+    top, log_p, ranks = evaluate.model_top_k(queries, params["item_embedding"], targets, 100,
+                                             chunk_floats=7 * r.num_items)
+    want_top = np.argsort(-scores, axis=1, kind="stable")[:, :100] + 1
+    true_p = np.exp(w.true_log_prob(np.arange(len(targets)),
+                                    np.tile(np.arange(1, r.num_items + 1), (len(targets), 1))))
+    for k in (1, 10, 100):
+        got = np.take_along_axis(true_p, top[:, :k] - 1, 1).sum(1).mean()
+        want = np.take_along_axis(true_p, want_top[:, :k] - 1, 1).sum(1).mean()
+        assert abs(got - want) < 1e-6
+        assert abs(w.exact_expected_recall(top, ks=(k,))[k] - want) < 1e-6
+    target_scores = scores[np.arange(len(targets)), targets - 1]
+    np.testing.assert_array_equal(ranks, (scores > target_scores[:, None]).sum(1))
+    shifted = scores - scores.max(1, keepdims=True)
+    want_log_p = target_scores - scores.max(1) - np.log(np.exp(shifted).sum(1))
+    np.testing.assert_allclose(log_p, want_log_p, atol=1e-5)
+    # The oracle: the sum of each user's largest k probabilities.
+    truth = evaluate.truth_columns(w, chunk_floats=5 * r.num_items)
+    for k in (10, 100):
+        want = np.sort(true_p, axis=1)[:, ::-1][:, :k].sum(1).mean()
+        assert abs(truth[f"oracle_exact_recall@{k}"] - want) < 1e-6
+
+
+# ---------------------------------------------------------------------------- resume
+
+class _Budget:
+    """A clock with ``calls`` checks of plenty of time, then none."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def left(self):
+        self.calls -= 1
+        return 1e9 if self.calls >= 0 else 0.0
+
+
+def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
+    run = runs.Run(**TINY, correction="corrected", eval_at=(15, 30))
+    w = world.World(run.world(), run.num_eval_users)
+    truth = evaluate.truth_columns(w)
+
+    def ctx(out, clock):
+        return driver.Context(str(out), w, truth, clock, log=lambda m: None)
+
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    for out in (straight, stopped):
+        out.mkdir()
+    assert driver.run_one(run, ctx(straight, driver.Clock(None)), set()) == 2
+    done = set()
+    with pytest.raises(driver.OutOfTime):  # stops after its first block of 10 steps
+        driver.run_one(run, ctx(stopped, _Budget(1)), done)
+    ckpt = list((stopped / "runs").glob("*.npz"))
+    assert len(ckpt) == 1 and int(np.load(ckpt[0])["step"]) == 10
+    # Then: 5 steps, the evaluation at 15, 15 steps, and no time to evaluate at 30.
+    with pytest.raises(driver.OutOfTime):
+        driver.run_one(run, ctx(stopped, _Budget(3)), done)
+    assert int(np.load(ckpt[0])["step"]) == 30 and len(done) == 1
+    assert driver.run_one(run, ctx(stopped, driver.Clock(None)), done) == 1
+    assert not list((stopped / "runs").glob("*.npz"))  # removed when complete
+
+    import csv
+
+    def rows(out):
+        with open(out / "results.csv") as f:
+            return list(csv.DictReader(f))
+
+    a, b = rows(straight), rows(stopped)
+    assert [r["steps"] for r in a] == [r["steps"] for r in b] == ["15", "30"]
+    metrics = driver.METRIC_COLUMNS
+    for ra, rb in zip(a, b):
+        assert {m: ra[m] for m in metrics} == {m: rb[m] for m in metrics}
+    assert b[0]["resumed_from_step"] == "10" and b[1]["resumed_from_step"] == "30"
+    # A finished run is not run again.
+    assert driver.run_one(run, ctx(stopped, driver.Clock(None)),
+                          driver.finished_rows(str(stopped / "results.csv"))) == 0
+
+
+def test_presets_have_the_grid_of_the_issue():
+    curve = runs.preset_runs("curve", seeds=[0])
+    assert {(r.proposal, r.correction) for r in curve} == {
+        (p, c) for p in ("mixture", "unigram")
+        for c in ("corrected", "logq-paper", "logq-official", "corrected-w1")} | {
+        ("mixture", "none")}
+    assert all(r.eval_at == (3000, 10_000, 30_000, 100_000) and r.num_items == 1_000_000
+               and r.num_uniform == r.num_in_batch == 4096 for r in curve)
+    cell = runs.preset_runs("crosscheck")
+    assert len(cell) == 6 and {r.seed for r in cell} == {0, 1, 2}
