@@ -143,6 +143,7 @@ class Interactions:
       data_format: str. The file's format (``"ratings"``, ``"sasrec"``, ...).
       num_rows: int. Rows read from the file, before any filtering.
       skipped_lines: int. Malformed lines skipped (``skip_bad_lines``).
+      weight: `[n]` float64 per-interaction weight (a user log's weight column), or None.
     """
 
     user: np.ndarray
@@ -155,6 +156,7 @@ class Interactions:
     data_format: str = ""
     num_rows: int = 0
     skipped_lines: int = 0
+    weight: Optional[np.ndarray] = None
 
     @property
     def num_users(self) -> int:
@@ -185,6 +187,13 @@ class Interactions:
             return None
         return [int(self.timestamp.min()), int(self.timestamp.max())]
 
+    def provenance(self) -> dict:
+        """Where the interactions came from, as ``tfrs-logq data stats`` reports it:
+        ``source``, ``data_format``, ``rows`` (read, before filtering) and
+        ``skipped_lines``."""
+        return {"source": self.source, "data_format": self.data_format,
+                "rows": self.num_rows, "skipped_lines": self.skipped_lines}
+
 
 def build_interactions(
     raw_user: np.ndarray,
@@ -195,6 +204,8 @@ def build_interactions(
     min_user_interactions: int = 0,
     reindex: bool = True,
     name: str = "",
+    deduplicate: bool = False,
+    weight: Optional[np.ndarray] = None,
 ) -> Interactions:
     """The SASRec/gSASRec preprocessing: implicit feedback (every row counts),
     items with fewer than ``min_item_interactions`` removed (one pass, counted
@@ -203,25 +214,32 @@ def build_interactions(
     appearance in the source, items by first appearance too, starting at 1);
     each user's interactions ordered by time, ties kept in source order.
 
+    With ``deduplicate`` a (user, item) pair that occurs more than once keeps only
+    its first occurrence (the earliest in time, ties by source order), before the
+    minimum counts are taken. ``weight`` (`[n]`, optional) is carried along: filtered
+    and ordered with the rows.
+
     With ``reindex=False`` the source ids are kept (users ``1..U`` become
     indices ``0..U-1``, items stay ``1..N``): for already-preprocessed files such
     as SASRec's ``ml-1m.txt``, whose ids the published splits refer to."""
     raw_user = np.asarray(raw_user)
     raw_item = np.asarray(raw_item)
     n = len(raw_user)
-    if len(raw_item) != n or (timestamp is not None and len(timestamp) != n):
-        raise ValueError("user, item and timestamp columns must have equal lengths.")
-    keep = np.ones(n, bool)
-    if min_item_interactions > 1:
-        _, inv, counts = np.unique(raw_item, return_inverse=True, return_counts=True)
-        keep &= counts[inv] >= min_item_interactions
-    if min_user_interactions > 1:
-        _, inv, counts = np.unique(raw_user[keep], return_inverse=True, return_counts=True)
-        sub = np.flatnonzero(keep)
-        keep[sub[counts[inv] < min_user_interactions]] = False
-    raw_user, raw_item = raw_user[keep], raw_item[keep]
+    if len(raw_item) != n or any(c is not None and len(c) != n for c in (timestamp, weight)):
+        raise ValueError("user, item, timestamp and weight columns must have equal lengths.")
     if timestamp is not None:
-        timestamp = np.asarray(timestamp, np.int64)[keep]
+        timestamp = np.asarray(timestamp, np.int64)
+    keep = _first_of_each_pair(raw_user, raw_item, timestamp) if deduplicate else None
+    if min_item_interactions > 1:
+        keep = _at_least(raw_item, keep, min_item_interactions)
+    if min_user_interactions > 1:
+        keep = _at_least(raw_user, keep, min_user_interactions)
+    if keep is not None:
+        raw_user, raw_item = raw_user[keep], raw_item[keep]
+        if timestamp is not None:
+            timestamp = timestamp[keep]
+        if weight is not None:
+            weight = np.asarray(weight)[keep]
     if reindex:
         users, user_first = _first_appearance_ids(raw_user)
         items, item_first = _first_appearance_ids(raw_item)
@@ -242,7 +260,39 @@ def build_interactions(
         raw_users=user_first,
         raw_items=item_first,
         name=name,
+        weight=None if weight is None else np.asarray(weight, np.float64)[order],
     )
+
+
+def _at_least(values: np.ndarray, keep: Optional[np.ndarray], minimum: int) -> np.ndarray:
+    """``keep`` (None: every row) less the rows whose value occurs fewer than
+    ``minimum`` times among the kept rows."""
+    if keep is None:
+        _, inv, counts = np.unique(values, return_inverse=True, return_counts=True)
+        return counts[inv] >= minimum
+    rows = np.flatnonzero(keep)
+    _, inv, counts = np.unique(values[rows], return_inverse=True, return_counts=True)
+    out = np.zeros(len(values), bool)
+    out[rows[counts[inv] >= minimum]] = True
+    return out
+
+
+def _first_of_each_pair(users: np.ndarray, items: np.ndarray,
+                        timestamp: Optional[np.ndarray]) -> np.ndarray:
+    """`[n]` bool: the first occurrence of each (user, item) pair, earliest in time
+    (ties, and a log without times: in source order)."""
+    _, u = np.unique(users, return_inverse=True)
+    _, i = np.unique(items, return_inverse=True)
+    key = u.astype(np.int64) * (int(i.max()) + 1 if len(i) else 1) + i
+    if timestamp is None:
+        _, first = np.unique(key, return_index=True)  # first occurrence in source order
+    else:
+        order = np.lexsort((timestamp, key))  # stable: ties in time keep source order
+        sorted_key = key[order]
+        first = order[np.concatenate([[True], sorted_key[1:] != sorted_key[:-1]])]
+    keep = np.zeros(len(key), bool)
+    keep[first] = True
+    return keep
 
 
 def _first_appearance_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -274,9 +324,9 @@ def check_interactions(interactions: Interactions) -> None:
     """Raises ValueError unless the arrays are consistent: equal lengths, users in
     ``0..num_users-1`` and in order, items in ``1..num_items``."""
     n = len(interactions.user)
-    if len(interactions.item) != n or (interactions.timestamp is not None
-                                       and len(interactions.timestamp) != n):
-        raise ValueError("user, item and timestamp columns differ in length")
+    if len(interactions.item) != n or any(
+            c is not None and len(c) != n for c in (interactions.timestamp, interactions.weight)):
+        raise ValueError("user, item, timestamp and weight columns differ in length")
     if n == 0:
         return
     if interactions.user.min() < 0 or interactions.user.max() >= interactions.num_users:
@@ -298,6 +348,8 @@ def save_cache(interactions: Interactions, directory: str, manifest: dict) -> No
                   "raw_users": interactions.raw_users, "raw_items": interactions.raw_items}
         if interactions.timestamp is not None:
             arrays["timestamp"] = interactions.timestamp
+        if interactions.weight is not None:
+            arrays["weight"] = interactions.weight
         npz = os.path.join(tmp, "interactions.npz")
         np.savez(npz, **arrays)
         record = {
@@ -331,7 +383,7 @@ def _read_cache(directory: str) -> Interactions:
         user=arrays["user"], item=arrays["item"],
         timestamp=arrays["timestamp"] if has_timestamps else None,
         raw_users=arrays["raw_users"], raw_items=arrays["raw_items"],
-        **{k: manifest[k] for k in _PROVENANCE},
+        weight=arrays.get("weight"), **{k: manifest[k] for k in _PROVENANCE},
     )
     expected = (manifest["num_interactions"], manifest["num_users"], manifest["num_items"],
                 manifest["has_timestamps"])

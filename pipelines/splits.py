@@ -160,6 +160,19 @@ def temporal_split(interactions: Interactions, fraction: float = 0.1) -> Split:
                  part(val_idx), part(test_idx))
 
 
+def data_stats(split: Split, dataset: str) -> dict:
+    """The JSON object ``tfrs-logq data stats --json`` prints, for any source: the
+    dataset's name, the split's, where the data came from
+    (`Interactions.provenance`) and the counts (`Split.stats`).
+
+    Args:
+      split: `Split`. The split, of a built-in dataset or of a user's log.
+      dataset: str. The name reported (``ml-1m``, ``steam``, a log's name).
+    """
+    return {"dataset": dataset, "split": split.name, **split.interactions.provenance(),
+            **split.stats()}
+
+
 def make_split(interactions: Interactions, name: str, **kwargs) -> Split:
     if name == "loo":
         return leave_one_out(interactions)

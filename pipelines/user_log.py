@@ -1,0 +1,532 @@
+"""A user's own interaction log: any CSV, TSV, Parquet or JSON Lines, columns named by the user.
+
+    >>> from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
+    >>> source = UserLogSource("ratings.csv", user_column="user_id",
+    ...                        item_column="movie_id", time_column="timestamp")
+    >>> split = load_user_log_split(source, "temporal")       # doctest: +SKIP
+
+The source (`UserLogSource`) is a file, a glob (``logs/*.parquet``) or a directory
+(every file in it and below, but names starting with ``.`` or ``_`` such as
+``_SUCCESS``), read in sorted path order; each file's format comes from its
+extension or from ``format``. Reading streams (`tfrs_logq.pipelines.log_readers`):
+
+- **ids** (integers or text) become codes in order of first appearance through a
+  vocabulary of distinct ids (`IdEncoder`); a CSV's ids that are all integers are
+  integers. An empty or missing id makes the row malformed.
+- **time** (optional): integer seconds, or ISO 8601 text (``2000-10-04``,
+  ``2000-10-04T12:00:00``, ``...Z``, ``...+02:00``, fractions of a second dropped;
+  without an offset: UTC), or a Parquet/JSON timestamp or date. A value that is
+  none of these makes the row malformed ("unparseable timestamp").
+- **weight** (optional): a number per interaction, kept in `Interactions.weight`.
+
+A malformed row raises `DataFormatError` naming the file and line (the row of a
+Parquet file), or with ``skip_bad_lines`` is skipped and counted. Then the same
+preprocessing as the built-in datasets (`build_interactions`: minimum counts per
+item and user, optional deduplication, ids from 1, each user's interactions in time
+order with ties in file order) and the same splits (`make_split`), so that a log
+gives the same `Split`, and the same `data_stats`, as a built-in loader on the same
+rows. Everything the data cannot support is a one-line `DataFormatError` (a
+`ValueError`): no interactions, too few left after filtering, an empty split part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import glob
+import logging
+import os
+from typing import Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tfrs_logq.pipelines.interactions import (
+    DataFormatError,
+    Interactions,
+    ParseReport,
+    build_interactions,
+)
+from tfrs_logq.pipelines.log_readers import FORMATS, Batch, Piece, format_of, pieces, read_batches
+from tfrs_logq.pipelines.log_readers import SKIP_HINT as _SKIP_HINT
+from tfrs_logq.pipelines.splits import SPLITS, Split, make_split
+from tfrs_logq.pipelines.vocabulary import IdEncoder
+
+__all__ = ["UserLogSource", "RawLog", "FORMATS", "DEFAULT_TEMPORAL_FRACTION", "read_user_log",
+           "read_piece", "merge_raw_logs", "interactions_from_raw", "split_interactions",
+           "load_user_log", "load_user_log_split"]
+
+log = logging.getLogger("tfrs_logq.data")
+
+DEFAULT_TEMPORAL_FRACTION = 0.1  # ML-1M's (and the paper's) test and validation fraction
+_SPLIT_HINTS = {
+    "temporal": "raise temporal_fraction (--temporal-fraction), or give a longer log",
+    "loo": "leave-one-out validates users with 3 or more interactions and tests those with 3 "
+           "or more; give more interactions per user, or lower min_user_interactions' filter",
+    "gsasrec": "gSASRec's split validates its drawn users with 3 or more interactions and "
+               "tests users with 2 or more; give more interactions per user",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class UserLogSource:
+    """Where a log is and which columns mean what (the CLI's ``--interactions`` and
+    column flags).
+
+    Args:
+      path: str. A file, a glob (``logs/part-*.csv.gz``) or a directory.
+      user_column: str. The column of user ids (integers or text).
+      item_column: str. The column of item ids (integers or text).
+      time_column: str. Integer seconds or ISO 8601 text. Defaults to None (no
+        times: the file order is each user's order; no temporal split).
+      weight_column: str. A number per interaction. Defaults to None.
+      format: str. One of ``csv``, ``tsv``, ``parquet``, ``jsonl`` for every file.
+        Defaults to None: each file's extension.
+      skip_bad_lines: bool. Skip and count malformed rows instead of failing.
+        Defaults to False.
+    """
+
+    path: str
+    user_column: str
+    item_column: str
+    time_column: Optional[str] = None
+    weight_column: Optional[str] = None
+    format: Optional[str] = None
+    skip_bad_lines: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format is not None and self.format not in FORMATS:
+            raise ValueError(f"`format` must be one of {FORMATS}, received {self.format!r}.")
+        for name in ("path", "user_column", "item_column"):
+            if not str(getattr(self, name) or "").strip():
+                raise ValueError(f"`{name}` is empty.")
+        named = [c for c in self.columns()]
+        if len(set(named)) != len(named):
+            raise ValueError(f"the user, item, time and weight columns must differ, received "
+                             f"{named}.")
+
+    def columns(self) -> list:
+        return [c for c in (self.user_column, self.item_column, self.time_column,
+                            self.weight_column) if c is not None]
+
+    def files(self) -> list:
+        """The files read, in order.
+
+        Raises:
+          FileNotFoundError: nothing matches.
+        """
+        path = os.path.expanduser(str(self.path))
+        if os.path.isdir(path):
+            found = []
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+                found += [os.path.join(root, n) for n in names if not n.startswith((".", "_"))]
+            if not found:
+                raise FileNotFoundError(f"the directory {path} holds no data files.")
+            return sorted(found)
+        if os.path.isfile(path):
+            return [path]
+        if glob.has_magic(path):
+            found = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+            if not found:
+                raise FileNotFoundError(f"no file matches {path}.")
+            return found
+        raise FileNotFoundError(f"no such file or directory: {path}")
+
+    def pieces(self) -> list:
+        """`Piece`s of every file (Parquet by row group), in reading order."""
+        return [p for path in self.files() for p in pieces(path, format_of(path, self.format))]
+
+    def name(self) -> str:
+        """A name for the log: the file's or directory's base name, extensions off."""
+        base = os.path.basename(os.path.normpath(str(self.path))) or "interactions"
+        for _ in range(2):
+            stem, ext = os.path.splitext(base)
+            if ext.lower() in (".gz", ".csv", ".tsv", ".tab", ".parquet", ".pq", ".jsonl",
+                               ".ndjson", ".json"):
+                base = stem
+        return base.replace("*", "").strip("-_.") or "interactions"
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class RawLog:
+    """Rows as read, before preprocessing: codes into the id vocabularies.
+
+    Attributes:
+      user, item: `[n]` int64 codes (`IdEncoder`, first appearance in reading order).
+      timestamp: `[n]` int64 seconds, or None. weight: `[n]` float64, or None.
+      users, items: `IdEncoder`. The distinct ids.
+      report: `ParseReport`. Rows read, skipped and the first messages.
+      formats: list. The formats read.
+      text_ids: bool. Some file is text (CSV/TSV): ids that are all integers are read
+        as integers.
+    """
+
+    user: np.ndarray
+    item: np.ndarray
+    timestamp: Optional[np.ndarray]
+    weight: Optional[np.ndarray]
+    users: IdEncoder
+    items: IdEncoder
+    report: ParseReport
+    formats: list
+    text_ids: bool
+
+    def __len__(self) -> int:
+        return int(len(self.user))
+
+
+# ---------------------------------------------------------------------- converting
+
+
+def _ids(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The ids (text trimmed of surrounding white space) and `[n]` bool: missing."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = pc.utf8_trim_whitespace(column)
+        missing = pc.or_kleene(pc.is_null(column), pc.equal(column, ""))
+    else:
+        missing = pc.is_null(column)
+    return column, np.asarray(missing.to_numpy(zero_copy_only=False), bool)
+
+
+_UNIT = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _iso_seconds(text: Optional[str]) -> Optional[int]:
+    """Seconds of one ISO 8601 text (UTC without an offset), None if it is not one."""
+    if text is None:
+        return None
+    text = text.strip()
+    try:
+        if text.lstrip("+-").isdigit():
+            return int(text)
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return int(np.floor(moment.timestamp()))
+
+
+def _seconds(column: pa.Array, name: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(seconds, valid)`` of a time column: integers, whole floats, timestamps,
+    dates, or text (integers or ISO 8601).
+
+    Raises:
+      DataFormatError: a column type that cannot hold times.
+    """
+    kind = column.type
+    valid = ~np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool)
+    if pa.types.is_integer(kind):
+        return column.fill_null(0).cast(pa.int64()).to_numpy(), valid
+    if pa.types.is_floating(kind):
+        values = column.fill_null(0).to_numpy()
+        valid &= np.isfinite(values) & (np.floor(values) == values)
+        return np.where(valid, values, 0).astype(np.int64), valid
+    if pa.types.is_timestamp(kind):
+        ticks = column.cast(pa.timestamp(kind.unit)).cast(pa.int64()).fill_null(0).to_numpy()
+        return np.floor_divide(ticks, _UNIT[kind.unit]), valid
+    if pa.types.is_date32(kind):
+        return column.cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64) * 86400, valid
+    if pa.types.is_date64(kind):
+        return np.floor_divide(column.cast(pa.int64()).fill_null(0).to_numpy(), 1000), valid
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataFormatError(f"{where}: the time column {name!r} holds {kind}; it must be "
+                              "integer seconds or ISO 8601 text (2000-10-04T12:00:00Z).")
+    text = pc.utf8_trim_whitespace(column.cast(pa.string()))
+    for target, scale in ((pa.int64(), 1), (pa.timestamp("us"), 1_000_000),
+                          (pa.timestamp("us", tz="UTC"), 1_000_000)):
+        try:  # the whole batch in one format: Arrow's parsers
+            ticks = text.cast(target).cast(pa.int64()).fill_null(0).to_numpy()
+            return np.floor_divide(ticks, scale), valid
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    parsed = [_iso_seconds(v) for v in text.to_pylist()]  # mixed, or some unparseable
+    valid &= np.array([p is not None for p in parsed], bool)
+    return np.array([p or 0 for p in parsed], np.int64), valid
+
+
+def _weights(column: pa.Array, name: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = pc.utf8_trim_whitespace(column.cast(pa.string()))
+        try:
+            column = text.cast(pa.float64())
+        except pa.ArrowInvalid:
+            column = pa.array([_float(v) for v in text.to_pylist()], pa.float64())
+    elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)):
+        raise DataFormatError(f"{where}: the weight column {name!r} holds {kind}; it must hold "
+                              "numbers.")
+    values = column.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+    return values, np.isfinite(values)
+
+
+def _float(text: Optional[str]) -> Optional[float]:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _convert(batch: Batch, source: UserLogSource, raw: dict, report: ParseReport) -> None:
+    """Checks one batch's rows, skips (or raises on) malformed ones, and appends the
+    rest to ``raw``'s column lists, ids through its encoders."""
+    n, path = len(batch), batch.path
+    bad = np.zeros(n, bool)
+    reasons = []  # (mask, what is wrong with the value)
+    ids = {}
+    for role, name in (("user", source.user_column), ("item", source.item_column)):
+        ids[role], missing = _ids(batch.columns[name])
+        reasons.append((missing, f"no {role} id in column {name!r}"))
+    times = weights = None
+    if source.time_column is not None:
+        times, valid = _seconds(batch.columns[source.time_column], source.time_column, path)
+        reasons.append((~valid, f"unparseable timestamp in column {source.time_column!r} "
+                                "(integer seconds or ISO 8601 text such as "
+                                "2000-10-04T12:00:00Z)"))
+    if source.weight_column is not None:
+        weights, valid = _weights(batch.columns[source.weight_column], source.weight_column,
+                                  path)
+        reasons.append((~valid, f"no number in the weight column {source.weight_column!r}"))
+    for mask, _ in reasons:
+        bad |= mask
+    if bad.any():
+        for k in np.flatnonzero(bad)[:5 if source.skip_bad_lines else 1]:
+            if source.skip_bad_lines and len(report.first_errors) >= 5:
+                break
+            what = next(why for mask, why in reasons if mask[k])
+            values = {c: batch.columns[c][int(k)].as_py() for c in source.columns()}
+            message = f"{batch.where(int(k))}: {what}: {values}"
+            if not source.skip_bad_lines:
+                raise DataFormatError(f"{message} {_SKIP_HINT}")
+            report.first_errors.append(message)
+        report.skipped += int(bad.sum())
+        report.rows -= int(bad.sum())
+    keep = ~bad
+    for role, name, encoder in (("user", source.user_column, raw["users"]),
+                                ("item", source.item_column, raw["items"])):
+        column = ids[role].filter(pa.array(keep)) if bad.any() else ids[role]
+        if len(column) == 0:
+            continue
+        try:
+            raw[role].append(encoder.encode(column))
+        except TypeError as exc:
+            raise DataFormatError(f"{path}: the {role} column {name!r} holds {exc}; ids must be "
+                                  "integers or text.") from None
+    if keep.any():
+        if times is not None:
+            raw["timestamp"].append(times[keep])
+        if weights is not None:
+            raw["weight"].append(weights[keep])
+
+
+# ------------------------------------------------------------------------- reading
+
+
+def _read(source: UserLogSource, parts: list, users: IdEncoder, items: IdEncoder) -> RawLog:
+    report = ParseReport()
+    raw = {"user": [], "item": [], "timestamp": [], "weight": [], "users": users,
+           "items": items}
+    for piece in parts:
+        batches: Iterator[Batch] = read_batches(piece, source.columns(),
+                                                skip_bad_lines=source.skip_bad_lines,
+                                                report=report)
+        for batch in batches:
+            _convert(batch, source, raw, report)
+
+    def joined(key, dtype):
+        return np.concatenate(raw[key]).astype(dtype, copy=False) if raw[key] else \
+            np.zeros(0, dtype)
+
+    formats = sorted({p.fmt for p in parts})
+    return RawLog(joined("user", np.int64), joined("item", np.int64),
+                  joined("timestamp", np.int64) if source.time_column else None,
+                  joined("weight", np.float64) if source.weight_column else None,
+                  users, items, report, formats, any(f in ("csv", "tsv") for f in formats))
+
+
+def read_piece(source: UserLogSource, piece: Piece) -> RawLog:
+    """One piece with its own vocabularies (a Beam worker's part; `merge_raw_logs`
+    puts the pieces together as one reading of the whole log would)."""
+    return _read(source, [piece], IdEncoder(), IdEncoder())
+
+
+def read_user_log(source: UserLogSource) -> RawLog:
+    """Every file of the source, streamed, into one `RawLog`.
+
+    Raises:
+      FileNotFoundError: no file matches the source.
+      DataFormatError: a missing column, a malformed row (unless ``skip_bad_lines``),
+        a damaged file.
+    """
+    return _read(source, source.pieces(), IdEncoder(), IdEncoder())
+
+
+def merge_raw_logs(parts: list) -> RawLog:
+    """Pieces read apart (`read_piece`), in reading order, as one `RawLog`: the codes
+    are re-mapped through vocabularies built in that order, so the result equals
+    `read_user_log`'s."""
+    users, items, report = IdEncoder(), IdEncoder(), ParseReport()
+    columns: dict = {"user": [], "item": [], "timestamp": [], "weight": []}
+    for part in parts:
+        columns["user"].append(users.encode(part.users.arrow_values())[part.user]
+                               if len(part) else part.user)
+        columns["item"].append(items.encode(part.items.arrow_values())[part.item]
+                               if len(part) else part.item)
+        for key in ("timestamp", "weight"):
+            if getattr(part, key) is not None:
+                columns[key].append(getattr(part, key))
+        report.rows += part.report.rows
+        report.lines += part.report.lines
+        report.skipped += part.report.skipped
+        report.first_errors += part.report.first_errors[:5 - len(report.first_errors)]
+    if not parts:
+        raise ValueError("merge_raw_logs needs at least one part.")
+    first = parts[0]
+    join = lambda key, dtype: np.concatenate(columns[key]).astype(dtype, copy=False)  # noqa: E731
+    return RawLog(join("user", np.int64), join("item", np.int64),
+                  join("timestamp", np.int64) if first.timestamp is not None else None,
+                  join("weight", np.float64) if first.weight is not None else None,
+                  users, items, report, sorted({f for p in parts for f in p.formats}),
+                  any(p.text_ids for p in parts))
+
+
+# -------------------------------------------------------------------- preprocessing
+
+
+def interactions_from_raw(raw: RawLog, source: UserLogSource, *, name: Optional[str] = None,
+                          min_item_interactions: int = 5, min_user_interactions: int = 0,
+                          deduplicate: bool = False) -> Interactions:
+    """`build_interactions` on the rows read, with the log's own ids and provenance.
+
+    Raises:
+      DataFormatError: no rows, or too few interactions left after the filters (none,
+        or a single item).
+    """
+    where, report = str(source.path), raw.report
+    if len(raw) == 0:
+        first = f"; first: {report.first_errors[0]}" if report.first_errors else ""
+        raise DataFormatError(f"{where}: no interactions ({report.rows} rows read, "
+                              f"{report.skipped} skipped as malformed{first}).")
+    interactions = build_interactions(
+        raw.user, raw.item, raw.timestamp, weight=raw.weight, deduplicate=deduplicate,
+        min_item_interactions=min_item_interactions,
+        min_user_interactions=min_user_interactions, name=name or source.name())
+    if len(interactions) == 0 or interactions.num_items < 2:
+        raise DataFormatError(
+            f"{where}: too few interactions left after filtering ({len(interactions)} "
+            f"interactions, {interactions.num_items} item(s) from {len(raw)} rows, with "
+            f"min_item_interactions={min_item_interactions}, min_user_interactions="
+            f"{min_user_interactions}, deduplicate={deduplicate}); a split needs two items "
+            "or more: lower the minimums (--min-item-interactions) or give a longer log.")
+    interactions.raw_users = raw.users.values(raw.text_ids)[interactions.raw_users]
+    interactions.raw_items = raw.items.values(raw.text_ids)[interactions.raw_items]
+    interactions.source = os.path.abspath(os.path.expanduser(str(source.path)))
+    interactions.data_format = ",".join(raw.formats)
+    interactions.num_rows = report.rows
+    interactions.skipped_lines = report.skipped
+    return interactions
+
+
+def split_interactions(interactions: Interactions, split: str, *,
+                       temporal_fraction: Optional[float] = None,
+                       num_validation_users: int = 512, validation_seed: int = 42) -> Split:
+    """`make_split` with a log's checks: a temporal split needs the time column,
+    gSASRec's draw needs enough users, and no part may be empty.
+
+    Raises:
+      DataFormatError: one of those, in one line.
+    """
+    where = interactions.source or interactions.name
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}, received {split!r}.")
+    options: dict = {}
+    if split == "temporal":
+        if interactions.timestamp is None:
+            raise DataFormatError(f"{where}: the temporal split needs times; name the time "
+                                  "column (time_column, --time-column) or use --split loo or "
+                                  "--split gsasrec.")
+        options["fraction"] = temporal_fraction or DEFAULT_TEMPORAL_FRACTION
+    if split == "gsasrec":
+        if num_validation_users > interactions.num_users:
+            raise DataFormatError(
+                f"{where}: the gsasrec split draws {num_validation_users} validation users and "
+                f"the log has {interactions.num_users} after filtering; use --split loo or "
+                "--split temporal, or lower num_validation_users.")
+        options.update(num_validation_users=num_validation_users, seed=validation_seed)
+    result = make_split(interactions, split, **options)
+    sizes = {"train": int(result.train_lengths.sum()), "validation": len(result.validation),
+             "test": len(result.test)}
+    empty = [part for part, size in sizes.items() if size == 0]
+    if empty:
+        raise DataFormatError(
+            f"{where}: the {split} split leaves the {' and '.join(empty)} part"
+            f"{'s' if len(empty) > 1 else ''} empty ({len(interactions)} interactions, "
+            f"{interactions.num_users} users after filtering): {_SPLIT_HINTS[split]}.")
+    return result
+
+
+def load_user_log(source: UserLogSource, *, name: Optional[str] = None,
+                  min_item_interactions: int = 5, min_user_interactions: int = 0,
+                  deduplicate: bool = False) -> Interactions:
+    """The log, read and preprocessed as the built-in datasets are.
+
+    Args:
+      source: `UserLogSource`.
+      name: str. The log's name (`data_stats`'s ``dataset``). Defaults to the
+        source's base name.
+      min_item_interactions: int. Items with fewer interactions are removed (counted
+        once over the whole log). Defaults to 5, as for ML-1M and Steam.
+      min_user_interactions: int. Then users with fewer are removed. Defaults to 0.
+      deduplicate: bool. Keep only the first (earliest) of repeated (user, item)
+        pairs, before the counts. Defaults to False (every row counts, as SASRec's
+        preprocessing does).
+
+    Raises:
+      FileNotFoundError: nothing at ``source.path``.
+      DataFormatError: see `read_user_log` and `interactions_from_raw`.
+    """
+    interactions = interactions_from_raw(
+        read_user_log(source), source, name=name, min_item_interactions=min_item_interactions,
+        min_user_interactions=min_user_interactions, deduplicate=deduplicate)
+    skipped = interactions.skipped_lines
+    log.info("%s: %s (%s): %s rows%s; %s interactions, %s users, %s items after "
+             "preprocessing", interactions.name, interactions.source, interactions.data_format,
+             f"{interactions.num_rows:,}", f", {skipped:,} malformed skipped" if skipped else "",
+             f"{len(interactions):,}", f"{interactions.num_users:,}",
+             f"{interactions.num_items:,}")
+    return interactions
+
+
+def load_user_log_split(source: UserLogSource, split: str = "temporal", *,
+                        temporal_fraction: Optional[float] = None,
+                        num_validation_users: int = 512, validation_seed: int = 42,
+                        **preprocessing) -> Split:
+    """`load_user_log` then `split_interactions`: the same `Split` a built-in
+    dataset's ``load_split`` gives.
+
+    Args:
+      source: `UserLogSource`.
+      split: str. ``temporal``, ``loo`` or ``gsasrec``. Defaults to ``"temporal"``.
+      temporal_fraction: float. The temporal split's test (and validation) fraction.
+        Defaults to 0.1 (`DEFAULT_TEMPORAL_FRACTION`).
+      num_validation_users, validation_seed: gSASRec's draw. Default to 512 and 42.
+      **preprocessing: ``name``, ``min_item_interactions``, ``min_user_interactions``,
+        ``deduplicate``, as in `load_user_log`.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"`split` must be one of {SPLITS}, received {split!r}.")
+    if split == "temporal" and source.time_column is None:
+        raise DataFormatError(f"{source.path}: the temporal split needs times; name the time "
+                              "column (time_column, --time-column) or use --split loo or "
+                              "--split gsasrec.")
+    return split_interactions(load_user_log(source, **preprocessing), split,
+                              temporal_fraction=temporal_fraction,
+                              num_validation_users=num_validation_users,
+                              validation_seed=validation_seed)
