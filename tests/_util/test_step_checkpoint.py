@@ -106,7 +106,9 @@ def test_other_code_resumes_nothing(tmp_path, world, monkeypatch):
     out = str(tmp_path)
     before = study_grid.checkpoint_directory(out, run)
     assert study.checkpoint_key(run).startswith(run.run_id + "|code=")
-    monkeypatch.setattr(study, "source_fingerprint", lambda *dirs: "other-code")
+    from tfrs_logq.towers import loop
+
+    monkeypatch.setattr(loop, "source_fingerprint", lambda *dirs: "other-code")
     assert study.checkpoint_key(run) == run.run_id + "|code=other-code"
     assert study_grid.checkpoint_directory(out, run) != before
 

@@ -53,8 +53,8 @@ def test_common_random_numbers_two_corrections_see_the_same_batches_and_negative
 
 def test_same_seed_starts_from_the_same_weights():
     run = study.Run(**TINY)
-    first = [w.numpy() for w in study.StudyModel(run).weights]
-    second = [w.numpy() for w in study.StudyModel(dataclasses.replace(run, correction="none")
+    first = [w.numpy() for w in study.TowerModel(run).weights]
+    second = [w.numpy() for w in study.TowerModel(dataclasses.replace(run, correction="none")
                                                   ).weights]
     for x, y in zip(first, second):
         np.testing.assert_array_equal(x, y)

@@ -69,20 +69,25 @@ import tensorflow as tf
 
 from tfrs_logq._util.atomic import write_text
 from tfrs_logq._util.hostinfo import machine_description
-from tfrs_logq._util.step_checkpoint import StepCheckpoint, source_fingerprint
-from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.metrics import ranks_from_scores, recall_ndcg_from_ranks
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
-from tfrs_logq.proposal import inclusion_log_q, mixture_probability
-from tfrs_logq.sampling import SampledNegatives, distinct_in_random_order, uniform_ids
-from tfrs_logq.tasks import CorrectedRetrieval
-from tfrs_logq.two_tower import HistoryQueryTower
+from tfrs_logq.towers.loop import (  # noqa: F401  (the study's names for the shared step)
+    CORRECTIONS,
+    NEGATIVES_SALT,
+    OPTIMIZERS,
+    PROPOSALS,
+    SAMPLERS,
+    TowerModel,
+    checkpoint_key,
+    draw_negatives,
+    make_optimizer,
+    make_task,
+    positive_log_q,
+    proposal_log_q_table,
+    train_loop,
+)
 
 KS = (10, 100, 1000)
-SAMPLERS = ("in-batch", "uniform", "mixed")
-PROPOSALS = ("unigram", "mixture", "inclusion")
-CORRECTIONS = ("none", "logq-paper", "logq-official", "corrected")
-OPTIMIZERS = ("adam", "lazy-adam")
 BANDS = ("head", "torso", "tail")
 QUANTILES = (10, 50, 90)
 SEED_STRIDE = 10**8  # seed s trains on stream batches s * SEED_STRIDE + i
@@ -322,85 +327,9 @@ def preset_runs(name: str, seeds: Optional[Sequence[int]] = None, **overrides) -
     return runs
 
 
-# ---------------------------------------------------------------------------- proposal
-
-def proposal_log_q_table(run: Run, log_q_unigram: np.ndarray) -> np.ndarray:
-    """`[V + 1]` float64 ``log Q(d)`` of the run's proposal for every id (row 0: padding)."""
-    if run.proposal == "unigram":
-        return log_q_unigram
-    if run.proposal == "mixture":
-        k = run.num_in_batch_negatives + run.num_uniform_negatives
-        with np.errstate(divide="ignore"):
-            return np.log(mixture_probability(np.exp(log_q_unigram),
-                                              run.num_uniform_negatives / k, run.num_items))
-    return inclusion_log_q(tf.constant(log_q_unigram), run.batch_size).numpy()
-
-
-def positive_log_q(run: Run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
-    """``log Q(p)`` of the positive's column: 0 for ``logq-official`` (uncorrected)."""
-    if run.correction == "logq-official":
-        return tf.zeros(tf.shape(positives), tf.float32)
-    return tf.gather(table, positives)
-
-
-# Salts the negatives' key: the stream keys batch i of seed s by [world_seed, s * 10^8 + i],
-# which [seed, step] equalled for seed 0 of world 0 (its uniform negatives were then
-# the users' draw scaled: neg - 1 = user mod num_users). Grids pinned before this
-# commit (the sweep at 363fc9c, the headline at 6efc8bf) draw with the unsalted key.
-NEGATIVES_SALT = 0x6E65676174697665  # "negative"
-
-
-def draw_negatives(run: Run, positives: tf.Tensor, step: tf.Tensor,
-                   table: tf.Tensor) -> SampledNegatives:
-    """The run's negatives at ``step``: stateless, keyed by ``(seed, step)`` only (and a
-    salt that keeps the key apart from the stream's)."""
-    key = tf.random.experimental.stateless_fold_in(
-        tf.constant([run.seed, NEGATIVES_SALT], tf.int64), tf.cast(step, tf.int64))
-    s_uniform, s_in_batch = tf.unstack(tf.random.experimental.stateless_split(key, 2))
-    ids, valid = [], []
-    if run.num_uniform_negatives:
-        ids.append(uniform_ids([run.num_uniform_negatives], run.num_items, s_uniform,
-                               dtype=tf.int64))
-        valid.append(tf.ones([run.num_uniform_negatives], tf.bool))
-    if run.num_in_batch_negatives:
-        b_ids, b_valid = distinct_in_random_order(positives, run.num_in_batch_negatives,
-                                                  s_in_batch)
-        ids.append(b_ids)
-        valid.append(b_valid)
-    ids, is_valid = tf.concat(ids, 0), tf.concat(valid, 0)
-    log_q = tf.where(is_valid, tf.gather(table, ids), tf.zeros(tf.shape(ids), tf.float32))
-    return SampledNegatives(ids, log_q, is_valid)
-
-
 # ---------------------------------------------------------------------------- training
-
-class StudyModel(tf.Module):
-    def __init__(self, run: Run) -> None:
-        super().__init__()
-        tf.keras.utils.set_random_seed(run.seed)
-        self.query_tower = HistoryQueryTower(run.num_items + 1, run.embedding_dim)
-        self.item_tower = tf.keras.layers.Embedding(run.num_items + 1, run.embedding_dim)
-        self.query_tower(tf.zeros([1, run.history_length], tf.int64))
-        self.item_tower(tf.zeros([1], tf.int64))
-
-    @property
-    def weights(self) -> list:
-        return self.query_tower.trainable_variables + self.item_tower.trainable_variables
-
-
-def make_task(run: Run) -> CorrectedRetrieval:
-    correction = {"none": "none", "corrected": "corrected"}.get(run.correction, "logq")
-    # The inclusion table holds pi(d), the chance d is in the deduplicated batch: the
-    # corrected weight's normaliser is then the Horvitz-Thompson sum (`losses`).
-    probability = "inclusion" if run.proposal == "inclusion" else "per_draw"
-    return CorrectedRetrieval(correction=correction, remove_accidental_hits=True,
-                              sampling_probability=probability)
-
-
-def make_optimizer(run: Run):
-    if run.optimizer == "lazy-adam":
-        return LazyAdam(run.learning_rate)
-    return tf.keras.optimizers.Adam(run.learning_rate)
+# The two-tower step (model, negatives, task, optimizer, exact resume) is
+# `tfrs_logq.towers.loop`'s, shared with the trainer on users' logs.
 
 
 def train_batches(run: Run, stream: SyntheticStream, first_step: int = 0) -> tf.data.Dataset:
@@ -408,88 +337,17 @@ def train_batches(run: Run, stream: SyntheticStream, first_step: int = 0) -> tf.
                           start_batch=run.seed * SEED_STRIDE + first_step)
 
 
-def checkpoint_key(run: Run) -> str:
-    """What a run's `StepCheckpoint` belongs to: its ``run_id`` and the code's
-    `source_fingerprint` (the package and its pipelines)."""
-    import tfrs_logq
-    import tfrs_logq.pipelines
-
-    code = source_fingerprint(tfrs_logq.__path__[0], tfrs_logq.pipelines.__path__[0])
-    return f"{run.run_id}|code={code}"
-
-
 def train(run: Run, stream: SyntheticStream, log_q_table: np.ndarray,
           record: Optional[list] = None, checkpoint_dir: Optional[str] = None,
           checkpoint_seconds: float = 120.0,
           on_step: Optional[Callable[[int], None]] = None,
-          on_eval: Optional[Callable[[int, "StudyModel", dict], None]] = None
-          ) -> tuple[StudyModel, dict]:
-    """Trains one run; returns the model and ``{"seconds_per_step", "resumed_from_step"}``
-    (seconds per step of this process, its first step and the saves excluded; NaN when
-    it trained fewer than 2 steps).
-
-    ``record``, when a list, receives ``(batch, negatives)`` numpy pairs of every step
-    (for the common-random-numbers test). ``checkpoint_dir``: the run's state is saved
-    there every ``checkpoint_seconds`` and after the last step (`StepCheckpoint`, keyed
-    by `checkpoint_key`), and a run finds its last state there and goes on from it,
-    ending exactly as an uninterrupted run. ``on_step(i)`` is called after step ``i``
-    (0-based) has finished. ``on_eval(steps, model, timing)`` is called after each of
-    ``run.eval_at``'s steps, before the checkpoint may save that step, so a kill never
-    skips an evaluation (``timing`` as returned, so far)."""
-    model = StudyModel(run)
-    task, optimizer = make_task(run), make_optimizer(run)
-    optimizer.build(model.weights)  # slots exist before the step is traced (and restored)
-    checkpoint = None
-    first_step = 0
-    if checkpoint_dir:
-        checkpoint = StepCheckpoint(checkpoint_dir, checkpoint_key(run), checkpoint_seconds,
-                                    model=model, optimizer=optimizer)
-        first_step = checkpoint.restore()
-    table = tf.constant(np.where(np.isfinite(log_q_table), log_q_table, 0.0), tf.float32)
-
-    @tf.function
-    def step(batch, index):
-        positives = batch["target"]
-        negatives = draw_negatives(run, positives, index, table)
-        ids = tf.concat([positives, negatives.ids], 0)
-        log_q = tf.concat([positive_log_q(run, table, positives), negatives.log_q], 0)
-        with tf.GradientTape() as tape:
-            loss = task(model.query_tower(batch["history"]), model.item_tower(ids),
-                        candidate_ids=ids, candidate_log_sampling_probability=log_q,
-                        score_mask=negatives.score_mask(tf.shape(positives)[0]),
-                        compute_metrics=False, compute_batch_metrics=False)
-        grads = tape.gradient(loss, model.weights)
-        optimizer.apply_gradients(zip(grads, model.weights))
-        return loss, negatives.ids, negatives.is_valid
-
-    start, saving = time.perf_counter(), 0.0
-    for i, batch in enumerate(train_batches(run, stream, first_step), first_step):
-        _, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
-        if record is not None:
-            record.append(({k: v.numpy() for k, v in batch.items()},
-                           neg_ids.numpy(), neg_valid.numpy()))
-        if i == first_step:
-            start = time.perf_counter()
-        if on_eval is not None and i + 1 in run.eval_at:
-            timed = i - first_step
-            eval_start = time.perf_counter()
-            on_eval(i + 1, model, {
-                "seconds_per_step": ((eval_start - start - saving) / timed if timed > 0
-                                     else float("nan")),
-                "resumed_from_step": first_step})
-            saving += time.perf_counter() - eval_start  # not a training step's time
-        if checkpoint is not None and i + 1 < run.steps:
-            saving -= checkpoint.seconds_saving
-            checkpoint.step_done(i + 1)
-            saving += checkpoint.seconds_saving
-        if on_step is not None:
-            on_step(i)
-    timed = run.steps - first_step - 1
-    per_step = ((time.perf_counter() - start - saving) / timed if timed > 0
-                else float("nan"))
-    if checkpoint is not None and first_step < run.steps:
-        checkpoint.save(run.steps)  # a kill while evaluating does not repeat training
-    return model, {"seconds_per_step": per_step, "resumed_from_step": first_step}
+          on_eval: Optional[Callable[[int, TowerModel, dict], None]] = None
+          ) -> tuple[TowerModel, dict]:
+    """Trains one run on the stream (`tfrs_logq.towers.loop.train_loop`, which says what
+    ``record``, ``checkpoint_dir``, ``on_step`` and ``on_eval`` do)."""
+    return train_loop(run, lambda first: train_batches(run, stream, first), log_q_table,
+                      record=record, checkpoint_dir=checkpoint_dir,
+                      checkpoint_seconds=checkpoint_seconds, on_step=on_step, on_eval=on_eval)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -545,7 +403,7 @@ def quantiles(values: np.ndarray, prefix: str) -> dict:
     return {f"{prefix}_q{q}": float(np.percentile(values, q)) for q in QUANTILES}
 
 
-def evaluate(model: StudyModel, stream: SyntheticStream, eval_batch: dict,
+def evaluate(model: TowerModel, stream: SyntheticStream, eval_batch: dict,
              log_q_unigram: np.ndarray, bands: np.ndarray) -> dict:
     users = eval_batch["user_id"].numpy()
     targets = eval_batch["target"].numpy()
@@ -626,7 +484,7 @@ def execute(run: Run, world: Optional[World] = None, checkpoint_dir: Optional[st
     world = world or World(run)
     start = time.perf_counter()
 
-    def row(steps: int, model: StudyModel, timing: dict) -> dict:
+    def row(steps: int, model: TowerModel, timing: dict) -> dict:
         eval_start = time.perf_counter()
         metrics = evaluate(model, world.stream, world.eval_batch, world.log_q, world.bands)
         return {"run_id": run.at(steps).run_id, **run.at(steps).row_fields(), **metrics,
@@ -638,7 +496,7 @@ def execute(run: Run, world: Optional[World] = None, checkpoint_dir: Optional[st
                 "resumed_from_step": timing["resumed_from_step"],
                 "machine": machine_description()}  # s/step and rounding are the machine's
 
-    def on_eval(steps: int, model: StudyModel, timing: dict) -> None:
+    def on_eval(steps: int, model: TowerModel, timing: dict) -> None:
         if run.at(steps).run_id not in done and on_row is not None:
             on_row(row(steps, model, timing))
 
