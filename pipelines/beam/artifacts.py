@@ -3,7 +3,7 @@
 Under ``--pipeline-root``::
 
     ROOT/
-      .lock                        held by the run using ROOT (flock)
+      .lock                        held by the run using ROOT (a file lock)
       ExampleGen/manifest.json     ...and the component's files
       Statistics/manifest.json
       .tmp-Statistics-PID-XXXX/    a component being written (removed when PID is gone)
@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 from typing import Iterator, Optional
 
 from tfrs_logq._util import atomic
 from tfrs_logq._util.atomic import write_json
+from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
 
 # Reading and verifying a manifest, Beam-free (re-exported here).
 from tfrs_logq.pipelines.manifest import (  # noqa: F401
@@ -43,6 +45,8 @@ from tfrs_logq.pipelines.manifest import (  # noqa: F401
     read_manifest,
     verified_manifest,
 )
+
+log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 _TMP_PREFIX = ".tmp-"
@@ -114,25 +118,26 @@ def remove_stale(root: str) -> list[str]:
 
 @contextlib.contextmanager
 def locked(root: str) -> Iterator[None]:
-    """Holds ``ROOT/.lock`` for the block; a second run on the same root is refused."""
-    import fcntl
+    """Holds ``ROOT/.lock`` for the block (`tfrs_logq._util.locks.ExclusiveLock`); a second
+    run on the same root is refused at once, naming the process that holds it. On a
+    filesystem that cannot lock, a warning, and the run goes on.
 
+    Raises:
+      ArtifactError: another pipeline run holds the root.
+    """
     os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, LOCK), "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise ArtifactError(f"--pipeline-root {root} is in use by another pipeline run "
-                                f"(pid {holder}); wait for it to finish.") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        try:
-            yield
-        finally:
-            handle.seek(0)
-            handle.truncate()
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    lock = ExclusiveLock(os.path.join(root, LOCK), wait=False)
+    try:
+        lock.acquire()
+    except LockUnsupported as e:
+        log.warning("cannot lock %s (%s): this filesystem has no flock, so nothing stops a "
+                    "second pipeline run on the same root", lock.path, e.strerror)
+        yield
+        return
+    except LockHeld as e:
+        raise ArtifactError(f"--pipeline-root {root} is in use by another pipeline run "
+                            f"({describe_holder(e.holder)}); wait for it to finish.") from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -371,6 +371,60 @@ def test_concurrent_builds_produce_one_library(tmp_path):
         os.path.basename(paths.pop())]
 
 
+def test_a_build_waits_for_anothers_build_of_the_same_library(tmp_path, package_cache):
+    # The build lock waits (it does not refuse): a second process finds the library the
+    # first built, and compiles nothing.
+    import threading
+
+    package_cache.setenv(native.CACHE_ENV, str(tmp_path / "k"))
+    calls = tmp_path / "calls"
+    fake = tmp_path / "counting-compiler"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nfor a; do case "$prev" in -o) echo lib > '
+                    '"$a";; esac; prev="$a"; done\nexit 0\n')
+    fake.chmod(0o755)
+    package_cache.setenv("CXX", str(fake))
+    target = native.library_path()
+    target.parent.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a+'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.readline(); "
+         "open(sys.argv[2], 'w').write('built by the other\\n')",
+         str(target) + ".lock", str(target)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result = []
+        thread = threading.Thread(target=lambda: result.append(native.build()), daemon=True)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive() and not target.exists()  # waiting on the other build
+        holder.communicate("go\n", timeout=30)
+        thread.join(30)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result == [target] and target.read_text() == "built by the other\n"
+    builds = [c for c in (calls.read_text().splitlines() if calls.exists() else [])
+              if " -o " in f" {c} "]  # (`_cpu_signature` asks the compiler --help too)
+    assert builds == []
+
+
+def test_a_cache_that_cannot_lock_is_a_build_error(tmp_path, package_cache, monkeypatch):
+    import errno
+    import fcntl
+
+    package_cache.setenv(native.CACHE_ENV, str(tmp_path / "k"))
+    package_cache.setenv("CXX", _fake_compiler(tmp_path))
+
+    def no_flock(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with pytest.raises(native.NativeBuildError, match="cannot lock .*lock to build"):
+        native.build()
+    assert not native.library_path().exists()
+
+
 _FALLBACK = """
 import os, sys, logging
 logging.basicConfig()

@@ -343,8 +343,28 @@ def test_publish_replaces_whole_directories_and_stale_staging_is_removed(tmp_pat
 
 def test_a_second_run_on_the_same_root_is_refused(tmp_path):
     with artifacts.locked(str(tmp_path)):
-        with pytest.raises(ArtifactError, match="in use by another pipeline run"):
+        with pytest.raises(ArtifactError, match="in use by another pipeline run") as e:
             run_components([], str(tmp_path))
+    if sys.platform.startswith("linux"):  # the holder, from /proc/locks
+        assert f"(process {os.getpid()})" in str(e.value)
+    with artifacts.locked(str(tmp_path)):  # released with the block
+        pass
+
+
+def test_a_root_that_cannot_be_locked_warns_and_runs(tmp_path, monkeypatch, caplog):
+    import errno
+    import fcntl
+    import logging
+
+    def no_flock(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    ran = []
+    with caplog.at_level(logging.WARNING, logger=artifacts.__name__):
+        with artifacts.locked(str(tmp_path)):
+            ran.append(True)
+    assert ran and any("has no flock" in r.getMessage() for r in caplog.records)
 
 
 # ----------------------------------------------------------------------- the command

@@ -24,8 +24,11 @@ def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
         assert holder.stdout.readline().strip() == "locked"
         config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
                                 max_epochs=1, steps_per_epoch=2)
-        with pytest.raises(RunDirectoryError, match="in use by another training process"):
+        with pytest.raises(RunDirectoryError, match="in use by another training process") as e:
             train(config, str(model_dir), verbose=0)
+        if sys.platform.startswith("linux"):  # the holder, from /proc/locks
+            assert f"(process {holder.pid})" in str(e.value)
+        assert "\n" not in str(e.value)
     finally:
         holder.kill()
         holder.wait()

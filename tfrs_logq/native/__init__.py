@@ -50,7 +50,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from tfrs_logq._util import atomic, cache
+from tfrs_logq._util import atomic, cache, locks
 
 logger = logging.getLogger(__name__)
 
@@ -185,14 +185,10 @@ def build(force: bool = False) -> Path:
                                f"it or set {ENV_VAR}=1 to compile again)")
     if shutil.which(_compiler()[0]) is None:
         raise NativeBuildError(f"no C++ compiler {_compiler()[0]!r} on PATH (set $CXX).")
-    try:
-        import fcntl
-    except ImportError as e:  # not POSIX: callers fall back to TensorFlow ops
-        raise NativeBuildError("building the native kernels needs a POSIX system") from e
     target.parent.mkdir(parents=True, exist_ok=True)
 
-    with open(str(target) + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # Waits while another process builds this target (the same key), then finds it built.
+    with _build_lock(target):
         if target.exists() and not force:  # built by another process meanwhile
             return target
         # Left by a killed build of this library (the lock is this target's, so only
@@ -225,6 +221,23 @@ def build(force: bool = False) -> Path:
                    f"{' '.join(_compiler())} failed: " + " | ".join(errors))
         atomic.write_text(str(failed), message + "\n")
         raise NativeBuildError(message)
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path):
+    """Holds ``TARGET.lock``: one build of ``target`` at a time; the others wait. A cache
+    on a filesystem that cannot lock: `NativeBuildError` (callers fall back to
+    TensorFlow ops)."""
+    lock = locks.ExclusiveLock(str(target) + ".lock", wait=True)
+    try:
+        lock.acquire()
+    except locks.LockUnsupported as e:
+        raise NativeBuildError(f"cannot lock {lock.path} to build the native kernels "
+                               f"({e.strerror}); set {CACHE_ENV} to a local directory") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _sampled_dot_grad(op, upstream):

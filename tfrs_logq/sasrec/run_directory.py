@@ -11,25 +11,25 @@ state. Free of TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import logging
 import os
 import shutil
 from typing import Optional
 
+from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
 from tfrs_logq.sasrec.config import TrainConfig
 
 log = logging.getLogger("tfrs_logq.sasrec.training")
 
 
 class RunLock:
-    """An exclusive lock on a model directory (``.lock`` in it, `fcntl.flock`), so two
+    """An exclusive lock on a model directory (``.lock`` in it, `ExclusiveLock`), so two
     processes never train into one directory; released when the process ends,
-    however it ends.
+    however it ends. On a filesystem that cannot lock, a warning, and the run goes on.
 
     Raises:
-      RunDirectoryError: another process holds the lock.
+      RunDirectoryError: another process holds the lock (refused at once, naming it).
     """
 
     NAME = ".lock"
@@ -37,34 +37,30 @@ class RunLock:
     def __init__(self, model_dir: str, flag: str = "--model-dir") -> None:
         self.path = os.path.join(model_dir, self.NAME)
         self.flag = flag  # how the error names the directory
-        self._file = None
+        self._lock: Optional[ExclusiveLock] = None
 
     def __enter__(self) -> "RunLock":
-        import fcntl
-
-        self._file = open(self.path, "a+")
+        lock = ExclusiveLock(self.path, wait=False)
         try:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                # A filesystem without flock (NFS mounted nolock, some FUSE mounts).
-                log.warning("cannot lock %s (%s): this filesystem has no flock, so nothing "
-                            "stops a second process training into the same directory",
-                            self.path, os.strerror(e.errno))
-                return self
-            self._file.close()
-            self._file = None
-            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise RunDirectoryError(
-                    f"{self.flag} {os.path.dirname(self.path)} is in use by another "
-                    f"training process; wait for it or choose another directory.") from None
-            raise
+            lock.acquire()
+        except LockUnsupported as e:
+            # A filesystem without flock (NFS mounted nolock, some FUSE mounts).
+            log.warning("cannot lock %s (%s): this filesystem has no flock, so nothing "
+                        "stops a second process training into the same directory",
+                        self.path, e.strerror)
+            return self
+        except LockHeld as e:
+            raise RunDirectoryError(
+                f"{self.flag} {os.path.dirname(self.path)} is in use by another training "
+                f"process ({describe_holder(e.holder)}); wait for it or choose another "
+                f"directory.") from None
+        self._lock = lock
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._file is not None:
-            self._file.close()  # closing releases the lock
-            self._file = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 # Options that change how fast a run trains, not what it computes.
