@@ -35,16 +35,12 @@ import ast
 import csv
 import datetime
 import glob
-import hashlib
 import logging
 import os
-import urllib.error
-import urllib.request
 from typing import Optional
 
 import numpy as np
 
-from tfrs_logq._util.atomic import atomic_write
 from tfrs_logq._util.cache import cache_dir  # the one cache location (re-exported here)
 from tfrs_logq.pipelines.interactions import (
     DataFormatError,
@@ -160,25 +156,32 @@ def _looked_for(kind: str) -> str:
 
 def download(url: str, sha256: str, destination: str) -> str:
     """Downloads ``url`` to ``destination`` with a progress bar, verifying sha256;
-    the file appears only once complete and verified."""
-    from tqdm import tqdm
+    the file appears only once complete and verified.
 
-    os.makedirs(os.path.dirname(destination), exist_ok=True)
-    digest = hashlib.sha256()
-    # Written beside the destination and renamed into place only once the checksum
-    # matches; a failed or interrupted download leaves no file.
-    with atomic_write(destination, "wb") as out, \
-            urllib.request.urlopen(url, timeout=30) as response:
-        total = int(response.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=os.path.basename(url)) as bar:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                out.write(block)
-                digest.update(block)
-                bar.update(len(block))
-        if digest.hexdigest() != sha256:
-            raise OSError(f"checksum mismatch for {url}: got {digest.hexdigest()}, "
-                          f"expected {sha256}")
-    return destination
+    `pooch.retrieve` does the work: it streams into a temporary file beside
+    ``destination``, checks the hash, and only then moves it into place (a failed,
+    interrupted or altered download leaves no file); a ``destination`` that already
+    holds the right bytes is not downloaded again.
+
+    Raises:
+      OSError: the download failed (network, HTTP status, timeout), or what arrived does
+        not match ``sha256`` ("checksum mismatch"). One line.
+    """
+    import pooch
+    import requests
+
+    directory, name = os.path.split(os.path.abspath(destination))
+    downloader = pooch.HTTPDownloader(progressbar=True, timeout=30)
+    try:
+        return pooch.retrieve(url, known_hash=f"sha256:{sha256}", fname=name, path=directory,
+                              downloader=downloader)
+    except ValueError as exc:  # pooch: the hash does not match (the download was deleted)
+        if "hash" not in str(exc):
+            raise
+        raise OSError(f"checksum mismatch for {url}: expected sha256 {sha256}, received "
+                      f"other bytes (nothing was kept)") from None
+    except requests.RequestException as exc:
+        raise OSError(f"downloading {url} failed: {' '.join(str(exc).split())}") from None
 
 
 def _fetch_or_explain(url: str, sha256: str, filename: str, kind: str, root: str, origin: str,
@@ -198,7 +201,7 @@ def _fetch_or_explain(url: str, sha256: str, filename: str, kind: str, root: str
         raise DataNotFoundError(f"{hint} (downloading is off: --no-download)")
     try:
         return download(url, sha256, destination)
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+    except OSError as exc:
         raise DataNotFoundError(f"{hint} (download failed: {exc})") from None
 
 

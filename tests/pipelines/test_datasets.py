@@ -250,15 +250,29 @@ def test_download_verifies_checksum_over_loopback_http(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/ml-1m.zip"
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        url = f"{base}/ml-1m.zip"
         dest = tmp_path / "dl" / "ml-1m.zip"
-        with pytest.raises(OSError, match="checksum mismatch"):
+        with pytest.raises(OSError, match="checksum mismatch") as mismatch:
             ds_mod.download(url, "0" * 64, str(dest))
+        assert "\n" not in str(mismatch.value)
         assert not dest.exists() and list(dest.parent.iterdir()) == []  # nothing half-written
-        ds_mod.download(url, hashlib.sha256(payload).hexdigest(), str(dest))
+        with pytest.raises(OSError, match=r"downloading .*/missing\.zip failed.*404") as missing:
+            ds_mod.download(f"{base}/missing.zip", "0" * 64, str(tmp_path / "dl" / "m.zip"))
+        assert "\n" not in str(missing.value) and list(dest.parent.iterdir()) == []
+        digest = hashlib.sha256(payload).hexdigest()
+        assert ds_mod.download(url, digest, str(dest)) == str(dest)
         assert dest.read_bytes() == payload
     finally:
         server.shutdown()
+        server.server_close()
+    # A verified copy is not fetched again (the server is gone).
+    assert ds_mod.download(url, digest, str(dest)) == str(dest)
+    # The loader's error for a download that cannot happen: one line, the hint included.
+    with pytest.raises(DataNotFoundError, match=r"download failed: downloading .* failed") as e:
+        ds_mod._fetch_or_explain(f"{base}/ml-1m.zip", digest, "ml-1m.zip", "ratings",
+                                 str(tmp_path / "cache"), "cache", True)
+    assert "\n" not in str(e.value) and not (tmp_path / "cache" / "ml-1m.zip").exists()
 
 
 # ------------------------------------------------------ resolution, errors and the cache (#12)
