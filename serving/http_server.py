@@ -255,6 +255,14 @@ class HttpServer:
             self.socket.close()
             return
         self._shutdown.begun = True
+        try:
+            # A backlog of 0: from now on a new SYN is dropped (its client retries it,
+            # and is then refused by the closed port) instead of completing into the
+            # accept queue, where closing the listener would reset it. What is queued
+            # now is still accepted and served (Connection: close) until it closes.
+            self.socket.listen(0)
+        except OSError:
+            pass
         self._server.config.timeout_graceful_shutdown = drain_timeout_s
         self._server.should_exit = True
         self._thread.join(drain_timeout_s + 10)
