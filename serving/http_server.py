@@ -16,7 +16,11 @@ What it adds to uvicorn, in a protocol subclass:
 
 The subclass overrides uvicorn's ``H11Protocol`` methods (``connection_made``,
 ``data_received``, ``on_response_complete``, ``eof_received``, ``send_400_response``,
-``shutdown``), which are internals: uvicorn's minor version is pinned for it.
+``shutdown``), which are internals: they were read against uvicorn `UVICORN_CHECKED`
+(a test fails on another minor version, to have them read again). uvicorn has no hook
+for a request-head timeout (its keep-alive timer stops at a request's first byte, so a
+client sending a byte at a time would hold a socket for ever) nor for JSON refusals of
+the HTTP layer, hence the subclass rather than a plain ``uvicorn.Config``.
 
 The listening socket is bound here, before the model loads, with SO_REUSEADDR but
 not SO_REUSEPORT, so a port in use is refused at start. Shutdown (`HttpServer.stop`)
@@ -43,6 +47,7 @@ log = logging.getLogger("tfrs_logq.serving")
 
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*([^\r\n]*)")
 
+UVICORN_CHECKED = "0.54"  # the uvicorn minor version the H11Protocol overrides were read in
 FIRST_REQUEST_WAIT_S = 1.0  # at shutdown: how long a new connection may take to send its request
 
 
@@ -268,4 +273,5 @@ class HttpServer:
         self._thread.join(drain_timeout_s + 10)
 
 
-__all__ = ["HttpServer", "bind_error", "bind_socket"]
+__all__ = ["FIRST_REQUEST_WAIT_S", "UVICORN_CHECKED", "HttpServer", "bind_error",
+           "bind_socket"]

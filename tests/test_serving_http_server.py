@@ -142,3 +142,15 @@ def test_64_slow_clients_do_not_delay_a_normal_request(short_timeout_server):
     finally:
         for sock in slow:
             sock.close()
+
+
+def test_uvicorn_is_the_minor_version_the_protocol_subclass_was_read_against():
+    """http_server subclasses uvicorn's H11Protocol (internals). On another minor version,
+    read its overrides against the new H11Protocol, then update UVICORN_CHECKED and the
+    uvicorn pin of pyproject's serving extras."""
+    import uvicorn
+
+    from tfrs_logq.serving.http_server import UVICORN_CHECKED
+
+    minor = ".".join(uvicorn.__version__.split(".")[:2])
+    assert minor == UVICORN_CHECKED, (uvicorn.__version__, UVICORN_CHECKED)
