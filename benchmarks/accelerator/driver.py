@@ -6,7 +6,9 @@
 - A run's state (weights, Adam moments, step) is saved to ``OUT/runs/<key>.npz``
   (atomically) every ``checkpoint_seconds``, after every evaluation and when the time
   budget (``max_seconds``) is spent; a run finds it there and goes on from it, ending
-  exactly as an uninterrupted run (every draw is a function of ``(seed, step)``). A
+  exactly as an uninterrupted run (every draw is a function of ``(seed, step)``). The
+  state after the last evaluation is kept, so a run asked later for more steps (a
+  longer ``--eval-at``) continues instead of starting again. A
   checkpoint belongs to its run's training fields and to a digest of this package's and
   keras-logq's loss source; other code starts the run from step 0.
 - ``max_seconds``: before each block of steps, evaluation or save, the driver checks
@@ -258,10 +260,7 @@ def run_one(run: Run, ctx: Context, done: set) -> int:
                 + " / ".join(f"{metrics[f'exact_recall@{k}']:.4f}" for k in KS)
                 + f", {per_step * 1e3 if per_step else float('nan'):.2f} ms/step, "
                   f"eval {eval_time:.1f} s")
-        if target < pending[-1]:
-            save()
-    if os.path.exists(ckpt):
-        os.remove(ckpt)  # the run is complete
+        save()  # also after the last: a longer --eval-at later goes on from here
     return written
 
 

@@ -254,7 +254,7 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
         driver.run_one(run, ctx(stopped, _Budget(3)), done)
     assert int(np.load(ckpt[0])["step"]) == 30 and len(done) == 1
     assert driver.run_one(run, ctx(stopped, driver.Clock(None)), done) == 1
-    assert not list((stopped / "runs").glob("*.npz"))  # removed when complete
+    assert int(np.load(ckpt[0])["step"]) == 30  # kept: a longer horizon goes on from it
 
     import csv
 
@@ -268,9 +268,12 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
     for ra, rb in zip(a, b):
         assert {m: ra[m] for m in metrics} == {m: rb[m] for m in metrics}
     assert b[0]["resumed_from_step"] == "10" and b[1]["resumed_from_step"] == "30"
-    # A finished run is not run again.
-    assert driver.run_one(run, ctx(stopped, driver.Clock(None)),
-                          driver.finished_rows(str(stopped / "results.csv"))) == 0
+    # A finished run is not run again; asked for more steps, it continues from 30.
+    finished = driver.finished_rows(str(stopped / "results.csv"))
+    assert driver.run_one(run, ctx(stopped, driver.Clock(None)), finished) == 0
+    longer = dataclasses.replace(run, eval_at=(15, 30, 35))
+    assert driver.run_one(longer, ctx(stopped, driver.Clock(None)), finished) == 1
+    assert rows(stopped)[-1]["resumed_from_step"] == "30" and rows(stopped)[-1]["steps"] == "35"
 
 
 def test_presets_have_the_grid_of_the_issue():
