@@ -157,7 +157,7 @@ class RawLog:
     """Rows as read, before preprocessing: codes into the id vocabularies.
 
     Attributes:
-      user, item: `[n]` int64 codes (`IdEncoder`, first appearance in reading order).
+      user, item: `[n]` int32 codes (`IdEncoder`, first appearance in reading order).
       timestamp: `[n]` int64 seconds, or None. weight: `[n]` float64, or None.
       users, items: `IdEncoder`. The distinct ids.
       report: `ParseReport`. Rows read, skipped and the first messages.
@@ -274,6 +274,13 @@ def _float(text: Optional[str]) -> Optional[float]:
         return None
 
 
+def _codes(codes: np.ndarray, encoder: IdEncoder, path: str) -> np.ndarray:
+    """int32 codes (half the memory of a log's largest columns)."""
+    if len(encoder) > np.iinfo(np.int32).max:
+        raise DataFormatError(f"{path}: more than 2**31 - 1 distinct ids.")
+    return codes.astype(np.int32)
+
+
 def _convert(batch: Batch, source: UserLogSource, raw: dict, report: ParseReport) -> None:
     """Checks one batch's rows, skips (or raises on) malformed ones, and appends the
     rest to ``raw``'s column lists, ids through its encoders."""
@@ -315,7 +322,7 @@ def _convert(batch: Batch, source: UserLogSource, raw: dict, report: ParseReport
         if len(column) == 0:
             continue
         try:
-            raw[role].append(encoder.encode(column))
+            raw[role].append(_codes(encoder.encode(column), encoder, path))
         except TypeError as exc:
             raise DataFormatError(f"{path}: the {role} column {name!r} holds {exc}; ids must be "
                                   "integers or text.") from None
@@ -340,12 +347,13 @@ def _read(source: UserLogSource, parts: list, users: IdEncoder, items: IdEncoder
         for batch in batches:
             _convert(batch, source, raw, report)
 
-    def joined(key, dtype):
-        return np.concatenate(raw[key]).astype(dtype, copy=False) if raw[key] else \
+    def joined(key, dtype):  # one column at a time, its batches freed as it is joined
+        chunks = raw.pop(key)
+        return np.concatenate(chunks).astype(dtype, copy=False) if chunks else \
             np.zeros(0, dtype)
 
     formats = sorted({p.fmt for p in parts})
-    return RawLog(joined("user", np.int64), joined("item", np.int64),
+    return RawLog(joined("user", np.int32), joined("item", np.int32),
                   joined("timestamp", np.int64) if source.time_column else None,
                   joined("weight", np.float64) if source.weight_column else None,
                   users, items, report, formats, any(f in ("csv", "tsv") for f in formats))
@@ -375,10 +383,10 @@ def merge_raw_logs(parts: list) -> RawLog:
     users, items, report = IdEncoder(), IdEncoder(), ParseReport()
     columns: dict = {"user": [], "item": [], "timestamp": [], "weight": []}
     for part in parts:
-        columns["user"].append(users.encode(part.users.arrow_values())[part.user]
-                               if len(part) else part.user)
-        columns["item"].append(items.encode(part.items.arrow_values())[part.item]
-                               if len(part) else part.item)
+        columns["user"].append(users.encode(part.users.arrow_values()).astype(np.int32)
+                               [part.user] if len(part) else part.user)
+        columns["item"].append(items.encode(part.items.arrow_values()).astype(np.int32)
+                               [part.item] if len(part) else part.item)
         for key in ("timestamp", "weight"):
             if getattr(part, key) is not None:
                 columns[key].append(getattr(part, key))
@@ -390,7 +398,7 @@ def merge_raw_logs(parts: list) -> RawLog:
         raise ValueError("merge_raw_logs needs at least one part.")
     first = parts[0]
     join = lambda key, dtype: np.concatenate(columns[key]).astype(dtype, copy=False)  # noqa: E731
-    return RawLog(join("user", np.int64), join("item", np.int64),
+    return RawLog(join("user", np.int32), join("item", np.int32),
                   join("timestamp", np.int64) if first.timestamp is not None else None,
                   join("weight", np.float64) if first.weight is not None else None,
                   users, items, report, sorted({f for p in parts for f in p.formats}),

@@ -273,6 +273,13 @@ def _build_split(chunks: list, params: dict, staging: str):
         split = make_split(interactions, params["split"], **options)
     except ValueError as exc:
         return finish(f"{path}: {exc}")
+    return _write_vocabulary(split, path, staging, finish)
+
+
+def _write_vocabulary(split, path: str, staging: str, finish):
+    """The vocabulary files and the counts of a built split (its ``finish``); the
+    split, or None when an id cannot be written."""
+    interactions = split.interactions
     for kind, ids in (("users", interactions.raw_users), ("items", interactions.raw_items)):
         if ids.dtype.kind == "U" and any(("\n" in v or "\r" in v) for v in ids.tolist()):
             return finish(f"{path}: a {kind[:-1]} id holds a line break; ids must be one line.")
@@ -423,22 +430,29 @@ class ExampleGen:
              | "WriteShards" >> beam.ParDo(WriteShard(staging, self.num_shards)))
 
         run(pipeline)
-        summary_path = os.path.join(staging, _SUMMARY)
-        if not os.path.exists(summary_path):
-            raise ArtifactError(f"{NAME}: the Beam job finished without its summary "
-                                f"({summary_path})")
-        with open(summary_path) as f:
-            summary = json.load(f)
-        os.remove(summary_path)
-        if "error" in summary:
-            raise DataFormatError(summary.pop("error"))
-        examples = os.path.join(staging, EXAMPLES_DIR)
-        os.makedirs(examples, exist_ok=True)
-        for shard in range(self.num_shards):  # a shard with no user is an empty file
-            path = os.path.join(examples, shard_name(shard, self.num_shards))
-            if not os.path.exists(path):
-                open(path, "wb").close()
-        return {"num_rows": summary.pop("rows"), **summary}
+        return finish_build(staging, self.num_shards)
+
+
+def finish_build(staging: str, num_shards: int) -> dict:
+    """After a file source's Beam job: the assemble step's summary (its error raised as
+    `DataFormatError`), an empty record file for each shard no user went to, and the
+    manifest's counts."""
+    summary_path = os.path.join(staging, _SUMMARY)
+    if not os.path.exists(summary_path):
+        raise ArtifactError(f"{NAME}: the Beam job finished without its summary "
+                            f"({summary_path})")
+    with open(summary_path) as f:
+        summary = json.load(f)
+    os.remove(summary_path)
+    if "error" in summary:
+        raise DataFormatError(summary.pop("error"))
+    examples = os.path.join(staging, EXAMPLES_DIR)
+    os.makedirs(examples, exist_ok=True)
+    for shard in range(num_shards):  # a shard with no user is an empty file
+        path = os.path.join(examples, shard_name(shard, num_shards))
+        if not os.path.exists(path):
+            open(path, "wb").close()
+    return {"num_rows": summary.pop("rows"), **summary}
 
 
 # ------------------------------------------------------------ the synthetic source
