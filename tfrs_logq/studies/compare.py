@@ -1,0 +1,232 @@
+"""`tfrs-logq compare`: does the corrected loss beat the standard one on *this* log?
+
+Every loss of the plan is trained for every seed, with common random numbers (the
+runs of one seed share batches, initial weights and negatives: `tfrs_logq.towers`),
+for a fixed number of steps (no early stopping); the test split is scored every
+``eval_every`` steps and a run's result is the mean of its last ``window``
+evaluations (the fixed-length protocol that produced this project's ML-1M result).
+The differences against the baseline loss are then paired by seed
+(`tfrs_logq.studies.compare_report`).
+
+Output directory:
+
+- ``plan.json``: what is compared (a rerun with another plan is refused; more seeds
+  or losses may be added);
+- ``curves.csv``: every evaluation of every run; ``results.csv``: a row per loss and
+  seed (the window's means, the regime, seconds per step);
+- ``report.md``, ``learning_curves.png``, ``paired.png``;
+- ``runs/``: checkpoints of unfinished runs (a killed run goes on from its last one;
+  a finished run is skipped on rerun).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import shutil
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from tfrs_logq._util.atomic import write_json, write_text
+from tfrs_logq._util.hostinfo import machine_description
+from tfrs_logq.pipelines.splits import Split
+from tfrs_logq.sasrec.run_directory import RunLock
+from tfrs_logq.towers import training as towers
+from tfrs_logq.towers.training import LOSSES, Examples, TwoTowerConfig
+
+MODELS = ("two-tower",)
+
+
+class CompareError(ValueError):
+    """A plan that cannot run, or an output directory holding another plan."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What `run_compare` trains: ``losses`` x ``seeds`` runs of ``config``'s model."""
+
+    losses: tuple = ("inbatch-logq", "inbatch-corrected")
+    seeds: tuple = (0, 1, 2)
+    config: TwoTowerConfig = TwoTowerConfig()
+    window: int = 3
+    baseline: str = ""
+    model: str = "two-tower"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "losses", tuple(dict.fromkeys(self.losses)))
+        object.__setattr__(self, "seeds", tuple(dict.fromkeys(int(s) for s in self.seeds)))
+        if self.model not in MODELS:
+            raise CompareError(f"`model` must be one of {MODELS}, received "
+                               f"{str(self.model)[:40]!r}.")
+        unknown = [loss for loss in self.losses if loss not in LOSSES]
+        if unknown or len(self.losses) < 2:
+            raise CompareError(f"compare needs two or more losses of {', '.join(LOSSES)}; "
+                               f"received {', '.join(map(str, self.losses))[:200]}.")
+        if not self.seeds:
+            raise CompareError("compare needs at least one seed.")
+        if not self.baseline:
+            object.__setattr__(self, "baseline", self.losses[0])
+        if self.baseline not in self.losses:
+            raise CompareError(f"the baseline {self.baseline!r} is not one of the losses "
+                               f"{', '.join(self.losses)}.")
+        evaluations = len(self.config.eval_steps)
+        if not 1 <= self.window <= evaluations:
+            raise CompareError(f"`window` must be in [1, {evaluations}] (the evaluations of "
+                               f"{self.config.steps} steps every {self.config.eval_every}), "
+                               f"received {self.window}.")
+
+    def run_config(self, loss: str, seed: int) -> TwoTowerConfig:
+        return dataclasses.replace(self.config, loss=loss, seed=seed)
+
+    def fixed_fields(self) -> dict:
+        """What every run of the directory must share (losses and seeds may grow)."""
+        config = dataclasses.asdict(self.config)
+        config.pop("loss"), config.pop("seed")
+        return {"model": self.model, "source": self.source, "window": self.window,
+                "config": config}
+
+
+def _read_csv(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write_csv(path: str, rows: list[dict]) -> None:
+    fields: list = []
+    for row in rows:
+        fields += [f for f in row if f not in fields]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buffer.getvalue())
+
+
+def metric_names(rows: Sequence[dict]) -> list[str]:
+    """The recall/NDCG columns present, in the order k then kind."""
+    names = {k for row in rows for k in row if k.startswith(("recall@", "ndcg@"))}
+    return sorted(names, key=lambda n: (int(n.split("@")[1]), n))
+
+
+def _check_plan(plan: Plan, output_dir: str) -> None:
+    path = os.path.join(output_dir, "plan.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get("fixed") != json.loads(json.dumps(plan.fixed_fields())):
+            raise CompareError(f"{output_dir} holds a comparison with another plan "
+                               f"(model, source, window or training settings differ); use "
+                               f"another --output-dir.")
+    write_json(path, {"fixed": plan.fixed_fields(), "losses": list(plan.losses),
+                      "seeds": list(plan.seeds), "baseline": plan.baseline})
+
+
+def _run_dir(output_dir: str, config: TwoTowerConfig) -> str:
+    return os.path.join(output_dir, "runs",
+                        hashlib.sha256(config.run_id.encode()).hexdigest()[:16])
+
+
+def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: dict) -> dict:
+    """The result of one run: the mean of its last ``plan.window`` evaluations' metrics,
+    the regime and timing of its last one."""
+    scored = sorted(evaluations, key=lambda r: int(r["steps"]))[-plan.window:]
+    row = {"loss": loss, "seed": seed, "steps": plan.config.steps, "window": len(scored),
+           "window_steps": " ".join(str(int(r["steps"])) for r in scored)}
+    for name in metric_names(scored):
+        row[name] = float(np.mean([float(r[name]) for r in scored]))
+    for key in ("positive_share_q10", "positive_share_q50", "positive_share_q90",
+                "model_p_q50", "seconds_per_step", "resumed_from_step"):
+        if key in last and last[key] not in ("", None):
+            row[key] = last[key]
+    row["machine"] = machine_description()
+    return row
+
+
+def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], None] = print,
+                max_runs: Optional[int] = None) -> list[dict]:
+    """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
+    interrupted comparison holds whole pairs), then writes the report. Returns the rows
+    of results.csv. One process per directory (`RunLock`)."""
+    os.makedirs(output_dir, exist_ok=True)
+    with RunLock(output_dir, "--output-dir"):
+        _check_plan(plan, output_dir)
+        _run_all(plan, split, output_dir, say, max_runs)
+        rows = _read_csv(os.path.join(output_dir, "results.csv"))
+        if rows:
+            from tfrs_logq.studies.compare_report import write_report
+
+            write_report(plan, rows, _read_csv(os.path.join(output_dir, "curves.csv")),
+                         output_dir, say=say)
+    return rows
+
+
+def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
+    results_path = os.path.join(output_dir, "results.csv")
+    curves_path = os.path.join(output_dir, "curves.csv")
+    done = {(r["loss"], int(r["seed"])) for r in _read_csv(results_path)}
+    todo = [(loss, seed) for seed in plan.seeds for loss in plan.losses
+            if (loss, seed) not in done]
+    total = len(plan.losses) * len(plan.seeds)
+    say(f"compare: {total} runs ({len(plan.losses)} losses x {len(plan.seeds)} seeds) of "
+        f"{plan.config.steps:,} steps; {total - len(todo)} already in {output_dir}, "
+        f"{len(todo)} to train")
+    if max_runs is not None:
+        todo = todo[:max_runs]
+    if not todo:
+        return
+    examples = Examples(split, plan.config.history_length)
+    say(f"compare: {len(examples):,} training examples, {split.num_items:,} items, "
+        f"{len(split.test):,} test targets")
+    pace: dict = {}
+    for number, (loss, seed) in enumerate(todo, 1):
+        config = plan.run_config(loss, seed)
+        run_dir = _run_dir(output_dir, config)
+        old = [r for r in _read_csv(curves_path)
+               if r["loss"] == loss and int(r["seed"]) == seed]
+        say(f"run {number}/{len(todo)}: {loss}, seed {seed}")
+        evaluations = list(old)
+
+        def on_eval(row: dict, loss=loss, seed=seed, evaluations=evaluations) -> None:
+            full = {"loss": loss, "seed": seed, **row}
+            evaluations.append(full)
+            _write_csv(curves_path, _read_csv(curves_path) + [full])
+            say(f"  step {row['steps']:,}: " + ", ".join(
+                f"{n} {float(row[n]):.4f}" for n in metric_names([row])[:4]))
+
+        def on_step(i: int, number=number) -> None:
+            _progress(i, plan.config.steps, number, len(todo), pace, say)
+
+        last = towers.train(config, split, checkpoint_dir=run_dir, on_eval=on_eval,
+                            done=tuple(int(r["steps"]) for r in old), on_step=on_step,
+                            examples=examples)
+        row = window_row(plan, loss, seed, evaluations, last)
+        _write_csv(results_path, _read_csv(results_path) + [row])
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> None:
+    """20 steps into the first run trained here: an estimate of the time left; then a
+    line every tenth of a run."""
+    now = time.perf_counter()
+    if "start" not in pace:
+        pace["start"], pace["first"] = now, i
+    elif "per_step" not in pace and i - pace["first"] == 20:
+        pace["per_step"] = (now - pace["start"]) / 20
+        left = (steps - i - 1 + (runs - number) * steps) * pace["per_step"]
+        say(f"  {pace['per_step'] * 1000:.0f} ms/step here: about {left / 60:.1f} min for "
+            f"the {runs - number + 1} run(s) left (evaluations not counted)")
+    if steps >= 10 and (i + 1) % max(1, steps // 10) == 0 and i + 1 < steps:
+        say(f"  {100 * (i + 1) // steps}% ({i + 1:,}/{steps:,} steps)")
+
+
+__all__ = ["CompareError", "LOSSES", "MODELS", "Plan", "metric_names", "run_compare",
+           "window_row"]

@@ -1,0 +1,273 @@
+"""A two-tower retrieval model trained on a `Split` of interactions: any user's log.
+
+The model is the study's (`tfrs_logq.towers.loop`): a query tower over the user's last
+``history_length`` items (`HistoryQueryTower`) and an item embedding table, trained by
+`CorrectedRetrieval` with the row-sparse `LazyAdam` by default, so a step costs the
+same at 100k or 1M items (the table rows a batch does not touch are not updated).
+
+Examples: every training interaction but a user's first, with the items before it as
+the history. Batch ``i`` of seed ``s`` draws ``batch_size`` examples uniformly with
+replacement from a generator keyed by ``(s, i)`` alone: runs of one seed that differ
+only in the loss see identical batches, initial weights and negatives (common random
+numbers), and a resumed run continues the same stream.
+
+Losses (`LOSSES`), each ``<negatives>-<correction>``:
+
+- negatives ``inbatch``: the batch's distinct targets; ``mns``: those plus
+  ``num_negatives`` uniform ones shared by the batch (mixed negative sampling), each
+  corrected with the mixture's own ``log Q`` (``a / V + (1 - a) Q(d)``, ``a`` the
+  uniform share), which the study found better than the unigram convention.
+- correction ``none``; ``logq``, standard logQ as the paper's official code computes it
+  (the positive's denominator term uncorrected: what ``tfrs-logq train``'s SASRec
+  ``*-logq`` losses train); ``logq-tfrs``, standard logQ as TFRS's ``Retrieval`` computes
+  it (the positive corrected too); ``corrected``, the paper's corrected loss.
+
+``Q`` is the unigram frequency of the training interactions. Test metrics are
+computed over the full catalog (`tfrs_logq.pipelines.sequential.evaluate`) at every
+evaluation step, so a caller can average a late window of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
+from tfrs_logq.pipelines.splits import Split
+from tfrs_logq.proposal import standard_positive_share
+from tfrs_logq.towers.loop import OPTIMIZERS, TowerModel, proposal_log_q_table, train_loop
+
+NEGATIVES = ("inbatch", "mns")
+FORMS = {"none": "none", "logq": "logq-official", "logq-tfrs": "logq-paper",
+         "corrected": "corrected"}
+LOSSES = tuple(f"{n}-{f}" for n in NEGATIVES for f in FORMS)
+BATCH_SALT = 0x6261746368  # "batch": keeps the batches' key apart from the negatives'
+MAX_EMBEDDING_DIM = 4096
+MAX_HISTORY_LENGTH = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoTowerConfig:
+    """One two-tower training run on a user's log."""
+
+    loss: str = "inbatch-corrected"
+    """``inbatch``/``mns`` + ``none``/``logq``/``logq-tfrs``/``corrected`` (`LOSSES`)"""
+    seed: int = 0
+    """initial weights, batches and negatives (common random numbers across losses)"""
+    steps: int = 3000
+    """training steps (fixed: no early stopping)"""
+    batch_size: int = 512
+    """training examples per step (each a target and the history before it)"""
+    embedding_dim: int = 64
+    """query and item embedding size"""
+    history_length: int = 50
+    """the query tower reads the user's last this many items"""
+    num_negatives: int = 1024
+    """uniform negatives shared by the batch (``mns-*`` losses only)"""
+    learning_rate: float = 3e-3
+    """Adam's step size"""
+    optimizer: str = "lazy-adam"
+    """``lazy-adam`` (row-sparse: a step independent of the catalog size) or ``adam``"""
+    eval_every: int = 500
+    """evaluate the test split every this many steps (and at the last step)"""
+    exclude_seen: bool = True
+    """leave the user's history out of the ranking (the gSASRec protocol)"""
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"`loss` must be one of {', '.join(LOSSES)}; received "
+                             f"{str(self.loss)[:60]!r}.")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}, received "
+                             f"{str(self.optimizer)[:40]!r}.")
+        for name, low, high in (("steps", 1, 10**9), ("batch_size", 2, 1 << 20),
+                                ("embedding_dim", 1, MAX_EMBEDDING_DIM),
+                                ("history_length", 1, MAX_HISTORY_LENGTH),
+                                ("num_negatives", 1, 1 << 22), ("eval_every", 1, 10**9)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or not low <= value <= high:
+                raise ValueError(f"`{name}` must be an integer in [{low:,}, {high:,}], "
+                                 f"received {str(value)[:40]}.")
+        if not 0 < self.learning_rate < 10:
+            raise ValueError(f"`learning_rate` must be in (0, 10), received "
+                             f"{self.learning_rate}.")
+
+    @property
+    def eval_steps(self) -> tuple:
+        """The steps at which the test split is evaluated, the last one included."""
+        return (*range(self.eval_every, self.steps, self.eval_every), self.steps)
+
+    @property
+    def run_id(self) -> str:
+        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """What `tfrs_logq.towers.loop` reads, from a config and the split's catalog."""
+
+    config: TwoTowerConfig
+    num_items: int
+
+    def __getattr__(self, name):
+        return getattr(self.config, name)
+
+    @property
+    def negatives(self) -> str:
+        return self.config.loss.split("-", 1)[0]
+
+    @property
+    def correction(self) -> str:
+        return FORMS[self.config.loss.split("-", 1)[1]]
+
+    @property
+    def sampler(self) -> str:
+        return "in-batch" if self.negatives == "inbatch" else "mixed"
+
+    @property
+    def proposal(self) -> str:
+        return "mixture" if self.negatives == "mns" else "unigram"
+
+    @property
+    def num_in_batch_negatives(self) -> int:
+        return self.config.batch_size
+
+    @property
+    def num_uniform_negatives(self) -> int:
+        return self.config.num_negatives if self.negatives == "mns" else 0
+
+    @property
+    def eval_at(self) -> tuple:
+        return self.config.eval_steps[:-1]
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.config.run_id}|num_items={self.num_items}"
+
+
+class Examples:
+    """The training examples of a split, drawn batch by batch (see the module docstring).
+
+    Holds the training sequences once, concatenated (``4 bytes`` per interaction), and
+    the position of every example; a batch's histories are gathered when it is drawn.
+    """
+
+    def __init__(self, split: Split, history_length: int) -> None:
+        sequences = split.train_sequences()
+        lengths = np.array([len(s) for s in sequences], np.int64)
+        self.flat = (np.concatenate(sequences).astype(np.int64) if len(sequences)
+                     else np.zeros(0, np.int64))
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        # Every position but each user's first: the target, its user's start.
+        user_of = np.repeat(np.arange(len(lengths)), lengths)
+        positions = np.arange(len(self.flat), dtype=np.int64)
+        keep = positions != starts[user_of] if len(self.flat) else positions.astype(bool)
+        self.positions = positions[keep]
+        self.starts = starts[user_of][keep]
+        self.history_length = int(history_length)
+        if not len(self.positions):
+            raise ValueError("the training split has no user with 2 or more interactions: "
+                             "nothing to train on.")
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def batch(self, seed: int, step: int, batch_size: int) -> dict:
+        rng = np.random.default_rng([int(seed), BATCH_SALT, int(step)])
+        rows = rng.integers(0, len(self.positions), batch_size)
+        target_at, start = self.positions[rows], self.starts[rows]
+        offsets = np.arange(-self.history_length, 0, dtype=np.int64)
+        at = target_at[:, None] + offsets[None, :]
+        history = np.where(at >= start[:, None], self.flat[np.maximum(at, 0)], 0)
+        return {"history": history, "target": self.flat[target_at]}
+
+    def batches(self, seed: int, batch_size: int, steps: int) -> Callable[[int], object]:
+        def from_step(first: int):
+            for step in range(first, steps):
+                yield {k: tf.constant(v, tf.int64)
+                       for k, v in self.batch(seed, step, batch_size).items()}
+        return from_step
+
+
+def _ks(num_items: int) -> tuple:
+    """Recall/NDCG cut-offs the catalog allows: 10, 100, 1000 below its size."""
+    return tuple(k for k in (10, 100, 1000) if k < num_items) or (max(1, num_items - 1),)
+
+
+def positive_share(model: TowerModel, arrays: dict, log_q: np.ndarray, num_negatives: int,
+                   batch_size: int = 512) -> dict:
+    """The regime: quantiles of the trained model's ``P(p|u)`` (full-catalog softmax) and
+    of the positive's share of the standard logQ denominator,
+    ``(P/Q) / (P/Q + n)`` (`proposal.standard_positive_share`), over the test targets."""
+    items = model.item_tower.embeddings[1:]
+    log_p = []
+    for start in range(0, len(arrays["targets"]), batch_size):
+        queries = model.query_tower(tf.constant(arrays["history"][start:start + batch_size]))
+        scores = tf.matmul(queries, items, transpose_b=True)
+        column = tf.constant(arrays["targets"][start:start + batch_size] - 1)
+        log_p.append((tf.gather(scores, column, batch_dims=1)
+                      - tf.reduce_logsumexp(scores, axis=1)).numpy())
+    log_p = np.concatenate(log_p) if log_p else np.zeros(0)
+    finite_q = np.where(np.isfinite(log_q), log_q, np.log(1e-12))
+    p_over_q = np.exp(log_p - finite_q[arrays["targets"]])
+    share = np.asarray(standard_positive_share(p_over_q, num_negatives), np.float64)
+    out = {}
+    for q in (10, 50, 90):
+        out[f"model_p_q{q}"] = float(np.percentile(np.exp(log_p), q)) if len(log_p) else 0.0
+        out[f"positive_share_q{q}"] = float(np.percentile(share, q)) if len(share) else 0.0
+    return out
+
+
+def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = None,
+          on_eval: Optional[Callable[[dict], None]] = None,
+          done: Sequence[int] = (), on_step: Optional[Callable[[int], None]] = None,
+          examples: Optional[Examples] = None, checkpoint_seconds: float = 120.0) -> dict:
+    """Trains one run and evaluates the test split at ``config.eval_steps``.
+
+    Returns the last evaluation: ``{"steps", "recall@k", "ndcg@k", ...,
+    "seconds_per_step", "resumed_from_step"}`` with the regime (`positive_share`) added.
+    ``on_eval(row)`` receives every evaluation as it is made, the last included, except
+    those whose step is in ``done`` (made before a kill). ``checkpoint_dir``: exact
+    resume (`tfrs_logq.towers.loop.train_loop`). ``examples``: the split's `Examples`,
+    to share them between runs.
+    """
+    spec = _Spec(config, split.num_items)
+    examples = examples or Examples(split, config.history_length)
+    log_q = split.train_log_q()
+    table = proposal_log_q_table(spec, log_q)
+    arrays = evaluation_arrays(split, split.test, config.history_length, config.exclude_seen)
+    if not len(arrays["targets"]):
+        raise ValueError("the test split is empty: nothing to evaluate.")
+    ks = _ks(split.num_items)
+    start = time.perf_counter()
+
+    def measure(steps: int, model: TowerModel, timing: dict) -> dict:
+        metrics = evaluate(model.query_tower, model.item_tower.embeddings, arrays, ks=ks)
+        return {"steps": steps, **metrics,
+                "seconds_per_step": (round(timing["seconds_per_step"], 5)
+                                     if np.isfinite(timing["seconds_per_step"]) else None),
+                "resumed_from_step": timing["resumed_from_step"],
+                "train_seconds": round(time.perf_counter() - start, 1)}
+
+    def evaluated(steps: int, model: TowerModel, timing: dict) -> None:
+        if steps not in done and on_eval is not None:
+            on_eval(measure(steps, model, timing))
+
+    model, timing = train_loop(spec, examples.batches(config.seed, config.batch_size,
+                                                     config.steps),
+                               table, checkpoint_dir=checkpoint_dir,
+                               checkpoint_seconds=checkpoint_seconds, on_step=on_step,
+                               on_eval=evaluated)
+    last = measure(config.steps, model, timing)
+    last.update(positive_share(model, arrays, log_q, spec.num_in_batch_negatives
+                               + spec.num_uniform_negatives))
+    if on_eval is not None:
+        on_eval(last)
+    return last
+
+
+__all__ = ["Examples", "LOSSES", "TwoTowerConfig", "positive_share", "train"]
