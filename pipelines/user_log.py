@@ -62,8 +62,8 @@ log = logging.getLogger("tfrs_logq.data")
 DEFAULT_TEMPORAL_FRACTION = 0.1  # ML-1M's (and the paper's) test and validation fraction
 _SPLIT_HINTS = {
     "temporal": "raise temporal_fraction (--temporal-fraction), or give a longer log",
-    "loo": "leave-one-out validates users with 3 or more interactions and tests those with 3 "
-           "or more; give more interactions per user, or lower min_user_interactions' filter",
+    "loo": "leave-one-out validates and tests only users with 3 or more interactions; give "
+           "more interactions per user",
     "gsasrec": "gSASRec's split validates its drawn users with 3 or more interactions and "
                "tests users with 2 or more; give more interactions per user",
 }
@@ -432,7 +432,8 @@ def interactions_from_raw(raw: RawLog, source: UserLogSource, *, name: Optional[
             f"interactions, {interactions.num_items} item(s) from {len(raw)} rows, with "
             f"min_item_interactions={min_item_interactions}, min_user_interactions="
             f"{min_user_interactions}, deduplicate={deduplicate}); a split needs two items "
-            "or more: lower the minimums (--min-item-interactions) or give a longer log.")
+            "or more: lower min_item_interactions or min_user_interactions, or give a longer "
+            "log.")
     interactions.raw_users = raw.users.values(raw.text_ids)[interactions.raw_users]
     interactions.raw_items = raw.items.values(raw.text_ids)[interactions.raw_items]
     interactions.source = os.path.abspath(os.path.expanduser(str(source.path)))
