@@ -80,33 +80,45 @@ def remove_stale_temporaries(base: str) -> list[str]:
             for name in remove_stale_staging(base, (_TMP_PREFIX,))]
 
 
-# The share of a ScaNN tree's leaves a query searches unless told otherwise (1/20).
+# The share of a ScaNN tree's leaves a query searches when the export does not tune it
+# (a `RetrievalModule` built without tuning queries; `scann_parameters`' default).
 DEFAULT_SEARCH_FRACTION = 0.05
+# What `export --index scann` tunes for: the share of the exact top-k the index keeps
+# (recall@k) on a sample of queries, for k = the export's --k and --max-k.
+DEFAULT_TARGET_RECALL = 0.95
+DEFAULT_MAX_K = 1000
+DEFAULT_TUNING_QUERIES = 1000
+# Each search reorders (scores exactly) at least this many times the items it returns;
+# tuning doubles it, up to MAX_REORDER_FACTOR, where the leaves alone cannot reach the target.
+REORDER_FACTOR = 10
+MAX_REORDER_FACTOR = 80
+_TREE_FROM = 20_000  # catalogs this large or larger get a partitioning tree
 
 
 def scann_parameters(num_items: int, k: int,
-                     search_fraction: float = DEFAULT_SEARCH_FRACTION) -> dict:
-    """ScaNN settings by catalog size.
+                     search_fraction: float = DEFAULT_SEARCH_FRACTION,
+                     max_k: Optional[int] = None) -> dict:
+    """ScaNN settings by catalog size, before tuning.
 
-    Small catalogs (< 20,000 items) are scored exhaustively with asymmetric
-    hashing and reordered exactly; larger ones use a partitioning tree with
-    ``2 sqrt(n)`` leaves, search ``search_fraction`` of them (default 1/20) and reorder
-    the best ``max(10 k, 500)`` candidates with exact dot products. Measured on 1M
-    clustered d=64 items (benchmarks/bench_serving.py): recall@100 0.998 against exact
-    search; on the synthetic study's 1M-item models 1/20 keeps about half of the exact
-    top-1,000 and 1/5 about 0.85 (results/synthetic-study-scann).
+    Small catalogs (< 20,000 items) are scored exhaustively with asymmetric hashing;
+    larger ones use a partitioning tree of ``sqrt(n)`` leaves (ScaNN's guidance: about
+    ``sqrt(n)``) of which ``search_fraction`` are searched (default 1/20; `tune_scann`
+    replaces it by the fewest leaves that keep a target recall). A search for ``n``
+    items reorders (scores exactly) the best ``max(reorder_factor * n, reorder)``
+    hashed candidates: ``REORDER_FACTOR`` (10) times every k served, at least 500.
+    ``k`` and ``max_k`` are the ks `tune_scann` tunes for.
     """
     if not 0.0 < search_fraction <= 1.0:
         raise ValueError(f"`search_fraction` must be in (0, 1], received {search_fraction}.")
-    reorder = max(10 * k, 500)
-    if num_items < 20_000:
-        return {"tree": False, "dims_per_block": 2, "anisotropic_threshold": 0.2,
-                "reorder": min(num_items, reorder), "k": k}
-    leaves = int(round(2 * math.sqrt(num_items)))
+    common = {"dims_per_block": 2, "anisotropic_threshold": 0.2,
+              "reorder": min(num_items, 500), "reorder_factor": REORDER_FACTOR,
+              "k": k, "max_k": min(max(k, max_k or k), num_items)}
+    if num_items < _TREE_FROM:
+        return {"tree": False, **common}
+    leaves = int(round(math.sqrt(num_items)))
     return {"tree": True, "num_leaves": leaves,
             "num_leaves_to_search": max(1, math.floor(leaves * search_fraction + 1e-9)),
-            "training_sample_size": min(num_items, 250_000), "dims_per_block": 2,
-            "anisotropic_threshold": 0.2, "reorder": min(num_items, reorder), "k": k}
+            "training_sample_size": min(num_items, 250_000), **common}
 
 
 def scann_ops_or_error():
@@ -139,37 +151,170 @@ def build_scann_searcher(embeddings: np.ndarray, params: dict):
     return builder.reorder(params["reorder"]).build()
 
 
-def search_scann(searcher, queries, n, params: dict):
+def search_settings(n, params: dict):
+    """``(leaves, reorder_factor)`` of a search for ``n`` items: those tuned for the
+    smallest tuned k at least ``n`` (the largest k's beyond it; ``tuned``, `tune_scann`),
+    else ``num_leaves_to_search`` (None without a tree) and ``reorder_factor``."""
+    tuned = params.get("tuned")
+    if not tuned:
+        return params.get("num_leaves_to_search"), params.get("reorder_factor", 1)
+    ks = tf.constant([int(row[0]) for row in tuned], tf.int32)
+    at = tf.searchsorted(ks, tf.reshape(tf.cast(n, tf.int32), [1]), side="left")[0]
+    at = tf.minimum(at, len(tuned) - 1)
+    leaves = (tf.gather(tf.constant([int(row[1]) for row in tuned], tf.int32), at)
+              if params["tree"] else None)
+    return leaves, tf.gather(tf.constant([int(row[2]) for row in tuned], tf.int32), at)
+
+
+def search_scann(searcher, queries, n, params: dict, leaves=None, reorder_factor=None,
+                 every_leaf_when_short: bool = True):
     """ScaNN's top ``n`` of each query: ``(ids, scores)``, ids 0-based rows of the index.
 
-    Reorders at least ``n`` candidates exactly, however large an ``n`` is asked for. A
-    tree index searches ``num_leaves_to_search`` leaves; where they hold fewer than ``n``
-    items, scann 1.4.2 returns as many columns as the best-served query found and fills
-    the shorter rows with id 0 and a NaN score (measured), so a served list would repeat
-    the first item or be short. Then the batch is searched again over every leaf, which
-    holds the whole catalog (``n`` is at most its size).
-    Works in a graph (the exported module) and eagerly (benchmarks/study_scann.py).
+    Searches ``leaves`` leaves of a tree and reorders (scores exactly) the best
+    ``max(reorder_factor * n, reorder)`` hashed candidates; either, when not given,
+    comes from the settings tuned for ``n`` (`tune_scann`), else from ``params``
+    (`scann_parameters`). Where the leaves searched hold fewer than ``n`` items, scann
+    1.4.2 returns as many columns as the best-served query found and fills the shorter
+    rows with id 0 and a NaN score (measured), so a served list would repeat the first
+    item or be short. Then the batch is searched again over every leaf, which holds the
+    whole catalog (``n`` is at most its size); with ``every_leaf_when_short=False``
+    (tuning: what the leaves searched find) the short answer is returned as it is.
+    Works in a graph (the exported module) and eagerly (tuning, benchmarks).
     """
-    reorder = tf.maximum(n, params["reorder"])
+    tuned_leaves, tuned_factor = search_settings(n, params)
+    leaves = tuned_leaves if leaves is None else leaves
+    factor = tuned_factor if reorder_factor is None else reorder_factor
+    reorder = tf.maximum(n * factor, params["reorder"])
+    if not params["tree"]:
+        idx, scores = searcher.search_batched(queries, final_num_neighbors=n,
+                                              pre_reorder_num_neighbors=reorder)
+        return tf.cast(idx, tf.int64), scores
     idx, scores = searcher.search_batched(queries, final_num_neighbors=n,
-                                          pre_reorder_num_neighbors=reorder)
-    if params["tree"]:
-        def every_leaf():
-            found = searcher.search_batched(queries, final_num_neighbors=n,
-                                            pre_reorder_num_neighbors=reorder,
-                                            leaves_to_search=params["num_leaves"])
-            return tuple(found)  # a namedtuple in a graph: tf.cond wants plain tuples
-        short = tf.logical_or(tf.shape(scores)[1] < n, tf.reduce_any(tf.math.is_nan(scores)))
-        idx, scores = tf.cond(short, every_leaf, lambda: (idx, scores))
+                                          pre_reorder_num_neighbors=reorder,
+                                          leaves_to_search=leaves)
+    if not every_leaf_when_short:
+        return tf.cast(idx, tf.int64), scores
+
+    def every_leaf():
+        found = searcher.search_batched(queries, final_num_neighbors=n,
+                                        pre_reorder_num_neighbors=reorder,
+                                        leaves_to_search=params["num_leaves"])
+        return tuple(found)  # a namedtuple in a graph: tf.cond wants plain tuples
+    short = tf.logical_or(tf.shape(scores)[1] < n, tf.reduce_any(tf.math.is_nan(scores)))
+    idx, scores = tf.cond(short, every_leaf, lambda: (idx, scores))
     return tf.cast(idx, tf.int64), scores
 
 
+def tune_scann(searcher, items: np.ndarray, queries: np.ndarray, params: dict,
+               target_recall: float = DEFAULT_TARGET_RECALL, tune: bool = True,
+               queries_source: str = "given") -> tuple[dict, dict]:
+    """Measures what the index keeps of the exact top-k and tunes its search to keep
+    ``target_recall`` of it; returns ``(params, report)``.
+
+    Recall counts what the leaves searched find (a row that ScaNN pads because they
+    hold too few items counts its padding as missed; the served module searches every
+    leaf then, at a brute-force-like cost), so it is a lower bound of the served recall.
+    The queries are split in two halves. The first tunes (`scann_tuning.tune_search`),
+    for k = ``params["k"]`` and ``params["max_k"]``: the reorder factor reaching the
+    target with every leaf searched (doubled from ``reorder_factor``, at most
+    ``MAX_REORDER_FACTOR``), then the fewest leaves keeping it. The second measures
+    recall@k at the chosen settings, searched as the exported module searches
+    (`search_scann`), against numpy brute force (`scann_tuning.exact_top_k`). With
+    ``tune=False`` (fixed settings) the settings are only measured. Logs one warning
+    line per k whose target is not met (by the tuning half at the most searching, or by
+    the held-out half when not tuned).
+
+    Args:
+        searcher: the built ScaNN searcher (`build_scann_searcher` of ``items``).
+        items: `[n, d]` the indexed embeddings.
+        queries: `[m, d]` query embeddings (m >= 2).
+        params: `scann_parameters` (or custom) settings the searcher was built with.
+        target_recall: float in ``(0, 1]``. Defaults to 0.95.
+        tune: bool. Tune the search. Defaults to True.
+        queries_source: str. Where the queries come from, recorded in the report.
+
+    Returns:
+        The settings (with ``tuned``: ``[[k, leaves, reorder_factor], ...]`` by
+        ascending k, which `search_scann` follows, when tuned) and the report:
+        ``{"target_recall", "queries", "num_queries", "recall": {k: held-out recall@k},
+        "tuning_recall", "reached", "tuned", "curve", "seconds"}``.
+    """
+    import time
+
+    from tfrs_logq.serving.scann_tuning import exact_top_k, recall_at_k, tune_search
+
+    if not 0.0 < target_recall <= 1.0:
+        raise ValueError(f"`target_recall` must be in (0, 1], received {target_recall}.")
+    start = time.perf_counter()
+    items = np.asarray(items, np.float32)
+    queries = np.asarray(queries, np.float32)
+    if len(queries) < 2:
+        raise ValueError(f"tuning needs at least 2 queries, received {len(queries)}.")
+    half = len(queries) // 2
+    tuning, held_out = queries[:half], queries[half:]
+    ks = sorted({min(params["k"], len(items)),
+                 min(params.get("max_k") or params["k"], len(items))})
+    params = dict(params)
+
+    def search(q, k, leaves=None, factor=None):
+        # What the leaves searched find: ScaNN's padding (NaN scores, short rows) counts
+        # as missed, not the every-leaf search the served module falls back to.
+        ids, scores = search_scann(searcher, q, k, params, leaves, factor,
+                                   every_leaf_when_short=False)
+        ids = np.where(np.isnan(scores.numpy()), -1, ids.numpy())
+        return np.pad(ids, ((0, 0), (0, k - ids.shape[1])), constant_values=-1)
+
+    report: dict = {"target_recall": target_recall, "queries": queries_source,
+                    "num_queries": {"tuning": len(tuning), "held_out": len(held_out)}}
+    if tune:
+        exact = {k: exact_top_k(tuning, items, k) for k in ks}
+        result = tune_search(search, tuning, exact,
+                             params["num_leaves"] if params["tree"] else None, target_recall,
+                             reorder_factor=params.get("reorder_factor", 1),
+                             max_reorder_factor=MAX_REORDER_FACTOR)
+        by_k = result["by_k"]
+        params["tuned"] = [[k, by_k[k]["leaves"], by_k[k]["reorder_factor"]] for k in ks]
+        if params["tree"]:
+            params["num_leaves_to_search"] = by_k[ks[-1]]["leaves"]
+        report["tuning_recall"] = {str(k): round(by_k[k]["recall"], 4) for k in ks}
+        report["curve"] = {str(k): c for k, c in result["curve"].items()}
+    recall = {k: recall_at_k(search(held_out, k), exact_top_k(held_out, items, k))
+              for k in ks}
+    report["recall"] = {str(k): round(r, 4) for k, r in recall.items()}
+    report["tuned"] = params.get("tuned") or [
+        [k, params.get("num_leaves_to_search"), params.get("reorder_factor", 1)] for k in ks]
+    short = ([k for k in ks if by_k[k]["recall"] < target_recall] if tune else
+             [k for k in ks if recall[k] < target_recall])
+    report["reached"] = not short
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    for k in short:
+        leaves, factor = next((row[1], row[2]) for row in report["tuned"] if row[0] == k)
+        how = (f"with every leaf searched and {factor} x k reordered" if tune else
+               f"with {leaves} of {params['num_leaves']} leaves searched and {factor} x k "
+               "reordered" if params["tree"] else f"with {factor} x k reordered")
+        logger.warning(
+            "the ScaNN index keeps %.3f of the exact top-%d %s (%d held-out queries), "
+            "below --target-recall %g: serve --index brute-force, or accept it with a "
+            "lower --target-recall", recall[k], k, how, len(held_out), target_recall)
+    return params, report
+
+
 class RetrievalModule(tf.Module):
-    """Query encoder + vocabulary + index, with the three serving signatures."""
+    """Query encoder + vocabulary + index, with the three serving signatures.
+
+    Args (ScaNN): ``scann_params`` fixes the settings (measured, not tuned); else
+    `scann_parameters` of the catalog, ``default_k`` and ``max_k``, with the leaves
+    searched tuned to ``target_recall`` on ``tuning_queries`` (`tune_scann`) unless a
+    ``search_fraction`` fixes them. Without ``tuning_queries`` nothing is measured and
+    ``search_fraction`` (default 1/20) applies. ``self.scann_tuning`` is the report.
+    """
 
     def __init__(self, encoder: SASRecEncoder, raw_item_ids: np.ndarray, index: str,
                  default_k: int = 100, scann_params: Optional[dict] = None,
-                 search_fraction: float = DEFAULT_SEARCH_FRACTION) -> None:
+                 search_fraction: Optional[float] = None, *,
+                 max_k: int = DEFAULT_MAX_K, target_recall: float = DEFAULT_TARGET_RECALL,
+                 tuning_queries: Optional[np.ndarray] = None,
+                 queries_source: str = "given") -> None:
         super().__init__(name="retrieval")
         if index not in INDEXES:
             raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
@@ -187,11 +332,20 @@ class RetrievalModule(tf.Module):
         self.raw_ids = tf.Variable(keys, trainable=False, name="raw_item_ids")
         table = encoder.item_embeddings().numpy()[1:].astype(np.float32)  # row 0 is padding
         self.index_kind = index
-        self.scann_params = None
+        self.scann_params, self.scann_tuning = None, None
         if index == "scann":
-            self.scann_params = scann_params or scann_parameters(self.num_items, self.default_k,
-                                                                 search_fraction)
-            self.scann_index = build_scann_searcher(table, self.scann_params).serialize_to_module()
+            params = scann_params or scann_parameters(
+                self.num_items, self.default_k,
+                DEFAULT_SEARCH_FRACTION if search_fraction is None else search_fraction,
+                max_k=max_k)
+            searcher = build_scann_searcher(table, params)
+            if tuning_queries is not None:
+                params, self.scann_tuning = tune_scann(
+                    searcher, table, tuning_queries, params, target_recall,
+                    tune=scann_params is None and search_fraction is None,
+                    queries_source=queries_source)
+            self.scann_params = params
+            self.scann_index = searcher.serialize_to_module()
         else:
             self.item_table = tf.Variable(table, trainable=False, name="item_embeddings")
         history_spec = tf.TensorSpec([None, None], key_dtype, name="history")
@@ -274,6 +428,38 @@ def _free_version_path(base: str, version: int) -> str:
     return final
 
 
+def run_queries(encoder: SASRecEncoder, model_dir: str, raw_ids: np.ndarray,
+                count: int = DEFAULT_TUNING_QUERIES, seed: int = 0) -> tuple[np.ndarray, str]:
+    """Query embeddings of a seeded sample of ``count`` validation users of the run's own
+    data (their histories before the validation target), and a line saying so; where the
+    data cannot be loaded (moved, another vocabulary), random histories of the catalog's
+    items instead, with a one-line warning."""
+    from tfrs_logq.pipelines.sequential import left_pad
+    from tfrs_logq.sasrec.trained import load_run_split
+
+    rng = np.random.default_rng(seed)
+    try:
+        split = load_run_split(model_dir)
+        if [str(x) for x in split.interactions.raw_items] != [str(x) for x in raw_ids]:
+            raise ValueError(f"{split.interactions.source} is not the data the run trained on")
+        part = split.validation if len(split.validation) else split.test
+        pick = np.sort(rng.choice(len(part), min(count, len(part)), replace=False))
+        histories = [split.sequences[u][:n]
+                     for u, n in zip(part.users[pick], part.history_lengths[pick])]
+        source = (f"{len(pick):,} validation users of {split.interactions.source} (their "
+                  "histories before the validation target), seed 0")
+    except Exception as exc:  # noqa: BLE001 (any failure to read the data: say it, go on)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        logger.warning("ScaNN tuning: could not load the run's data (%s); tuning on %d random "
+                       "histories instead, which need not resemble real queries", reason, count)
+        histories = list(rng.integers(1, len(raw_ids) + 1, (count, encoder.max_length)))
+        source = f"{count:,} random histories (the run's data could not be loaded: {reason})"
+    padded = left_pad(histories, encoder.max_length).astype(np.int32)
+    queries = np.concatenate([encoder.last_query(padded[i:i + 256], training=False).numpy()
+                              for i in range(0, len(padded), 256)])
+    return queries.astype(np.float32), source
+
+
 def export(model_dir: str, model_base_path: str, model_name: str, version: Optional[int] = None,
            index: str = "scann", default_k: int = 100, scann_params: Optional[dict] = None,
            module: Optional[RetrievalModule] = None) -> str:
@@ -292,17 +478,27 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
                    index: str = "scann", default_k: int = 100,
                    scann_params: Optional[dict] = None,
                    module: Optional[RetrievalModule] = None,
-                   search_fraction: float = DEFAULT_SEARCH_FRACTION) -> str:
+                   search_fraction: Optional[float] = None,
+                   target_recall: float = DEFAULT_TARGET_RECALL,
+                   max_k: int = DEFAULT_MAX_K,
+                   tuning_queries: int = DEFAULT_TUNING_QUERIES) -> str:
     """Writes ``base_path/VERSION`` atomically (TF Serving's ``--model_base_path``
     layout: ``base_path`` holds the integer versions); returns its path.
 
     The next free version is used unless ``version`` is given; versions are
     immutable. ``.tmp-*`` directories left by crashed exports are removed first.
+    A ScaNN index is measured on the query embeddings of ``tuning_queries`` validation
+    users (`run_queries`) and, unless ``scann_params`` or ``search_fraction`` fix its
+    settings, its leaves searched are tuned to keep ``target_recall`` of the exact top-k
+    at ``default_k`` and ``max_k`` (`tune_scann`); ``assets/export.json`` records the
+    settings (``scann``) and what was measured (``scann_tuning``).
     """
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
     if version is not None:  # refused before the model is loaded and the index built
         _free_version_path(base_path, version)
+    if index == "scann" and module is None:
+        scann_ops_or_error()  # where ScaNN cannot load, say so before any work
     config, fingerprint = {}, None
     if module is None:
         encoder, config, raw_ids = load_trained(model_dir)
@@ -310,8 +506,11 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
             logger.warning("--k %d is larger than the catalog (%d items): the export "
                            "answers at most %d items.", default_k, len(raw_ids), len(raw_ids))
         fingerprint = run_fingerprint(model_dir)
+        queries, source = (run_queries(encoder, model_dir, raw_ids, tuning_queries)
+                           if index == "scann" else (None, ""))
         module = RetrievalModule(encoder, raw_ids, index, default_k, scann_params,
-                                 search_fraction)
+                                 search_fraction, max_k=max_k, target_recall=target_recall,
+                                 tuning_queries=queries, queries_source=source)
     base = base_path
     os.makedirs(base, exist_ok=True)
     for path in remove_stale_temporaries(base):
@@ -329,6 +528,7 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
         tf.saved_model.save(module, tmp, signatures=signatures, options=options)
         meta = {
             "index": module.index_kind, "scann": module.scann_params,
+            "scann_tuning": module.scann_tuning,
             "num_items": module.num_items, "max_length": module.max_length,
             "default_k": module.default_k,
             "history_dtype": "string" if module.string_ids else "int64",
@@ -346,7 +546,9 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
     return final
 
 
-__all__ = ["DEFAULT_SEARCH_FRACTION", "INDEXES", "RetrievalModule", "check_model_name",
-           "export", "export_version", "load_trained",
-           "remove_stale_temporaries", "run_fingerprint", "scann_parameters",
-           "search_scann"]
+__all__ = ["DEFAULT_MAX_K", "DEFAULT_SEARCH_FRACTION", "DEFAULT_TARGET_RECALL",
+           "DEFAULT_TUNING_QUERIES", "INDEXES", "MAX_REORDER_FACTOR", "REORDER_FACTOR",
+           "RetrievalModule", "build_scann_searcher", "check_model_name", "export",
+           "export_version", "load_trained", "remove_stale_temporaries", "run_fingerprint",
+           "run_queries", "scann_ops_or_error", "scann_parameters", "search_scann",
+           "search_settings", "tune_scann"]
