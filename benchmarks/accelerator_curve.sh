@@ -27,13 +27,13 @@ MAX_SECONDS=${MAX_SECONDS:-540}
 WHEELS=${WHEELS:-.accelerator-wheels}
 PY=${PYTHON:-python3}
 mkdir -p "$DIR"
+export KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false
 if ! "$PY" -c "import keras" 2>/dev/null; then
     "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target .accelerator-site \
         keras namex optree
     export PYTHONPATH=".accelerator-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="keras-logq${PYTHONPATH:+:$PYTHONPATH}"
-export KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false
 status=0
 "$PY" benchmarks/accelerator_study.py --preset curve --output-dir "$DIR" \
     --max-seconds "$MAX_SECONDS" --chunk-floats $((1 << 28)) "$@" 2>&1 | tee -a "$DIR/curve.log" || status=$?

@@ -158,14 +158,15 @@ def step_config(run: Run) -> model_lib.StepConfig:
 class Clock:
     """The process's time budget."""
 
-    def __init__(self, max_seconds: Optional[float]) -> None:
-        self.start = time.perf_counter()
+    def __init__(self, max_seconds: Optional[float], started_at: Optional[float] = None) -> None:
+        self.start = time.time() if started_at is None else started_at
         self.max_seconds = max_seconds
+        self.compile_seconds = 30.0  # a run's set-up and compilation: the last one measured
 
     def left(self) -> float:
         if self.max_seconds is None:
             return float("inf")
-        return self.max_seconds - (time.perf_counter() - self.start)
+        return self.max_seconds - (time.time() - self.start)
 
 
 @dataclasses.dataclass
@@ -200,13 +201,18 @@ def run_one(run: Run, ctx: Context, done: set) -> int:
     if lost:  # cannot happen with this driver (it evaluates before it saves a step)
         raise ValueError(f"{ckpt} is at step {resumed_from}, past the run's pending "
                          f"evaluation points {lost}: delete it to retrain.")
+    if ctx.clock.left() < ctx.clock.compile_seconds + 5.0:
+        raise OutOfTime(f"no time to start {run.row_id(run.steps)} (set-up and compilation "
+                        f"took {ctx.clock.compile_seconds:.0f} s)")
     ctx.log(f"run {run.row_id(run.steps)}: from step {resumed_from}, evaluations at {pending}")
+    t_setup = time.perf_counter()
     tables = device_tables(ctx.world)
     log_q = proposal_log_q(run, ctx.world.log_q)
     log_q_table = jnp.asarray(np.where(np.isfinite(log_q), log_q, 0.0), jnp.float32)
     loop = model_lib.make_train_loop(config)
     state, _ = loop(tables, log_q_table, state, 0)  # compiles
     jax.block_until_ready(state)
+    ctx.clock.compile_seconds = time.perf_counter() - t_setup
     trained, train_time, save_time, eval_time = 0, 0.0, 1.0, None
     per_step = None
     last_save = time.perf_counter()
@@ -280,17 +286,20 @@ def world_truth(world: World, out_dir: str, chunk_floats: int) -> dict:
 
 def run_all(runs: list, out_dir: str, max_seconds: Optional[float] = None,
             max_runs: Optional[int] = None, checkpoint_seconds: float = 120.0,
-            chunk_floats: int = eval_lib.DEFAULT_CHUNK_FLOATS, log=print) -> dict:
+            chunk_floats: int = eval_lib.DEFAULT_CHUNK_FLOATS, log=print,
+            started_at: Optional[float] = None) -> dict:
     """Runs every pending run in order; returns ``{"rows": written, "pending": runs left,
-    "stopped": reason or None}``."""
+    "stopped": reason or None}``. ``max_seconds`` counts from ``started_at`` (a
+    `time.time()`; the process's start in the command line), else from now."""
     os.makedirs(out_dir, exist_ok=True)
-    clock = Clock(max_seconds)
+    clock = Clock(max_seconds, started_at)
     done = finished_rows(os.path.join(out_dir, "results.csv"))
     todo = [r for r in runs if any(r.row_id(s) not in done for s in r.eval_at)]
     if max_runs is not None:
         todo = todo[:max_runs]
     worlds: dict = {}
-    written, stopped = 0, None
+    stopped = None
+    rows_before = len(done)
     for i, run in enumerate(todo):
         wkey = (run.world(), run.num_eval_users)
         if wkey not in worlds:
@@ -303,13 +312,13 @@ def run_all(runs: list, out_dir: str, max_seconds: Optional[float] = None,
         world, truth = worlds[wkey]
         ctx = Context(out_dir, world, truth, clock, checkpoint_seconds, chunk_floats, log)
         try:
-            written += run_one(run, ctx, done)
+            run_one(run, ctx, done)
         except OutOfTime as stop:
             stopped = str(stop)
             log(f"out of time: {stop}")
             break
     pending = [r for r in runs if any(r.row_id(s) not in done for s in r.eval_at)]
-    return {"rows": written, "pending": len(pending), "stopped": stopped}
+    return {"rows": len(done) - rows_before, "pending": len(pending), "stopped": stopped}
 
 
 __all__ = ["COLUMNS", "OutOfTime", "append_row", "load_checkpoint", "run_all", "run_one",

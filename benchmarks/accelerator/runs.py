@@ -169,8 +169,17 @@ def preset_runs(name: str, seeds: Optional[Sequence[int]] = None,
                 **overrides) -> list[Run]:
     if name not in PRESETS:
         raise ValueError(f"`preset` must be one of {tuple(PRESETS)}, received {name!r}.")
+    if "sampler" in overrides:
+        raise ValueError("the sampler is a preset's axis (`negatives`); override the counts "
+                         "`num_in_batch` / `num_uniform` instead.")
     spec = PRESETS[name]
-    return grid({**spec["base"], **overrides}, spec["axes"],
+    axes = dict(spec["axes"])
+    if "negatives" in axes:  # counts given on the command line replace the preset's
+        axes["negatives"] = [
+            (sampler, overrides.get("num_in_batch", k_in) if k_in else 0,
+             overrides.get("num_uniform", k_uni) if k_uni else 0)
+            for sampler, k_in, k_uni in axes["negatives"]]
+    return grid({**spec["base"], **overrides}, axes,
                 spec["seeds"] if seeds is None else seeds)
 
 

@@ -226,6 +226,7 @@ class _Budget:
 
     def __init__(self, calls):
         self.calls = calls
+        self.compile_seconds = 0.0
 
     def left(self):
         self.calls -= 1
@@ -245,13 +246,16 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
         out.mkdir()
     assert driver.run_one(run, ctx(straight, driver.Clock(None)), set()) == 2
     done = set()
+    with pytest.raises(driver.OutOfTime):  # no time to start
+        driver.run_one(run, ctx(stopped, _Budget(0)), done)
+    assert not (stopped / "runs").exists() or not list((stopped / "runs").glob("*.npz"))
     with pytest.raises(driver.OutOfTime):  # stops after its first block of 10 steps
-        driver.run_one(run, ctx(stopped, _Budget(1)), done)
+        driver.run_one(run, ctx(stopped, _Budget(2)), done)
     ckpt = list((stopped / "runs").glob("*.npz"))
     assert len(ckpt) == 1 and int(np.load(ckpt[0])["step"]) == 10
     # Then: 5 steps, the evaluation at 15, 15 steps, and no time to evaluate at 30.
     with pytest.raises(driver.OutOfTime):
-        driver.run_one(run, ctx(stopped, _Budget(3)), done)
+        driver.run_one(run, ctx(stopped, _Budget(4)), done)
     assert int(np.load(ckpt[0])["step"]) == 30 and len(done) == 1
     assert driver.run_one(run, ctx(stopped, driver.Clock(None)), done) == 1
     assert int(np.load(ckpt[0])["step"]) == 30  # kept: a longer horizon goes on from it
@@ -286,3 +290,10 @@ def test_presets_have_the_grid_of_the_issue():
                and r.num_uniform == r.num_in_batch == 4096 for r in curve)
     cell = runs.preset_runs("crosscheck")
     assert len(cell) == 6 and {r.seed for r in cell} == {0, 1, 2}
+
+
+def test_count_overrides_replace_the_presets_negatives():
+    small = runs.preset_runs("curve", seeds=[0], num_in_batch=32, num_uniform=16)
+    assert {(r.sampler, r.num_in_batch, r.num_uniform) for r in small} == {("mixed", 32, 16)}
+    with pytest.raises(ValueError, match="sampler"):
+        runs.preset_runs("curve", sampler="uniform")
