@@ -1,10 +1,11 @@
 """ScaNN vs brute force, and the model server vs calling the SavedModel in process.
 
 1. Top-k over N synthetic item embeddings (default 1M, d=64, clustered like
-   learned embeddings: a Gaussian mixture of 1,000 components): queries/s of
-   ScaNN (the export's parameters for that catalog size, searched as the exported
-   module searches) and of exact brute force (a TensorFlow matmul + top_k), and
-   ScaNN's recall@k against the exact top-k, for each --ann-k and --search-fraction.
+   learned embeddings: a Gaussian mixture of 1,000 components, optionally with spread
+   norms): queries/s of ScaNN (tuned to --target-recall as the export tunes it, and
+   with each fixed --search-fraction; searched as the exported module searches) and of
+   exact brute force (a TensorFlow matmul + top_k), and ScaNN's recall@k against the
+   exact top-k, for each --ann-k.
 2. A SASRec export (brute force over the given catalog) served by the model server
    on loopback: throughput and p50/p99 latency of concurrent gRPC clients (the
    official stub, in a separate process), beside threads calling the same
@@ -19,7 +20,7 @@
     python benchmarks/bench_serving.py [--num-items 1000000 --queries 2000 --clients 8]
     python benchmarks/bench_serving.py --skip-ann --skip-grpc   # the REST parts only
     python benchmarks/bench_serving.py --skip-grpc --skip-rest --skip-slow \
-        --ann-k 100 1000 --search-fraction 0.05 0.2             # ScaNN settings only
+        --dim 32 --ann-k 100 1000 --search-fraction 0.05        # ScaNN only, tuned and not
 """
 
 import argparse
@@ -39,28 +40,43 @@ from common import machine
 from tfrs_logq.sasrec.models import SASRecEncoder  # noqa: E402
 from tfrs_logq.serving.export import (  # noqa: E402
     DEFAULT_SEARCH_FRACTION,
+    DEFAULT_TARGET_RECALL,
     RetrievalModule,
     build_scann_searcher,
     export,
     scann_parameters,
     search_scann,
+    search_settings,
+    tune_scann,
 )
 from tfrs_logq.serving.server import ModelServer, ServerOptions  # noqa: E402
 
 
-def clustered(n, d, rng, components=1000):
+def clustered(n, d, rng, components=1000, noise=0.5, norm_spread=0.0):
+    """``n`` points of a Gaussian mixture of ``components`` centres drawn by this call
+    (so queries and items come from different mixtures), ``noise`` around them, each
+    point scaled by ``exp(norm_spread * N(0, 1))``: spread norms make maximum inner
+    product search harder for a partitioned index, as learned embeddings do."""
     centers = rng.normal(size=(components, d)).astype(np.float32)
     which = rng.integers(0, components, n)
-    return centers[which] + 0.5 * rng.normal(size=(n, d)).astype(np.float32)
+    points = centers[which] + noise * rng.normal(size=(n, d)).astype(np.float32)
+    if norm_spread:
+        points *= np.exp(norm_spread * rng.normal(size=(n, 1))).astype(np.float32)
+    return points.astype(np.float32)
 
 
 def ann_benchmark(args, rng):
-    """Queries/s and recall@k against the exact top-k of brute force and of ScaNN built as
-    the export builds it (`scann_parameters`), for each k and search fraction asked for,
-    all in one run on the same items and queries; ScaNN searched through `search_scann`,
-    the exported module's search."""
-    items = clustered(args.num_items, args.dim, rng)
-    queries = clustered(args.queries, args.dim, rng)
+    """Queries/s and recall@k against the exact top-k, for each k: brute force, ScaNN with
+    a fixed share of the leaves searched (each --search-fraction, 10 k reordered), and
+    ScaNN tuned as `tfrs-logq export --index scann` tunes it (`tune_scann` to
+    --target-recall at the smallest and largest --ann-k, on --tuning-queries queries
+    drawn apart from the timed ones). One tree (`scann_parameters`: sqrt(n) leaves) serves
+    every row; every ScaNN row is searched through `search_scann`, as the exported
+    module searches."""
+    spread = dict(noise=args.noise, norm_spread=args.norm_spread)
+    items = clustered(args.num_items, args.dim, rng, **spread)
+    queries = clustered(args.queries, args.dim, rng, **spread)
+    tuning_queries = clustered(args.tuning_queries, args.dim, rng, **spread)
     q = tf.constant(queries)
     table = tf.constant(items)
 
@@ -71,27 +87,40 @@ def ann_benchmark(args, rng):
         return args.queries / (time.perf_counter() - start), np.concatenate(
             [np.asarray(o) for o in out])
 
-    print(f"{args.num_items:,} items, d={args.dim}, {args.queries:,} queries in batches of 256")
-    print("| k | index | leaves searched | reorder | build s | queries/s | recall@k vs exact "
+    ks = sorted(args.ann_k)
+    params = scann_parameters(args.num_items, ks[0], max_k=ks[-1])
+    start = time.perf_counter()
+    searcher = build_scann_searcher(items, params)
+    build_s = time.perf_counter() - start
+    start = time.perf_counter()
+    tuned, report = tune_scann(searcher, items, tuning_queries, params, args.target_recall,
+                               queries_source=f"{args.tuning_queries} synthetic queries")
+    tune_s = time.perf_counter() - start
+    print(f"{args.num_items:,} items, d={args.dim}, clustered (1,000 components, noise "
+          f"{args.noise:g}, norm spread {args.norm_spread:g}), {args.queries:,} queries in "
+          f"batches of 256; tree of {params.get('num_leaves', 0):,} leaves built in "
+          f"{build_s:.0f} s; tuned to recall {args.target_recall:g} in {tune_s:.0f} s on "
+          f"{args.tuning_queries:,} other queries (held-out recall "
+          f"{report['recall']}, reached: {report['reached']})")
+    print("| k | index | leaves searched | reordered | queries/s | recall@k vs exact "
           "| / brute force queries/s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for k in args.ann_k:
+    print("|---|---|---|---|---|---|---|")
+    for k in ks:
         brute = tf.function(lambda qb, k=k: tf.math.top_k(
             tf.matmul(qb, table, transpose_b=True), k)[1])
         exact_qps, exact = timed(lambda x: brute(x).numpy())
-        print(f"| {k} | brute force | - | - | - | {exact_qps:,.0f} | 1.000 | 1.0x |")
-        for fraction in args.search_fraction:
-            params = scann_parameters(args.num_items, k, search_fraction=fraction)
-            start = time.perf_counter()
-            searcher = build_scann_searcher(items, params)
-            build_s = time.perf_counter() - start
-            qps, approx = timed(lambda x: search_scann(searcher, x, k, params)[0].numpy())
+        print(f"| {k} | brute force | - | - | {exact_qps:,.0f} | 1.000 | 1.0x |", flush=True)
+        settings = [(f"ScaNN, fraction {f:g}", {**params, "num_leaves_to_search": max(
+            1, int(params["num_leaves"] * f + 1e-9))} if params["tree"] else params)
+            for f in args.search_fraction]
+        settings.append((f"ScaNN, tuned to {args.target_recall:g}", tuned))
+        for name, p in settings:
+            qps, approx = timed(lambda x, p=p: search_scann(searcher, x, k, p)[0].numpy())
             recall = np.mean([len(set(a) & set(e)) / k for a, e in zip(approx, exact)])
-            leaves = (f"{params['num_leaves_to_search']:,} of {params['num_leaves']:,}"
-                      if params["tree"] else "all")
-            print(f"| {k} | ScaNN, fraction {fraction:g} | {leaves} | {params['reorder']:,} "
-                  f"| {build_s:.0f} | {qps:,.0f} | {recall:.3f} | {qps / exact_qps:.1f}x |",
-                  flush=True)
+            leaves, factor = (None if x is None else int(x) for x in search_settings(k, p))
+            where = f"{leaves:,} of {p['num_leaves']:,}" if p["tree"] else "all"
+            print(f"| {k} | {name} | {where} | {max(factor * k, p['reorder']):,} "
+                  f"| {qps:,.0f} | {recall:.3f} | {qps / exact_qps:.1f}x |", flush=True)
 
 
 def serving_export(args):
@@ -344,8 +373,19 @@ def main():
                         help="part 1: the k of each search (default 100)")
     parser.add_argument("--search-fraction", type=float, nargs="+",
                         default=[DEFAULT_SEARCH_FRACTION],
-                        help="part 1: ScaNN's share of the tree's leaves searched, each "
-                             "timed (default: the export's)")
+                        help="part 1: fixed shares of the tree's leaves searched, each "
+                             "timed beside the tuned index (default: 1/20, the export's "
+                             "before it tuned)")
+    parser.add_argument("--target-recall", type=float, default=DEFAULT_TARGET_RECALL,
+                        help="part 1: the tuned index's target (default: the export's)")
+    parser.add_argument("--tuning-queries", type=int, default=1000,
+                        help="part 1: queries the index is tuned and measured on (half "
+                             "each), drawn apart from the timed ones")
+    parser.add_argument("--noise", type=float, default=0.5,
+                        help="part 1: the items' spread around their cluster centres")
+    parser.add_argument("--norm-spread", type=float, default=0.0,
+                        help="part 1: items scaled by exp(s N(0, 1)); 0.5 makes a catalog "
+                             "that a partitioned index finds hard")
     parser.add_argument("--skip-grpc", action="store_true", help="skip part 2")
     parser.add_argument("--skip-rest", action="store_true", help="skip part 3")
     parser.add_argument("--rest-clients", default="32,200",

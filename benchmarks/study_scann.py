@@ -3,14 +3,17 @@
 Trains runs of a `tfrs_logq.studies.study` preset (by default the headline's `corrected` and
 `logq-paper` with the mixture proposal) for each seed with `study.train`, then scores the
 same held-out examples by brute force (`study.model_top_k`) and through ScaNN searchers
-built as `tfrs-logq export --index scann` builds them (`serving.export.scann_parameters` /
-`build_scann_searcher`: a tree of 2 sqrt(V) leaves, asymmetric hashing, exact reordering
-of max(n, reorder) candidates as the exported module does), searched for the top 1,000:
+built as `tfrs-logq export --index scann` built them before it tuned its search (issue 37;
+`pre_tuning_parameters`, searched through `serving.export.search_scann`: a tree of
+2 sqrt(V) leaves, asymmetric hashing, exact reordering of max(n, reorder) candidates),
+searched for the top 1,000, so that results/synthetic-study-scann stays reproducible:
 
-- `export --k 100`: the export's default (1/20 of the leaves, reorder 1,000);
-- `export --k 1000`: what a user asking for 1,000 candidates gets (reorder 10,000);
-- `k 1000, 1/5 leaves`: the same with four times the leaves searched (the Python API's
-  `scann_params`; the command line does not set it).
+- `export --k 100`: that export's default (1/20 of the leaves, reorder 1,000);
+- `export --k 1000`: what a user asking for 1,000 candidates got (reorder 10,000);
+- `k 1000, 1/5 leaves`: the same with four times the leaves searched.
+
+Today's export sizes the tree at sqrt(V) leaves and tunes the leaves searched and the
+reordering to a target recall (`serving.export.tune_scann`; results/scann-tuning).
 
 For each it prints exact expected Recall@k (the true mass of the top-k), observed
 Recall@k of the held-out targets and the index's overlap with the exact top-k, and the
@@ -40,22 +43,33 @@ import numpy as np  # noqa: E402
 
 from tfrs_logq._util.atomic import write_text  # noqa: E402
 from tfrs_logq.metrics import recall_ndcg_from_ranks  # noqa: E402
-from tfrs_logq.serving.export import (  # noqa: E402
-    build_scann_searcher,
-    scann_parameters,
-    search_scann,
-)
+from tfrs_logq.serving.export import build_scann_searcher, search_scann  # noqa: E402
 from tfrs_logq.stats import paired_difference  # noqa: E402
 from tfrs_logq.studies import study  # noqa: E402
 
 KS = study.KS
 
 
+def pre_tuning_parameters(num_items: int, k: int, search_fraction: float = 0.05) -> dict:
+    """The export's ScaNN settings before issue 37 (commit 5b480cf's `scann_parameters`):
+    2 sqrt(n) leaves, ``search_fraction`` of them searched, ``max(n, max(10 k, 500))``
+    reordered (``reorder_factor`` 1), exhaustive under 20,000 items."""
+    reorder = min(num_items, max(10 * k, 500))
+    common = {"dims_per_block": 2, "anisotropic_threshold": 0.2, "reorder": reorder,
+              "reorder_factor": 1, "k": k, "max_k": k}
+    if num_items < 20_000:
+        return {"tree": False, **common}
+    leaves = int(round(2 * num_items ** 0.5))
+    return {"tree": True, "num_leaves": leaves,
+            "num_leaves_to_search": max(1, int(leaves * search_fraction + 1e-9)),
+            "training_sample_size": min(num_items, 250_000), **common}
+
+
 def index_settings(num_items: int) -> dict:
     """Name -> ScaNN settings of the indexes compared (see the module docstring)."""
-    return {"export --k 100": scann_parameters(num_items, 100),
-            "export --k 1000": scann_parameters(num_items, 1000),
-            "k 1000, 1/5 leaves": scann_parameters(num_items, 1000, search_fraction=0.2)}
+    return {"export --k 100": pre_tuning_parameters(num_items, 100),
+            "export --k 1000": pre_tuning_parameters(num_items, 1000),
+            "k 1000, 1/5 leaves": pre_tuning_parameters(num_items, 1000, search_fraction=0.2)}
 
 
 def scann_top_k(queries: np.ndarray, items: np.ndarray, k: int, params: dict) -> np.ndarray:
