@@ -495,20 +495,21 @@ def test_shared_data_root_is_ambiguous_for_loo_and_resolves_with_data_format():
 
 @pytest.mark.parametrize("split_name, fraction", [("temporal", None), ("temporal", 0.2),
                                                   ("loo", None)])
-def test_training_load_split_gives_the_data_layer_split(tmp_path, split_name, fraction):
-    """`tfrs_logq.sasrec.training.load_split(config)` and `pipelines.datasets.load_split` (the one
-    implementation, with `DEFAULT_TEMPORAL_FRACTION`) give the same split."""
-    import types
-
+def test_training_load_config_split_gives_the_data_layer_split(tmp_path, split_name, fraction):
+    """`tfrs_logq.sasrec.training.load_config_split(config)` and `pipelines.datasets.load_split`
+    (the one implementation, with `DEFAULT_TEMPORAL_FRACTION`) give the same split."""
     from tfrs_logq.sasrec import training
+    from tfrs_logq.sasrec.config import TrainConfig
 
     data = tmp_path / "d"
     data.mkdir()
     _write_ratings(data / "ratings.dat", _ratings_rows())
-    config = types.SimpleNamespace(dataset="ml-1m", split=split_name, data_dir=str(data),
-                                   data_format=None, temporal_fraction=fraction, examples=None)
+    config = TrainConfig(dataset="ml-1m", split=split_name, data_dir=str(data),
+                         temporal_fraction=fraction)
     ours = ds_mod.load_split("ml-1m", split_name, str(data), temporal_fraction=fraction)
-    theirs = training.load_split(config)
+    theirs = training.load_config_split(config)
+    with pytest.warns(DeprecationWarning, match="load_config_split"):
+        assert training.load_split(config).name == split_name  # the old name, deprecated
     assert ours.name == theirs.name == split_name
     np.testing.assert_array_equal(ours.train_lengths, theirs.train_lengths)
     for part in ("validation", "test"):

@@ -1,6 +1,5 @@
 """tfrs_logq.sasrec.run_directory: which run a model directory holds, whether it resumes or is
-refused, its lock, and each worker's directory (through tfrs_logq.sasrec.training, which
-re-exports them)."""
+refused, its lock, and each worker's directory."""
 
 import json
 import subprocess
@@ -12,7 +11,7 @@ from tfrs_logq.sasrec.training import resolve_config, train
 
 
 def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
-    from tfrs_logq.sasrec.training import RunDirectoryError, RunLock
+    from tfrs_logq.sasrec.run_directory import RunDirectoryError, RunLock
 
     model_dir = tmp_path / "m"
     model_dir.mkdir()
@@ -38,7 +37,7 @@ def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
 
 
 def test_worker_directory_is_the_model_dir_on_the_chief_only(monkeypatch, tmp_path):
-    from tfrs_logq.sasrec.training import worker_directory
+    from tfrs_logq.sasrec.run_directory import worker_directory
 
     cluster = {"worker": ["a:1", "b:2"]}
     for task, expected in (({"type": "worker", "index": 0}, "m"),
@@ -54,7 +53,11 @@ def test_worker_directory_is_the_model_dir_on_the_chief_only(monkeypatch, tmp_pa
 
 
 def test_run_directories_of_older_versions_are_refused_not_resumed_wrongly(data_dir, tmp_path):
-    from tfrs_logq.sasrec.training import RunDirectoryError, prepare_run_directory, saved_config
+    from tfrs_logq.sasrec.run_directory import (
+        RunDirectoryError,
+        prepare_run_directory,
+        saved_config,
+    )
 
     config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
     for name, make in (("keras-backup", lambda d: (d / "backup" / "chief").mkdir(parents=True)),
@@ -71,7 +74,7 @@ def test_run_directories_of_older_versions_are_refused_not_resumed_wrongly(data_
 
 
 def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_path):
-    from tfrs_logq.sasrec.training import RunDirectoryError, prepare_run_directory
+    from tfrs_logq.sasrec.run_directory import RunDirectoryError, prepare_run_directory
 
     config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
     run = tmp_path / "m"
@@ -84,11 +87,69 @@ def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_p
         prepare_run_directory(config, str(run))
 
 
+def test_a_run_that_stopped_before_its_first_epoch_does_not_block_a_retry(data_dir, tmp_path,
+                                                                          caplog):
+    # Issue 37: a run that failed before training anything left a config.json that
+    # refused every retry with other flags ("holds a run with another config").
+    import logging
+
+    from tfrs_logq.sasrec.run_directory import (
+        RunDirectoryError,
+        has_progress,
+        prepare_run_directory,
+        saved_config,
+    )
+
+    failed = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                            max_length=50)
+    retry = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    run = tmp_path / "m"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "events.out.tfevents.1").write_text("x")
+    (run / "vocabulary.json").write_text("{}")
+    (run / "config.json").write_text(json.dumps(saved_config(failed, 40)))
+    assert not has_progress(str(run))
+    with caplog.at_level(logging.INFO, logger="tfrs_logq.sasrec.training"):
+        assert prepare_run_directory(retry, str(run)) == "new"
+    assert sorted(p.name for p in run.iterdir()) == []  # the untrained run's files cleared
+    assert any("stopped before finishing an epoch" in r.getMessage() for r in caplog.records)
+    # Once an epoch is saved the run is kept: another config is refused, the same resumes.
+    (run / "config.json").write_text(json.dumps(saved_config(failed, 40)))
+    (run / "epochs.json").write_text(json.dumps({"epoch_base": 1, "epochs": []}))
+    assert has_progress(str(run))
+    with pytest.raises(RunDirectoryError, match="another config"):
+        prepare_run_directory(retry, str(run))
+    assert prepare_run_directory(failed, str(run)) == "resume"
+    # And a budget of the check only is not the run's: the same run resumes.
+    import dataclasses
+
+    assert prepare_run_directory(dataclasses.replace(failed, max_tensor_gib=64.0),
+                                 str(run)) == "resume"
+
+
+def test_train_retries_in_the_directory_of_a_run_that_failed_at_its_start(data_dir, tmp_path):
+    import tensorflow as tf
+
+    class Fail(tf.keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            raise RuntimeError("out of memory")
+
+    first = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                           max_epochs=1, steps_per_epoch=2, max_length=40)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        train(first, str(tmp_path / "m"), verbose=0, extra_callbacks=[Fail()])
+    assert (tmp_path / "m" / "config.json").exists()
+    retry = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                           max_epochs=1, steps_per_epoch=2)
+    assert train(retry, str(tmp_path / "m"), verbose=0)["epochs"] == 1
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["max_length"] == 30
+
+
 def test_a_resume_keeps_the_runs_speed_only_fields(data_dir, tmp_path, caplog):
     import dataclasses
     import logging
 
-    from tfrs_logq.sasrec.training import _resumed_speed_fields, saved_config
+    from tfrs_logq.sasrec.run_directory import _resumed_speed_fields, saved_config
 
     config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
                             length_buckets=8)
@@ -105,7 +166,7 @@ def test_a_filesystem_without_flock_warns_and_trains(tmp_path, monkeypatch, capl
     import fcntl
     import logging
 
-    from tfrs_logq.sasrec.training import RunLock
+    from tfrs_logq.sasrec.run_directory import RunLock
 
     def no_flock(*args):
         raise OSError(errno.ENOLCK, "No locks available")
@@ -118,7 +179,7 @@ def test_a_filesystem_without_flock_warns_and_trains(tmp_path, monkeypatch, capl
 
 
 def test_run_directory_refuses_other_or_finished_runs(data_dir, tmp_path):
-    from tfrs_logq.sasrec.training import RunDirectoryError
+    from tfrs_logq.sasrec.run_directory import RunDirectoryError
 
     config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
                             max_epochs=1, steps_per_epoch=2)

@@ -28,16 +28,16 @@ def _ratings(directory):
 
 def _run(model_dir, raw_items=None, weights=True, **overrides):
     """A run directory as `train` leaves it; returns the encoder whose weights it holds."""
-    config = saved_config(resolve_config("smoke", **{"loss": "mns-corrected", "split": "loo",
-                                                     **overrides}), NUM_ITEMS)
+    train_config = resolve_config("smoke", **{"loss": "mns-corrected", "split": "loo",
+                                              **overrides})
     model_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.json").write_text(json.dumps(config))
+    (model_dir / "config.json").write_text(json.dumps(saved_config(train_config, NUM_ITEMS)))
     raw_items = raw_items or [str(100 + i) for i in range(NUM_ITEMS)]
     (model_dir / "vocabulary.json").write_text(json.dumps({"raw_items": raw_items}))
-    encoder = build_encoder(config, NUM_ITEMS)
+    encoder = build_encoder(train_config, NUM_ITEMS)
     model = SequentialRetrievalModel(encoder, make_objective(
-        config["loss"], NUM_ITEMS, np.ones(NUM_ITEMS + 1)))
-    encoder(tf.zeros([1, config["max_length"]], tf.int32))
+        train_config.loss, NUM_ITEMS, np.ones(NUM_ITEMS + 1)))
+    encoder(tf.zeros([1, train_config.max_length], tf.int32))
     if weights:
         model.save_weights(str(model_dir / "best.weights"))
     return encoder
@@ -56,6 +56,26 @@ def test_load_trained_rebuilds_the_trained_encoder_with_its_best_weights(tmp_pat
     history = tf.constant([[0, 3, 5, 7]], tf.int32)
     np.testing.assert_allclose(loaded.last_query(history, training=False).numpy(),
                                encoder.last_query(history, training=False).numpy(), atol=1e-6)
+
+
+def test_the_saved_config_is_a_train_config_again_and_build_encoder_takes_only_that(tmp_path):
+    from tfrs_logq.sasrec.config import TrainConfig
+
+    _run(tmp_path / "model", embedding_dim=24, num_heads=2, share_item_embeddings=True)
+    config = trained.read_train_config(str(tmp_path / "model"))
+    assert config == resolve_config("smoke", loss="mns-corrected", split="loo",
+                                    embedding_dim=24, num_heads=2, share_item_embeddings=True)
+    encoder = build_encoder(config, NUM_ITEMS)
+    assert (encoder.share_item_embeddings, encoder.num_ids, encoder.dim, encoder.num_heads,
+            encoder.length_buckets) == (True, NUM_ITEMS + 1, 24, 2, config.length_buckets)
+    with pytest.raises(TypeError, match="must be a TrainConfig.*received dict"):
+        build_encoder(config.to_dict(), NUM_ITEMS)
+    # A config.json this version cannot read: one line naming the file, not a KeyError.
+    saved = json.loads((tmp_path / "model" / "config.json").read_text())
+    (tmp_path / "model" / "config.json").write_text(json.dumps({**saved, "heads": 2}))
+    with pytest.raises(ValueError, match=r"config\.json: has unknown keys 'heads'"):
+        trained.load_trained(str(tmp_path / "model"))
+    assert isinstance(TrainConfig.from_dict(saved), TrainConfig)
 
 
 def test_a_run_without_best_weights_is_a_clear_error(tmp_path):

@@ -42,6 +42,28 @@ def test_train_cli_smoke_writes_model_dir_and_json(data_dir, tmp_path):
     assert config["preset"] == "smoke" and config["num_items"] > 0
 
 
+def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_dir, tmp_path):
+    # Issue 37: `--max-length 100000000 --preset smoke` ran 87 s to a 21 GB peak, then a
+    # traceback, exit 1, and a config.json that blocked the retry.
+    import time
+
+    for flags, fragment in ((["--max-length", "100000000"], "--max-length"),
+                            (["--max-length", "10000"], "--max-tensor-gib"),  # 11.9 GiB
+                            (["--embedding-dim", "100000"], "--embedding-dim"),
+                            (["--num-negatives", "2000000"], "--num-negatives"),
+                            (["--embedding-dim", "30", "--num-heads", "4"], "--num-heads")):
+        model_dir = tmp_path / "m"
+        start = time.monotonic()
+        proc = _cli("train", "--preset", "smoke", "--split", "loo", "--data-dir", data_dir,
+                    "--model-dir", str(model_dir), *flags)
+        assert proc.returncode == 2, (flags, proc.stderr[-2000:])
+        lines = [line for line in proc.stderr.splitlines() if "error" in line]
+        assert len(lines) == 1 and fragment in lines[0], (flags, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr
+        assert not model_dir.exists() or not any(model_dir.iterdir()), flags
+        assert time.monotonic() - start < 120
+
+
 def test_train_cli_config_file_and_bad_input(data_dir, tmp_path):
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"preset": "smoke", "loss": "gbce", "max_epochs": 1}))
@@ -337,6 +359,25 @@ def test_config_rejects_what_the_command_line_rejects():
             resolve_config("smoke", **bad)
 
 
+def test_a_run_killed_after_its_last_epoch_says_it_has_nothing_left_to_train(data_dir, tmp_path,
+                                                                              caplog):
+    # Issue 37: it read "resuming runs/B from epoch 5 of 4".
+    import logging
+
+    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
+                            max_epochs=2, steps_per_epoch=2)
+    whole = train(config, str(tmp_path / "m"), verbose=0)
+    (tmp_path / "m" / "metrics.json").unlink()  # killed after the last epoch was saved
+    with caplog.at_level(logging.INFO, logger="tfrs_logq.sasrec.training"):
+        again = train(config, str(tmp_path / "m"), verbose=0)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("resuming" in m for m in messages), messages
+    assert any("trained 2 of 2 epochs before it stopped" in m and "nothing left to train" in m
+               for m in messages), messages
+    assert again["epochs"] == whole["epochs"] == 2
+    assert again["best_epoch"] == whole["best_epoch"]
+
+
 @pytest.mark.parametrize("loss", ["inbatch-corrected", "mns-logq", "gbce"])
 def test_xla_training_runs(data_dir, tmp_path, loss):
     config = resolve_config("smoke", loss=loss, split="loo", data_dir=data_dir, max_epochs=1,
@@ -386,7 +427,7 @@ def test_length_buckets_train_the_same_model(data_dir, tmp_path):
     """Speed only: with dropout off, the same seed gives the same losses and validation
     with 1 or 4 length buckets; XLA builds an encoder without buckets; a finished run is
     the same run whatever its buckets."""
-    from tfrs_logq.sasrec.training import load_split, same_run
+    from tfrs_logq.sasrec.training import load_config_split, same_run
 
     results = {}
     for buckets in (1, 4):
@@ -402,7 +443,7 @@ def test_length_buckets_train_the_same_model(data_dir, tmp_path):
     assert same_run(resolve_config("smoke", loss="mns-corrected", split="loo",
                                    data_dir=data_dir, max_epochs=2, steps_per_epoch=3,
                                    dropout=0.0, length_buckets=8), str(tmp_path / "b1"))
-    split = load_split(config)
+    split = load_config_split(config)
     xla = build_model(resolve_config("smoke", loss="mns-corrected", jit_compile=True), split,
                       make_strategy("default"))
     assert xla.encoder.length_buckets == 1

@@ -4,15 +4,31 @@ Free of TensorFlow, so the command line can build its flags from it without
 importing TensorFlow. `tfrs_logq.sasrec.training` re-exports everything here.
 
 `TrainConfig` checks every field when it is made (and again by `dataclasses.replace`),
-so the Python API refuses what ``tfrs-logq train`` refuses: an unknown loss, preset,
-dataset, split, strategy or precision policy, a size below 1, a rate or fraction out of
-its range. Each error is one line naming the field and its flag.
+so the Python API refuses what ``tfrs-logq train`` refuses: a value of the wrong type, an
+unknown loss, preset, dataset, split, strategy or precision policy, a size below 1 or
+above its bound (`LIMITS`), a rate or fraction out of its range. `TrainConfig.validate`
+adds what depends on several fields: the largest tensor a training step makes
+(`largest_tensor`) against ``max_tensor_gib``. `resolve_config` and ``train`` run it
+before any work, so ``train --max-length 100000000`` is one line, not 87 s and 21 GB
+then a traceback. Each error is one line naming the field and its flag.
+
+The bounds (`LIMITS`), far above any run of the paper and below what breaks a step:
+history length (``max_length``) 10,000; embedding size 4,096; blocks 64; heads 256 (and
+a divisor of the embedding size); negatives 1,000,000; batch 1,000,000 users; 10,000,000 steps
+an epoch; 1,000,000 epochs; 1,024 length buckets.
+
+A run's saved ``config.json`` becomes a `TrainConfig` again with `TrainConfig.from_json`
+(`TrainConfig.from_dict` for a dict): every key a field (or one of `RUN_RECORD_KEYS`,
+which the run directory adds beside them), every value of its field's type.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+import json
+import numbers
+import typing
+from typing import Any, Mapping, Optional
 
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
 from tfrs_logq.pipelines.splits import SPLITS
@@ -33,6 +49,23 @@ OBJECTIVES = (
 )
 
 
+# Upper bounds of the size fields (the module docstring says why these).
+LIMITS = {
+    "max_length": 10_000,
+    "embedding_dim": 4_096,
+    "num_blocks": 64,
+    "num_heads": 256,
+    "num_negatives": 1_000_000,
+    "batch_size": 1_000_000,
+    "steps_per_epoch": 10_000_000,
+    "max_epochs": 1_000_000,
+    "length_buckets": 1_024,
+}
+# Keys a run's config.json holds beside the TrainConfig fields (`run_directory.saved_config`).
+RUN_RECORD_KEYS = ("num_items",)
+GIB = 1 << 30
+
+
 class ConfigError(ValueError):
     """A `TrainConfig` field with a value it refuses. One line: the field, its flag and
     the problem (``field``, ``flag`` and ``problem`` hold them apart, for the command line
@@ -40,7 +73,8 @@ class ConfigError(ValueError):
 
     def __init__(self, field: str, problem: str) -> None:
         self.field, self.flag, self.problem = field, FLAGS.get(field, field), problem
-        super().__init__(f"`{field}` ({self.flag}) {problem}")
+        super().__init__(f"`{field}` ({self.flag}) {problem}" if field in FLAGS
+                         else f"{field} {problem}")
 
 
 @dataclasses.dataclass
@@ -110,10 +144,10 @@ class TrainConfig:
     """speed only: run the SASRec blocks on this many groups of similar-length sequences,
     each without its padding columns (1 under --xla and on TPU)"""
     preset: Optional[str] = None
-    """a set of defaults: smoke (minutes on 2 CPU cores), cpu (a fixed CPU budget), long
-    (the paper's model, 80 epochs at most, patience 10), fixed (long run to its end,
-    scored over its last 20 epochs), paper (the paper's protocol, for a GPU); flags and
-    --config override it"""
+    """a set of defaults: smoke (about a minute on 2 CPU cores: a plumbing check, not a
+    usable model), cpu (a fixed CPU budget), long (the paper's model, 80 epochs at most,
+    patience 10), fixed (long run to its end, scored over its last 20 epochs), paper (the
+    paper's protocol, for a GPU); flags and config files override it"""
     examples: Optional[str] = None
     """train on this ExampleGen artifact of `tfrs-logq pipeline run`
     (PIPELINE_ROOT/ExampleGen) instead of loading the data file; its dataset and split
@@ -121,10 +155,13 @@ class TrainConfig:
     log_q: Optional[str] = None
     """take log Q (training item counts) from this Statistics artifact
     (PIPELINE_ROOT/Statistics) instead of counting them"""
+    max_tensor_gib: float = 4.0
+    """refuse a config whose largest training tensor (estimated from batch, history
+    length, heads, embedding size and negatives) exceeds this many GiB, before any work
+    (0: no check)"""
 
     def __post_init__(self) -> None:
-        if isinstance(self.mixed_precision, bool):  # configs written before 0.2
-            self.mixed_precision = "none" if not self.mixed_precision else "float16"
+        self._check_types()
         names = {"loss": OBJECTIVES, "strategy": STRATEGIES, "split": SPLITS,
                  "mixed_precision": MIXED_PRECISION_POLICIES}
         for name, allowed in names.items():
@@ -143,10 +180,12 @@ class TrainConfig:
                 and self.data_format not in (None, *ML1M_FORMATS)):
             raise ConfigError("data_format", f"of ml-1m must be one of {ML1M_FORMATS}, "
                                              f"received {self.data_format!r}.")
-        for name in ("max_length", "embedding_dim", "num_blocks", "num_heads", "num_negatives",
-                     "batch_size", "steps_per_epoch", "max_epochs", "length_buckets"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(name, f"must be >= 1, received {getattr(self, name)}.")
+        for name, limit in LIMITS.items():
+            value = getattr(self, name)
+            if not 1 <= value <= limit:
+                raise ConfigError(name, f"must be in [1, {limit:,}], received {value:,}.")
+        if not float(self.max_tensor_gib) >= 0.0:
+            raise ConfigError("max_tensor_gib", f"must be >= 0, received {self.max_tensor_gib}.")
         for name in ("seed", "patience"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(name, f"must be >= 0, received {getattr(self, name)}.")
@@ -163,6 +202,140 @@ class TrainConfig:
         if not 0 <= int(self.test_window) <= int(self.max_epochs):
             raise ConfigError("test_window", f"must be in [0, max_epochs = {self.max_epochs}], "
                                              f"received {self.test_window}.")
+
+    def _check_types(self) -> None:
+        """Each field's value is of its annotated type: a bool for a bool, an integer
+        (not a bool) for an int, a number for a float, a string for a str; None only
+        where the field is Optional."""
+        for field in dataclasses.fields(self):
+            value, kind = getattr(self, field.name), _FIELD_TYPES[field.name]
+            optional = type(None) in typing.get_args(kind)
+            base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+            if value is None and optional:
+                continue
+            if base is bool:
+                ok = isinstance(value, bool)
+            elif base is int:
+                ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            elif base is float:
+                ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, base)
+            if not ok:
+                shown = json.dumps(value) if isinstance(value, (str, bool, int, float)) \
+                    else type(value).__name__
+                raise ConfigError(field.name, f"must be {'None or ' if optional else ''}"
+                                              f"{base.__name__}, received {shown[:80]}.")
+
+    def validate(self, num_items: Optional[int] = None) -> "TrainConfig":
+        """What depends on several fields (apart from `__post_init__`, which the command
+        line runs on each flag alone): ``num_heads`` divides ``embedding_dim``, and the
+        largest tensor of a training step (`largest_tensor`, with the catalog when
+        ``num_items`` is given) is within ``max_tensor_gib``. Returns self.
+
+        Raises:
+          ConfigError: it is not.
+        """
+        if self.embedding_dim % self.num_heads:
+            raise ConfigError("num_heads", f"must divide embedding_dim = {self.embedding_dim}, "
+                                           f"received {self.num_heads}.")
+        if self.max_tensor_gib:
+            what, size = largest_tensor(self, num_items)
+            if size > self.max_tensor_gib * GIB:
+                raise ConfigError(
+                    "max_tensor_gib", f"is {self.max_tensor_gib:g} GiB and a training step "
+                    f"would make {what} of {size / GIB:,.1f} GiB; lower --batch-size, "
+                    f"--max-length, --embedding-dim or --num-negatives, or raise "
+                    f"--max-tensor-gib if this machine holds it.")
+        return self
+
+    def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict (`from_dict` reads it back)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, Any]) -> "TrainConfig":
+        """The `TrainConfig` of ``fields`` (a run's ``config.json`` as read, or
+        `to_dict`'s): fields it leaves out take their defaults; the keys of
+        `RUN_RECORD_KEYS` are skipped.
+
+        Raises:
+          ConfigError: an unknown key, a value of the wrong type or out of range.
+        """
+        if not isinstance(fields, Mapping):
+            raise ConfigError("config", f"must be a JSON object of TrainConfig fields, "
+                                        f"received {type(fields).__name__}.")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known - set(RUN_RECORD_KEYS))
+        if unknown:
+            shown = ", ".join(repr(str(k)[:40]) for k in unknown[:5])
+            raise ConfigError("config", f"has unknown keys {shown}"
+                                        f"{' ...' if len(unknown) > 5 else ''}; expected "
+                                        f"TrainConfig fields.")
+        return cls(**{k: v for k, v in fields.items() if k in known})
+
+    @classmethod
+    def from_json(cls, path: str) -> "TrainConfig":
+        """The `TrainConfig` saved in the JSON file ``path`` (a run's ``config.json``).
+
+        Raises:
+          FileNotFoundError: no such file.
+          ConfigError: not a JSON object, or `from_dict` refuses it; the message names
+            the file.
+        """
+        try:
+            with open(path) as f:
+                fields = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("config", f"{path} is not valid JSON ({exc}).") from None
+        try:
+            return cls.from_dict(fields)
+        except ConfigError as exc:
+            raise ConfigError(exc.field, f"in {path}: {exc.problem}") from None
+
+
+_FIELD_TYPES = typing.get_type_hints(TrainConfig)
+
+
+def _uniform_negatives(loss: str, num_negatives: int) -> int:
+    """Per-position uniform negatives of an objective (`tfrs_logq.sasrec.objectives`'
+    table): 1 for BCE, all for gBCE and uniform, half (rounded up) for MNS."""
+    if loss == "bce":
+        return 1
+    if loss in ("gbce", "uniform"):
+        return num_negatives
+    if loss.startswith("mns-"):
+        return num_negatives - num_negatives // 2
+    return 0
+
+
+def largest_tensor(config: TrainConfig, num_items: Optional[int] = None) -> tuple[str, int]:
+    """The largest tensor a training step of ``config`` makes, by estimate: ``(what,
+    bytes)`` at 4 bytes an entry, the largest of
+
+    - the attention scores of a block: ``batch x heads x length x length``;
+    - the sequence activations: ``batch x length x embedding``;
+    - the negatives' scores: ``batch x length x negatives`` (``x catalog`` for
+      full-softmax when ``num_items`` is known);
+    - the gathered embeddings of per-position uniform negatives (TensorFlow's ops, off
+      the native CPU kernel): ``batch x length x uniform negatives x embedding``.
+
+    >>> largest_tensor(TrainConfig(batch_size=32, max_length=10_000, embedding_dim=16))
+    ('the attention scores [32 x 1 x 10,000 x 10,000]', 12800000000)
+    """
+    b, n, d, h = config.batch_size, config.max_length, config.embedding_dim, config.num_heads
+    k = config.num_negatives
+    if config.loss == "full-softmax":
+        k = num_items + 1 if num_items is not None else 0
+    u = _uniform_negatives(config.loss, config.num_negatives)
+    shapes = {
+        f"the attention scores [{b:,} x {h:,} x {n:,} x {n:,}]": b * h * n * n,
+        f"the activations [{b:,} x {n:,} x {d:,}]": b * n * d,
+        f"the negatives' scores [{b:,} x {n:,} x {k:,}]": b * n * k,
+        f"the uniform negatives' embeddings [{b:,} x {n:,} x {u:,} x {d:,}]": b * n * u * d,
+    }
+    what = max(shapes, key=shapes.__getitem__)
+    return what, 4 * shapes[what]
 
 
 # Each field's `tfrs-logq train` flag (its other spelling, --data_dir, is accepted too).
@@ -190,6 +363,12 @@ PRESETS = {
 
 
 def resolve_config(preset: Optional[str] = None, **overrides) -> TrainConfig:
+    """The preset's fields, then ``overrides`` (None leaves the preset's), checked
+    (`TrainConfig.validate` too).
+
+    Raises:
+      ValueError: an unknown preset or option; `ConfigError`: a bad value.
+    """
     if preset is not None and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}.")
     fields = {**(PRESETS[preset] if preset else {}),
@@ -197,7 +376,7 @@ def resolve_config(preset: Optional[str] = None, **overrides) -> TrainConfig:
     unknown = set(fields) - {f.name for f in dataclasses.fields(TrainConfig)}
     if unknown:
         raise ValueError(f"unknown training options: {sorted(unknown)}")
-    return TrainConfig(preset=preset, **fields)
+    return TrainConfig(preset=preset, **fields).validate()
 
 
 def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
@@ -225,5 +404,6 @@ def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
     return dataclasses.replace(config, **found)
 
 
-__all__ = ["FLAGS", "MIXED_PRECISION_POLICIES", "MONITOR", "OBJECTIVES", "PRESETS", "STRATEGIES",
-           "ConfigError", "TrainConfig", "examples_config", "resolve_config"]
+__all__ = ["FLAGS", "LIMITS", "MIXED_PRECISION_POLICIES", "MONITOR", "OBJECTIVES", "PRESETS",
+           "RUN_RECORD_KEYS", "STRATEGIES", "ConfigError", "TrainConfig", "examples_config",
+           "largest_tensor", "resolve_config"]

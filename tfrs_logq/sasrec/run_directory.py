@@ -65,11 +65,21 @@ class RunLock:
 
 # Options that change how fast a run trains, not what it computes.
 SPEED_ONLY_FIELDS = ("length_buckets",)
+# Options that only check a config before the run (`TrainConfig.validate`): not the run's.
+CHECK_ONLY_FIELDS = ("max_tensor_gib",)
+# What a run writes once it has trained something: the epochs' record, the best weights,
+# the metrics, and anything in ``backup/`` (an epoch's checkpoint, or an older version's
+# Keras backup). A directory with a config.json and none of these holds a run that
+# stopped before its first epoch ended (a bad flag, an out-of-memory): nothing a retry
+# could lose.
+PROGRESS_FILES = ("epochs.json", "metrics.json", "best.weights.index", "backup")
+# What such a run leaves: replaced or removed when a retry starts in its place.
+_UNTRAINED_RUN_FILES = ("config.json", "vocabulary.json", "logs", "backup")
 
 
 def saved_config(config: TrainConfig, num_items: Optional[int] = None) -> dict:
     """``config.json`` of a run: the config (data_dir made absolute) and the catalog size."""
-    saved = dataclasses.asdict(config)
+    saved = config.to_dict()
     for name in ("data_dir", "examples", "log_q"):
         if saved[name]:
             saved[name] = os.path.abspath(saved[name])
@@ -92,21 +102,32 @@ def same_run(config: TrainConfig, model_dir: str) -> Optional[bool]:
             existing = json.load(f)
     except (OSError, json.JSONDecodeError):
         return False
-    existing.pop("num_items", None)
     try:
-        existing = saved_config(TrainConfig(**existing))
-    except (TypeError, ValueError):
+        existing = saved_config(TrainConfig.from_dict(existing))
+    except ValueError:
         return False
     requested = saved_config(config)
-    for name in SPEED_ONLY_FIELDS:  # the same run whatever their values
+    for name in SPEED_ONLY_FIELDS + CHECK_ONLY_FIELDS:  # the same run whatever their values
         existing.pop(name, None)
         requested.pop(name, None)
     return existing == requested
 
 
+def has_progress(model_dir: str) -> bool:
+    """Whether the run in ``model_dir`` trained anything (`PROGRESS_FILES`; an empty
+    directory among them does not count)."""
+    for name in PROGRESS_FILES:
+        path = os.path.join(model_dir, name)
+        if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
+            return True
+    return False
+
+
 def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool = False) -> str:
     """Decides what ``train`` does with ``model_dir``: ``"new"``, ``"resume"`` (the same
-    config, interrupted) or, with ``overwrite``, clears it first.
+    config, interrupted after at least one epoch) or, with ``overwrite``, clears it first.
+    A run that stopped before its first epoch ended (a ``config.json`` and no
+    `PROGRESS_FILES`) is cleared and started again, whatever its config.
 
     Raises:
       RunDirectoryError: the directory holds another run, or this run finished
@@ -124,6 +145,17 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
                 else os.remove(path)
     same = same_run(config, model_dir)
+    if same is not None and not has_progress(model_dir):
+        # Stopped before its first epoch ended: started again, with this config.
+        log.info("%s holds a run that stopped before finishing an epoch; starting %s in "
+                 "its place", model_dir, "it again" if same else "this config")
+        for name in _UNTRAINED_RUN_FILES:
+            path = os.path.join(model_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+        return "new"
     if same is None:
         # A run killed while it was being created (before config.json, which is
         # written last) holds at most its vocabulary and a temporary file: new.
@@ -203,5 +235,6 @@ def _resumed_speed_fields(config: TrainConfig, model_dir: str) -> TrainConfig:
     return dataclasses.replace(config, **changes) if changes else config
 
 
-__all__ = ["RunDirectoryError", "RunLock", "SPEED_ONLY_FIELDS", "WORKER_PREFIX",
-           "prepare_run_directory", "same_run", "saved_config", "worker_directory"]
+__all__ = ["CHECK_ONLY_FIELDS", "PROGRESS_FILES", "RunDirectoryError", "RunLock",
+           "SPEED_ONLY_FIELDS", "WORKER_PREFIX", "has_progress", "prepare_run_directory",
+           "same_run", "saved_config", "worker_directory"]

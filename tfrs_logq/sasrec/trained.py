@@ -13,22 +13,33 @@ pipeline layers above it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import types
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.sasrec.config import TrainConfig
 from tfrs_logq.sasrec.models import SASRecEncoder, SequentialRetrievalModel
 from tfrs_logq.sasrec.objectives import make_objective
 
 
 def read_run_config(model_dir: str) -> dict:
-    """The run's ``config.json``."""
+    """The run's ``config.json``, as written (the `TrainConfig` fields and ``num_items``)."""
     with open(os.path.join(model_dir, "config.json")) as f:
         return json.load(f)
+
+
+def read_train_config(model_dir: str) -> TrainConfig:
+    """The run's `TrainConfig` (`TrainConfig.from_json` of its ``config.json``).
+
+    Raises:
+      FileNotFoundError: no ``config.json``.
+      ConfigError: it is not a config this version reads (the message names the file).
+    """
+    return TrainConfig.from_json(os.path.join(model_dir, "config.json"))
 
 
 def read_vocabulary(model_dir: str) -> np.ndarray:
@@ -49,18 +60,18 @@ def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
       FileNotFoundError: the run has no ``best.weights`` (not trained, or not finished).
     """
     config = read_run_config(model_dir)
+    train_config = read_train_config(model_dir)
+    num_items = int(config["num_items"])
     raw_ids = read_vocabulary(model_dir)
     from tfrs_logq.sasrec.training import build_encoder  # the encoder the run trained
 
     # One bucket: serving batches are small, where empty groups would only cost time.
     # TensorFlow ops only: the SavedModel must load without tfrs_logq's kernels.
-    encoder = build_encoder(config, config["num_items"], length_buckets=1,
-                            native_kernels=False)
-    objective = make_objective(config["loss"], config["num_items"],
-                               np.ones(config["num_items"] + 1),
-                               num_negatives=config["num_negatives"])
+    encoder = build_encoder(train_config, num_items, length_buckets=1, native_kernels=False)
+    objective = make_objective(train_config.loss, num_items, np.ones(num_items + 1),
+                               num_negatives=train_config.num_negatives)
     model = SequentialRetrievalModel(encoder, objective)
-    encoder(tf.zeros([1, config["max_length"]], tf.int32))
+    encoder(tf.zeros([1, train_config.max_length], tf.int32))
     weights = os.path.join(model_dir, "best.weights")
     if not os.path.exists(weights + ".index"):
         raise FileNotFoundError(f"{model_dir} has no best.weights: train it with "
@@ -69,23 +80,18 @@ def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
     return encoder, config, raw_ids
 
 
-# The config fields `training.load_split` reads; an older config.json may lack some.
-_SPLIT_FIELDS = ("examples", "dataset", "split", "data_dir", "data_format",
-                 "temporal_fraction")
-
-
 def load_run_split(model_dir: str, data_dir: Optional[str] = None):
-    """The `Split` the run trained on (`tfrs_logq.sasrec.training.load_split` of its config):
-    its ExampleGen artifact's when it trained on one (``train --examples``), else its
-    dataset's file; ``data_dir`` reads the dataset from another directory instead (and
+    """The `Split` the run trained on (`tfrs_logq.sasrec.training.load_config_split` of its
+    config): its ExampleGen artifact's when it trained on one (``train --examples``), else
+    its dataset's file; ``data_dir`` reads the dataset from another directory instead (and
     then the dataset, even for a run trained on an artifact)."""
-    from tfrs_logq.sasrec.training import load_split
+    from tfrs_logq.sasrec.training import load_config_split
 
-    saved = read_run_config(model_dir)
-    config = types.SimpleNamespace(**{name: saved.get(name) for name in _SPLIT_FIELDS})
+    config = read_train_config(model_dir)
     if data_dir:
-        config.examples, config.data_dir = None, data_dir
-    return load_split(config)  # type: ignore[arg-type]  (the fields it reads)
+        config = dataclasses.replace(config, examples=None, data_dir=data_dir)
+    return load_config_split(config)
 
 
-__all__ = ["load_run_split", "load_trained", "read_run_config", "read_vocabulary"]
+__all__ = ["load_run_split", "load_trained", "read_run_config", "read_train_config",
+           "read_vocabulary"]

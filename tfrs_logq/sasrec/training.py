@@ -17,7 +17,7 @@ to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
 and ``vocabulary.json`` (item id -> the dataset's own id), which is what
 ``tfrs-logq export`` reads.
 
-Data: the dataset's file loaded in memory (`load_split`), or, with
+Data: the dataset's file loaded in memory (`load_config_split`), or, with
 ``config.examples`` (``--examples``), the split of a batch pipeline's ExampleGen
 artifact (the same split, so the same seed trains the same model; its dataset and
 split fields come from the artifact, `examples_config`); ``config.log_q``
@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -39,18 +40,18 @@ from tfrs_logq._util.atomic import write_json
 from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
 from tfrs_logq.pipelines.splits import Split
-from tfrs_logq.sasrec.callbacks import (  # noqa: F401  (re-exported)
+from tfrs_logq.sasrec.callbacks import (
     BestEpochKeeper,
     EpochCheckpoint,
     ValidationCallback,
     WindowedTestCallback,
-    _atomic_json,
-    _publish_weights,
     uses_native_kernels,
     windowed_test_metrics,
 )
+
+# The config and run-directory names callers reach through this module (the command
+# line, the studies, the benchmarks); defined in tfrs_logq.sasrec.config / .run_directory.
 from tfrs_logq.sasrec.config import (  # noqa: F401  (re-exported)
-    MIXED_PRECISION_POLICIES,
     MONITOR,
     PRESETS,
     STRATEGIES,
@@ -61,11 +62,8 @@ from tfrs_logq.sasrec.config import (  # noqa: F401  (re-exported)
 from tfrs_logq.sasrec.models import SASRecEncoder, SequentialRetrievalModel
 from tfrs_logq.sasrec.objectives import make_objective
 from tfrs_logq.sasrec.run_directory import (  # noqa: F401  (re-exported)
-    SPEED_ONLY_FIELDS,
-    WORKER_PREFIX,
     RunDirectoryError,
     RunLock,
-    _check_resumable,
     _resumed_speed_fields,
     prepare_run_directory,
     same_run,
@@ -163,23 +161,29 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
     return model
 
 
-def build_encoder(config, num_items: int, length_buckets: Optional[int] = None,
+def build_encoder(config: TrainConfig, num_items: int, length_buckets: Optional[int] = None,
                   native_kernels: Optional[bool] = None) -> SASRecEncoder:
-    """The `SASRecEncoder` a `TrainConfig` (or its saved ``config.json`` dict) describes;
-    ``length_buckets`` overrides the config's, ``native_kernels`` is the encoder's
-    (both speed-only choices)."""
-    get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else (
-        lambda k, d=None: getattr(config, k, d))
-    buckets = length_buckets if length_buckets is not None else get("length_buckets", 1) or 1
-    return SASRecEncoder(int(num_items) + 1, get("max_length"), get("embedding_dim"),
-                         get("num_blocks"), get("num_heads"), get("dropout"),
-                         share_item_embeddings=bool(get("share_item_embeddings", False)),
+    """The `SASRecEncoder` ``config`` describes (a saved ``config.json`` becomes one with
+    `TrainConfig.from_json`); ``length_buckets`` overrides the config's,
+    ``native_kernels`` is the encoder's (both speed-only choices).
+
+    Raises:
+      TypeError: ``config`` is not a `TrainConfig`.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"`config` must be a TrainConfig (TrainConfig.from_json reads a "
+                        f"config.json), received {type(config).__name__}.")
+    buckets = config.length_buckets if length_buckets is None else length_buckets
+    return SASRecEncoder(int(num_items) + 1, config.max_length, config.embedding_dim,
+                         config.num_blocks, config.num_heads, config.dropout,
+                         share_item_embeddings=config.share_item_embeddings,
                          length_buckets=int(buckets), native_kernels=native_kernels)
 
 
-def load_split(config: TrainConfig) -> Split:
+def load_config_split(config: TrainConfig) -> Split:
     """The split ``config`` trains on: its ExampleGen artifact's (``config.examples``),
-    else the dataset's file loaded in memory.
+    else its dataset's file loaded in memory (`tfrs_logq.pipelines.datasets.load_split`
+    of its data fields).
 
     Raises:
       ValueError: ``config.split`` is not the artifact's split.
@@ -195,6 +199,14 @@ def load_split(config: TrainConfig) -> Split:
     return load_dataset_split(config.dataset, config.split, config.data_dir,
                               data_format=config.data_format,
                               temporal_fraction=config.temporal_fraction)
+
+
+def load_split(config: TrainConfig) -> Split:
+    """Deprecated: `load_config_split` (this name is also
+    `tfrs_logq.pipelines.datasets.load_split`'s, which takes a dataset and a split)."""
+    warnings.warn("tfrs_logq.sasrec.training.load_split is deprecated: use "
+                  "load_config_split(config).", DeprecationWarning, stacklevel=2)
+    return load_config_split(config)
 
 
 def _stopped_early(keeper: BestEpochKeeper, initial_epoch: int) -> bool:
@@ -231,6 +243,7 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
     test user, and ``result["test_window"]`` holds their mean (the fixed-length
     protocol of ``--preset fixed``).
     """
+    config.validate(split.num_items if split is not None else None)  # before any work
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
         raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
     model_dir = worker_directory(model_dir, config.strategy)
@@ -249,15 +262,16 @@ def train(config: TrainConfig, model_dir: str, verbose="auto",
 
 def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     tf.keras.utils.set_random_seed(config.seed)
-    split = split if split is not None else load_split(config)
+    if split is None:
+        split = load_config_split(config)
+        config.validate(split.num_items)  # the catalog's share, before the run is written
     strategy = make_strategy(config.strategy)
     os.makedirs(model_dir, exist_ok=True)
     if mode == "new":
         write_json(os.path.join(model_dir, "vocabulary.json"),
                    {"raw_items": [str(x) for x in split.interactions.raw_items]}, indent=None)
         # config.json last: it marks the directory as this run's.
-        _atomic_json(os.path.join(model_dir, "config.json"),
-                     saved_config(config, split.num_items))
+        write_json(os.path.join(model_dir, "config.json"), saved_config(config, split.num_items))
 
     model = build_model(config, split, strategy)
     replicas = strategy.num_replicas_in_sync
@@ -275,7 +289,13 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     # (ML-1M at batch 128: 48 steps, not 100).
     steps_per_epoch = min(config.steps_per_epoch,
                           -(-trainable_users // (config.batch_size * replicas)))
-    if initial_epoch:
+    stopped_early = _stopped_early(keeper, initial_epoch)
+    if initial_epoch >= config.max_epochs or stopped_early:
+        # Killed after its last epoch was saved: nothing is left to train.
+        log.info("%s trained %d of %d epochs%s before it stopped; evaluating its best epoch "
+                 "(nothing left to train)", model_dir, initial_epoch, config.max_epochs,
+                 " and met its patience stop" if stopped_early else "")
+    elif initial_epoch:
         log.info("resuming %s from epoch %d of %d (weights, optimizer, random state and "
                  "data position restored)", model_dir, initial_epoch + 1, config.max_epochs)
     # The batch stream is a function of the seed and the batch number: a resumed run
@@ -301,10 +321,10 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         backup,
         tf.keras.callbacks.TensorBoard(os.path.join(model_dir, "logs"), update_freq="epoch"),
     ]
-    if initial_epoch < config.max_epochs and not _stopped_early(keeper, initial_epoch):
+    if initial_epoch < config.max_epochs and not stopped_early:
         model.fit(data, epochs=config.max_epochs, initial_epoch=initial_epoch,
                   steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
-    else:  # killed after its last epoch was saved: nothing left to train
+    else:
         keeper.on_train_begin()
         keeper.set_model(model)
         keeper.on_train_end()
@@ -331,5 +351,9 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     }
     if backup.kernels_changed:
         result["native_kernels_changed_on_resume"] = True
-    _atomic_json(os.path.join(model_dir, "metrics.json"), result)
+    write_json(os.path.join(model_dir, "metrics.json"), result)
     return result
+
+
+__all__ = ["build_encoder", "build_model", "load_config_split", "load_split", "make_strategy",
+           "train", "training_item_counts"]
