@@ -39,20 +39,21 @@ _EXPORTS = {
     "Evaluator": "evaluator",
     "ExampleGen": "example_gen",
     "Exporter": "exporter",
-    "ItemStatistics": "item_statistics",
+    "ItemStatistics": "tfrs_logq.pipelines.item_statistics",
     "METRICS": "evaluation",
     "Pusher": "pusher",
     "Statistics": "statistics",
     "TopKModelHandler": "bulk_inferrer",
     "Trainer": "trainer",
     "load_evaluation": "evaluation",
-    "load_item_statistics": "item_statistics",
-    "load_log_q": "item_statistics",
+    "load_item_statistics": "tfrs_logq.pipelines.item_statistics",
+    "load_log_q": "tfrs_logq.pipelines.item_statistics",
     "push_version": "pusher",
     "read_predictions": "predictions",
-    "read_split": "examples",
+    "read_split": "tfrs_logq.pipelines.examples",  # the readers need no Beam: data layer
     "run_components": "pipeline",
     "run_pipeline": "pipeline",
+    "UserLogExampleGen": "user_log_source",
 }
 
 __all__ = sorted([*_EXPORTS, "SOURCE_FORMATS"])
@@ -61,4 +62,6 @@ __all__ = sorted([*_EXPORTS, "SOURCE_FORMATS"])
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name]
+    return getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"),
+                   name)
