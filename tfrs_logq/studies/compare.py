@@ -40,7 +40,7 @@ from tfrs_logq.sasrec.run_directory import RunLock
 from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.training import LOSSES, Examples, TwoTowerConfig
 
-MODELS = ("two-tower",)
+MODELS = ("two-tower", "sasrec")
 
 
 class CompareError(ValueError):
@@ -58,6 +58,9 @@ class Plan:
     baseline: str = ""
     model: str = "two-tower"
     source: str = ""
+    sasrec_preset: str = "cpu"
+    """SASRec's architecture and batch (`tfrs_logq.sasrec.config.PRESETS`): the plan's
+    steps, eval_every and window replace its epochs, steps per epoch and test window"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "losses", tuple(dict.fromkeys(self.losses)))
@@ -65,10 +68,12 @@ class Plan:
         if self.model not in MODELS:
             raise CompareError(f"`model` must be one of {MODELS}, received "
                                f"{str(self.model)[:40]!r}.")
-        unknown = [loss for loss in self.losses if loss not in LOSSES]
+        known = LOSSES if self.model == "two-tower" else _sasrec_losses()
+        unknown = [loss for loss in self.losses if loss not in known]
         if unknown or len(self.losses) < 2:
-            raise CompareError(f"compare needs two or more losses of {', '.join(LOSSES)}; "
-                               f"received {', '.join(map(str, self.losses))[:200]}.")
+            raise CompareError(f"compare needs two or more {self.model} losses of "
+                               f"{', '.join(known)}; received "
+                               f"{', '.join(map(str, self.losses))[:200]}.")
         if not self.seeds:
             raise CompareError("compare needs at least one seed.")
         if not self.baseline:
@@ -89,8 +94,27 @@ class Plan:
         """What every run of the directory must share (losses and seeds may grow)."""
         config = dataclasses.asdict(self.config)
         config.pop("loss"), config.pop("seed")
-        return {"model": self.model, "source": self.source, "window": self.window,
-                "config": config}
+        fixed = {"model": self.model, "source": self.source, "window": self.window,
+                 "config": config}
+        if self.model == "sasrec":
+            fixed["sasrec_preset"] = self.sasrec_preset
+        return fixed
+
+    def sasrec_config(self, loss: str, seed: int):
+        """The SASRec run: the preset's model, ``steps / eval_every`` epochs of
+        ``eval_every`` steps, no early stopping, test scored over the last ``window``."""
+        from tfrs_logq.sasrec.config import resolve_config
+
+        epochs = -(-self.config.steps // self.config.eval_every)
+        return resolve_config(self.sasrec_preset, loss=loss, seed=seed,
+                              steps_per_epoch=self.config.eval_every, max_epochs=epochs,
+                              patience=epochs + 1, test_window=self.window)
+
+
+def _sasrec_losses() -> tuple:
+    from tfrs_logq.sasrec.config import OBJECTIVES
+
+    return tuple(OBJECTIVES)
 
 
 def _read_csv(path: str) -> list[dict]:
@@ -130,9 +154,8 @@ def _check_plan(plan: Plan, output_dir: str) -> None:
                       "seeds": list(plan.seeds), "baseline": plan.baseline})
 
 
-def _run_dir(output_dir: str, config: TwoTowerConfig) -> str:
-    return os.path.join(output_dir, "runs",
-                        hashlib.sha256(config.run_id.encode()).hexdigest()[:16])
+def _run_dir(output_dir: str, key: str) -> str:
+    return os.path.join(output_dir, "runs", hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: dict) -> dict:
@@ -183,13 +206,17 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
         todo = todo[:max_runs]
     if not todo:
         return
-    examples = Examples(split, plan.config.history_length)
-    say(f"compare: {len(examples):,} training examples, {split.num_items:,} items, "
-        f"{len(split.test):,} test targets")
+    examples = Examples(split, plan.config.history_length) if plan.model == "two-tower" else None
+    say(f"compare: {split.num_items:,} items, {len(split.test):,} test targets"
+        + (f", {len(examples):,} training examples" if examples else ""))
     pace: dict = {}
     for number, (loss, seed) in enumerate(todo, 1):
-        config = plan.run_config(loss, seed)
-        run_dir = _run_dir(output_dir, config)
+        if plan.model == "sasrec":
+            config, key = None, repr(plan.sasrec_config(loss, seed))
+        else:
+            config = plan.run_config(loss, seed)
+            key = config.run_id
+        run_dir = _run_dir(output_dir, key)
         old = [r for r in _read_csv(curves_path)
                if r["loss"] == loss and int(r["seed"]) == seed]
         say(f"run {number}/{len(todo)}: {loss}, seed {seed}")
@@ -205,12 +232,36 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
         def on_step(i: int, number=number) -> None:
             _progress(i, plan.config.steps, number, len(todo), pace, say)
 
-        last = towers.train(config, split, checkpoint_dir=run_dir, on_eval=on_eval,
-                            done=tuple(int(r["steps"]) for r in old), on_step=on_step,
-                            examples=examples)
-        row = window_row(plan, loss, seed, evaluations, last)
+        if plan.model == "sasrec":
+            row = _sasrec_row(plan, loss, seed, split, run_dir, on_eval)
+        else:
+            last = towers.train(config, split, checkpoint_dir=run_dir, on_eval=on_eval,
+                                done=tuple(int(r["steps"]) for r in old), on_step=on_step,
+                                examples=examples)
+            row = window_row(plan, loss, seed, evaluations, last)
         _write_csv(results_path, _read_csv(results_path) + [row])
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
+                on_eval: Callable[[dict], None]) -> dict:
+    """Trains one SASRec run (`tfrs_logq.sasrec.training.train`, which resumes a killed
+    run from its last epoch) and returns its results row: the test metrics averaged
+    over the last ``window`` epochs; its validation curve goes to curves.csv."""
+    from tfrs_logq.sasrec.training import train
+
+    config = plan.sasrec_config(loss, seed)
+    result = train(config, run_dir, verbose=0, split=split)
+    window = dict(result["test_window"] or {})
+    epochs = window.pop("epochs", [])
+    for epoch, value in enumerate(result["validation_curve"], 1):
+        on_eval({"steps": epoch * config.steps_per_epoch, "validation_monitor": value})
+    row = {"loss": loss, "seed": seed, "steps": result["steps"], "window": len(epochs),
+           "window_steps": " ".join(str(e * config.steps_per_epoch) for e in epochs),
+           **{k: float(v) for k, v in window.items()},
+           "seconds_per_step": round(result["train_seconds"] / max(result["steps"], 1), 5),
+           "machine": machine_description()}
+    return row
 
 
 def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> None:

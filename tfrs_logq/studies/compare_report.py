@@ -130,7 +130,9 @@ def write_charts(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     import matplotlib.pyplot as plt
 
     metrics = metric_names(rows)
-    shown = metrics[:4]
+    # SASRec's curves are its validation metric per epoch (test only over the window).
+    shown = metric_names(curves)[:4] or (["validation_monitor"] if any(
+        "validation_monitor" in r for r in curves) else metrics[:1])
     fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.4), squeeze=False)
     for ax, metric in zip(axes[0], shown):
         for loss in plan.losses:
@@ -141,7 +143,7 @@ def write_charts(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
             if points:
                 steps = sorted(points)
                 ax.plot(steps, [np.mean(points[s]) for s in steps], marker="o", label=loss)
-        ax.set_title(f"test {metric} (mean over seeds)")
+        ax.set_title(f"{'test ' if '@' in metric else ''}{metric} (mean over seeds)")
         ax.set_xlabel("training steps")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
