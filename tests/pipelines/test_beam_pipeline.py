@@ -22,13 +22,12 @@ import pytest
 apache_beam = pytest.importorskip("apache_beam")
 
 from tfrs_logq import cli  # noqa: E402
-from tfrs_logq.pipelines import datasets  # noqa: E402
+from tfrs_logq.pipelines import datasets, examples  # noqa: E402
 from tfrs_logq.pipelines.beam import (  # noqa: E402
     COMPONENTS,
     ArtifactError,
     ExampleGen,
     artifacts,
-    examples,
     load_item_statistics,
     load_log_q,
     read_split,
