@@ -203,3 +203,84 @@ def test_a_dead_batch_worker_fails_its_requests_and_is_replaced(runs, tmp_path, 
     out = servable.run(_request(servable))  # a new worker serves the next request
     assert out["item_ids"].shape == (1, 5)
     servable.close()
+
+
+# --- the ScaNN index measures itself (issue 37): its queries and the command's flags --------
+
+
+def test_tuning_queries_are_validation_users_of_the_run_or_random_histories_with_a_warning(
+        runs, tmp_path, caplog):
+    import shutil
+
+    from tfrs_logq.pipelines.sequential import left_pad
+    from tfrs_logq.sasrec.trained import load_run_split
+    from tfrs_logq.serving.export import load_trained, run_queries
+
+    encoder, config, raw_ids = load_trained(runs[0])
+    queries, source = run_queries(encoder, runs[0], raw_ids, count=16)
+    split = load_run_split(runs[0])
+    pick = np.sort(np.random.default_rng(0).choice(len(split.validation), 16, replace=False))
+    histories = [split.sequences[u][:n] for u, n in
+                 zip(split.validation.users[pick], split.validation.history_lengths[pick])]
+    expected = encoder.last_query(left_pad(histories, config["max_length"]).astype(np.int32))
+    np.testing.assert_allclose(queries, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert source.startswith("16 validation users of ") and queries.dtype == np.float32
+    # The run's data gone: random histories, said in one warning line and in the source.
+    moved = tmp_path / "moved"
+    shutil.copytree(runs[0], moved)
+    config_path = moved / "config.json"
+    saved = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**saved, "data_dir": str(tmp_path / "gone"),
+                                       "examples": None}))
+    with caplog.at_level(logging.WARNING):
+        queries, source = run_queries(encoder, str(moved), raw_ids, count=16)
+    assert queries.shape == (16, config["embedding_dim"])
+    assert source.startswith("16 random histories (the run's data could not be loaded")
+    lines = [r.getMessage() for r in caplog.records if "ScaNN tuning" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0] and "random histories" in lines[0]
+
+
+def test_cli_export_passes_the_target_recall_and_max_k_on(tmp_path, monkeypatch, capsys):
+    import tfrs_logq.cli.export as cli_export
+    from tfrs_logq.serving import export as serving_export
+
+    seen = {}
+    monkeypatch.setattr(cli_export, "read_model_config", lambda model_dir: {})
+    monkeypatch.setattr(serving_export, "export_version",
+                        lambda *a, **kw: seen.update(kw) or str(tmp_path / "b" / "1"))
+    base = ["export", "--model-dir", str(tmp_path / "m"), "--model_base_path",
+            str(tmp_path / "b"), "--model_name", "x"]
+    assert cli.main(base) == 0
+    assert (seen["target_recall"], seen["max_k"], seen["search_fraction"]) == (0.95, 1000, None)
+    assert cli.main(base + ["--target-recall", "0.9", "--max-k", "500"]) == 0
+    assert (seen["target_recall"], seen["max_k"]) == (0.9, 500)
+    capsys.readouterr()
+    for flag, value in (("--target-recall", "0"), ("--target-recall", "1.5"), ("--max-k", "0")):
+        try:
+            code = cli.main(base + [flag, value])
+        except SystemExit as exc:  # argparse's refusal
+            code = exc.code
+        err = capsys.readouterr().err
+        assert code == 2 and flag in err and len(err.strip().splitlines()) == 1, err
+
+
+def _scann_loads() -> bool:
+    try:
+        from scann import scann_ops  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def test_scann_export_records_what_it_measured_on_validation_users(runs, tmp_path):
+    if not _scann_loads():
+        pytest.skip("ScaNN does not load here (tests/test_tf_versions.py checks the error)")
+    path = export_version(runs[0], str(tmp_path / "m"), index="scann", default_k=5, max_k=20,
+                          target_recall=0.9)
+    meta = json.loads((tmp_path / "m" / "1" / "assets" / "export.json").read_text())
+    tuning = meta["scann_tuning"]
+    assert tuning["queries"].startswith(f"{sum(tuning['num_queries'].values())} validation "
+                                        "users of ")
+    assert set(tuning["recall"]) == {"5", "20"} and tuning["reached"]
+    assert all(0.9 <= r <= 1.0 for r in tuning["recall"].values())
+    assert meta["scann"]["tuned"] == tuning["tuned"] and path.endswith("1")
