@@ -11,7 +11,7 @@ from tfrs_logq.studies import demo
 
 def _rows():
     return [{"method": name, **{f"recall@{k}": 0.1 * i + k / 10_000 for k in demo.KS},
-             "train_seconds": 1.5, "eval_seconds": 0.25}
+             "model_positive_share": 0.5}
             for i, name in enumerate(["standard logQ", "corrected, with a comma"])]
 
 
@@ -55,3 +55,27 @@ def test_regime_line_says_how_to_move_a_world_where_the_losses_coincide():
     apart = line(500, 8.0, 16)  # P/Q in the hundreds against 15
     assert float(apart.split("denominator is ")[1][:5]) > demo.SMALL_SHARE
     assert "--num-topics" not in apart
+
+
+def test_the_table_has_no_timing_column_and_the_difference_is_spelled_out():
+    # Issue 37: a "train s" column of single runs on a shared machine read as "corrected
+    # is 2x slower"; equal recalls read as "the correction does nothing".
+    rows = [{"method": "in-batch, logq", "recall@10": 0.6729, "recall@100": 0.7783,
+             "recall@1000": 0.8678, "model_positive_share": 0.3},
+            {"method": "in-batch, corrected", "recall@10": 0.6874, "recall@100": 0.7849,
+             "recall@1000": 0.8652, "model_positive_share": 0.31}]
+    assert "train s" not in demo.format_table(rows)
+    lines = demo.difference_lines(rows)
+    assert lines[0] == ("corrected minus standard logQ, Recall@k: +0.0145 at 10, "
+                        "+0.0066 at 100, -0.0026 at 1000.")
+    assert "0.31" in lines[1] and "tfrs-logq compare" in lines[2]
+
+
+def test_the_default_world_puts_the_positives_share_where_the_losses_differ():
+    config = demo.DemoConfig()
+    stream = demo.SyntheticStream(demo.SyntheticConfig(
+        num_items=config.num_items, num_users=config.num_users, num_topics=config.num_topics,
+        topic_sharpness=config.topic_sharpness, seed=config.seed))
+    batch = next(iter(stream.dataset(2048, num_batches=1, start_batch=demo.EVAL_START_BATCH)))
+    line = demo.regime_line(stream, batch, config.batch_size)
+    assert float(line.split("denominator is ")[1][:5]) > 0.3
