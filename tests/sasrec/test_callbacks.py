@@ -108,7 +108,7 @@ def test_a_kill_after_saving_but_before_the_epoch_was_recorded_reruns_it(tmp_pat
     def killed(*args, **kwargs):
         raise Killed
 
-    monkeypatch.setattr(callbacks, "_atomic_json", killed)
+    monkeypatch.setattr(callbacks, "write_json", killed)
     with pytest.raises(Killed):
         _epochs(keeper, model, [0.9], first=2)
     monkeypatch.undo()

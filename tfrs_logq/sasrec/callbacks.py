@@ -38,10 +38,6 @@ class ValidationCallback(tf.keras.callbacks.Callback):
             logs["val_recall@10"] = metrics["recall@10"]
 
 
-def _atomic_json(path: str, value) -> None:
-    write_json(path, value, indent=2)
-
-
 class BestEpochKeeper(tf.keras.callbacks.Callback):
     """Early stopping and the best checkpoint, with state that survives a resume.
 
@@ -121,7 +117,7 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
         if previous_value is None or logs[self.monitor] > previous_value:
             os.makedirs(self.staging_dir, exist_ok=True)
             self.model.save_weights(self.staged_path(epoch + 1))
-        _atomic_json(self.state_path, {"monitor": self.monitor, "best_epoch": self.best_epoch,
+        write_json(self.state_path, {"monitor": self.monitor, "best_epoch": self.best_epoch,
                                        "epoch_base": 1, "epochs": self.history})
         if epoch + 1 - self.best_epoch >= self.patience:
             self.model.stop_training = True
