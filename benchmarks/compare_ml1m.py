@@ -32,8 +32,8 @@ CONFIG = dict(steps=3000, eval_every=500, batch_size=512, embedding_dim=64, hist
               learning_rate=3e-3)
 
 
-def write_csv(path: str) -> None:
-    with gzip.open(SASREC_TXT, "rt") as src, open(path, "w") as out:
+def write_csv(path: str, source: str = SASREC_TXT) -> None:
+    with gzip.open(source, "rt") as src, open(path, "w") as out:
         out.write("user_id,item_id\n")
         for line in src:
             user, item = line.split()
@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", default="results/compare-ml1m")
     parser.add_argument("--max-runs", type=int, default=None)
+    parser.add_argument("--data", default=SASREC_TXT, help="SASRec's ml-1m.txt(.gz)")
     parser.add_argument("--pending", action="store_true",
                         help="print the number of unfinished runs and exit")
     args = parser.parse_args(argv)
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         csv_path = os.path.join(tmp, "ml-1m.csv")
-        write_csv(csv_path)
+        write_csv(csv_path, args.data)
         split = load_user_log_split(UserLogSource(csv_path, "user_id", "item_id"), "gsasrec")
     run_compare(plan, split, args.output_dir, say=lambda m: print(m, flush=True),
                 max_runs=args.max_runs)

@@ -19,8 +19,10 @@ echo "compare_ml1m.sh: into $OUT, every run from commit $PIN"
 snap=$(mktemp -d)
 trap 'rm -rf "$snap"' EXIT
 grid_snapshot "$PIN" "$snap" || exit 1
-cp "$ROOT/benchmarks/compare_ml1m.py" "$snap/"
-driver() { grid_python "$snap" "$snap/compare_ml1m.py" --output-dir "$ROOT/$OUT" "$@"; }
+git show "$PIN:benchmarks/compare_ml1m.py" > "$snap/compare_ml1m.py" || exit 1  # pinned too
+DATA=${DATA:-$ROOT/../shared/data/ml-1m-sasrec/ml-1m.txt.gz}
+driver() { grid_python "$snap" "$snap/compare_ml1m.py" --output-dir "$ROOT/$OUT" \
+             --data "$DATA" "$@"; }
 while :; do
   left=$(driver --pending | tail -n 1) || exit 1
   [ "$left" -gt 0 ] 2>/dev/null || { echo "compare_ml1m.sh: $OUT complete"; break; }
