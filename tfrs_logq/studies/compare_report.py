@@ -14,7 +14,7 @@ from tfrs_logq._util.atomic import save_figure, write_text
 from tfrs_logq.stats import paired_difference, pairs_needed
 from tfrs_logq.studies.compare import Plan, metric_names
 
-TARGET_HALF_WIDTH = 0.003  # the interval this project's ML-1M result was powered for
+TARGET_HALF_WIDTH = 0.003  # the half-width the ML-1M fixed-length pilot aimed at
 SMALL_SHARE = 0.05  # below it, standard and corrected logQ are nearly the same loss
 
 
