@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
 
 
 def _block(language: str, marker: str) -> str:
