@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import glob
 import hashlib
 import io
@@ -57,8 +58,10 @@ class OutOfTime(Exception):
     """The time budget is spent; progress is on disk."""
 
 
+@functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """sha256 (12 hex) of this package's sources and keras-logq's loss."""
+    """sha256 (12 hex) of this package's sources and keras-logq's loss, read once (at
+    import of this module): the code this process runs, not later edits on disk."""
     import keras_logq.losses
 
     here = os.path.dirname(__file__)
@@ -68,6 +71,9 @@ def code_digest() -> str:
         with open(path, "rb") as f:
             h.update(os.path.basename(path).encode() + f.read())
     return h.hexdigest()[:12]
+
+
+code_digest()  # now, while the files on disk are the ones imported
 
 
 def machine_name() -> str:
