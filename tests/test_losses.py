@@ -289,3 +289,74 @@ def test_inclusion_weight_estimates_one_minus_p_on_deduplicated_draws():
     assert w == pytest.approx(truth, abs=0.02)
     assert w == pytest.approx(weight(lse_draws, num_draws), abs=0.01)  # the paper's, i.i.d.
     assert weight(lse_misread, num_valid) < truth - 0.3
+
+
+# log Q > 0 is a probability above 1: refused as CorrectedRetrieval refuses it (issue 37).
+# The old function returned a negative loss for it.
+def _above_one_inputs():
+    s_p = np.array([2.0, 1.0])
+    s_n = np.array([[0.5, 1.5, 0.0], [1.0, 0.2, 3.0]])
+    log_q = np.log(np.array([[0.1, 0.2, 0.3], [0.1, 8.0, 0.3]]))  # Q = 8 in row 1
+    return s_p, s_n, log_q
+
+
+@pytest.mark.parametrize("correction", ["logq", "corrected"])
+def test_log_q_above_zero_is_refused_eagerly(correction):
+    s_p, s_n, log_q = _above_one_inputs()
+    with pytest.raises(ValueError, match=r"`negative_log_q` must be the log of a per-draw .*"
+                                         r"received 2\.079 \(Q = 8\)"):
+        sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=log_q)
+    with pytest.raises(ValueError, match="`negative_log_q` must be"):  # a shared [n] log Q
+        sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=log_q[1])
+
+
+def test_positive_log_q_above_zero_is_refused():
+    s_p, s_n, log_q = _above_one_inputs()
+    with pytest.raises(ValueError, match="`positive_log_q` must be the log of a per-draw"):
+        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q[:1].repeat(2, 0),
+                             positive_log_q=np.array([-1.0, 0.5]))
+
+
+@pytest.mark.parametrize("correction", ["logq", "corrected"])
+def test_log_q_above_zero_is_refused_in_a_tf_function(correction):
+    s_p, s_n, log_q = _above_one_inputs()
+    spec = tf.TensorSpec([None, 3], tf.float64)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float64), spec, spec])
+    def loss(p, n, q):
+        return sampled_softmax_loss(p, n, correction=correction, negative_log_q=q)
+
+    good = np.log(np.full((2, 3), 0.2))
+    assert np.all(np.isfinite(loss(s_p, s_n, good).numpy()))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`negative_log_q` must be"):
+        loss(s_p, s_n, log_q)
+
+
+@pytest.mark.parametrize("correction", ["logq", "corrected"])
+def test_masked_entries_may_hold_log_q_above_zero(correction):
+    s_p, s_n, log_q = _above_one_inputs()
+    mask = np.ones((2, 3), bool)
+    mask[1, 1] = False  # the Q = 8 entry: an accidental hit, say
+    clean = log_q.copy()
+    clean[1, 1] = np.log(0.2)
+    loss = sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=log_q,
+                                is_negative=mask)
+    ref = (loss_logq(s_p, s_n, clean, mask) if correction == "logq"
+           else loss_corrected(s_p, s_n, clean, mask))[0]
+    np.testing.assert_allclose(loss.numpy(), ref, rtol=1e-6)
+
+    @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float64)] * 2)
+    def graph_loss(q, is_negative_float):
+        return sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=q,
+                                    is_negative=is_negative_float > 0)
+
+    np.testing.assert_allclose(graph_loss(log_q, mask.astype(np.float64)).numpy(), ref,
+                               rtol=1e-6)
+
+
+def test_validate_false_skips_the_log_q_check():
+    s_p, s_n, log_q = _above_one_inputs()
+    loss = sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q,
+                                validate=False)
+    np.testing.assert_allclose(loss.numpy(), loss_logq(s_p, s_n, log_q, np.ones((2, 3), bool))[0],
+                               rtol=1e-6)

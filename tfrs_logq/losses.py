@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from tfrs_logq.proposal import log_complement
+from tfrs_logq.proposal import check_log_q, log_complement
 
 CORRECTIONS = ("none", "logq", "corrected")
 
@@ -191,6 +191,7 @@ def sampled_softmax_loss(
     is_negative=None,
     negative_mask=None,
     proposal: str = "per_draw",
+    validate: bool = True,
 ) -> tf.Tensor:
     """Per-example sampled softmax loss with the chosen logQ correction.
 
@@ -215,6 +216,11 @@ def sampled_softmax_loss(
         or ``"inclusion"`` (``pi(d)``, the chance that ``d`` is in the row's set of
         negatives, as for deduplicated draws: no positive to exclude, the weight's
         normaliser is the Horvitz-Thompson sum, `corrected_weight`).
+      validate: bool. Refuse a ``log Q`` (``log Q'``) above 0, a probability above
+        1, in ``negative_log_q`` where ``is_negative`` is True and in
+        ``positive_log_q`` (`tfrs_logq.proposal.check_log_q`). False skips it, for
+        callers that derive ``Q'`` from a ``Q`` they checked, as `CorrectedRetrieval`
+        does. Defaults to True.
 
     Returns:
       `[batch]` loss in float32 (float64 if an input is float64). A row with
@@ -224,7 +230,10 @@ def sampled_softmax_loss(
 
     Raises:
       ValueError: on an unknown correction, a missing ``negative_log_q``, a
-        non-floating input, or shapes that do not agree.
+        non-floating input, shapes that do not agree, or a ``log Q`` above 0
+        (``Q > 1``) where ``is_negative`` is True or in ``positive_log_q``. In a
+        `tf.function`, where the values are not known, the ``log Q`` check is a
+        ``tf.debugging`` assertion (``InvalidArgumentError`` with the same message).
     """
     if negative_mask is not None:
         if is_negative is not None:
@@ -283,7 +292,10 @@ def sampled_softmax_loss(
     else:
         _check_dim(log_q, "negative_log_q", 0, batch, "rows")
         _check_dim(log_q, "negative_log_q", 1, num_neg, "columns (must match negatives)")
-    # Masked entries may hold anything (inf, NaN): `where` drops them, value and gradient.
+    # Masked entries may hold anything (inf, NaN, log Q > 0): `where` drops them, value
+    # and gradient. A negative's log Q above 0 (Q > 1) is refused, as CorrectedRetrieval does.
+    if validate:
+        log_q = check_log_q(log_q, "negative_log_q", is_valid=mask)
     adjusted = tf.where(mask, s_n - log_q, masked)
 
     if correction == "logq":
@@ -292,6 +304,8 @@ def sampled_softmax_loss(
             pos_q = _as_float(positive_log_q, "positive_log_q", dtype)
             _check_rank(pos_q, "positive_log_q", (1,))
             _check_dim(pos_q, "positive_log_q", 0, batch, "entries (must match batch)")
+            if validate:
+                pos_q = check_log_q(pos_q, "positive_log_q")
             positive_term = s_p - pos_q
         return row_logsumexp(tf.concat([positive_term[:, None], adjusted], axis=1)) - s_p
 

@@ -35,6 +35,8 @@ import tensorflow as tf
 MIN_PROBABILITY = 1e-6
 # A probability q in log(1 - q) is capped at 1 - COMPLEMENT_EPSILON.
 COMPLEMENT_EPSILON = 1e-6
+# How far above 0 a log Q (above 1 a Q) may be from rounding before it is refused.
+Q_TOLERANCE = 1e-5
 
 
 def log_q_from_probability(probability, min_probability: float = MIN_PROBABILITY) -> tf.Tensor:
@@ -45,6 +47,49 @@ def log_q_from_probability(probability, min_probability: float = MIN_PROBABILITY
     """
     q = tf.convert_to_tensor(probability)
     return tf.math.log(tf.clip_by_value(q, min_probability, 1.0))
+
+
+def refuse_where(tensor, violation, message: str) -> tf.Tensor:
+    """``tensor``, checked that ``violation`` (a bool tensor) is nowhere True.
+
+    Where ``violation``'s value is known (eager, or a constant in a graph) a
+    violation raises ``ValueError(message)`` at once; otherwise (in a
+    `tf.function`) the returned tensor depends on a ``tf.debugging.Assert``, which
+    raises ``InvalidArgumentError`` with ``message`` when it runs.
+    """
+    value = tf.get_static_value(violation)
+    if value is not None:
+        if np.any(value):
+            raise ValueError(message)
+        return tensor
+    check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(violation)), [message])
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)
+
+
+def check_log_q(log_q, name: str, is_valid=None) -> tf.Tensor:
+    """``log_q``, refused where an entry is above 0 (``Q > 1``: not a per-draw probability).
+
+    Entries where ``is_valid`` (bool, broadcast against ``log_q``) is False may
+    hold anything (accidental hits, padding). Checked as `refuse_where` does: a
+    one-line ``ValueError`` for known values, a ``tf.debugging`` assertion in a graph.
+
+    >>> check_log_q(tf.math.log([0.5, 2.0]), "log_q", is_valid=[True, False]).numpy().round(4)
+    array([-0.6931,  0.6931], dtype=float32)
+    """
+    log_q = tf.convert_to_tensor(log_q)
+    too_large = log_q > tf.cast(Q_TOLERANCE, log_q.dtype)
+    if is_valid is not None:
+        too_large = tf.logical_and(tf.convert_to_tensor(is_valid), too_large)
+    flags, values = tf.get_static_value(too_large), tf.get_static_value(log_q)
+    received = "received a value above 0"
+    if flags is not None and values is not None and np.any(flags):
+        largest = float(np.max(np.where(flags, values, -np.inf)))
+        received = f"received {largest:.4g} (Q = {np.exp(largest):.4g})"
+    message = (f"`{name}` must be the log of a per-draw proposal probability (log Q <= 0, "
+               f"Q <= 1), {received}: pass the probability that one draw returns the "
+               "item (count / total), not its chance to appear in a batch.")
+    return refuse_where(log_q, too_large, message)
 
 
 def log_complement(log_q) -> tf.Tensor:
@@ -140,11 +185,14 @@ def unigram_log_tables(counts) -> tuple[np.ndarray, float, np.ndarray]:
 __all__ = [
     "COMPLEMENT_EPSILON",
     "MIN_PROBABILITY",
+    "Q_TOLERANCE",
+    "check_log_q",
     "excluded_log_q",
     "inclusion_log_q",
     "log_complement",
     "log_q_from_probability",
     "mixture_probability",
+    "refuse_where",
     "standard_positive_share",
     "unigram_log_tables",
 ]
