@@ -14,7 +14,12 @@
 script is ``tfrs_logq.cli:main``; ``python -m tfrs_logq.cli`` runs it too).
 """
 
+from tfrs_logq.cli import _quiet
 from tfrs_logq.cli._common import NOT_BLESSED_EXIT, PROG, SMOKE_WARNING
 from tfrs_logq.cli.app import _one_line, build_parser, main  # noqa: F401 (_one_line: tests)
+
+# TF 2.21's start-up lines ignore TF_CPP_MIN_LOG_LEVEL (which `main` sets unless --verbose):
+# they are filtered at tensorflow's first import (`_quiet`).
+_quiet.install()
 
 __all__ = ["NOT_BLESSED_EXIT", "PROG", "SMOKE_WARNING", "build_parser", "main"]
