@@ -25,11 +25,12 @@ PIP_PROGRESS   := --progress-bar off
 .PHONY: demo test test-keras test-tf221 bench lint clean install pipeline help
 
 $(STAMP): pyproject.toml
-	@echo "== $(VENV): tfrs-logq with its test and serving extras (TensorFlow, ScaNN, Beam, ...):"
+	@echo "== $(VENV): tfrs-logq with its test, serving and scann extras (TensorFlow 2.20: ScaNN"
+	@echo "   loads only there; Beam, ...):"
 	@echo "   pip prints a line per package, then unpacks them all (minutes, TensorFlow the most)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_PROGRESS) --upgrade pip
-	$(PY) -m pip install $(PIP_PROGRESS) -e ".[test,serving]"
+	$(PY) -m pip install $(PIP_PROGRESS) -e ".[test,serving,scann]"
 	@echo "== $(VENV): keras-logq (editable) and keras-rs, for the Keras 3 TensorFlow-backend tests"
 	$(PY) -m pip install $(PIP_PROGRESS) "keras-rs>=0.4,<0.5"
 	$(PY) -m pip install $(PIP_PROGRESS) --no-deps -e keras-logq
@@ -46,6 +47,8 @@ $(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_PROGRESS) --upgrade pip
 	$(PY) -m pip install $(PIP_PROGRESS) -e .
+	@echo "== $(VENV) holds the package alone: serve/evaluate need pip install -e '.[serving]',"
+	@echo "   pipeline run '.[beam]', export --index scann '.[scann]' (TensorFlow 2.20; README Set-up)"
 	touch $(DEMO_STAMP)
 
 $(KERAS_STAMP): keras-logq/pyproject.toml
