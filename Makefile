@@ -96,7 +96,7 @@ pipeline: $(STAMP)
 
 # The full suite on TF 2.20, keras-logq on three backends, then a selection on TF 2.21.
 test: $(STAMP) $(KERAS_STAMP) $(TF221_STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-keras test-tf221
 
 # keras-logq: one pytest process per Keras backend. PyTorch gets one OpenMP thread: its
