@@ -173,7 +173,8 @@ def _sampled_gradients(correction: str, queries, items, positives, negatives, lo
         s_p = tf.einsum("nd,nd->n", u, v_p)
         s_n = tf.einsum("nd,nkd->nk", u, v_n)
         loss = sampled_softmax_loss(s_p, s_n, correction=correction, is_negative=is_negative,
-                                    **kwargs)
+        # log Q' is derived from a checked Q here, as the task derives it (it may exceed 0).
+                                    validate=False, **kwargs)
         total = tf.reduce_sum(loss)
     grad = tape.gradient(total, u)
     w_hat = None
