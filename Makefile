@@ -19,7 +19,8 @@ TF221_PY       := $(TF221_VENV)/bin/python
 TF221_STAMP    := $(TF221_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_tasks.py \
                   tests/test_sampling.py tests/test_frequency.py tests/serving/test_export.py \
-                  tests/sasrec/test_training.py::test_train_cli_smoke_writes_model_dir_and_json
+                  tests/sasrec/test_training.py::test_train_cli_smoke_writes_model_dir_and_json \
+                  tests/cli/test_quiet.py
 PIP_PROGRESS   := --progress-bar off
 
 .PHONY: demo test test-keras test-tf221 bench lint clean install pipeline help

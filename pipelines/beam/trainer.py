@@ -39,8 +39,8 @@ class Trainer:
       examples_dir: str. The ExampleGen artifact (``PIPELINE_ROOT/ExampleGen``).
       statistics_dir: str. The Statistics artifact, whose counts give ``log Q``; None
         counts them from the split (the same numbers). Defaults to None.
-      preset: str. A `tfrs_logq.sasrec.config.PRESETS` name. Defaults to ``"smoke"`` (seconds
-        to minutes on 2 CPU cores; ``cpu`` or ``long`` train a usable model).
+      preset: str. A `tfrs_logq.sasrec.config.PRESETS` name. Defaults to ``"smoke"`` (about a
+        minute on 2 CPU cores, a plumbing check; ``cpu`` or ``long`` train a usable model).
       overrides: dict. Other `TrainConfig` fields (``loss``, ``seed``, ...). Defaults
         to none.
       verbose: int or str. Keras ``fit``'s verbosity. Defaults to 0.
