@@ -1,7 +1,9 @@
 """Full-catalog retrieval metrics: Recall@k and NDCG@k by exact (brute-force) ranking.
 
 The one implementation of ranks, Recall and NDCG in the package: training's
-evaluation, the serving client and the Beam Evaluator call these. Importing the
+evaluation, the serving client and the Beam Evaluator call these; and of the items'
+popularity deciles (`popularity_deciles`), by which ``diagnose`` and the Beam
+Evaluator slice their figures. Importing the
 module needs numpy only; `target_ranks` imports TensorFlow when first called (so
 the client and Beam workers can use the formulas without it).
 """
@@ -178,5 +180,27 @@ def recall_ndcg_from_histogram(histogram, recall_cutoffs: Sequence[int],
     return out
 
 
-__all__ = ["dcg_gain", "rank_histogram", "ranks_from_scores", "recall_ndcg_from_histogram",
-           "recall_ndcg_from_ranks", "target_ranks"]
+def popularity_deciles(frequencies) -> np.ndarray:
+    """`[N]` int64: each item's popularity decile, ``0`` for the 10% most frequent items
+    and ``9`` for the 10% least (``rank * 10 // N``, capped at 9, where ``rank`` is the
+    item's 0-based position in the items sorted by frequency, descending, ties by index).
+
+    Args:
+      frequencies: `[N]` training counts or probabilities of the items (any numbers
+        that order them; unsigned and boolean ones are read as int64).
+
+    >>> popularity_deciles([5, 0, 9, 5])
+    array([2, 7, 0, 5])
+    """
+    frequencies = np.asarray(frequencies)
+    if frequencies.dtype.kind in "ub":  # -x of an unsigned count wraps around
+        frequencies = frequencies.astype(np.int64)
+    num_items = len(frequencies)
+    order = np.argsort(-frequencies, kind="stable")
+    rank = np.empty(num_items, np.int64)
+    rank[order] = np.arange(num_items)
+    return np.minimum(rank * 10 // max(num_items, 1), 9)
+
+
+__all__ = ["dcg_gain", "popularity_deciles", "rank_histogram", "ranks_from_scores",
+           "recall_ndcg_from_histogram", "recall_ndcg_from_ranks", "target_ranks"]

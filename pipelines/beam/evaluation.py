@@ -28,6 +28,7 @@ from typing import Optional
 
 import numpy as np
 
+from tfrs_logq.metrics import popularity_deciles as item_popularity_deciles
 from tfrs_logq.metrics import recall_ndcg_from_histogram
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
 
@@ -52,14 +53,10 @@ def history_bucket(length: int) -> str:
 
 
 def popularity_deciles(counts: np.ndarray) -> np.ndarray:
-    """`[num_items + 1]` int: the popularity decile of each item (0 = the 10% most
-    trained-on items; entry 0, padding, is -1). Items sort by count, descending,
-    ties by index."""
-    num_items = len(counts) - 1
-    order = np.argsort(-np.asarray(counts[1:], np.int64), kind="stable")
-    rank = np.empty(num_items, np.int64)
-    rank[order] = np.arange(num_items)
-    return np.concatenate([[-1], np.minimum(rank * 10 // max(num_items, 1), 9)])
+    """`[num_items + 1]` int: the popularity decile of each item by its training count
+    (`tfrs_logq.metrics.popularity_deciles`: 0 = the 10% most trained-on items, ties by
+    index); entry 0, padding, is -1."""
+    return np.concatenate([[-1], item_popularity_deciles(np.asarray(counts[1:], np.int64))])
 
 
 def metrics_from_histogram(histogram: np.ndarray) -> dict:

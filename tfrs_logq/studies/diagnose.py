@@ -57,6 +57,7 @@ from tfrs_logq.losses import (
     masked_row_logsumexp,
     sampled_softmax_loss,
 )
+from tfrs_logq.metrics import popularity_deciles
 from tfrs_logq.proposal import excluded_log_q, mixture_probability, standard_positive_share
 
 SAMPLERS = ("in-batch", "uniform", "mixed", "mixed-unigram")
@@ -172,8 +173,8 @@ def _sampled_gradients(correction: str, queries, items, positives, negatives, lo
         tape.watch(u)
         s_p = tf.einsum("nd,nd->n", u, v_p)
         s_n = tf.einsum("nd,nkd->nk", u, v_n)
-        loss = sampled_softmax_loss(s_p, s_n, correction=correction, is_negative=is_negative,
         # log Q' is derived from a checked Q here, as the task derives it (it may exceed 0).
+        loss = sampled_softmax_loss(s_p, s_n, correction=correction, is_negative=is_negative,
                                     validate=False, **kwargs)
         total = tf.reduce_sum(loss)
     grad = tape.gradient(total, u)
@@ -225,6 +226,33 @@ def diagnose(
       averaged over queries, and ``by_decile``: the same per popularity decile
       of the positive. ``per_query`` arrays are kept under ``"_per_query"``.
     """
+    queries, items, positives, unigram = _checked_inputs(queries, items, positives, unigram,
+                                                         corrections)
+    g_star, p_positive = full_softmax_gradient(queries, items, positives, chunk_size)
+    decile = popularity_deciles(unigram)[positives]  # of each positive, by frequency
+    regime = positive_regime(p_positive, positives, unigram, samplers, num_negatives)
+    rows, per_query = [], {}
+    items_tf, positives_tf = tf.constant(items), tf.constant(positives)
+    for sampler in samplers:
+        for k in num_negatives:
+            proposal = Proposal(sampler, int(k), unigram)
+            moments = _gradient_moments(
+                proposal, _draws(proposal, len(queries), exact, num_draws, seed),
+                queries, items_tf, positives_tf, corrections)
+            for c in corrections:
+                measures = _per_query_measures(*moments[c], g_star, p_positive,
+                                               None if exact else num_draws)
+                per_query[(sampler, int(k), c)] = measures
+                rows.append(_row(sampler, int(k), c, measures, decile))
+    return {"rows": rows, "num_queries": int(len(queries)), "num_items": int(items.shape[0]),
+            "num_draws": None if exact else int(num_draws), "exact": bool(exact),
+            "proposals": {s: SAMPLER_PROPOSALS[s] for s in samplers},
+            "regime": regime, "_per_query": per_query}
+
+
+def _checked_inputs(queries, items, positives, unigram, corrections):
+    """``diagnose``'s arrays as float64 / int64, the unigram normalised; ValueError naming
+    the argument otherwise."""
     queries = np.asarray(queries, np.float64)
     items = np.asarray(items, np.float64)
     positives = np.asarray(positives, np.int64)
@@ -242,70 +270,72 @@ def diagnose(
     for c in corrections:
         if c not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}, received {c!r}.")
-    unigram = unigram / unigram.sum()
-    g_star, p_positive = full_softmax_gradient(queries, items, positives, chunk_size)
-    norm_star = np.maximum(np.linalg.norm(g_star, axis=1), 1e-300)
-    # Popularity decile of each positive: rank of the item by frequency.
-    order = np.argsort(-unigram, kind="stable")
-    rank = np.empty(num_items, np.int64)
-    rank[order] = np.arange(num_items)
-    decile = np.minimum(rank[positives] * 10 // num_items, 9)
+    return queries, items, positives, unigram / unigram.sum()
 
-    regime = positive_regime(p_positive, positives, unigram, samplers, num_negatives)
-    rows, per_query = [], {}
-    items_tf, positives_tf = tf.constant(items), tf.constant(positives)
-    for sampler in samplers:
-        for k in num_negatives:
-            proposal = Proposal(sampler, int(k), unigram)
-            log_q = tf.constant(proposal.log_q())
-            sums = {c: np.zeros_like(queries) for c in corrections}
-            squares = {c: np.zeros(len(queries)) for c in corrections}
-            w_sum = np.zeros(len(queries))
-            if exact:
-                draws = ((np.broadcast_to(combo, (len(queries), k)), prob)
-                         for combo, prob in proposal.enumerate_draws())
-            else:  # mixed-unigram draws what mixed draws: common random numbers
-                stream = SAMPLERS.index("mixed" if sampler == "mixed-unigram" else sampler)
-                rng = np.random.default_rng([seed, stream, int(k)])
-                draws = ((proposal.draw(rng, len(queries)), 1.0 / num_draws)
-                         for _ in range(num_draws))
-            for negatives, weight in draws:
-                negatives_tf = tf.constant(negatives, tf.int64)
-                for c in corrections:
-                    grad, w_hat = _sampled_gradients_fn(c, tf.constant(queries), items_tf,
-                                                        positives_tf, negatives_tf, log_q)
-                    grad = grad.numpy()
-                    sums[c] += weight * grad
-                    squares[c] += weight * np.einsum("nd,nd->n", grad, grad)
-                    if w_hat is not None:
-                        w_sum += weight * w_hat.numpy()
-            for c in corrections:
-                mean = sums[c]
-                variance = np.maximum(squares[c] - np.einsum("nd,nd->n", mean, mean), 0.0)
-                error = np.sum((mean - g_star) ** 2, axis=1)
-                if not exact:  # remove the Monte Carlo noise of the mean
-                    error = np.maximum(error - variance / num_draws, 0.0)
-                bias = np.sqrt(error) / norm_star
-                rel_variance = variance / norm_star ** 2
-                cosine = np.einsum("nd,nd->n", mean, g_star) / np.maximum(
-                    np.linalg.norm(mean, axis=1) * norm_star, 1e-300)
-                w_bias = (w_sum - (1.0 - p_positive)) if c == "corrected" else None
-                per_query[(sampler, int(k), c)] = dict(bias=bias, variance=rel_variance,
-                                                       cosine=cosine, w_bias=w_bias)
-                row = {"sampler": sampler, "k": int(k), "correction": c,
-                       **_summary(bias, rel_variance, cosine, w_bias), "by_decile": []}
-                for d in range(10):
-                    sel = decile == d
-                    if sel.any():
-                        row["by_decile"].append({
-                            "decile": d, "num_queries": int(sel.sum()),
-                            **_summary(bias[sel], rel_variance[sel], cosine[sel],
-                                       None if w_bias is None else w_bias[sel])})
-                rows.append(row)
-    return {"rows": rows, "num_queries": int(len(queries)), "num_items": int(num_items),
-            "num_draws": None if exact else int(num_draws), "exact": bool(exact),
-            "proposals": {s: SAMPLER_PROPOSALS[s] for s in samplers},
-            "regime": regime, "_per_query": per_query}
+
+def _draws(proposal: Proposal, num_queries: int, exact: bool, num_draws: int, seed: int):
+    """``(negatives [num_queries, k], weight)`` pairs whose weights sum to 1: every draw
+    with its probability (``exact``), or ``num_draws`` seeded Monte Carlo draws."""
+    k = proposal.num_negatives
+    if exact:
+        return ((np.broadcast_to(combo, (num_queries, k)), prob)
+                for combo, prob in proposal.enumerate_draws())
+    # mixed-unigram draws what mixed draws: common random numbers
+    stream = SAMPLERS.index("mixed" if proposal.name == "mixed-unigram" else proposal.name)
+    rng = np.random.default_rng([seed, stream, k])
+    return ((proposal.draw(rng, num_queries), 1.0 / num_draws) for _ in range(num_draws))
+
+
+def _gradient_moments(proposal: Proposal, draws, queries, items_tf, positives_tf,
+                      corrections: Sequence[str]) -> dict:
+    """``{correction: (E[g] [n, dim], E||g||^2 [n], E[w_hat] [n])}`` over the weighted
+    ``draws`` (``E[w_hat]`` is zeros but for ``"corrected"``)."""
+    log_q = tf.constant(proposal.log_q())
+    sums = {c: np.zeros_like(queries) for c in corrections}
+    squares = {c: np.zeros(len(queries)) for c in corrections}
+    w_sum = np.zeros(len(queries))
+    for negatives, weight in draws:
+        negatives_tf = tf.constant(negatives, tf.int64)
+        for c in corrections:
+            grad, w_hat = _sampled_gradients_fn(c, tf.constant(queries), items_tf,
+                                                positives_tf, negatives_tf, log_q)
+            grad = grad.numpy()
+            sums[c] += weight * grad
+            squares[c] += weight * np.einsum("nd,nd->n", grad, grad)
+            if w_hat is not None:
+                w_sum += weight * w_hat.numpy()
+    return {c: (sums[c], squares[c], w_sum if c == "corrected" else None)
+            for c in corrections}
+
+
+def _per_query_measures(mean, square, w_mean, g_star, p_positive,
+                        num_draws: Optional[int]) -> dict:
+    """Per query: relative bias (its Monte Carlo noise removed when ``num_draws`` is
+    given), relative variance, cosine to ``g*`` and, with ``w_mean``, the weight's bias."""
+    norm_star = np.maximum(np.linalg.norm(g_star, axis=1), 1e-300)
+    variance = np.maximum(square - np.einsum("nd,nd->n", mean, mean), 0.0)
+    error = np.sum((mean - g_star) ** 2, axis=1)
+    if num_draws is not None:  # remove the Monte Carlo noise of the mean
+        error = np.maximum(error - variance / num_draws, 0.0)
+    cosine = np.einsum("nd,nd->n", mean, g_star) / np.maximum(
+        np.linalg.norm(mean, axis=1) * norm_star, 1e-300)
+    return dict(bias=np.sqrt(error) / norm_star, variance=variance / norm_star ** 2,
+                cosine=cosine, w_bias=None if w_mean is None else w_mean - (1.0 - p_positive))
+
+
+def _row(sampler: str, k: int, correction: str, measures: dict, decile) -> dict:
+    """One row of ``diagnose``: the measures averaged over the queries, overall and by the
+    positive's popularity decile."""
+    row = {"sampler": sampler, "k": k, "correction": correction, **_summary(**measures),
+           "by_decile": []}
+    for d in range(10):
+        sel = decile == d
+        if sel.any():
+            row["by_decile"].append({
+                "decile": d, "num_queries": int(sel.sum()),
+                **_summary(**{name: None if v is None else v[sel]
+                              for name, v in measures.items()})})
+    return row
 
 
 QUANTILES = (10, 50, 90)
