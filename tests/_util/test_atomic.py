@@ -165,6 +165,13 @@ def test_write_csv_with_an_unknown_field_leaves_the_old_file(tmp_path):
     assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["r.csv"]
 
 
+def test_write_csv_without_fieldnames_writes_every_field_in_first_seen_order(tmp_path):
+    rows = [{"run_id": "a", "recall@10": 0.5}, {"run_id": "b", "steps": 4, "recall@10": 1}]
+    atomic.write_csv(tmp_path / "r.csv", iter(rows), lineterminator="\n")
+    with open(tmp_path / "r.csv", newline="") as f:
+        assert f.read() == "run_id,recall@10,steps\na,0.5,\nb,1,4\n"
+
+
 def test_save_figure_writes_what_savefig_wrote(tmp_path):
     import io
 

@@ -13,6 +13,7 @@ import scipy.stats
 from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import make_split
 from tfrs_logq.studies import compare, compare_report
+from tfrs_logq.studies._grid import read_rows
 from tfrs_logq.towers.training import TwoTowerConfig
 
 CONFIG = TwoTowerConfig(steps=30, batch_size=64, embedding_dim=8, history_length=5,
@@ -43,7 +44,7 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert [(r["loss"], r["seed"]) for r in rows] == [
         ("inbatch-logq", "0"), ("inbatch-corrected", "0"), ("inbatch-logq", "1"),
         ("inbatch-corrected", "1")]
-    curves = compare._read_csv(os.path.join(out, "curves.csv"))
+    curves = read_rows(os.path.join(out, "curves.csv"))
     assert len(curves) == 4 * 3  # steps 10, 20, 30 of every run
     for row in rows:  # the window's mean of the last two evaluations
         mine = [c for c in curves if c["loss"] == row["loss"] and c["seed"] == row["seed"]]

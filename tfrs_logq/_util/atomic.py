@@ -151,12 +151,23 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 2,
 
 
 def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]],
-              fieldnames: Sequence[str], *, restval: Any = "") -> None:
+              fieldnames: Optional[Sequence[str]] = None, *, restval: Any = "",
+              lineterminator: str = "\r\n") -> None:
     """Writes ``rows`` (dicts) under a header of ``fieldnames`` to ``path`` atomically,
     as `csv.DictWriter` does (a missing field is ``restval``; an unknown one raises
-    ValueError and leaves ``path`` untouched)."""
+    ValueError and leaves ``path`` untouched).
+
+    Args:
+      fieldnames: the columns, in order. Defaults to every field of ``rows``, in the
+        order they first appear.
+      lineterminator: as `csv.DictWriter`'s. Defaults to ``"\r\n"`` (the csv module's).
+    """
+    if fieldnames is None:
+        rows = list(rows)
+        fieldnames = list(dict.fromkeys(field for row in rows for field in row))
     with atomic_write(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(fieldnames), restval=restval)
+        writer = csv.DictWriter(f, fieldnames=list(fieldnames), restval=restval,
+                                lineterminator=lineterminator)
         writer.writeheader()
         writer.writerows(rows)
 

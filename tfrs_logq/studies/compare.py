@@ -21,10 +21,8 @@ Output directory:
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -33,10 +31,10 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from tfrs_logq._util.atomic import write_json, write_text
+from tfrs_logq._util.atomic import write_json
 from tfrs_logq._util.hostinfo import machine_description
 from tfrs_logq.pipelines.splits import Split
-from tfrs_logq.sasrec.run_directory import RunLock
+from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
 from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.training import LOSSES, Examples, TwoTowerConfig
 
@@ -117,24 +115,6 @@ def _sasrec_losses() -> tuple:
     return tuple(OBJECTIVES)
 
 
-def _read_csv(path: str) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _write_csv(path: str, rows: list[dict]) -> None:
-    fields: list = []
-    for row in rows:
-        fields += [f for f in row if f not in fields]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(path, buffer.getvalue())
-
-
 def metric_names(rows: Sequence[dict]) -> list[str]:
     """The recall/NDCG columns present, in the order k then kind."""
     names = {k for row in rows for k in row if k.startswith(("recall@", "ndcg@"))}
@@ -179,15 +159,14 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
     interrupted comparison holds whole pairs), then writes the report. Returns the rows
     of results.csv. One process per directory (`RunLock`)."""
-    os.makedirs(output_dir, exist_ok=True)
-    with RunLock(output_dir, "--output-dir"):
+    with exclusive_output_dir(output_dir):
         _check_plan(plan, output_dir)
         _run_all(plan, split, output_dir, say, max_runs)
-        rows = _read_csv(os.path.join(output_dir, "results.csv"))
+        rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows:
             from tfrs_logq.studies.compare_report import write_report
 
-            write_report(plan, rows, _read_csv(os.path.join(output_dir, "curves.csv")),
+            write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
                          output_dir, say=say)
     return rows
 
@@ -195,9 +174,9 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
 def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
     results_path = os.path.join(output_dir, "results.csv")
     curves_path = os.path.join(output_dir, "curves.csv")
-    done = {(r["loss"], int(r["seed"])) for r in _read_csv(results_path)}
-    todo = [(loss, seed) for seed in plan.seeds for loss in plan.losses
-            if (loss, seed) not in done]
+    done = {(r["loss"], int(r["seed"])) for r in read_rows(results_path)}
+    todo = missing([(loss, seed) for seed in plan.seeds for loss in plan.losses], done,
+                   lambda loss_seed: [loss_seed])
     total = len(plan.losses) * len(plan.seeds)
     say(f"compare: {total} runs ({len(plan.losses)} losses x {len(plan.seeds)} seeds) of "
         f"{plan.config.steps:,} steps; {total - len(todo)} already in {output_dir}, "
@@ -217,7 +196,7 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
             config = plan.run_config(loss, seed)
             key = config.run_id
         run_dir = _run_dir(output_dir, key)
-        old = [r for r in _read_csv(curves_path)
+        old = [r for r in read_rows(curves_path)
                if r["loss"] == loss and int(r["seed"]) == seed]
         say(f"run {number}/{len(todo)}: {loss}, seed {seed}")
         evaluations = list(old)
@@ -225,7 +204,7 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
         def on_eval(row: dict, loss=loss, seed=seed, evaluations=evaluations) -> None:
             full = {"loss": loss, "seed": seed, **row}
             evaluations.append(full)
-            _write_csv(curves_path, _read_csv(curves_path) + [full])
+            append_row(curves_path, full)
             say(f"  step {row['steps']:,}: " + ", ".join(
                 f"{n} {float(row[n]):.4f}" for n in metric_names([row])[:4]))
 
@@ -239,7 +218,7 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
                                 done=tuple(int(r["steps"]) for r in old), on_step=on_step,
                                 examples=examples)
             row = window_row(plan, loss, seed, evaluations, last)
-        _write_csv(results_path, _read_csv(results_path) + [row])
+        append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -13,7 +13,6 @@ columns, like the paper's Table 1) and ``table.png``.
 from __future__ import annotations
 
 import concurrent.futures
-import csv
 import dataclasses
 import itertools
 import json
@@ -23,8 +22,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tfrs_logq._util.atomic import atomic_write, save_figure, write_csv, write_text
+from tfrs_logq._util.atomic import save_figure, write_csv, write_text
 from tfrs_logq.sasrec.training import resolve_config, same_run, train
+from tfrs_logq.studies._grid import read_rows
 
 ROW_LABELS = {
     "bce": "BCE (1 uniform negative)",
@@ -39,6 +39,7 @@ ROW_LABELS = {
     "mns-corrected": "MNS, improved logQ",
 }
 METRICS = ("recall@20", "ndcg@20")
+CURVE_FIELDS = ("dataset", "split", "loss", "seed", "preset", "epoch", "val_ndcg@10")
 
 
 def _row(config, preset: str, result: dict) -> dict:
@@ -82,19 +83,11 @@ def _number(text: str):
 def read_outputs(output_dir: str) -> list[tuple[dict, list]]:
     """The rows of ``output_dir/results.csv`` with their validation curves (from
     ``curves.csv``; empty when absent), or [] when there is no table yet."""
-    path = os.path.join(output_dir, "results.csv")
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    rows = [{k: _number(v) for k, v in row.items()}
+            for row in read_rows(os.path.join(output_dir, "results.csv"))]
     curves: dict = {}
-    curves_path = os.path.join(output_dir, "curves.csv")
-    if os.path.exists(curves_path):
-        with open(curves_path, newline="") as f:
-            for line in csv.DictReader(f):
-                key = (line["dataset"], line["split"], line["loss"], int(line["seed"]),
-                       line["preset"])
-                curves.setdefault(key, []).append(float(line["val_ndcg@10"]))
+    for line in read_rows(os.path.join(output_dir, "curves.csv")):
+        curves.setdefault(_key(line), []).append(float(line["val_ndcg@10"]))
     return [(row, curves.get(_key(row), [])) for row in rows]
 
 
@@ -180,12 +173,10 @@ def write_outputs(rows: list[dict], output_dir: str,
 
 
 def _write_curves(rows, curves, output_dir: str) -> None:
-    with atomic_write(os.path.join(output_dir, "curves.csv"), newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["dataset", "split", "loss", "seed", "preset", "epoch", "val_ndcg@10"])
-        for row, curve in zip(rows, curves):
-            for epoch, value in enumerate(curve):
-                writer.writerow([*_key(row), epoch, value])
+    write_csv(os.path.join(output_dir, "curves.csv"),
+              (dict(zip(CURVE_FIELDS, (*_key(row), epoch, value)))
+               for row, curve in zip(rows, curves) for epoch, value in enumerate(curve)),
+              CURVE_FIELDS)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -273,3 +264,7 @@ def _chart(rows: list[dict], path: str) -> None:
     fig = _chart_figure(rows)
     save_figure(fig, path, format="png", dpi=110)
     plt.close(fig)
+
+
+__all__ = ["CURVE_FIELDS", "METRICS", "ROW_LABELS", "markdown_table", "read_outputs", "run_grid",
+           "write_outputs"]

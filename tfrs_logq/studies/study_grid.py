@@ -11,16 +11,13 @@ from a pinned commit and commits the directory after each.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import os
 import shutil
 from typing import Iterable, Optional, Sequence
 
-from tfrs_logq._util.atomic import write_text
 from tfrs_logq._util.step_checkpoint import StepCheckpoint
-from tfrs_logq.sasrec.run_directory import RunLock
+from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
 from tfrs_logq.studies.study import Run, World, checkpoint_key, execute
 
 
@@ -47,28 +44,14 @@ def remove_stale_checkpoints(output_dir: str, todo: Sequence[Run], say=print) ->
 
 
 def read_results(output_dir: str) -> list[dict]:
-    path = os.path.join(output_dir, "results.csv")
-    if not os.path.exists(path):
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def write_results(output_dir: str, rows: list[dict]) -> None:
-    fields = list(rows[0])
-    for row in rows[1:]:
-        fields += [f for f in row if f not in fields]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(os.path.join(output_dir, "results.csv"), buffer.getvalue())
+    """The rows of ``output_dir/results.csv`` (strings; [] before the first)."""
+    return read_rows(os.path.join(output_dir, "results.csv"))
 
 
 def pending(runs: Iterable[Run], output_dir: str) -> list[Run]:
     """The runs with a row missing (a run with ``eval_at`` writes one per evaluation)."""
     done = {row["run_id"] for row in read_results(output_dir)}
-    return [run for run in runs if not done.issuperset(run.evaluations)]
+    return missing(runs, done, lambda run: run.evaluations)
 
 
 def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = None,
@@ -78,8 +61,7 @@ def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = Non
     run whose ``run_id`` is in results.csv is skipped, and a run killed while training
     goes on from its last `StepCheckpoint` (`checkpoint_directory`, every 2 minutes).
     A second driver on the same ``output_dir`` is refused (`RunLock`)."""
-    os.makedirs(output_dir, exist_ok=True)
-    with RunLock(output_dir, "--output-dir"):  # one driver per output directory
+    with exclusive_output_dir(output_dir):  # one driver per output directory
         return _run_grid(runs, output_dir, max_runs, say)
 
 
@@ -102,7 +84,7 @@ def _run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int], say
 
         def append(new: dict) -> None:
             if new["run_id"] not in done:
-                write_results(output_dir, read_results(output_dir) + [new])
+                append_row(os.path.join(output_dir, "results.csv"), new)
                 done.add(new["run_id"])
                 if new["steps"] != run.steps:
                     say(f"  step {new['steps']:,}: exact Recall@10/100/1000 "
@@ -123,4 +105,4 @@ def _run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int], say
 
 
 __all__ = ["checkpoint_directory", "pending", "read_results", "remove_stale_checkpoints",
-           "run_grid", "write_results"]
+           "run_grid"]
