@@ -280,93 +280,97 @@ class SequenceObjective(tf.Module):
 
     def loss(self, queries, targets, is_target, item_embeddings,
              negatives: Optional[SampledIds]) -> tf.Tensor:
-        """Mean loss over target positions for the given ``negatives`` (see `sample`)."""
-        spec = self.spec
-        queries = tf.cast(queries, tf.float32)
+        """Mean loss over target positions for the given ``negatives`` (see `sample`).
+
+        The steps: the scored positions (`_positions`), the positive's and the negatives'
+        scores (`_scores`, one of three paths), which negatives count (`_is_negative`),
+        the spec's loss (full softmax, BCE/gBCE, or sampled softmax with its ``log Q``),
+        then the mean over target positions.
+        """
         table = tf.cast(item_embeddings, tf.float32)
-        targets = tf.cast(targets, tf.int32)
-        dim = tf.shape(queries)[-1]
-        flat_q = tf.reshape(queries, [-1, dim])
-        flat_t = tf.reshape(targets, [-1])
+        flat_q, flat_t, weight, uniform = self._positions(
+            queries, targets, is_target, None if negatives is None else negatives.uniform)
+        if self.spec.loss == "full":
+            logits = tf.matmul(flat_q, table, transpose_b=True)
+            exclude = tf.range(self.num_items + 1) == 0
+            return self._reduce(full_softmax_loss(logits, flat_t, exclude=exclude), weight)
+
+        in_batch, in_batch_valid = negatives.in_batch, negatives.in_batch_valid
+        positive, logits = self._scores(flat_q, flat_t, table, uniform, in_batch)
+        is_negative = _is_negative(flat_t, uniform, in_batch, in_batch_valid)
+        if self.spec.loss in ("bce", "gbce"):
+            per_position = self._binary_loss(positive, logits, is_negative)
+        else:
+            per_position = sampled_softmax_loss(
+                positive, logits, correction=self.spec.correction,
+                negative_log_q=self._negative_log_q(flat_t, uniform, in_batch),
+                is_negative=is_negative)
+        return self._reduce(per_position, weight)
+
+    def _positions(self, queries, targets, is_target, uniform):
+        """The scored positions, flattened: queries `[n, dim]` float32, targets `[n]`
+        int32, their weights `[n]` and uniform negatives `[n, k_u]` (or None). Every
+        position, weighted by ``is_target``; with ``compact_positions`` only the target
+        rows, weighing 1 (exact: the others weigh 0)."""
+        queries = tf.cast(queries, tf.float32)
+        flat_q = tf.reshape(queries, [-1, tf.shape(queries)[-1]])
+        flat_t = tf.reshape(tf.cast(targets, tf.int32), [-1])
         weight = tf.cast(tf.reshape(is_target, [-1]), tf.float32)
-        uniform = None if negatives is None else negatives.uniform
-        if self.compact_positions:  # only the target rows (exact: the others weigh 0)
+        if self.compact_positions:
             rows = tf.where(tf.reshape(is_target, [-1]))[:, 0]
             flat_q, flat_t = tf.gather(flat_q, rows), tf.gather(flat_t, rows)
             weight = tf.ones_like(flat_t, tf.float32)
             if uniform is not None:
                 uniform = tf.gather(uniform, rows)
+        return flat_q, flat_t, weight, uniform
 
-        if spec.loss == "full":
-            logits = tf.matmul(flat_q, table, transpose_b=True)
-            exclude = tf.range(self.num_items + 1) == 0
-            per_position = full_softmax_loss(logits, flat_t, exclude=exclude)
-            return self._reduce(per_position, weight)
-
-        n = tf.size(flat_t)
-        in_batch, in_batch_valid = negatives.in_batch, negatives.in_batch_valid
-        # In-batch negatives are shared by every position: their ids, counts and
-        # validity stay `[k]` and broadcast, rather than a `[positions, k]` copy.
+    def _scores(self, flat_q, flat_t, table, uniform, in_batch):
+        """The positive's score `[n]` and the negatives' `[n, k_u + k_b]` (uniform, then
+        in-batch), by the cheapest path: the native kernel (`_scores_native`), one matmul
+        against a small catalog (`_scores_dense`), or gathered embeddings
+        (`_scores_gathered`). In-batch negatives are shared by every position: their ids
+        stay `[k_b]` and broadcast, rather than a `[positions, k_b]` copy."""
         if uniform is not None and self._use_native() and native.usable_here():
-            # One fused kernel scores the positive and the per-position negatives
-            # (no [positions, k, dim] gather); shared in-batch negatives are a matmul.
-            scored = self._native_logits(flat_q, table, tf.concat([flat_t[:, None], uniform], 1))
-            positive, parts = scored[:, 0], [scored[:, 1:]]
-            if in_batch is not None:
-                parts.append(tf.matmul(flat_q, tf.gather(table, in_batch), transpose_b=True))
-            logits = _concat_columns(parts)
-        elif uniform is not None and self._dense_uniform:
-            # The positive, the uniform and the in-batch negatives all read one
-            # [positions, catalog] matmul (one backward scatter and two matmuls).
-            ids = [flat_t[:, None], uniform]
-            if in_batch is not None:
-                ids.append(tf.broadcast_to(in_batch[None, :], [n, tf.size(in_batch)]))
-            scored = _sampled_logits_dense(flat_q, table, tf.concat(ids, 1))
-            positive, logits = scored[:, 0], scored[:, 1:]
-        else:
-            positive = tf.reduce_sum(flat_q * tf.gather(table, flat_t), axis=-1)
-            parts = []
-            if uniform is not None:
-                parts.append(tf.einsum("nd,nkd->nk", flat_q, tf.gather(table, uniform)))
-            if in_batch is not None:
-                parts.append(tf.matmul(flat_q, tf.gather(table, in_batch), transpose_b=True))
-            logits = _concat_columns(parts)
-        masks = []
-        if uniform is not None:
-            masks.append(tf.not_equal(uniform, flat_t[:, None]))
+            return self._scores_native(flat_q, flat_t, table, uniform, in_batch)
+        if uniform is not None and self._dense_uniform:
+            return _scores_dense(flat_q, flat_t, table, uniform, in_batch)
+        return _scores_gathered(flat_q, flat_t, table, uniform, in_batch)
+
+    def _scores_native(self, flat_q, flat_t, table, uniform, in_batch):
+        """One fused kernel scores the positive and the per-position negatives (no
+        `[positions, k, dim]` gather); shared in-batch negatives are a matmul."""
+        scored = self._native_logits(flat_q, table, tf.concat([flat_t[:, None], uniform], 1))
+        positive, parts = scored[:, 0], [scored[:, 1:]]
         if in_batch is not None:
-            masks.append(tf.logical_and(in_batch_valid[None, :],
-                                        tf.not_equal(in_batch[None, :], flat_t[:, None])))
-        mask = _concat_columns(masks)
+            parts.append(tf.matmul(flat_q, tf.gather(table, in_batch), transpose_b=True))
+        return positive, _concat_columns(parts)
 
-        if spec.loss in ("bce", "gbce"):
-            rate = min(1.0, spec.num_uniform / max(self.num_items - 1, 1))
-            per_position = gbce_loss(positive, logits, sampling_rate=rate,
-                                     t=spec.gbce_t if spec.loss == "gbce" else 0.0,
-                                     is_negative=mask)
-            return self._reduce(per_position, weight)
+    def _binary_loss(self, positive, logits, is_negative) -> tf.Tensor:
+        """BCE (gBCE with ``t = 0``) or gBCE per position, at the uniform sampling rate."""
+        spec = self.spec
+        rate = min(1.0, spec.num_uniform / max(self.num_items - 1, 1))
+        return gbce_loss(positive, logits, sampling_rate=rate,
+                         t=spec.gbce_t if spec.loss == "gbce" else 0.0, is_negative=is_negative)
 
-        log_q = None
-        if spec.correction != "none":
-            # Masked entries need no care: the loss drops them, value and gradient.
-            log_counts = []
-            if uniform is not None:
-                log_counts.append(tf.gather(self._log_counts, uniform))
-            if in_batch is not None:
-                shared = tf.gather(self._log_counts, in_batch)[None, :]
-                log_counts.append(shared if uniform is None else
-                                  tf.broadcast_to(shared, [n, tf.size(in_batch)]))
-            log_counts = _concat_columns(log_counts)
-            if spec.correction == "logq":
-                log_q = log_counts - self._log_total  # [1, k] when in-batch only
-                if uniform is None:
-                    log_q = log_q[0]
-            else:
-                log_q = log_counts - tf.gather(self._log_remaining, flat_t)[:, None]
-        per_position = sampled_softmax_loss(
-            positive, logits, correction=spec.correction, negative_log_q=log_q,
-            is_negative=mask)
-        return self._reduce(per_position, weight)
+    def _negative_log_q(self, flat_t, uniform, in_batch) -> Optional[tf.Tensor]:
+        """The negatives' ``log Q`` for the spec's correction: None (``none``), the unigram
+        ``log Q`` (``logq``; `[k_b]` when in-batch only), or ``log Q'`` with the target
+        excluded (``corrected``). Masked entries need no care: the loss drops them, value
+        and gradient."""
+        if self.spec.correction == "none":
+            return None
+        log_counts = []
+        if uniform is not None:
+            log_counts.append(tf.gather(self._log_counts, uniform))
+        if in_batch is not None:
+            shared = tf.gather(self._log_counts, in_batch)[None, :]
+            log_counts.append(shared if uniform is None else
+                              tf.broadcast_to(shared, [tf.size(flat_t), tf.size(in_batch)]))
+        log_counts = _concat_columns(log_counts)
+        if self.spec.correction == "logq":
+            log_q = log_counts - self._log_total  # [1, k] when in-batch only
+            return log_q[0] if uniform is None else log_q
+        return log_counts - tf.gather(self._log_remaining, flat_t)[:, None]
 
     def _native_logits(self, queries, table, ids) -> tf.Tensor:
         if self.num_items + 1 <= NATIVE_DENSE_TABLE_ROWS:
@@ -390,6 +394,40 @@ def _concat_columns(parts: list) -> tf.Tensor:
     return parts[0] if len(parts) == 1 else tf.concat(parts, axis=1)
 
 
+def _scores_dense(flat_q, flat_t, table, uniform, in_batch):
+    """The positive, the uniform and the in-batch negatives all read one `[positions,
+    catalog]` matmul (one backward scatter and two matmuls): for small catalogs."""
+    ids = [flat_t[:, None], uniform]
+    if in_batch is not None:
+        ids.append(tf.broadcast_to(in_batch[None, :], [tf.size(flat_t), tf.size(in_batch)]))
+    scored = _sampled_logits_dense(flat_q, table, tf.concat(ids, 1))
+    return scored[:, 0], scored[:, 1:]
+
+
+def _scores_gathered(flat_q, flat_t, table, uniform, in_batch):
+    """Dot products with the gathered embeddings: the positive's, the uniform negatives'
+    (`[positions, k_u, dim]`) and the shared in-batch negatives' (a matmul)."""
+    positive = tf.reduce_sum(flat_q * tf.gather(table, flat_t), axis=-1)
+    parts = []
+    if uniform is not None:
+        parts.append(tf.einsum("nd,nkd->nk", flat_q, tf.gather(table, uniform)))
+    if in_batch is not None:
+        parts.append(tf.matmul(flat_q, tf.gather(table, in_batch), transpose_b=True))
+    return positive, _concat_columns(parts)
+
+
+def _is_negative(flat_t, uniform, in_batch, in_batch_valid) -> tf.Tensor:
+    """`[n, k_u + k_b]` bool: the negatives that count (`is_negative`): not the
+    position's target (accidental hits) and, in-batch, not padding."""
+    masks = []
+    if uniform is not None:
+        masks.append(tf.not_equal(uniform, flat_t[:, None]))
+    if in_batch is not None:
+        masks.append(tf.logical_and(in_batch_valid[None, :],
+                                    tf.not_equal(in_batch[None, :], flat_t[:, None])))
+    return _concat_columns(masks)
+
+
 def make_objective(name: str, num_items: int, item_counts: Optional[np.ndarray] = None,
                    num_negatives: int = 256, seed: int = 0,
                    cross_replica_negatives: bool = False,
@@ -399,3 +437,8 @@ def make_objective(name: str, num_items: int, item_counts: Optional[np.ndarray] 
                              seed=seed, cross_replica_negatives=cross_replica_negatives,
                              compact_positions=compact_positions,
                              native_kernels=native_kernels)
+
+
+__all__ = ["BINCOUNT_MAX_CELLS", "CORRECTED_NAMES", "DENSE_UNIFORM_FACTOR",
+           "NATIVE_DENSE_TABLE_ROWS", "OBJECTIVES", "ObjectiveSpec", "SampledIds",
+           "SequenceObjective", "make_objective", "objective_spec"]
