@@ -456,33 +456,16 @@ def test_deduplicated_proposal_inclusion_matches_reference():
         CorrectedRetrieval(deduplicated_proposal="inclusion", sampling_probability="inclusion")
 
 
-def test_docstring_example():
-    """CorrectedRetrieval's docstring example runs (doctest) through the class itself, and
-    its figure is the paper's formula in numpy."""
-    import doctest
-
+def test_docstring_examples_figure_is_the_papers_formula():
+    """CorrectedRetrieval's docstring example (run by test_doctests.py) prints 0.208: the
+    paper's formula in numpy gives it."""
     from tfrs_logq import tasks
 
-    examples = doctest.DocTestFinder().find(tasks.CorrectedRetrieval, "CorrectedRetrieval",
-                                            globs={"tf": tf, **vars(tasks)})
-    runner = doctest.DocTestRunner()
-    for example in examples:
-        runner.run(example)
-    assert runner.failures == 0
-    assert runner.tries >= 3  # the class docstring's example did run
+    assert "round(float(loss), 3)\n    0.208" in tasks.CorrectedRetrieval.__doc__
     s_p, s_n, q_prime = 2.0, np.array([0.0, 1.0]), np.array([0.1, 0.2]) / (1 - 0.5)
     total = np.sum(np.exp(s_n) / q_prime)
     w = 1 - np.exp(s_p) / (np.exp(s_p) + total / 2)
     assert round(w * (np.log(total) - s_p), 3) == 0.208
-
-
-def test_module_docstring_examples_run():
-    import doctest
-
-    from tfrs_logq import tasks
-
-    result = doctest.testmod(tasks, extraglobs={"tf": tf})
-    assert result.failed == 0 and result.attempted >= 4
 
 
 def test_negative_mask_step():

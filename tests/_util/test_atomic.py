@@ -100,12 +100,6 @@ def test_bad_mode_is_rejected(tmp_path):
             pass
 
 
-def test_module_docstring_example_runs():
-    import doctest
-
-    assert doctest.testmod(atomic).failed == 0
-
-
 # --- a writer that takes a file name -----------------------------------------------------
 
 def test_atomic_path_renames_what_a_named_writer_wrote(tmp_path):
