@@ -1,5 +1,6 @@
 """Test set-up: Keras 2 for TFRS, two logical CPU devices for tf.distribute tests, and
-fixtures shared by several test files."""
+fixtures shared by several test files: the fake data, and the smoke-preset runs trained once
+per session."""
 
 import os
 
@@ -18,8 +19,8 @@ try:
 except RuntimeError:  # runtime already initialised by an earlier import
     pass
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from pipeline_data import write_ratings  # noqa: E402
 
 from tfrs_logq import native  # noqa: E402
 
@@ -46,52 +47,53 @@ def mirrored_strategy():
     return _STRATEGY
 
 
-# A small MovieLens-1M ratings.dat for training runs (test_training, test_run_directory).
-def _write_ratings(directory, users=60, items=40, seed=0):
-    rng = np.random.default_rng(seed)
-    lines = []
-    for u in range(1, users + 1):
-        favourite = rng.integers(0, 4)
-        for k in range(rng.integers(8, 20)):
-            item = int((favourite * 10 + rng.zipf(1.5)) % items) + 1
-            lines.append(f"{u}::{item}::5::{1_000_000 + k * 1000 + int(rng.integers(0, 999))}\n")
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "ratings.dat"), "w") as f:
-        f.writelines(lines)
-
-
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch):
+    """A small MovieLens-1M ratings.dat for training runs (test_training, test_run_directory):
+    60 users in 4 clusters of taste, 8 to 19 ratings each."""
     monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
-    directory = str(tmp_path / "data")
-    _write_ratings(directory)
-    return directory
+    return write_ratings(tmp_path / "data", users=60, items=40, per_user=(8, 20), first_item=1,
+                         zipf=1.5, rating=5, clusters=4, jitter=True)
 
 
-# The serving tests' model, its exports and a server on them (tests/test_serving_*.py),
-# once per session however many of those files run: the export, the ScaNN index and the
-# server were module fixtures of the one tests/test_serving.py. Imports are in the
-# fixtures: the serving extras (grpc, tensorflow-serving-api) are not needed elsewhere.
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory):
+def _train_smoke(root, data, name, **overrides):
     from tfrs_logq.sasrec.training import resolve_config, train
 
+    config = resolve_config("smoke", split="loo", data_dir=data, **overrides)
+    model_dir = str(root / name)
+    train(config, model_dir, verbose=0)
+    return model_dir
+
+
+# The smoke-preset runs that several files read, each trained once per session however many
+# of those files run: the training is most of their cost. Each sets the data cache for the
+# rest of the session (as the module fixtures they replace did).
+@pytest.fixture(scope="session")
+def smoke_runs(tmp_path_factory):
+    """Two runs that differ only in their seed (inbatch-corrected, one epoch, on a 40-user
+    log of raw items 100..129): ``{"root", "data", 0: model_dir, 1: model_dir}``. Read by
+    test_export.py (fingerprints, name checks, batching) and test_tf_versions.py."""
+    root = tmp_path_factory.mktemp("smoke_runs")
+    os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
+    data = write_ratings(root / "data")
+    out = {"root": root, "data": data}
+    for seed in (0, 1):
+        out[seed] = _train_smoke(root, data, f"model{seed}", loss="inbatch-corrected",
+                                 max_epochs=1, seed=seed)
+    return out
+
+
+# The serving tests' model, its exports and a server on them (tests/serving/), once per
+# session however many of those files run. Imports are in the fixtures: the serving extras
+# (grpc, tensorflow-serving-api) are not needed elsewhere.
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """mns-corrected, two epochs, on a 60-user log of raw items 100..139."""
     root = tmp_path_factory.mktemp("serving")
     os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
-    rng = np.random.default_rng(0)
-    lines = []
-    for u in range(1, 61):
-        for k in range(int(rng.integers(8, 16))):
-            item = 100 + int(rng.zipf(1.4) % 40)  # raw ids 100..139
-            lines.append(f"{u}::{item}::4::{1_000_000 + 1000 * k + u}\n")
-    data = root / "data"
-    data.mkdir()
-    (data / "ratings.dat").write_text("".join(lines))
-    config = resolve_config("smoke", loss="mns-corrected", split="loo", data_dir=str(data),
-                            max_epochs=2)
-    model_dir = str(root / "model")
-    train(config, model_dir, verbose=0)
-    return {"root": root, "model_dir": model_dir, "data": str(data)}
+    data = write_ratings(root / "data", users=60, items=40, per_user=(8, 16))
+    model_dir = _train_smoke(root, data, "model", loss="mns-corrected", max_epochs=2)
+    return {"root": root, "model_dir": model_dir, "data": data}
 
 
 @pytest.fixture(scope="session")

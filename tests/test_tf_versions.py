@@ -5,7 +5,6 @@ what to do, while a brute-force export still trains, exports and answers queries
 `make test` runs this file in the main .venv (TF 2.20, ScaNN installed) and in .venv-tf221
 (TF 2.21, no ScaNN)."""
 
-import os
 import subprocess
 import sys
 
@@ -14,7 +13,6 @@ import pytest
 import tensorflow as tf
 
 from tfrs_logq import cli
-from tfrs_logq.sasrec.training import resolve_config, train
 from tfrs_logq.serving import export as export_lib
 
 
@@ -52,20 +50,11 @@ def test_scann_unavailable_gives_one_line_that_says_why_and_what_to_do(monkeypat
         assert fragment in line, line
 
 
-@pytest.fixture(scope="module")
-def smoke_model(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tfversions")
-    os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
-    rng = np.random.default_rng(0)
-    lines = [f"{u}::{100 + int(rng.zipf(1.4) % 30)}::4::{1_000_000 + 1000 * k + u}\n"
-             for u in range(1, 41) for k in range(int(rng.integers(8, 14)))]
-    (root / "data").mkdir()
-    (root / "data" / "ratings.dat").write_text("".join(lines))
-    config = resolve_config("smoke", loss="inbatch-corrected", split="loo",
-                            data_dir=str(root / "data"), max_epochs=1, seed=0)
-    model_dir = str(root / "model")
-    train(config, model_dir, verbose=0)
-    return root, model_dir
+@pytest.fixture
+def smoke_model(smoke_runs):
+    """conftest's smoke run of seed 0 (inbatch-corrected, one epoch), trained once per
+    session: (a directory to export under, the model directory)."""
+    return smoke_runs["root"], smoke_runs[0]
 
 
 def test_brute_force_export_answers_queries(smoke_model, capsys):

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from pipeline_data import write_ratings
 
 from tfrs_logq.sasrec import trained
 from tfrs_logq.sasrec.models import SequentialRetrievalModel
@@ -15,15 +16,6 @@ from tfrs_logq.sasrec.run_directory import saved_config
 from tfrs_logq.sasrec.training import build_encoder, resolve_config
 
 NUM_ITEMS = 12
-
-
-def _ratings(directory):
-    rng = np.random.default_rng(0)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "ratings.dat").write_text("".join(
-        f"{u}::{100 + int(rng.integers(0, NUM_ITEMS))}::4::{1_000_000 + 1000 * k + u}\n"
-        for u in range(1, 21) for k in range(6)))
-    return str(directory)
 
 
 def _run(model_dir, raw_items=None, weights=True, **overrides):
@@ -98,7 +90,7 @@ def test_the_run_split_is_its_datasets_or_its_artifacts_unless_data_dir_is_given
     from tfrs_logq.pipelines.manifest import ArtifactError
 
     monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
-    data = _ratings(tmp_path / "data")
+    data = write_ratings(tmp_path / "data", users=20, items=NUM_ITEMS, per_user=6)
     config = saved_config(resolve_config("smoke", split="loo", data_dir=data,
                                          data_format="ratings"), NUM_ITEMS)
     (tmp_path / "run").mkdir()
@@ -117,7 +109,13 @@ def test_the_run_split_is_its_datasets_or_its_artifacts_unless_data_dir_is_given
     np.testing.assert_array_equal(got.train_item_counts(), want.train_item_counts())
 
 
-def test_the_serving_export_re_exports_load_trained():
+def test_the_serving_exports_load_trained_loads_a_run(tmp_path):
+    """`tfrs_logq.serving.export.load_trained` (in its ``__all__``) loads a run as this one."""
     from tfrs_logq.serving import export
 
-    assert export.load_trained is trained.load_trained
+    encoder = _run(tmp_path / "model")
+    loaded, config, raw_ids = export.load_trained(str(tmp_path / "model"))
+    assert config["num_items"] == NUM_ITEMS
+    np.testing.assert_array_equal(raw_ids, np.arange(100, 100 + NUM_ITEMS))
+    np.testing.assert_array_equal(loaded.item_embeddings().numpy(),
+                                  encoder.item_embeddings().numpy())

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from tfrs_logq import cli
-from tfrs_logq.sasrec.training import resolve_config, train
 from tfrs_logq.serving.export import (
     check_model_name,
     export,
@@ -19,29 +18,10 @@ from tfrs_logq.serving.export import (
 )
 
 
-def _ratings(directory, seed=0):
-    rng = np.random.default_rng(seed)
-    lines = []
-    for u in range(1, 41):
-        for k in range(int(rng.integers(8, 14))):
-            lines.append(f"{u}::{100 + int(rng.zipf(1.4) % 30)}::4::{1_000_000 + 1000 * k + u}\n")
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "ratings.dat").write_text("".join(lines))
-    return str(directory)
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("export")
-    os.environ["TFRS_LOGQ_CACHE_DIR"] = str(root / "cache")
-    data = _ratings(root / "data")
-    out = {"root": root, "data": data}
-    for seed in (0, 1):
-        config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data,
-                                max_epochs=1, seed=seed)
-        out[seed] = str(root / f"model{seed}")
-        train(config, out[seed], verbose=0)
-    return out
+@pytest.fixture
+def runs(smoke_runs):
+    """conftest's two smoke runs (seeds 0 and 1), trained once per session."""
+    return smoke_runs
 
 
 def test_export_version_writes_tf_servings_layout_with_the_run_fingerprint(runs, tmp_path):
@@ -192,7 +172,9 @@ def test_a_dead_batch_worker_fails_its_requests_and_is_replaced(runs, tmp_path, 
     def crash(name, q):
         import time
 
-        time.sleep(0.2)  # let the request queue up, then die
+        deadline = time.monotonic() + 30
+        while q.empty() and time.monotonic() < deadline:  # the request queues up, then die
+            time.sleep(0.005)
         raise RuntimeError("worker bug")
 
     monkeypatch.setattr(servable.batcher, "_batch_loop_body", crash)

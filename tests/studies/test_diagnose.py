@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from pipeline_data import write_ratings
 
 from tfrs_logq.studies.diagnose import Proposal, diagnose, full_softmax_gradient
 
@@ -179,11 +180,7 @@ def test_cli_model_dir_logs_the_data_loading_line_once(tmp_path, capsys, monkeyp
     from tfrs_logq.sasrec import trained
     monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))
     data = tmp_path / "data"
-    data.mkdir()
-    rng = np.random.default_rng(0)
-    (data / "ratings.dat").write_text("".join(
-        f"{u}::{int(rng.zipf(1.5) % 20) + 1}::5::{1_000_000 + 1000 * k + u}\n"
-        for u in range(1, 31) for k in range(10)))
+    write_ratings(data, users=30, items=20, per_user=10, first_item=1, zipf=1.5, rating=5)
     model_dir = tmp_path / "model"  # a training output's config.json (no weights)
     model_dir.mkdir()
     config = {"dataset": "ml-1m", "split": "loo", "data_dir": str(data),
