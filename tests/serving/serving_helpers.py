@@ -4,12 +4,22 @@ exports and the running server they share are session fixtures in conftest.py.""
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 
 import numpy as np
 
 from tfrs_logq.serving.client import make_request, predict_stub
+
+
+def _wait_for(condition, timeout=30.0, what="condition", every=0.01):
+    """Polls ``condition()`` until it is true; AssertionError naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(every)
 
 
 def _histories():

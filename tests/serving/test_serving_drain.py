@@ -11,19 +11,11 @@ import time
 
 import grpc
 import pytest
-from serving_helpers import _histories, _predict_body, _predict_in_threads
+from serving_helpers import _histories, _predict_body, _predict_in_threads, _wait_for
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from tfrs_logq.serving.client import make_request, predict_stub
 from tfrs_logq.serving.server import ModelServer, ServerOptions
-
-
-def _wait_for(condition, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not met within {timeout} s")
-        time.sleep(0.01)
 
 
 def _get(port, path, connection=None):

@@ -5,7 +5,7 @@ import json
 import time
 
 import pytest
-from serving_helpers import _http, _predict_body, _raw
+from serving_helpers import _http, _predict_body, _raw, _wait_for
 
 from tfrs_logq.serving.server import ModelServer, ServerOptions
 
@@ -122,7 +122,9 @@ def test_64_slow_clients_do_not_delay_a_normal_request(short_timeout_server):
             sock.sendall(b"POST /v1/models/slow:predict HTTP/1.1\r\nHost: x\r\n"
                          b"Content-Length: 1000\r\n\r\n{\"instances\": [[1")
         slow.append(sock)
-    time.sleep(0.2)
+    # The server holds all 64 (uvicorn's set of open connections) before the normal request.
+    _wait_for(lambda: len(srv.http._server.server_state.connections) >= 64,
+              what="64 slow connections accepted")
     try:
         start = time.monotonic()
         connection = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=10)

@@ -3,9 +3,8 @@ good one serves."""
 
 import logging
 import os
-import time
 
-from serving_helpers import _histories, _http
+from serving_helpers import _histories, _http, _wait_for
 from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
@@ -25,8 +24,14 @@ class _Records(logging.Handler):
 
 
 def test_a_corrupt_version_is_logged_once_shown_in_the_status_and_the_good_one_serves(
-        exports, tmp_path):
+        exports, tmp_path, monkeypatch):
     import shutil
+
+    from tfrs_logq.serving.manager import ModelManager
+
+    polls = []  # the manager's polls of the base path, counted
+    poll = ModelManager.poll
+    monkeypatch.setattr(ModelManager, "poll", lambda self: (polls.append(1), poll(self))[1])
 
     base = tmp_path / "base"
     shutil.copytree(exports["paths"]["brute-force"], base / "1")
@@ -41,7 +46,7 @@ def test_a_corrupt_version_is_logged_once_shown_in_the_status_and_the_good_one_s
                             file_system_poll_wait_seconds=0.05)
     srv = ModelServer(options).start()
     try:
-        time.sleep(1.0)  # about 20 polls
+        _wait_for(lambda: len(polls) >= 20, what="20 polls")
         failures = [m for m in records.messages if "could not load version 2" in m]
         assert len(failures) == 1, records.messages
         stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
@@ -66,7 +71,10 @@ def test_a_corrupt_version_is_logged_once_shown_in_the_status_and_the_good_one_s
         channel.close()
         # Changed (still corrupt): tried and logged once more, and only once.
         (base / "2" / "saved_model.pb").write_bytes(os.urandom(3000))
-        time.sleep(1.0)
+        _wait_for(lambda: sum("could not load version 2" in m for m in records.messages) >= 2,
+                  what="the changed version tried again")
+        seen = len(polls)
+        _wait_for(lambda: len(polls) >= seen + 20, what="20 more polls")
         failures = [m for m in records.messages if "could not load version 2" in m]
         assert len(failures) == 2, records.messages
     finally:

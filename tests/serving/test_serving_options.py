@@ -28,18 +28,25 @@ def test_serve_refuses_a_port_out_of_range_and_a_bad_model_name_in_one_line(caps
             assert word in err, err
 
 
-def test_serve_and_export_refuse_the_same_model_names():
+# TF Serving's servable names, the rule `export` and `serve` both apply: one path component
+# of letters, digits, '.', '_' and '-', not starting with '.' or '-', no '..', at most 128.
+REFUSED_NAMES = ["a/b", "../../x", "..", "a..b", ".hidden", "-x", "", "a" * 129, "é", "a b"]
+ACCEPTED_NAMES = ["m", "ok.name_1-2", "ml-1m_v2.0", "9", "a" * 128]
+
+
+@pytest.mark.parametrize("name", REFUSED_NAMES)
+def test_serve_and_export_refuse_a_bad_model_name(name):
     from tfrs_logq.serving.export import check_model_name
 
-    for name in ["a/b", "..", ".hidden", "-x", "", "a" * 200, "ok.name_1-2"]:
-        try:
-            check_model_name(name)
-            export_ok = True
-        except ValueError:
-            export_ok = False
-        try:
-            ServerOptions(model_name=name, model_base_path="/nowhere")
-            serve_ok = True
-        except ValueError:
-            serve_ok = False
-        assert serve_ok == export_ok, name
+    with pytest.raises(ValueError, match="is not a valid servable name"):
+        check_model_name(name)
+    with pytest.raises(ValueError, match="is not a valid servable name"):
+        ServerOptions(model_name=name, model_base_path="/nowhere")
+
+
+@pytest.mark.parametrize("name", ACCEPTED_NAMES)
+def test_serve_and_export_accept_a_good_model_name(name):
+    from tfrs_logq.serving.export import check_model_name
+
+    assert check_model_name(name) == name
+    assert ServerOptions(model_name=name, model_base_path="/nowhere").model_name == name

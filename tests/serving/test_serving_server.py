@@ -13,7 +13,13 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from serving_helpers import _histories, _http, _predict_body, _predict_in_threads
+from serving_helpers import (
+    _histories,
+    _http,
+    _predict_body,
+    _predict_in_threads,
+    _wait_for,
+)
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -92,15 +98,15 @@ def test_version_swap_under_load_drops_nothing(trained, exports):
     threads = [threading.Thread(target=client) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(1.0)
-    export(trained["model_dir"], str(exports["base"]), "swap", index="brute-force", version=2)
-    deadline = time.time() + 30
-    while time.time() < deadline and (not versions or versions[-1] != 2):
-        time.sleep(0.1)
-    time.sleep(0.5)
-    stop.set()
-    for t in threads:
-        t.join()
+    try:  # clients answered by version 1, the swap, then answered by version 2
+        _wait_for(lambda: versions.count(1) >= 10 or errors, what="10 answers from version 1")
+        export(trained["model_dir"], str(exports["base"]), "swap", index="brute-force",
+               version=2)
+        _wait_for(lambda: versions.count(2) >= 10 or errors, what="10 answers from version 2")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
     srv.stop()
     channel.close()
     assert not errors, errors[:1]
@@ -173,34 +179,78 @@ def test_a_second_server_on_a_port_in_use_is_refused(server, exports):
     assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
 
 
+# `python -m tfrs_logq.cli` with one addition: a line on stdout, "in flight: N", each time the
+# server's count of requests in flight changes, so that a test can wait for a count.
+_CLI_REPORTING_IN_FLIGHT = """
+import runpy, threading, time
+from tfrs_logq.serving import server
+
+start = server.ModelServer.start
+
+def start_and_report(self):
+    def report():
+        last = None
+        while True:
+            now = self.rest_in_flight.now + self.grpc_in_flight.now
+            if now != last:
+                print(f"in flight: {now}", flush=True)
+                last = now
+            time.sleep(0.01)
+    threading.Thread(target=report, daemon=True).start()
+    return start(self)
+
+server.ModelServer.start = start_and_report
+runpy.run_module("tfrs_logq.cli", run_name="__main__", alter_sys=True)
+"""
+
+
 def test_sigterm_drains_requests_in_flight_on_both_protocols_and_exits_0(trained, exports):
     """The requests wait in a 4 s batch window when SIGTERM arrives: all are answered,
     the log says how many were drained, the exit code is 0 (it was -15: killed)."""
+    import queue
     import signal
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tfrs_logq.cli", "serve", "--model_name", "drain",
+        [sys.executable, "-c", _CLI_REPORTING_IN_FLIGHT, "serve", "--model_name", "drain",
          "--model_base_path", str(exports["base"] / "brute_force"), "--port", "0",
          "--rest_api_port", "0", "--batch_timeout_micros", "4000000",
          "--max_batch_size", "1000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [*map(lines.put, proc.stdout), lines.put(None)],
+                     daemon=True).start()
+
+    def next_line(prefix, timeout=120):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line {prefix!r} within {timeout} s") from None
+            if line is None:  # the server exited
+                raise AssertionError(f"exited before {prefix!r}: {proc.stderr.read()[-3000:]}")
+            if line.startswith(prefix):
+                return line
+
     try:
-        line = proc.stdout.readline()  # "serving drain from ...: gRPC H:P, REST H:P"
-        assert "serving drain" in line, (line, proc.stderr.read() if proc.poll() else "")
+        line = next_line("serving drain")  # "serving drain from ...: gRPC H:P, REST H:P"
         grpc_port = int(line.split("gRPC ")[1].split(",")[0].rsplit(":", 1)[1])
         rest_port = int(line.split("REST ")[1].strip().rsplit(":", 1)[1])
         # A first request opens the batch window; the others join it.
         results: list = []
         threads = _predict_in_threads(rest_port, grpc_port, "drain", 6, results)
-        time.sleep(1.5)  # every request has reached the server, none is answered yet
-        assert not results, results
+        next_line("in flight: 12", timeout=30)  # every request has reached the server ...
+        assert not results, results  # ... and none is answered yet
         proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(timeout=60)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
     assert sorted(results) == [("grpc", "OK", 3)] * 6 + [("rest", 200, 10)] * 6, results
     assert proc.returncode == 0, err[-3000:]
     drained = [ln for ln in err.splitlines() if "drained" in ln]
