@@ -2,6 +2,9 @@
 
 Pure functions: logits, log proposal probabilities and a validity mask in, one
 loss per example out. The Keras task in :mod:`tfrs_logq.tasks` is a thin wrapper.
+This module checks the inputs; the math of each correction lives in the private
+`tfrs_logq._losses_impl` (TF-Ranking's ``losses.py`` over ``losses_impl.py``), whose
+public pieces (`row_logsumexp`, `corrected_weight`, ...) are re-exported here.
 
 Notation (Khrylchenko et al., RecSys 2025): ``s_p`` is the positive's logit,
 ``s_i`` the logit of negative ``d_i``, ``Q`` the proposal the negatives were
@@ -19,9 +22,22 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 
+from tfrs_logq._losses_impl import (
+    PROPOSALS,
+    check_proposal,
+    corrected_from_logsumexp,
+    corrected_weight,
+    kept_row_logsumexp,
+    logaddexp,
+    masked_row_logsumexp,
+    masked_value,
+    row_logsumexp,
+    sampled_corrected,
+    sampled_logq,
+    sampled_none,
+)
 from tfrs_logq.proposal import check_log_q, log_complement
 
 CORRECTIONS = ("none", "logq", "corrected")
@@ -58,127 +74,6 @@ def _check_dim(x: tf.Tensor, name: str, axis: int, expected: Optional[int], what
             f"`{name}` has {got} {what} along axis {axis} (shape {x.shape.as_list()}), "
             f"expected {expected}."
         )
-
-
-def masked_value(dtype: tf.DType) -> tf.Tensor:
-    """The one "minus infinity" used for masked logits: half the dtype's lowest value.
-
-    Finite, so ``0 * masked`` is 0 (no NaN), and ``exp(masked - max)`` is exactly 0
-    for any real row maximum, without overflow in ``masked - max``.
-    """
-    return tf.constant(np.finfo(dtype.as_numpy_dtype).min / 2, dtype)
-
-
-def _logsumexp_with_gradient(logits: tf.Tensor):
-    row_max = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
-    exp = tf.exp(logits - row_max)
-    total = tf.reduce_sum(exp, axis=-1, keepdims=True)
-    lse = tf.squeeze(row_max + tf.math.log(total), axis=-1)
-
-    def grad(upstream):
-        return exp * (upstream[:, None] / total)
-
-    return lse, grad
-
-
-@tf.custom_gradient
-def row_logsumexp(logits: tf.Tensor):
-    """`[batch, n]` -> `[batch]` ``log sum_j e^{logits_j}``, stable, one kernel pass each way.
-
-    Masked entries must hold `masked_value` (they then contribute exactly 0 and
-    receive zero gradient). A row that is entirely masked returns a finite
-    value near `masked_value`; callers zero such rows.
-    """
-    return _logsumexp_with_gradient(logits)
-
-
-def masked_row_logsumexp(logits: tf.Tensor, exclude: tf.Tensor) -> tf.Tensor:
-    """`row_logsumexp` over the entries where ``exclude`` is False.
-
-    The mask is applied inside the custom gradient, so the backward pass is a
-    single multiply (no select over the masked matrix). Excluded entries may hold
-    anything, inf and NaN included, and receive zero gradient.
-    """
-
-    @tf.custom_gradient
-    def _lse(x):
-        return _logsumexp_with_gradient(tf.where(exclude, masked_value(x.dtype), x))
-
-    return _lse(logits)
-
-
-def _kept_row_logsumexp(logits: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
-    """`masked_row_logsumexp` with the mask in the positive sense (True = counts),
-    so that no `[batch, n]` ``logical_not`` is made."""
-
-    @tf.custom_gradient
-    def _lse(x):
-        return _logsumexp_with_gradient(tf.where(keep, x, masked_value(x.dtype)))
-
-    return _lse(logits)
-
-
-def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """``log(e^a + e^b)`` elementwise, stable."""
-    m = tf.stop_gradient(tf.maximum(a, b))
-    return m + tf.math.log(tf.exp(a - m) + tf.exp(b - m))
-
-
-# What a negative's probability is: ``"per_draw"``, ``Q(d)`` of one draw (the paper's
-# setting: n draws, the normaliser estimated by their mean); ``"inclusion"``, ``pi(d)``,
-# the chance that ``d`` is in the row's set of negatives (deduplicated draws: the
-# normaliser estimated by the Horvitz-Thompson sum over the set).
-PROPOSALS = ("per_draw", "inclusion")
-
-
-def check_proposal(proposal: str, name: str = "proposal") -> None:
-    if proposal not in PROPOSALS:
-        raise ValueError(f"`{name}` must be one of {PROPOSALS}, received {proposal!r}.")
-
-
-def corrected_weight(
-    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor,
-    proposal: str = "per_draw",
-) -> tf.Tensor:
-    """The corrected loss's weight ``w = sg(1 - P(p|u))``, `[batch]`; 0 where ``n = 0``.
-
-    ``negative_lse = log sum_i e^{s_i - log Q'(d_i)}`` over the row's ``num_valid``
-    (``n``) negatives. Per-draw proposals (the paper): ``P = e^{s_p} / (e^{s_p} +
-    (1/n) sum_i e^{s_i - log Q'(d_i)}) = sigmoid(s_p - lse + log n)``, so
-    ``1 - P = sigmoid(lse - log n - s_p)``. Inclusion probabilities ``pi`` (``lse``
-    over ``s_i - log pi(d_i)``): the sum itself estimates the normaliser without the
-    positive (Horvitz-Thompson), ``1 - P = sigmoid(lse - s_p)``. Its gradient is zero
-    (stop-gradient). A row with no valid negative has no loss, and weight 0.
-
-    >>> w = corrected_weight(tf.constant([2.0]), tf.math.log([11.7957]), [2])
-    >>> round(float(w[0]), 3)
-    0.444
-    """
-    check_proposal(proposal)
-    positive_logits = tf.convert_to_tensor(positive_logits)
-    num_valid = tf.cast(num_valid, positive_logits.dtype)
-    has_negative = num_valid > 0
-    safe_lse = tf.where(has_negative, negative_lse, positive_logits)
-    if proposal == "per_draw":
-        safe_lse = safe_lse - tf.math.log(tf.maximum(num_valid, 1.0))
-    weight = tf.stop_gradient(tf.sigmoid(safe_lse - positive_logits))
-    return tf.where(has_negative, weight, tf.zeros_like(weight))
-
-
-def corrected_from_logsumexp(
-    positive_logits: tf.Tensor, negative_lse: tf.Tensor, num_valid: tf.Tensor,
-    proposal: str = "per_draw",
-) -> tf.Tensor:
-    """``-w (s_p - lse)`` with ``w = sg(1 - P)`` (`corrected_weight`, with its
-    ``proposal``); rows with no valid negative give 0.
-
-    ``lse = log sum_i e^{s_i - log Q'(d_i)}`` over the ``num_valid`` negatives.
-    """
-    has_negative = tf.cast(num_valid, positive_logits.dtype) > 0
-    safe_lse = tf.where(has_negative, negative_lse, positive_logits)
-    weight = corrected_weight(positive_logits, safe_lse, num_valid, proposal)
-    loss = weight * (safe_lse - positive_logits)
-    return tf.where(has_negative, loss, tf.zeros_like(loss))
 
 
 def sampled_softmax_loss(
@@ -234,6 +129,15 @@ def sampled_softmax_loss(
         (``Q > 1``) where ``is_negative`` is True or in ``positive_log_q``. In a
         `tf.function`, where the values are not known, the ``log Q`` check is a
         ``tf.debugging`` assertion (``InvalidArgumentError`` with the same message).
+
+    Example: a positive scored ``s_p = 2`` and two negatives scored ``1`` and ``0``, drawn
+    with ``Q(d_i)`` (``Q'(d_i)`` for ``"corrected"``) ``0.5`` and ``0.25``:
+
+    >>> s_p, s_n = tf.constant([2.0]), tf.constant([[1.0, 0.0]])
+    >>> log_q = tf.math.log([[0.5, 0.25]])
+    >>> [round(float(sampled_softmax_loss(s_p, s_n, correction=c, negative_log_q=log_q)[0]), 4)
+    ...  for c in CORRECTIONS]
+    [0.4076, 0.8229, 0.0953]
     """
     if negative_mask is not None:
         if is_negative is not None:
@@ -277,10 +181,8 @@ def sampled_softmax_loss(
         _check_dim(mask, "is_negative", 0, batch, "rows")
         _check_dim(mask, "is_negative", 1, num_neg, "columns (must match `negative_logits`)")
 
-    masked = masked_value(dtype)
     if correction == "none":
-        logits = tf.concat([s_p[:, None], tf.where(mask, s_n, masked)], axis=1)
-        return row_logsumexp(logits) - s_p
+        return sampled_none(s_p, s_n, mask)
 
     if negative_log_q is None:
         raise ValueError(f"`negative_log_q` is required for correction={correction!r}.")
@@ -292,30 +194,27 @@ def sampled_softmax_loss(
     else:
         _check_dim(log_q, "negative_log_q", 0, batch, "rows")
         _check_dim(log_q, "negative_log_q", 1, num_neg, "columns (must match negatives)")
-    # Masked entries may hold anything (inf, NaN, log Q > 0): `where` drops them, value
+    # Masked entries may hold anything (inf, NaN, log Q > 0): the loss drops them, value
     # and gradient. A negative's log Q above 0 (Q > 1) is refused, as CorrectedRetrieval does.
     if validate:
         log_q = check_log_q(log_q, "negative_log_q", is_valid=mask)
-    adjusted = tf.where(mask, s_n - log_q, masked)
 
     if correction == "logq":
-        positive_term = s_p
+        pos_q = None
         if positive_log_q is not None:
             pos_q = _as_float(positive_log_q, "positive_log_q", dtype)
             _check_rank(pos_q, "positive_log_q", (1,))
             _check_dim(pos_q, "positive_log_q", 0, batch, "entries (must match batch)")
             if validate:
                 pos_q = check_log_q(pos_q, "positive_log_q")
-            positive_term = s_p - pos_q
-        return row_logsumexp(tf.concat([positive_term[:, None], adjusted], axis=1)) - s_p
+        return sampled_logq(s_p, s_n, log_q, mask, pos_q)
 
     if positive_log_q is not None:
         raise ValueError(
             "`positive_log_q` is only used by correction='logq'; the corrected loss "
             "removes the positive from the denominator."
         )
-    num_valid = tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1)
-    return corrected_from_logsumexp(s_p, row_logsumexp(adjusted), num_valid, proposal)
+    return sampled_corrected(s_p, s_n, log_q, mask, proposal)
 
 
 def in_batch_softmax_loss(
@@ -397,7 +296,7 @@ def in_batch_softmax_loss(
         elif not positives_masked:
             off_diagonal = tf.logical_not(tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool))
             is_negative = tf.logical_and(is_negative, off_diagonal)
-        negative_lse = _kept_row_logsumexp(logits, is_negative)  # positive excluded
+        negative_lse = kept_row_logsumexp(logits, is_negative)  # positive excluded
         if correction == "corrected":
             if num_negatives is None:
                 num_negatives = tf.reduce_sum(tf.cast(is_negative, tf.int32), -1)
@@ -499,3 +398,9 @@ def full_softmax_loss(logits, targets, *, exclude=None) -> tf.Tensor:
         exclude = tf.broadcast_to(tf.convert_to_tensor(exclude), tf.shape(logits))
         lse = masked_row_logsumexp(logits, exclude)
     return lse - target_logits
+
+
+__all__ = ["CORRECTIONS", "PROPOSALS", "check_proposal", "compute_dtype_for",
+           "corrected_from_logsumexp", "corrected_weight", "full_softmax_loss", "gbce_loss",
+           "hard_negative_softmax_loss", "in_batch_softmax_loss", "logaddexp",
+           "masked_row_logsumexp", "masked_value", "row_logsumexp", "sampled_softmax_loss"]
