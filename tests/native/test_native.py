@@ -228,14 +228,27 @@ def test_the_test_session_shares_one_kernel_cache():
     assert native.cache_dir() == Path(os.environ[native.CACHE_ENV])
 
 
-@needs_compiler
 def test_build_is_cached_atomic_and_reports_compiler_errors(tmp_path, package_cache):
+    # A stand-in compiler that logs its calls: what is checked here is the cache, not the
+    # compile (test_concurrent_builds_produce_one_library compiles the real kernels).
     monkeypatch = package_cache
     monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path))
+    calls = tmp_path / "calls"
+    counting = tmp_path / "counting-compiler"
+    counting.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nfor a; do case "$prev" in -o) echo '
+                        'lib > "$a";; esac; prev="$a"; done\nexit 0\n')
+    counting.chmod(0o755)
+    monkeypatch.setenv("CXX", str(counting))
+
+    def builds():  # the compiler's calls that build (`_cpu_signature` asks it --help too)
+        return [c for c in calls.read_text().splitlines() if " -o " in f" {c} "]
+
     path = native.build()
-    assert path.parent == tmp_path / "native" and path.exists()
+    assert path.parent == tmp_path / "native" and path.read_text() == "lib\n"
+    assert len(builds()) == 1
     mtime = path.stat().st_mtime_ns
     assert native.build() == path and path.stat().st_mtime_ns == mtime  # not rebuilt
+    assert len(builds()) == 1  # the compiler was not called again
     assert [p.name for p in path.parent.iterdir() if p.suffix == ".so"] == [path.name]
 
     # A failing compiler: a clear error, and nothing half-written left behind.
