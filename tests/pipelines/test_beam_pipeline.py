@@ -901,9 +901,9 @@ def test_synthetic_data_is_the_same_on_any_number_of_workers(tmp_path):
 
 
 def test_count_min_only_statistics_never_hold_exact_counts(tmp_path):
-    from tfrs_logq.pipelines.item_statistics import hash_coefficients, sketch_cells
     from tfrs_logq.pipelines.beam.statistics import SyntheticStatistics
     from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec, generate_ids
+    from tfrs_logq.pipelines.item_statistics import hash_coefficients, sketch_cells
 
     spec = SyntheticSpec(**TINY)
     run_components([SyntheticStatistics(spec, depth=3, width=50, seed=5)], str(tmp_path))
