@@ -66,18 +66,18 @@ def study_loss(correction: str, positive_logits, negative_logits, *, positive_lo
         raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
     if correction == "none":
         return klq.sampled_softmax_loss(positive_logits, negative_logits, correction="none",
-                                        is_negative=is_negative)
+                                        is_negative=is_negative, validate=False)
     if correction in ("logq-paper", "logq-official"):
         return klq.sampled_softmax_loss(
             positive_logits, negative_logits, correction="logq",
-            negative_log_q=negative_log_q, is_negative=is_negative,
+            negative_log_q=negative_log_q, is_negative=is_negative, validate=False,
             positive_log_q=positive_log_q if correction == "logq-paper" else None)
     log_q = (ops.broadcast_to(negative_log_q[None, :], ops.shape(negative_logits)) if inclusion
              else excluded_log_q(negative_log_q, positive_log_q))
     if correction == "corrected" and not inclusion:
         return klq.sampled_softmax_loss(positive_logits, negative_logits,
                                         correction="corrected", negative_log_q=log_q,
-                                        is_negative=is_negative)
+                                        is_negative=is_negative, validate=False)
     lse, has_negative = _masked_lse(negative_logits - log_q, is_negative)
     safe_lse = ops.where(has_negative, lse, positive_logits)
     if correction == "corrected":  # inclusion: the Horvitz-Thompson weight

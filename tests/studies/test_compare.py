@@ -94,8 +94,8 @@ def test_paired_differences_intervals_and_verdicts_against_scipy():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(losses=("inbatch-logq",)), "two or more losses"),
-    (dict(losses=("inbatch-logq", "softmax")), "two or more losses"),
+    (dict(losses=("inbatch-logq",)), "two or more two-tower losses"),
+    (dict(losses=("inbatch-logq", "softmax")), "two or more two-tower losses"),
     (dict(seeds=()), "at least one seed"),
     (dict(baseline="mns-none"), "baseline"),
     (dict(window=4), "window"),
