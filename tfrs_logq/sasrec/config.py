@@ -155,6 +155,19 @@ class TrainConfig:
     log_q: Optional[str] = None
     """take log Q (training item counts) from this Statistics artifact
     (PIPELINE_ROOT/Statistics) instead of counting them"""
+    interactions: Optional[str] = None
+    """train on your own log instead of --dataset: a CSV/TSV (optionally .gz), Parquet or
+    JSON Lines file, a glob or a directory (with --user-column and --item-column)"""
+    user_column: Optional[str] = None
+    """--interactions: the column of user ids (text or integers)"""
+    item_column: Optional[str] = None
+    """--interactions: the column of item ids (text or integers)"""
+    time_column: Optional[str] = None
+    """--interactions: the column of times, integer seconds or ISO 8601 (without it the
+    file order is each user's order, and --split temporal is not possible)"""
+    log_format: Optional[str] = None
+    """--interactions: csv, tsv, parquet or jsonl for every file (default: each file's
+    extension)"""
     max_tensor_gib: float = 4.0
     """refuse a config whose largest training tensor (estimated from batch, history
     length, heads, embedding size and negatives) exceeds this many GiB, before any work
@@ -171,6 +184,19 @@ class TrainConfig:
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError("preset", f"must be one of {tuple(PRESETS)}, received "
                                         f"{self.preset!r}.")
+        if self.interactions is not None:
+            for name in ("user_column", "item_column"):
+                if not getattr(self, name):
+                    raise ConfigError(name, "is needed with --interactions.")
+            if self.examples:
+                raise ConfigError("interactions", "and --examples both name the data; give one.")
+        elif any(getattr(self, n) for n in ("user_column", "item_column", "time_column",
+                                           "log_format")):
+            raise ConfigError("interactions", "is needed with --user-column, --item-column, "
+                                              "--time-column or --log-format.")
+        if self.log_format not in (None, "csv", "tsv", "parquet", "jsonl"):
+            raise ConfigError("log_format", f"must be one of csv, tsv, parquet, jsonl, received "
+                                            f"{str(self.log_format)[:40]!r}.")
         # "": a file of `pipeline run --input` that names no dataset.
         if self.dataset not in (*DATASETS, ""):
             raise ConfigError("dataset", f"must be one of {DATASETS}, received "

@@ -196,6 +196,13 @@ def load_config_split(config: TrainConfig) -> Split:
             raise ValueError(f"--examples {config.examples} holds the {split.name} split, "
                              f"and the run asks for --split {config.split}.")
         return split
+    if config.interactions:
+        from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
+
+        source = UserLogSource(config.interactions, config.user_column, config.item_column,
+                               time_column=config.time_column, format=config.log_format)
+        return load_user_log_split(source, config.split,
+                                   temporal_fraction=config.temporal_fraction)
     return load_dataset_split(config.dataset, config.split, config.data_dir,
                               data_format=config.data_format,
                               temporal_fraction=config.temporal_fraction)

@@ -1,0 +1,46 @@
+"""`TrainConfig(interactions=...)`: SASRec on a user's own log (issue 36)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfrs_logq.sasrec import config as config_lib
+from tfrs_logq.sasrec import training
+
+
+def _log(path, num_users=60, length=8):
+    rng = np.random.default_rng(0)
+    lines = ["uid,movie,ts"]
+    for u in range(num_users):
+        for t in range(length):
+            lines.append(f"user-{u},m{rng.integers(0, 25)},{1_000_000 + 100 * u + t}")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_the_split_of_a_users_log_is_the_user_log_readers(tmp_path):
+    from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
+
+    path = _log(tmp_path / "log.csv")
+    config = config_lib.resolve_config("smoke", interactions=path, user_column="uid",
+                                       item_column="movie", time_column="ts", split="loo")
+    split = training.load_config_split(config)
+    expected = load_user_log_split(UserLogSource(path, "uid", "movie", time_column="ts"), "loo")
+    np.testing.assert_array_equal(split.test.targets, expected.test.targets)
+    assert split.num_items == expected.num_items and split.name == "loo"
+    result = training.train(config, str(tmp_path / "run"), verbose=0)
+    assert 0.0 <= result["test"]["recall@10"] <= 1.0
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(interactions="x.csv", item_column="movie"), "user_column"),
+    (dict(interactions="x.csv", user_column="uid"), "item_column"),
+    (dict(user_column="uid"), "interactions"),
+    (dict(interactions="x.csv", user_column="u", item_column="i", log_format="xlsx"),
+     "log_format"),
+])
+def test_user_log_fields_are_checked_in_one_line(fields, match):
+    with pytest.raises(config_lib.ConfigError, match=match) as error:
+        config_lib.TrainConfig(**fields)
+    assert "\n" not in str(error.value)
