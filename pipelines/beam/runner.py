@@ -32,19 +32,18 @@ SHARED_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "fuse.gcsfuse", "lustre", "
                       "fuse.s3fs", "fuse.mountpoint-s3")
 
 # Modules whose functions and classes run in Beam workers (shipped by value).
+# The user-log source's modules are not here: its workers emit `user_log.RawLog` elements,
+# and a class pickled by value is not the class the runner unpickles them into ("not the
+# same object"); a cluster's workers import them from the installed package.
 WORKER_MODULES = (
     "tfrs_logq.metrics",  # Recall/NDCG of the Evaluator (its functions use numpy only)
     "tfrs_logq.pipelines.interactions",
     "tfrs_logq.pipelines.splits",
     "tfrs_logq.pipelines.datasets",
     "tfrs_logq.pipelines.examples",
-    "tfrs_logq.pipelines.vocabulary",
-    "tfrs_logq.pipelines.log_readers",
-    "tfrs_logq.pipelines.user_log",
     "tfrs_logq.pipelines.beam.synthetic_source",
     "tfrs_logq.pipelines.item_statistics",
     "tfrs_logq.pipelines.beam.example_gen",
-    "tfrs_logq.pipelines.beam.user_log_source",
     "tfrs_logq.pipelines.beam.statistics",
     "tfrs_logq.pipelines.beam.predictions",
     "tfrs_logq.pipelines.beam.evaluation",
