@@ -1,6 +1,6 @@
 """The training step of `tfrs_logq.studies.study` against stock TFRS, and against the catalog size.
 
-Part 1, the task inside the step: the study's two-tower step (`study.StudyModel`,
+Part 1, the task inside the step: the study's two-tower step (`study.TowerModel`,
 mixed negatives from `study.draw_negatives`, `LazyAdam`, `CorrectedRetrieval`
 "corrected" with the run's score mask) against the same step with stock
 `tfrs.tasks.Retrieval` given the same query/candidate embeddings and the same
@@ -111,7 +111,7 @@ def zipf_table_and_batch(run: study.Run, seed: int = 0):
 
 def make_step(run: study.Run, table: tf.Tensor, variant: str):
     """The study's training step (as `study.train` builds it) with ``variant``'s task."""
-    model = study.StudyModel(run)
+    model = study.TowerModel(run)
     optimizer = study.make_optimizer(run)
     optimizer.build(model.weights)
     if variant == "ours corrected":

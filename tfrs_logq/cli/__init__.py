@@ -1,12 +1,12 @@
-"""The `tfrs-logq` command line: one module per command, each with its flags
-(``populate``) and its handler (``run``); the work itself is done by the library.
+"""The `tfrs-logq` command line: one module per command, each with its flags (dataclasses
+added by ``populate``) and its handler (``run``); the work itself is done by the library.
 
 - `app`: the command tree (`build_parser`), `main`, logging, one-line errors and exit
   codes (2 for an error a user can fix, 3 when ``pipeline run``'s Evaluator does not
   bless the model, 130 on Ctrl-C).
-- `_common`: value types, the lazily populated parser, flag spellings, shared helpers.
-- `_dataclass_flags`: flags generated from `TrainConfig` (and the other config
-  dataclasses), and ``--config`` files.
+- `_flags`: flags from dataclasses (the layer over argparse), `TrainConfig`'s flags and
+  ``--config`` files.
+- `_common`: what several commands share (data loading flags, the default split, ...).
 - ``demo``, ``study``, ``data``, ``train``, ``experiment``, ``diagnose``, ``export``,
   ``serve``, ``evaluate``, ``pipeline``: the commands.
 

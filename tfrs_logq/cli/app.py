@@ -12,6 +12,7 @@ Evaluator does not bless the model.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import os
@@ -19,17 +20,21 @@ import sys
 import traceback
 from typing import Optional, Sequence
 
-from tfrs_logq.cli._common import PROG, USER_ERROR_EXIT, LazyParser, add_verbose, log_handler
+from tfrs_logq.cli._common import log_handler
+from tfrs_logq.cli._flags import PROG, USER_ERROR_EXIT, Parser, add_flags, cut
 
 # (path, module, help): one module of `tfrs_logq.cli` per command, its flags (`populate`)
 # and its handler (`run`).
 COMMANDS = (
     (("demo",), "demo",
      "train none/logq/corrected on the synthetic stream; compare Recall@k"),
-    (("study",), "study", "the large-catalog study on the synthetic stream (issue 26)"),
+    (("study",), "study",
+     "the large-catalog study on the synthetic stream: a preset's grid of runs, resumable"),
     (("data", "stats"), "data",
      "the file used, users, items, interactions and split sizes"),
     (("train",), "train", "train SASRec with one of the paper's losses"),
+    (("compare",), "compare",
+     "standard against corrected logQ on your own log: paired seeds, intervals, a verdict"),
     (("experiment",), "experiment", "run the paper's grid and write its Table 1"),
     (("diagnose",), "diagnose", "gradient bias of none/logq/corrected against the full softmax"),
     (("export",), "export", "export a trained model as a TF Serving SavedModel"),
@@ -44,9 +49,20 @@ COMMANDS = (
 GROUPS = {"data": "dataset tools", "pipeline": "the batch pipeline on Apache Beam"}
 
 
-def _populate_from(module: str):
+@dataclasses.dataclass
+class Verbose:
+    """Every command's and group's flag."""
+
+    verbose: bool = False
+    """show tracebacks and TensorFlow's start-up logs"""
+
+
+def _populate_from(module_name: str):
     def populate(parser) -> None:
-        importlib.import_module(f"tfrs_logq.cli.{module}").populate(parser)
+        module = importlib.import_module(f"tfrs_logq.cli.{module_name}")
+        module.populate(parser)
+        add_flags(parser, Verbose)
+        parser.set_defaults(run=module.run)
 
     return populate
 
@@ -55,27 +71,25 @@ def build_parser() -> argparse.ArgumentParser:
     """The `tfrs-logq` parser; each command's flags are added when first used."""
     from tfrs_logq._version import __version__
 
-    parser = LazyParser(
+    parser = Parser(
         prog=PROG,
         description="Corrected logQ correction of sampled softmax for TFRS retrieval.",
         epilog="Every flag also takes its other spelling (--data-dir or --data_dir). "
                "`tfrs-logq COMMAND --help` lists a command's flags and their defaults.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    add_verbose(parser, top=True)
+    add_flags(parser, Verbose)
     dests = {(): "command", ("data",): "data_command", ("pipeline",): "pipeline_command"}
     subparsers = {(): parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                            parser_class=LazyParser)}
+                                            parser_class=Parser)}
     for path, module, help_text in COMMANDS:
         parent = path[:-1]
         if parent not in subparsers:  # a group: `data`, `pipeline`
             group = subparsers[parent[:-1]].add_parser(parent[-1], help=GROUPS[parent[-1]])
-            add_verbose(group)
+            add_flags(group, Verbose)
             subparsers[parent] = group.add_subparsers(
-                dest=dests[parent], required=True, metavar="COMMAND", parser_class=LazyParser)
+                dest=dests[parent], required=True, metavar="COMMAND", parser_class=Parser)
         subparsers[parent].add_parser(path[-1], populate=_populate_from(module), help=help_text)
     return parser
-
-
 
 
 def _quiet_tensorflow(verbose: bool) -> None:
@@ -114,19 +128,16 @@ def _is_user_error(exc: BaseException) -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The error's message on one line, long values cut."""
     grpc = sys.modules.get("grpc")
-    if grpc is not None and isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-        return f"the server answered {exc.code().name}: {exc.details()}"
-    if isinstance(exc, ImportError):
-        extra = _EXTRAS.get((exc.name or "").split(".")[0])
-        if extra:
-            return f"{exc}: install it with pip install 'tfrs-logq[{extra}]'"
-    if isinstance(exc, OSError) and exc.strerror and exc.filename and len(exc.args) == 2:
-        return f"{exc.strerror}: {exc.filename}"
-    if isinstance(exc, OSError) and exc.strerror and len(exc.args) == 2:
-        return str(exc.strerror)
     text = str(exc) or type(exc).__name__
-    return " ".join(text.split("\n")).strip()
+    if grpc is not None and isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        text = f"the server answered {exc.code().name}: {exc.details()}"
+    elif isinstance(exc, ImportError) and _EXTRAS.get((exc.name or "").split(".")[0]):
+        text = f"{exc}: install it with pip install 'tfrs-logq[{_EXTRAS[exc.name.split('.')[0]]}]'"
+    elif isinstance(exc, OSError) and exc.strerror and len(exc.args) == 2:
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc.strerror)
+    return cut(" ".join(text.split("\n")).strip())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -143,7 +154,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if getattr(args, "pipeline_command", None) != "run":
             parser.error("only `pipeline run` takes Beam pipeline options after --")
         args.beam_args = beam_args
-    verbose = bool(getattr(args, "verbose", False))
     _configure_logging(verbose)
     try:
         return args.run(args)

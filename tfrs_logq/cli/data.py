@@ -2,37 +2,64 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from tfrs_logq.cli._common import add_flag, add_verbose, data_record, load_options
-from tfrs_logq.cli._dataclass_flags import add_data_flags, train_help, train_value
+from tfrs_logq.cli._common import LoadOptions, default_split, load_options
+from tfrs_logq.cli._flags import add_flags, add_train_flags
+
+
+@dataclasses.dataclass
+class StatsFlags:
+    json: bool = False
+    """print one JSON object"""
 
 
 def populate(p) -> None:
+    add_train_flags(p, only=("dataset", "split", "data_dir", "data_format", "temporal_fraction",
+                             "interactions", "user_column", "item_column", "time_column",
+                             "log_format"))
+    add_flags(p, LoadOptions, group="data")
+    add_flags(p, StatsFlags)
+
+
+def load_any_split(args):
+    """``(split, name)`` of ``--interactions`` (a user's log: its base name) or of the
+    built-in ``--dataset``."""
+    if getattr(args, "interactions", None):
+        import os
+
+        from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
+
+        for flag, value in (("--user-column", args.user_column),
+                            ("--item-column", args.item_column)):
+            if not value:
+                raise ValueError(f"--interactions needs {flag}.")
+        if args.dataset:
+            raise ValueError("give --interactions or --dataset, not both.")
+        source = UserLogSource(args.interactions, args.user_column, args.item_column,
+                               time_column=args.time_column, format=args.log_format,
+                               skip_bad_lines=args.skip_bad_lines)
+        split_name = args.split or ("temporal" if args.time_column else "loo")
+        split = load_user_log_split(source, split_name,
+                                    temporal_fraction=args.temporal_fraction)
+        return split, os.path.basename(os.path.normpath(args.interactions))
+    from tfrs_logq.pipelines.datasets import load_split
     from tfrs_logq.sasrec.config import TrainConfig
 
-    defaults = TrainConfig()
-    group = add_data_flags(p, defaults.dataset, defaults.split)
-    from tfrs_logq.pipelines.datasets import DEFAULT_TEMPORAL_FRACTION
-
-    add_flag(group, "temporal-fraction", aliases=("fraction",), dest="temporal_fraction",
-             type=train_value("temporal_fraction", float), default=None, metavar="X",
-             help=f"{train_help('temporal_fraction')} (default: "
-                  + ", ".join(f"{v} for {k}" for k, v in DEFAULT_TEMPORAL_FRACTION.items()) + ")")
-    add_flag(p, "json", action="store_true", help="print one JSON object")
-    add_verbose(p)
-    p.set_defaults(run=run, train_defaults=(defaults.dataset, defaults.split))
+    dataset = args.dataset or TrainConfig.dataset
+    split_name = args.split or default_split(args.data_format)
+    return load_split(dataset, split_name, args.data_dir, data_format=args.data_format,
+                      temporal_fraction=args.temporal_fraction, **load_options(args)), dataset
 
 
 def run(args) -> int:
-    from tfrs_logq.pipelines.datasets import load_split
+    from tfrs_logq.pipelines.splits import data_stats
 
-    dataset = args.dataset or args.train_defaults[0]
-    split_name = args.split or args.train_defaults[1]
-    split = load_split(dataset, split_name, args.data_dir, data_format=args.data_format,
-                       temporal_fraction=args.temporal_fraction, **load_options(args))
+    split, dataset = load_any_split(args)
     inter = split.interactions
-    result = {"dataset": dataset, "split": split_name, **data_record(inter), **split.stats()}
+    result = data_stats(split, dataset)  # the same keys for a built-in dataset and a log
+    split_name = split.name
     if args.json:
         print(json.dumps(result))
         return 0
@@ -48,5 +75,3 @@ def run(args) -> int:
     print(f"  validation: {result['validation']['num_targets']:,} targets")
     print(f"  test: {result['test']['num_targets']:,} targets")
     return 0
-
-

@@ -2,46 +2,55 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import Optional
 
-from tfrs_logq.cli._common import add_flag, add_verbose, comma_list, int_at_least, read_model_config
+from tfrs_logq.cli._common import read_model_config
+from tfrs_logq.cli._flags import add_flags, flag
+from tfrs_logq.losses import CORRECTIONS
+from tfrs_logq.studies.diagnose import SAMPLERS
+
+
+@dataclasses.dataclass
+class DiagnoseFlags:
+    model_dir: Optional[str] = flag(None, metavar="DIR")
+    """a `tfrs-logq train` run (this or --synthetic-items is required)"""
+    synthetic_items: Optional[int] = flag(None, at_least=2)
+    """the synthetic stream's ground-truth model with N items"""
+    data_dir: Optional[str] = flag(None, metavar="DIR", default_text="its saved data_dir")
+    """data of --model-dir"""
+    queries: int = flag(256, at_least=1)
+    """queries (test users of --model-dir, users of the stream)"""
+    samplers: tuple[str, ...] = flag(("in-batch",), choices=SAMPLERS)
+    """samplers"""
+    num_negatives: tuple[int, ...] = flag((16, 64, 256), at_least=1)
+    """numbers of negatives k"""
+    corrections: tuple[str, ...] = flag(CORRECTIONS, choices=CORRECTIONS)
+    """corrections"""
+    draws: int = flag(200, at_least=2, metavar="T")
+    """Monte Carlo draws of the negatives per sampler and k"""
+    exact: bool = False
+    """enumerate every draw instead of Monte Carlo (tiny catalogs only)"""
+    seed: int = flag(0, at_least=0)
+    """seed of queries and draws"""
+    output_dir: Optional[str] = flag(None, metavar="DIR", default_text="none, print only")
+    """write diagnose.json, diagnose.md and diagnose.png there"""
+    json: bool = False
+    """print the result as one JSON object"""
 
 
 def populate(p) -> None:
-    from tfrs_logq.losses import CORRECTIONS
-    from tfrs_logq.studies.diagnose import SAMPLERS
-
-    source = p.add_mutually_exclusive_group(required=True)
-    add_flag(source, "model-dir", metavar="DIR",
-             help="a `tfrs-logq train` run (default: none; this or --synthetic-items is required)")
-    add_flag(source, "synthetic-items", type=int_at_least(2), metavar="N",
-             help="the synthetic stream's ground-truth model with N items (default: none)")
-    add_flag(p, "data-dir", metavar="DIR", help="data of --model-dir (default: its saved data_dir)")
-    add_flag(p, "queries", type=int_at_least(1), default=256, metavar="N",
-             help="queries (test users of --model-dir, users of the stream)")
-    add_flag(p, "samplers", type=comma_list(SAMPLERS), default="in-batch", metavar="LIST",
-             help="comma-separated samplers")
-    add_flag(p, "num-negatives", type=comma_list(item=int_at_least(1)), default="16,64,256",
-             metavar="LIST", help="comma-separated numbers of negatives k")
-    add_flag(p, "corrections", type=comma_list(CORRECTIONS), default=",".join(CORRECTIONS),
-             metavar="LIST", help="comma-separated corrections")
-    add_flag(p, "draws", type=int_at_least(2), default=200, metavar="T",
-             help="Monte Carlo draws of the negatives per sampler and k")
-    add_flag(p, "exact", action="store_true",
-             help="enumerate every draw instead of Monte Carlo (tiny catalogs only)")
-    add_flag(p, "seed", type=int_at_least(0), default=0, help="seed of queries and draws")
-    add_flag(p, "output-dir", metavar="DIR",
-             help="write diagnose.json, diagnose.md and diagnose.png there (default: none, "
-                  "print only)")
-    add_flag(p, "json", action="store_true", help="print the result as one JSON object")
-    add_verbose(p)
-    p.set_defaults(run=run)
+    add_flags(p, DiagnoseFlags)
 
 
 def run(args) -> int:
     from tfrs_logq.studies import diagnose as diag
 
+    if (args.model_dir is None) == (args.synthetic_items is None):
+        raise ValueError("give one of --model-dir DIR (a trained run) and --synthetic-items N "
+                         "(the synthetic stream's model)")
     if args.model_dir:
         read_model_config(args.model_dir)
         inputs = diag.model_dir_inputs(args.model_dir, args.queries, seed=args.seed,
@@ -64,5 +73,3 @@ def run(args) -> int:
         diag.plot(result, os.path.join(args.output_dir, "diagnose.png"))  # atomic
     print(json.dumps(result) if args.json else diag.format_table(result))
     return 0
-
-

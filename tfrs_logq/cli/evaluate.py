@@ -3,34 +3,46 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
+from typing import Optional
 
-from tfrs_logq.cli._common import (
-    TF_SERVING_STYLE,
-    add_flag,
-    add_verbose,
-    float_in,
-    int_at_least,
-    load_options,
-    read_model_config,
-)
-from tfrs_logq.cli._dataclass_flags import add_data_flags
+from tfrs_logq.cli._common import LoadOptions, load_options, read_model_config
+from tfrs_logq.cli._flags import add_flags, add_train_flags, flag
+
+
+def host_port(text: str) -> str:
+    """``HOST:PORT`` (``[::1]:8500`` for IPv6), checked before anything waits on it."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT with a port in 1-65535 (like 127.0.0.1:8500), got {text!r}")
+    return text
+
+
+@dataclasses.dataclass
+class EvaluateFlags:
+    server: str = flag(type=host_port, metavar="HOST:PORT")
+    """the gRPC endpoint"""
+    model_name: str = flag(style="_", metavar="NAME")
+    """the servable's name"""
+    model_dir: str = flag(metavar="DIR")
+    """the training output of the served model (its data, and the exact figures)"""
+    max_targets: Optional[int] = flag(None, at_least=1, default_text="all")
+    """evaluate a seeded sample of this many test targets"""
+    timeout: float = flag(10.0, above=0, metavar="SECONDS")
+    """how long to wait for the server to answer at start"""
+    json: bool = False
+    """print one JSON object"""
 
 
 def populate(p) -> None:
-    add_flag(p, "server", required=True, metavar="HOST:PORT", help="the gRPC endpoint")
-    add_flag(p, "model_name", style=TF_SERVING_STYLE, required=True, metavar="NAME",
-             help="the servable's name")
-    add_flag(p, "model-dir", required=True, metavar="DIR",
-             help="the training output of the served model (its data, and the exact figures)")
-    add_data_flags(p, "the model's", "the model's")
-    add_flag(p, "max-targets", type=int_at_least(1), default=None, metavar="N",
-             help="evaluate a seeded sample of this many test targets (default: all)")
-    add_flag(p, "timeout", type=float_in(0.0), default=10.0, metavar="SECONDS",
-             help="how long to wait for the server to answer at start")
-    add_flag(p, "json", action="store_true", help="print one JSON object")
-    add_verbose(p)
-    p.set_defaults(run=run)
+    add_flags(p, EvaluateFlags)
+    model = {"default_text": "the model's"}
+    add_train_flags(p, only=("dataset", "split", "data_dir", "data_format"),
+                    meta={name: model for name in ("dataset", "split", "data_format")})
+    add_flags(p, LoadOptions, group="data")
 
 
 def run(args) -> int:
@@ -43,5 +55,3 @@ def run(args) -> int:
         timeout=args.timeout, load_options=load_options(args))
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
-
-

@@ -2,41 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from typing import Optional
 
-from tfrs_logq.cli._common import (
-    TF_SERVING_STYLE,
-    add_flag,
-    add_verbose,
-    float_in,
-    int_at_least,
-    read_model_config,
-)
+from tfrs_logq.cli._common import read_model_config
+from tfrs_logq.cli._flags import add_flags, flag
+from tfrs_logq.serving.export import DEFAULT_MAX_K, DEFAULT_TARGET_RECALL, INDEXES
+
+
+@dataclasses.dataclass
+class ExportFlags:
+    model_dir: str = flag(metavar="DIR")
+    """the output of `tfrs-logq train`"""
+    model_base_path: str = flag(style="_", metavar="DIR")
+    """TF Serving's base path: the directory of integer versions this export adds to"""
+    model_name: str = flag(style="_", metavar="NAME")
+    """the servable's name"""
+    version: Optional[int] = flag(None, at_least=1, default_text="the next free one")
+    """integer version"""
+    index: str = flag(INDEXES[0], choices=INDEXES)
+    """scann: ScaNN index (needs the ScaNN ops to serve); brute-force: exact, stock
+    TensorFlow ops only"""
+    k: int = flag(100, at_least=1)
+    """results of serving_default (top_k takes k per request)"""
+    target_recall: float = flag(DEFAULT_TARGET_RECALL, above=0, at_most=1, metavar="R")
+    """ScaNN: search the fewest tree leaves that keep this share of the exact top-k (at
+    --k and --max-k), measured at export against brute force on validation users'
+    queries (docs/export.md)"""
+    max_k: int = flag(DEFAULT_MAX_K, at_least=1)
+    """ScaNN: the largest k the recall is tuned for (top_k serves larger k at the same
+    leaves)"""
+    scann_search_fraction: Optional[float] = flag(None, above=0, at_most=1, metavar="F")
+    """fix the share of the ScaNN tree's leaves a query searches instead of tuning it to
+    --target-recall (the recall is still measured)"""
 
 
 def populate(p) -> None:
-    from tfrs_logq.serving.export import DEFAULT_SEARCH_FRACTION, INDEXES
-
-    add_flag(p, "model-dir", required=True, metavar="DIR", help="the output of `tfrs-logq train`")
-    add_flag(p, "model_base_path", style=TF_SERVING_STYLE, required=True, metavar="DIR",
-             help="TF Serving's base path: the directory of integer versions this export adds to")
-    add_flag(p, "model_name", style=TF_SERVING_STYLE, required=True, metavar="NAME",
-             help="the servable's name")
-    add_flag(p, "version", type=int_at_least(1), default=None, metavar="N",
-             help="integer version (default: the next free one)")
-    add_flag(p, "index", choices=INDEXES, default=INDEXES[0],
-             help="scann: ScaNN index (needs the ScaNN ops to serve); brute-force: exact, stock "
-                  "TensorFlow ops only")
-    add_flag(p, "k", type=int_at_least(1), default=100, metavar="N",
-             help="results of serving_default (top_k takes k per request)")
-    add_flag(p, "scann-search-fraction", type=float_in(0.0, 1.0, high_inclusive=True),
-             default=DEFAULT_SEARCH_FRACTION, metavar="F",
-             help="share of the ScaNN tree's leaves a query searches, catalogs of 20,000 "
-                  "items or more (at 1M items 0.2 keeps about 0.85 of the exact top-1,000 "
-                  "where 0.05 keeps about half: docs/export.md)")
-    add_verbose(p)
-    p.set_defaults(run=run)
+    add_flags(p, ExportFlags)
 
 
 def run(args) -> int:
@@ -57,7 +61,8 @@ def run(args) -> int:
               f"{old_layout} to silence this.", file=sys.stderr)
         base = old_layout
     path = export_version(args.model_dir, base, version=args.version, index=args.index,
-                          default_k=args.k, search_fraction=args.scann_search_fraction)
+                          default_k=args.k, search_fraction=args.scann_search_fraction,
+                          target_recall=args.target_recall, max_k=args.max_k)
     print(path)
     return 0
 

@@ -5,169 +5,151 @@ Evaluator does not bless the model."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import Optional
 
 from tfrs_logq.cli._common import (
     NOT_BLESSED_EXIT,
     PROG,
-    add_flag,
-    add_verbose,
-    float_in,
-    int_at_least,
+    default_split,
     warn_if_smoke,
 )
-from tfrs_logq.cli._dataclass_flags import (
-    config_file,
-    train_help,
-    train_value,
-)
+from tfrs_logq.cli._flags import add_flags, add_train_flags, config_file, flag
+from tfrs_logq.pipelines.beam import COMPONENTS, METRICS, SOURCE_FORMATS
+from tfrs_logq.pipelines.beam.exporter import INDEXES
+from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
+from tfrs_logq.pipelines.datasets import DATASETS
+from tfrs_logq.sasrec.config import TrainConfig
 
 
-def _thresholds(metrics: Sequence[str]):
-    """``METRIC=MIN,...`` -> ``{metric: min}``."""
+def _thresholds(text: str) -> dict:
+    """``METRIC=MIN,...`` -> ``{metric: min}``, each minimum in [0, 1]."""
+    out = {}
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        name, sep, value = (s.strip() for s in part.partition("="))
+        try:
+            out[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or name not in METRICS:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not METRIC=MIN with METRIC one of {', '.join(METRICS)}")
+        if not 0.0 <= out[name] <= 1.0:
+            raise argparse.ArgumentTypeError(f"{name}: must be at least 0 and at most 1, got "
+                                             f"{value}")
+    if not out:
+        raise argparse.ArgumentTypeError("must name at least one METRIC=MIN")
+    return out
 
-    def convert(text: str) -> dict:
-        out = {}
-        for part in [p.strip() for p in text.split(",") if p.strip()]:
-            name, sep, value = part.partition("=")
-            if not sep or name.strip() not in metrics:
-                raise argparse.ArgumentTypeError(
-                    f"{part!r} is not METRIC=MIN with METRIC one of {', '.join(metrics)}")
-            try:
-                out[name.strip()] = float_in(0.0, None, True)(value.strip())
-            except argparse.ArgumentTypeError as exc:
-                raise argparse.ArgumentTypeError(f"{name.strip()}: {exc}") from None
-            if out[name.strip()] > 1.0:
-                raise argparse.ArgumentTypeError(f"{name.strip()}: must be at most 1, got "
-                                                 f"{value.strip()}")
-        if not out:
-            raise argparse.ArgumentTypeError("must name at least one METRIC=MIN")
-        return out
 
-    convert.__name__ = "thresholds"
-    return convert
+_DATA = "data"
+_SYNTHETIC = "--dataset synthetic"
+_BEAM = ("beam (Beam's own flags go after --: tfrs-logq pipeline run ... --runner "
+         "DataflowRunner -- --project P --region R --temp_location gs://B/tmp "
+         "--sdk_container_image IMAGE)")
+_TRAINER = "Trainer (tfrs-logq train --examples DIR/ExampleGen --log-q DIR/Statistics)"
+_SERVING = "Exporter, BulkInferrer, Evaluator, Pusher"
+
+
+@dataclasses.dataclass
+class PipelineFlags:
+    pipeline_root: str = flag(metavar="DIR")
+    """where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, DIR/Trainer,
+    ..., each with a manifest.json); current ones are skipped"""
+    dataset: Optional[str] = flag(None, choices=(*DATASETS, "synthetic"), group=_DATA,
+                                  default_text=f"{TrainConfig.dataset}; with --input, none")
+    """dataset; synthetic draws the synthetic stream's model in the workers
+    (--synthetic-*; ExampleGen and Statistics only)"""
+    input: Optional[str] = flag(None, metavar="FILE", group=_DATA)
+    """read this file instead of finding the dataset's (needs --data-format)"""
+    data_format: Optional[str] = flag(None, choices=SOURCE_FORMATS, aliases=("--format",),
+                                      group=_DATA,
+                                      default_text="for ml-1m whichever the data directory "
+                                                   "holds")
+    """the file's format: ratings (user::item::rating::ts), sasrec (user item), csv
+    (user,item,timestamp) or steam (Steam reviews)"""
+    skip_bad_lines: bool = flag(False, group=_DATA)
+    """drop malformed lines of the data file and count them in the manifest"""
+    download: bool = flag(True, group=_DATA)
+    """download the data when no local copy exists"""
+    synthetic_users: int = flag(10_000, at_least=1, group=_SYNTHETIC)
+    """users (each: the history, a validation and a test item)"""
+    synthetic_items: int = flag(5_000, at_least=1, group=_SYNTHETIC)
+    """items (Zipf popularity in 50 topics)"""
+    synthetic_history_length: int = flag(20, at_least=1, group=_SYNTHETIC)
+    """training items per user"""
+    synthetic_seed: int = flag(0, at_least=0, group=_SYNTHETIC)
+    """seed of every draw (the same seed gives the same artifacts on any number of
+    workers)"""
+    synthetic_users_per_chunk: int = flag(2_000, at_least=1, group=_SYNTHETIC)
+    """users drawn as one Beam element"""
+    runner: str = flag(RUNNERS[0], choices=RUNNERS, group=_BEAM)
+    """Beam runner: FnApiRunner runs here (direct_running_mode=multi_processing);
+    PortableRunner needs --job_endpoint, FlinkRunner --flink_master or --job_endpoint,
+    SparkRunner --spark_master_url or --job_endpoint, DataflowRunner --project, --region,
+    --temp_location, --sdk_container_image (checked before anything runs)"""
+    force_local_root: bool = flag(False, group=_BEAM)
+    """with a non-local runner, accept a --pipeline-root (and --input) on a local
+    filesystem: it is mounted at the same path on every worker"""
+    statistics: Optional[str] = flag(None, choices=("exact", "count-min"), group=_BEAM,
+                                     default_text="exact; count-min for synthetic")
+    """Statistics: exact counts and the sketch, or (synthetic data only) the count-min
+    sketch alone, counted per chunk"""
+    num_workers: int = flag(DEFAULT_NUM_WORKERS, at_least=1, group=_BEAM)
+    """worker processes (direct_num_workers)"""
+    num_shards: int = flag(4, at_least=1, group=_BEAM)
+    """TFRecord files of ExampleGen"""
+    sketch_depth: int = flag(4, at_least=1, group=_BEAM)
+    """rows of the count-min sketch of Statistics"""
+    sketch_width: int = flag(1 << 20, at_least=1, group=_BEAM)
+    """counters per row of the count-min sketch"""
+    sketch_seed: int = flag(0, group=_BEAM)
+    """hash seed of the count-min sketch (as CountMinSketch's seed)"""
+    train_config: Optional[str] = flag(None, metavar="FILE", group=_TRAINER)
+    """JSON object of other TrainConfig fields (and "preset"), as `train --config`;
+    --preset, --loss and --seed override it"""
+    index: str = flag(INDEXES[0], choices=INDEXES, group=_SERVING)
+    """the export's index: scann, or brute-force (exact, stock TensorFlow ops)"""
+    top_k: int = flag(1000, at_least=1, metavar="K", group=_SERVING)
+    """items BulkInferrer lists per test target (at least the largest cut-off, 1000, unless
+    the catalog is smaller)"""
+    thresholds: Optional[dict] = flag(None, name="--threshold", type=_thresholds,
+                                      metavar="METRIC=MIN,...", group=_SERVING)
+    """bless only if every named overall figure (recall@10, ..., ndcg@20) is at least its
+    minimum"""
+    baseline: Optional[str] = flag(None, metavar="DIR", group=_SERVING)
+    """an Evaluator artifact of the same data (say, the pushed model's, copied aside);
+    bless only if no overall figure is below the baseline's by more than
+    --baseline-tolerance"""
+    baseline_tolerance: float = flag(0.0, at_least=0, group=_SERVING)
+    """how far below the baseline a figure may be"""
+    serving_base_path: Optional[str] = flag(None, metavar="DIR", group=_SERVING,
+                                            default_text="none, no Pusher")
+    """Pusher copies a blessed export here as the next integer version (TF Serving's
+    --model_base_path)"""
+    stop_after: str = flag(COMPONENTS[-1], choices=COMPONENTS)
+    """run the components up to this one (the run exits 3 when the Evaluator ran and did
+    not bless the model)"""
+    force: bool = False
+    """rebuild every component, current or not"""
+    json: bool = False
+    """print one JSON object"""
 
 
 def populate(p) -> None:
-    from tfrs_logq.pipelines.beam import COMPONENTS, METRICS, SOURCE_FORMATS
-    from tfrs_logq.pipelines.beam.exporter import INDEXES
-    from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
-    from tfrs_logq.pipelines.datasets import DATASETS, DEFAULT_TEMPORAL_FRACTION
-    from tfrs_logq.pipelines.splits import SPLITS
-    from tfrs_logq.sasrec.config import OBJECTIVES, PRESETS, TrainConfig
-
-    defaults = TrainConfig()
-    add_flag(p, "pipeline-root", required=True, metavar="DIR",
-             help="where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, "
-                  "DIR/Trainer, ..., each with a manifest.json); current ones are skipped")
-    group = p.add_argument_group("data")
-    add_flag(group, "dataset", choices=(*DATASETS, "synthetic"), default=None,
-             help=f"dataset (default: {defaults.dataset}; with --input, none); synthetic draws "
-                  "the synthetic stream's model in the workers (--synthetic-*; ExampleGen and "
-                  "Statistics only)")
-    add_flag(group, "data-dir", default=None, metavar="DIR",
-             help=f"{train_help('data_dir')} (default: $TFRS_LOGQ_DATA_DIR, else the download "
-                  "cache)")
-    add_flag(group, "input", default=None, metavar="FILE",
-             help="read this file instead of finding the dataset's (needs --data-format) "
-                  "(default: none)")
-    add_flag(group, "data-format", aliases=("format",), choices=SOURCE_FORMATS,
-             default=None,
-             help="the file's format: ratings (user::item::rating::ts), sasrec (user item), csv "
-                  "(user,item,timestamp) or steam (Steam reviews) (default: for ml-1m whichever "
-                  "the data directory holds)")
-    add_flag(group, "split", choices=SPLITS, default=defaults.split,
-             help=train_help("split"))
-    add_flag(group, "temporal-fraction", aliases=("fraction",), dest="temporal_fraction",
-             type=train_value("temporal_fraction", float), default=None, metavar="X",
-             help=f"{train_help('temporal_fraction')} (default: "
-                  + ", ".join(f"{v} for {k}" for k, v in DEFAULT_TEMPORAL_FRACTION.items())
-                  + ", else 0.1)")
-    add_flag(group, "skip-bad-lines", action="store_true",
-             help="drop malformed lines of the data file and count them in the manifest")
-    add_flag(group, "no-download", action="store_true",
-             help="never download; fail when no local copy exists")
-    synthetic = p.add_argument_group("--dataset synthetic")
-    add_flag(synthetic, "synthetic-users", type=int_at_least(1), default=10_000, metavar="N",
-             help="users (each: the history, a validation and a test item)")
-    add_flag(synthetic, "synthetic-items", type=int_at_least(1), default=5_000, metavar="N",
-             help="items (Zipf popularity in 50 topics)")
-    add_flag(synthetic, "synthetic-history-length", type=int_at_least(1), default=20,
-             metavar="N", help="training items per user")
-    add_flag(synthetic, "synthetic-seed", type=int_at_least(0), default=0, metavar="N",
-             help="seed of every draw (the same seed gives the same artifacts on any number "
-                  "of workers)")
-    add_flag(synthetic, "synthetic-users-per-chunk", type=int_at_least(1), default=2_000,
-             metavar="N", help="users drawn as one Beam element")
-    beam = p.add_argument_group("beam (Beam's own flags go after --: tfrs-logq pipeline run "
-                                "... --runner DataflowRunner -- --project P --region R "
-                                "--temp_location gs://B/tmp --sdk_container_image IMAGE)")
-    add_flag(beam, "runner", choices=RUNNERS, default=RUNNERS[0],
-             help="Beam runner: FnApiRunner runs here (direct_running_mode=multi_processing); "
-                  "PortableRunner needs --job_endpoint, FlinkRunner --flink_master or "
-                  "--job_endpoint, SparkRunner --spark_master_url or --job_endpoint, "
-                  "DataflowRunner --project, --region, --temp_location, --sdk_container_image "
-                  "(checked before anything runs)")
-    add_flag(beam, "force-local-root", action="store_true",
-             help="with a non-local runner, accept a --pipeline-root (and --input) on a local "
-                  "filesystem: it is mounted at the same path on every worker")
-    add_flag(beam, "statistics", choices=("exact", "count-min"), default=None,
-             help="Statistics: exact counts and the sketch, or (synthetic data only) the "
-                  "count-min sketch alone, counted per chunk (default: exact; count-min for "
-                  "synthetic)")
-    add_flag(beam, "num-workers", type=int_at_least(1), default=DEFAULT_NUM_WORKERS, metavar="N",
-             help="worker processes (direct_num_workers)")
-    add_flag(beam, "num-shards", type=int_at_least(1), default=4, metavar="N",
-             help="TFRecord files of ExampleGen")
-    add_flag(beam, "sketch-depth", type=int_at_least(1), default=4, metavar="N",
-             help="rows of the count-min sketch of Statistics")
-    add_flag(beam, "sketch-width", type=int_at_least(1), default=1 << 20, metavar="N",
-             help="counters per row of the count-min sketch")
-    add_flag(beam, "sketch-seed", type=int, default=0, metavar="N",
-             help="hash seed of the count-min sketch (as CountMinSketch's seed)")
-    training = p.add_argument_group("Trainer (tfrs-logq train --examples DIR/ExampleGen "
-                                    "--log-q DIR/Statistics)")
-    add_flag(training, "preset", choices=tuple(PRESETS), default=None,
-             help="training preset: smoke trains for seconds to minutes on 2 CPU cores (what "
-                  "`make pipeline` runs: a check of the pipeline, not a usable model); cpu or "
-                  "long train a usable model in hours (default: smoke)")
-    add_flag(training, "loss", choices=OBJECTIVES, default=None,
-             help=f"{train_help('loss')} (default: {defaults.loss})")
-    add_flag(training, "seed", type=train_value("seed", int), default=None, metavar="N",
-             help=f"{train_help('seed')} (default: {defaults.seed})")
-    add_flag(training, "train-config", default=None, metavar="FILE",
-             help="JSON object of other TrainConfig fields (and \"preset\"), as `train --config`; "
-                  "--preset, --loss and --seed override it (default: none)")
-    serving = p.add_argument_group("Exporter, BulkInferrer, Evaluator, Pusher")
-    add_flag(serving, "index", choices=INDEXES, default=INDEXES[0],
-             help="the export's index: scann, or brute-force (exact, stock TensorFlow ops)")
-    add_flag(serving, "top-k", type=int_at_least(1), default=1000, metavar="K",
-             help="items BulkInferrer lists per test target (at least the largest cut-off, 1000, "
-                  "unless the catalog is smaller)")
-    add_flag(serving, "threshold", dest="thresholds", type=_thresholds(METRICS), default=None,
-             metavar="METRIC=MIN,...",
-             help=f"bless only if every named overall figure ({', '.join(METRICS)}) is at least "
-                  "its minimum (default: none)")
-    add_flag(serving, "baseline", default=None, metavar="DIR",
-             help="an Evaluator artifact of the same data (say, the pushed model's, copied "
-                  "aside); bless only if no overall figure is below the baseline's by more than "
-                  "--baseline-tolerance (default: none)")
-    add_flag(serving, "baseline-tolerance", type=float_in(0.0, None, True), default=0.0,
-             metavar="X", help="how far below the baseline a figure may be")
-    add_flag(serving, "serving-base-path", default=None, metavar="DIR",
-             help="Pusher copies a blessed export here as the next integer version (TF "
-                  "Serving's --model_base_path) (default: none, no Pusher)")
-    add_flag(p, "stop-after", choices=COMPONENTS, default=COMPONENTS[-1],
-             help="run the components up to this one (the run exits 3 when the Evaluator ran "
-                  "and did not bless the model)")
-    add_flag(p, "force", action="store_true", help="rebuild every component, current or not")
-    add_flag(p, "json", action="store_true", help="print one JSON object")
-    add_verbose(p)
-    p.set_defaults(run=run, train_defaults=(defaults.dataset, defaults.split))
+    add_flags(p, PipelineFlags, only=("pipeline_root",))
+    add_flags(p, PipelineFlags, only=("dataset", "input", "data_format"))
+    add_train_flags(p, only=("data_dir", "split", "temporal_fraction"), meta={
+        "temporal_fraction": {"default_text": "0.1 for ml-1m, 0.01 for steam, else 0.1"}})
+    add_flags(p, PipelineFlags, skip=("pipeline_root", "dataset", "input", "data_format",
+                                      "train_config", "stop_after", "force", "json"))
+    add_train_flags(p, only=("preset", "loss", "seed"), group=_TRAINER,
+                    meta={"preset": {"default_text": "smoke"}})
+    add_flags(p, PipelineFlags, only=("train_config", "stop_after", "force", "json"))
 
 
 def _pipeline_input(args) -> tuple[str, str, str]:
@@ -181,19 +163,19 @@ def _pipeline_input(args) -> tuple[str, str, str]:
         if not os.path.isfile(args.input):
             raise FileNotFoundError(f"--input {args.input}: no such file")
         return args.input, args.data_format, args.dataset or ""
-    dataset = args.dataset or args.train_defaults[0]
+    dataset = args.dataset or TrainConfig.dataset
     if dataset == "ml-1m":
         if args.data_format not in (None, *datasets.ML1M_FORMATS):
             raise ValueError(f"--data-format for ml-1m is one of {datasets.ML1M_FORMATS}; "
                              f"use --input FILE for a {args.data_format} file.")
         path, fmt = datasets.resolve_ml1m(args.data_dir, args.data_format,
                                           needs_timestamps=args.split == "temporal",
-                                          download_ok=not args.no_download)
+                                          download_ok=args.download)
         return path, fmt, dataset
     if args.data_format is not None:
         raise ValueError(f"--data-format chooses the file of ml-1m or of --input; {dataset} "
                          "has no such choice.")
-    path, fmt = datasets.resolve_steam(args.data_dir, download_ok=not args.no_download)
+    path, fmt = datasets.resolve_steam(args.data_dir, download_ok=args.download)
     return path, fmt, dataset
 
 
@@ -262,6 +244,7 @@ def run(args) -> int:
         logging.getLogger().addHandler(logging.NullHandler())
     from tfrs_logq.pipelines.beam.pipeline import run_pipeline
 
+    args.split = args.split or default_split(args.data_format)
     synthetic = None
     if args.dataset == "synthetic":
         from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec

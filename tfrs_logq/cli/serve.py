@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
 
-from tfrs_logq.cli._common import TF_SERVING_STYLE, add_flag, add_verbose, log_handler
-from tfrs_logq.cli._dataclass_flags import dataclass_fields, field_spec
+from tfrs_logq.cli._common import log_handler
+from tfrs_logq.cli._flags import add_flags, values
+from tfrs_logq.serving.options import ServerOptions
 
-_SERVE_HELP = {
+# The help of `ServerOptions`' fields (`ServerOptions` checks the values, for the Python
+# API too: ports in 0-65535, sizes and timeouts at least 1 or 0).
+_HELP = {
     "model_name": "the servable's name, as clients ask for it",
     "model_base_path": "TF Serving's base path: the directory of integer versions",
     "port": "gRPC port (0: any free port)",
@@ -20,29 +22,26 @@ _SERVE_HELP = {
     "max_batch_size": "most rows batched into one model call",
     "batch_timeout_micros": "longest wait for a batch to fill",
     "max_request_rows": "most rows in one request",
-    "max_request_bytes": "largest request body",
+    "max_rows_times_k": "most results one request may ask for, rows x k (and most in one "
+                        "batched model call)",
+    "max_request_bytes": "largest request (REST body, gRPC message)",
+    "max_response_bytes": "largest reply (REST body, gRPC message)",
     "num_threads": "gRPC worker threads",
     "rest_api_num_threads": "REST worker threads (connections beyond them wait, not fail)",
     "rest_api_timeout_in_ms": "REST: longest a client may take to send a request (its "
                               "headers, then its body), in ms",
-    "drain_timeout_in_ms": "on SIGTERM or SIGINT, longest wait for requests in flight to "
-                           "finish before exiting, in ms",
     "request_timeout_in_ms": "longest a request waits for its batch's result, in ms (then "
                              "DEADLINE_EXCEEDED / HTTP 504)",
+    "drain_timeout_in_ms": "on SIGTERM or SIGINT, longest the shutdown may take (the grace, "
+                           "then requests in flight finishing), in ms",
+    "drain_grace_in_ms": "first part of the drain: readiness fails and replies say "
+                         "Connection: close while the ports still accept, in ms",
 }
-_SERVE_NON_NEGATIVE = {"port", "rest_api_port", "batch_timeout_micros"}
 
 
 def populate(p) -> None:
-    from tfrs_logq.serving.server import ServerOptions
-
-    for field in dataclass_fields(ServerOptions):
-        spec = field_spec(field.name, field.kind, {}, non_negative=_SERVE_NON_NEGATIVE)
-        kwargs = {"required": True} if field.required else {"default": field.default}
-        add_flag(p, field.name, style=TF_SERVING_STYLE, dest=field.name,
-                 help=_SERVE_HELP.get(field.name, f"ServerOptions.{field.name}"), **spec, **kwargs)
-    add_verbose(p)
-    p.set_defaults(run=run, server_fields=[f.name for f in dataclasses.fields(ServerOptions)])
+    add_flags(p, ServerOptions, style="_",
+              meta={name: {"help": text} for name, text in _HELP.items()})
 
 
 def _check_port(host: str, port: int, flag: str) -> None:
@@ -68,10 +67,10 @@ def _check_port(host: str, port: int, flag: str) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq.serving.server import ModelServer, ServerOptions
+    from tfrs_logq.serving.server import ModelServer
 
     # Checks the name (as export does), the ports (0-65535), the counts and timeouts.
-    options = ServerOptions(**{name: getattr(args, name) for name in args.server_fields})
+    options = ServerOptions(**values(args, ServerOptions))
     base = args.model_base_path
     if not os.path.isdir(base):
         raise FileNotFoundError(

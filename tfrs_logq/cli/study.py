@@ -1,54 +1,61 @@
-"""``tfrs-logq study``: the large-catalog study on the synthetic stream (`tfrs_logq.studies.study`)."""
+"""``tfrs-logq study``: the large-catalog study on the synthetic stream (`studies.study`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import sys
+from typing import Optional
+
+from tfrs_logq.cli._flags import add_flags, flag
+from tfrs_logq.studies.study import OPTIMIZERS, PRESETS
+
+
+@dataclasses.dataclass
+class StudyFlags:
+    preset: str = flag("pilot", choices=tuple(PRESETS))
+    """the grid (PRESETS in tfrs_logq/studies/study.py)"""
+    output_dir: str = flag("study_output", metavar="DIR")
+    """results.csv, table.md and paired.png go here"""
+    seeds: Optional[tuple[int, ...]] = flag(None, at_least=0, default_text="the preset's")
+    """override the preset's seeds"""
+    steps: Optional[int] = flag(None, at_least=1, default_text="the preset's")
+    """override the preset's steps"""
+    eval_at: Optional[tuple[int, ...]] = flag(None, at_least=1, metavar="STEPS",
+                                              default_text="the preset's")
+    """also evaluate at these steps, e.g. 3000,10000 (a row each)"""
+    optimizer: Optional[str] = flag(None, choices=OPTIMIZERS,
+                                    default_text="the preset's, lazy-adam")
+    """override the preset's optimizer"""
+    max_runs: Optional[int] = flag(None, at_least=0, default_text="all")
+    """run at most N unfinished runs, then stop"""
+    pending: bool = False
+    """print the number of unfinished runs and exit"""
+    json: bool = False
+    """print one JSON object (the runs, those pending, the results' rows); progress goes
+    to stderr"""
+
 
 def populate(p) -> None:
-    from tfrs_logq.cli._common import add_flag
-    from tfrs_logq.studies.study import OPTIMIZERS, PRESETS
-
-    add_flag(p, "preset", choices=tuple(PRESETS), default="pilot",
-             help="the grid (see PRESETS in tfrs_logq/studies/study.py)")
-    add_flag(p, "output-dir", default="study_output", metavar="DIR",
-             help="results.csv, table.md and paired.png go here")
-    add_flag(p, "seeds", type=int, nargs="+", default=None,
-             help="override the preset's seeds (default: the preset's)")
-    add_flag(p, "steps", type=int, default=None,
-             help="override the preset's steps (default: the preset's)")
-    add_flag(p, "eval-at", type=_steps_list, default=None, metavar="STEPS",
-             help="also evaluate at these steps, e.g. 3000,10000 (a row each; default: "
-                  "the preset's)")
-    add_flag(p, "optimizer", choices=OPTIMIZERS, default=None,
-             help="override the preset's optimizer (default: the preset's, lazy-adam)")
-    add_flag(p, "max-runs", type=int, default=None, metavar="N",
-             help="run at most N unfinished runs, then stop (default: all)")
-    add_flag(p, "pending", action="store_true",
-             help="print the number of unfinished runs and exit")
-    p.set_defaults(run=run)
-
-
-def _steps_list(text: str) -> tuple:
-    import argparse
-
-    try:
-        steps = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected step counts like 3000,10000, received "
-                                         f"{text[:80]!r}") from None
-    if not steps or min(steps) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive step counts, received {text[:80]!r}")
-    return steps
+    add_flags(p, StudyFlags)
 
 
 def run(args) -> int:
     from tfrs_logq.studies.study import preset_runs
     from tfrs_logq.studies.study_grid import pending, run_grid
 
-    overrides = {k: getattr(args, k) for k in ("steps", "optimizer", "eval_at")
-                 if getattr(args, k) is not None}
+    overrides = {k: getattr(args, k) for k in ("steps", "optimizer") if getattr(args, k)}
+    if args.eval_at:
+        overrides["eval_at"] = tuple(args.eval_at)
     runs = preset_runs(args.preset, args.seeds, **overrides)
     if args.pending:
-        print(len(pending(runs, args.output_dir)))
+        left = len(pending(runs, args.output_dir))
+        print(json.dumps({"runs": len(runs), "pending": left}) if args.json else left)
         return 0
-    run_grid(runs, args.output_dir, args.max_runs, say=lambda m: print(m, flush=True))
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
+        (lambda m: print(m, flush=True))
+    rows = run_grid(runs, args.output_dir, args.max_runs, say=say)
+    if args.json:
+        print(json.dumps({"output_dir": args.output_dir, "runs": len(runs),
+                          "pending": len(pending(runs, args.output_dir)), "results": rows}))
     return 0

@@ -4,33 +4,51 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Optional
 
-from tfrs_logq.cli._common import add_flag, add_verbose, data_record, load_options, warn_if_smoke
-from tfrs_logq.cli._dataclass_flags import add_train_fields, training_overrides
+from tfrs_logq.cli._common import (
+    LoadOptions,
+    data_record,
+    default_split,
+    load_options,
+    warn_if_smoke,
+)
+from tfrs_logq.cli._flags import add_flags, add_train_flags, flag, training_overrides
+
+
+@dataclasses.dataclass
+class TrainFlags:
+    model_dir: str = flag(metavar="DIR")
+    """where the run goes (config.json, best weights, metrics.json, logs)"""
+    config: Optional[str] = flag(None, metavar="FILE")
+    """JSON object of TrainConfig fields (and "preset"); flags override it"""
+    overwrite: bool = False
+    """replace a run of another config (or a finished one) in --model-dir; without it such
+    a directory is refused, and an interrupted run of the same config resumes"""
+    json: bool = False
+    """print the metrics as one JSON object"""
 
 
 def populate(p) -> None:
-    add_flag(p, "model-dir", required=True, metavar="DIR",
-             help="where the run goes (config.json, best weights, metrics.json, logs)")
-    add_train_fields(p, experiment=False)
-    add_flag(p, "overwrite", action="store_true",
-             help="replace a run of another config (or a finished one) in --model-dir; without "
-                  "it such a directory is refused, and an interrupted run of the same config "
-                  "resumes")
-    add_flag(p, "json", action="store_true", help="print the metrics as one JSON object")
-    add_verbose(p)
-    p.set_defaults(run=run)
+    add_flags(p, TrainFlags, only=("model_dir",))
+    add_train_flags(p)
+    add_flags(p, LoadOptions, group="data")
+    add_flags(p, TrainFlags, skip=("model_dir",))
 
 
 def run(args) -> int:
     from tfrs_logq.pipelines.datasets import load_split
     from tfrs_logq.sasrec import training
+    from tfrs_logq.sasrec.config import PRESETS
 
     overrides = training_overrides(args)
+    given = {**PRESETS.get(overrides.get("preset") or "", {}), **overrides}
+    if "split" not in given and not overrides.get("examples"):  # the artifact's, else:
+        overrides["split"] = default_split(overrides.get("data_format"))
     config = training.resolve_config(**overrides)
     if config.examples:  # the ExampleGen artifact decides the data and split
         config = training.examples_config(config, explicit=set(overrides))
-        split = training.load_split(config)
+        split = training.load_config_split(config)
     else:
         split = load_split(config.dataset, config.split, config.data_dir,
                            data_format=config.data_format,
@@ -45,5 +63,3 @@ def run(args) -> int:
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     warn_if_smoke(config.preset)
     return 0
-
-

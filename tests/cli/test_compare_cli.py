@@ -1,0 +1,75 @@
+"""`tfrs-logq data stats --interactions` and `tfrs-logq compare` (issue 36): what a user
+types and sees."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def _cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tfrs_logq.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def log_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("log") / "events.csv"
+    rng = np.random.default_rng(1)
+    lines = ["user,item,when"]
+    for u in range(120):
+        topic = u % 4
+        for t in range(10):
+            item = int(rng.choice(np.arange(topic, 60, 4)))
+            lines.append(f"u{u},item-{item},2024-01-01T00:{u % 60:02d}:{t:02d}")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_data_stats_of_a_log_prints_the_datasets_keys(log_csv):
+    proc = _cli("data", "stats", "--interactions", log_csv, "--user-column", "user",
+                "--item-column", "item", "--time-column", "when", "--split", "temporal",
+                "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert stats["dataset"] == "events.csv" and stats["split"] == "temporal"
+    assert stats["num_users"] == 120 and stats["num_interactions"] == 1200
+    for key in ("source", "data_format", "rows", "skipped_lines", "num_items", "time_range",
+                "train", "validation", "test"):
+        assert key in stats, key
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--item-column", "nope"], "no column 'nope'"),
+    (["--item-column", "item", "--split", "temporal", "--time-column", "user"], "time"),
+])
+def test_bad_logs_are_one_line_errors_with_exit_2(log_csv, args, message):
+    proc = _cli("data", "stats", "--interactions", log_csv, "--user-column", "user", *args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path):
+    out = str(tmp_path / "cmp")
+    proc = _cli("compare", "--interactions", log_csv, "--user-column", "user", "--item-column",
+                "item", "--time-column", "when", "--split", "loo", "--losses",
+                "inbatch-logq,inbatch-corrected", "--seeds", "0", "1", "--steps", "20",
+                "--eval-every", "10", "--window", "2", "--batch-size", "32",
+                "--embedding-dim", "8", "--output-dir", out, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(r["loss"], r["seed"]) for r in result["results"]] == [
+        ("inbatch-logq", "0"), ("inbatch-corrected", "0"), ("inbatch-logq", "1"),
+        ("inbatch-corrected", "1")]
+    assert "compare: 4 runs" in proc.stderr  # progress goes to stderr with --json
+    report = open(os.path.join(out, "report.md")).read()
+    assert "inbatch-corrected against inbatch-logq, recall@10:" in report
+    again = _cli("compare", "--interactions", "x.csv", "--dataset", "ml-1m")
+    assert again.returncode == 2 and "either --interactions" in again.stderr

@@ -1,0 +1,139 @@
+"""``tfrs-logq compare``: standard against corrected logQ on your own log, paired by seed
+(`tfrs_logq.studies.compare`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Optional
+
+from tfrs_logq.cli._flags import add_flags, flag
+
+
+@dataclasses.dataclass
+class UserLogFlags:
+    """A user's interaction log (`tfrs_logq.pipelines.user_log.UserLogSource`)."""
+
+    interactions: Optional[str] = flag(None, metavar="PATH", group="data",
+                                       default_text="none: --dataset instead")
+    """a CSV/TSV (optionally .gz), Parquet or JSON Lines file, a glob or a directory"""
+    user_column: Optional[str] = flag(None, metavar="C", group="data")
+    """the column of user ids (text or integers)"""
+    item_column: Optional[str] = flag(None, metavar="C", group="data")
+    """the column of item ids (text or integers)"""
+    time_column: Optional[str] = flag(None, metavar="C", group="data",
+                                      default_text="none: the file order, no temporal split")
+    """the column of times: integer seconds or ISO 8601 text"""
+    weight_column: Optional[str] = flag(None, metavar="C", group="data")
+    """a number per interaction"""
+    log_format: Optional[str] = flag(None, choices=("csv", "tsv", "parquet", "jsonl"),
+                                     group="data", aliases=("--format",),
+                                     default_text="each file's extension")
+    """the files' format (also --format)"""
+    skip_bad_lines: bool = flag(False, group="data")
+    """skip malformed rows and count them (default: the first one is an error)"""
+    min_item_interactions: int = flag(5, at_least=1, group="data")
+    """drop items with fewer interactions"""
+    min_user_interactions: int = flag(0, at_least=0, group="data")
+    """then drop users with fewer"""
+    deduplicate: bool = flag(False, group="data")
+    """keep only the first of repeated (user, item) pairs"""
+
+
+@dataclasses.dataclass
+class CompareFlags:
+    dataset: Optional[str] = flag(None, choices=("ml-1m", "steam"), group="data",
+                                  default_text="none: --interactions")
+    """a built-in dataset instead of --interactions"""
+    data_dir: Optional[str] = flag(None, metavar="DIR", group="data")
+    """where --dataset's files are"""
+    split: str = flag("temporal", choices=("temporal", "loo", "gsasrec"))
+    """the evaluation split (temporal needs --time-column)"""
+    model: str = flag("two-tower", choices=("two-tower", "sasrec"))
+    """the model family"""
+    losses: tuple[str, ...] = ("inbatch-logq", "inbatch-corrected")
+    """the losses compared (the first is the baseline unless --baseline); two-tower:
+    inbatch|mns x none|logq|logq-tfrs|corrected"""
+    baseline: Optional[str] = flag(None, default_text="the first of --losses")
+    """the loss the others are paired against"""
+    seeds: tuple[int, ...] = flag((0, 1, 2), at_least=0)
+    """seeds: one pair per seed"""
+    steps: int = flag(3000, at_least=1)
+    """training steps of every run (fixed: no early stopping)"""
+    eval_every: int = flag(500, at_least=1)
+    """evaluate the test split every this many steps"""
+    window: int = flag(3, at_least=1)
+    """a run's result: the mean of its last this many evaluations"""
+    batch_size: int = flag(512, at_least=2)
+    """examples per step"""
+    embedding_dim: int = flag(64, at_least=1)
+    """embedding size (two-tower)"""
+    history_length: int = flag(50, at_least=1)
+    """the query reads the user's last this many items (two-tower)"""
+    num_negatives: int = flag(1024, at_least=1)
+    """uniform negatives of the mns-* losses (two-tower)"""
+    learning_rate: float = flag(3e-3, above=0)
+    """Adam's step size (two-tower)"""
+    sasrec_preset: str = flag("cpu", choices=("smoke", "cpu", "long", "fixed", "paper"))
+    """SASRec's architecture (--model sasrec); --steps, --eval-every and --window replace
+    its epochs"""
+    output_dir: str = flag("compare_output", metavar="DIR")
+    """results.csv, curves.csv, report.md and the charts go here"""
+    max_runs: Optional[int] = flag(None, at_least=0, default_text="all")
+    """train at most N unfinished runs, then stop (a rerun goes on)"""
+    json: bool = False
+    """print one JSON object (the plan and the results' rows); progress goes to stderr"""
+
+
+def populate(p) -> None:
+    add_flags(p, UserLogFlags)
+    add_flags(p, CompareFlags)
+
+
+def load_split(args):
+    """The split of ``--interactions`` (with its columns) or of ``--dataset``."""
+    if bool(args.interactions) == bool(args.dataset):
+        raise ValueError("give either --interactions (with --user-column and --item-column) "
+                         "or --dataset.")
+    if args.dataset:
+        from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
+
+        return load_dataset_split(args.dataset, args.split, args.data_dir), args.dataset
+    if not args.user_column or not args.item_column:
+        raise ValueError("--interactions needs --user-column and --item-column.")
+    from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
+
+    source = UserLogSource(args.interactions, args.user_column, args.item_column,
+                           time_column=args.time_column, weight_column=args.weight_column,
+                           format=args.log_format, skip_bad_lines=args.skip_bad_lines)
+    split = load_user_log_split(source, args.split,
+                                min_item_interactions=args.min_item_interactions,
+                                min_user_interactions=args.min_user_interactions,
+                                deduplicate=args.deduplicate)
+    return split, args.interactions
+
+
+def run(args) -> int:
+    from tfrs_logq.studies.compare import Plan, run_compare
+    from tfrs_logq.towers.training import TwoTowerConfig
+
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
+        (lambda m: print(m, flush=True))
+    config = TwoTowerConfig(steps=args.steps, eval_every=args.eval_every,
+                            batch_size=args.batch_size, embedding_dim=args.embedding_dim,
+                            history_length=args.history_length,
+                            num_negatives=args.num_negatives, learning_rate=args.learning_rate,
+                            loss=("inbatch-corrected" if args.model == "sasrec"
+                                  else args.losses[0]))
+    split, name = load_split(args)
+    plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
+                window=args.window, baseline=args.baseline or "", model=args.model,
+                sasrec_preset=args.sasrec_preset,
+                source=f"{name}, split {args.split}")
+    rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs)
+    if args.json:
+        print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
+                          "losses": list(plan.losses), "seeds": list(plan.seeds),
+                          "results": rows}))
+    return 0
