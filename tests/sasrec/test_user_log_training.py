@@ -42,5 +42,5 @@ def test_the_split_of_a_users_log_is_the_user_log_readers(tmp_path):
 ])
 def test_user_log_fields_are_checked_in_one_line(fields, match):
     with pytest.raises(config_lib.ConfigError, match=match) as error:
-        config_lib.TrainConfig(**fields)
+        config_lib.TrainConfig(**fields).validate()
     assert "\n" not in str(error.value)

@@ -184,16 +184,6 @@ class TrainConfig:
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError("preset", f"must be one of {tuple(PRESETS)}, received "
                                         f"{self.preset!r}.")
-        if self.interactions is not None:
-            for name in ("user_column", "item_column"):
-                if not getattr(self, name):
-                    raise ConfigError(name, "is needed with --interactions.")
-            if self.examples:
-                raise ConfigError("interactions", "and --examples both name the data; give one.")
-        elif any(getattr(self, n) for n in ("user_column", "item_column", "time_column",
-                                           "log_format")):
-            raise ConfigError("interactions", "is needed with --user-column, --item-column, "
-                                              "--time-column or --log-format.")
         if self.log_format not in (None, "csv", "tsv", "parquet", "jsonl"):
             raise ConfigError("log_format", f"must be one of csv, tsv, parquet, jsonl, received "
                                             f"{str(self.log_format)[:40]!r}.")
@@ -257,7 +247,8 @@ class TrainConfig:
         """What depends on several fields (apart from `__post_init__`, which the command
         line runs on each flag alone): ``num_heads`` divides ``embedding_dim``, and the
         largest tensor of a training step (`largest_tensor`, with the catalog when
-        ``num_items`` is given) is within ``max_tensor_gib``. Returns self.
+        ``num_items`` is given) is within ``max_tensor_gib``, and a user's log
+        (``interactions``) comes with its user and item columns. Returns self.
 
         Raises:
           ConfigError: it is not.
@@ -265,6 +256,16 @@ class TrainConfig:
         if self.embedding_dim % self.num_heads:
             raise ConfigError("num_heads", f"must divide embedding_dim = {self.embedding_dim}, "
                                            f"received {self.num_heads}.")
+        if self.interactions is not None:
+            for name in ("user_column", "item_column"):
+                if not getattr(self, name):
+                    raise ConfigError(name, "is needed with --interactions.")
+            if self.examples:
+                raise ConfigError("interactions", "and --examples both name the data; give one.")
+        elif any(getattr(self, n) for n in ("user_column", "item_column", "time_column",
+                                           "log_format")):
+            raise ConfigError("interactions", "is needed with --user-column, --item-column, "
+                                              "--time-column or --log-format.")
         if self.max_tensor_gib:
             what, size = largest_tensor(self, num_items)
             if size > self.max_tensor_gib * GIB:
