@@ -24,9 +24,9 @@ The compiler targets the host (``-march=native``), without AVX512-FP16 where tha
 (TensorFlow 2.21's Eigen does not compile with it), else the generic target; a build that
 fails with all three is remembered beside the library and not tried again.
 ``TFRS_LOGQ_NATIVE=0`` turns the kernels off, ``=1`` makes a failed build an error (and
-compiles again); by default a failed build logs a warning once and callers fall back to TensorFlow ops
-(the same results up to float rounding; dropout draws other, equally distributed,
-masks).
+compiles again); by default a failed build logs a warning once and callers fall back to
+TensorFlow ops (the same results up to float rounding; dropout draws other, equally
+distributed, masks).
 
 There are CPU kernels only, and XLA cannot compile them: callers use them on CPU-only
 hosts, outside XLA compilation (`enabled`, `in_xla_context`; see `SequenceObjective`'s

@@ -4,8 +4,8 @@ A *spec* is any object with the fields this module reads (the study's `Run`, the
 log trainer's `TwoTowerConfig`): ``num_items``, ``embedding_dim``, ``history_length``,
 ``sampler`` (in-batch / uniform / mixed), ``num_in_batch_negatives``,
 ``num_uniform_negatives``, ``proposal`` (unigram / mixture / inclusion), ``correction``
-(none / logq-paper / logq-official / corrected), ``batch_size``, ``learning_rate``, ``optimizer``, ``seed``,
-``steps``, ``eval_at`` and ``run_id``.
+(none / logq-paper / logq-official / corrected), ``batch_size``, ``learning_rate``,
+``optimizer``, ``seed``, ``steps``, ``eval_at`` and ``run_id``.
 
 Common random numbers: the initial weights come from ``seed`` alone
 (`tf.keras.utils.set_random_seed`), the negatives of step ``i`` from ``(seed, i)``
