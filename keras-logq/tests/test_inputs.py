@@ -202,14 +202,14 @@ def test_validate_false_skips_the_log_q_check_and_changes_nothing_else():
 
     from keras_logq.losses import sampled_softmax_loss
 
-    args = (np.array([2.0, 1.0]), np.array([[0.0, 1.0], [0.5, -1.0]]))
-    bad = np.log([[2.0, 0.4], [0.2, 0.3]])  # Q = 2 > 1
+    args = (np.array([2.0, 1.0], "float32"), np.array([[0.0, 1.0], [0.5, -1.0]], "float32"))
+    bad = np.log(np.array([[2.0, 0.4], [0.2, 0.3]], "float32"))  # Q = 2 > 1
     with pytest.raises(ValueError, match="negative_log_q"):
         sampled_softmax_loss(*args, correction="corrected", negative_log_q=bad)
     skipped = sampled_softmax_loss(*args, correction="corrected", negative_log_q=bad,
                                    validate=False)
     assert np.isfinite(np.asarray(skipped)).all()
-    good = np.log([[0.2, 0.4], [0.2, 0.3]])
+    good = np.log(np.array([[0.2, 0.4], [0.2, 0.3]], "float32"))
     np.testing.assert_allclose(
         np.asarray(sampled_softmax_loss(*args, correction="logq", negative_log_q=good)),
         np.asarray(sampled_softmax_loss(*args, correction="logq", negative_log_q=good,
