@@ -44,7 +44,7 @@ from tfrs_logq.serving.drain import InFlight
 from tfrs_logq.serving.errors import ServingError
 from tfrs_logq.serving.grpc_service import add_services, bind_grpc, build_grpc_server
 from tfrs_logq.serving.http_server import HttpServer, bind_error
-from tfrs_logq.serving.inputs import _integers, _utf8_strings, check_inputs  # noqa: F401
+from tfrs_logq.serving.inputs import check_inputs  # noqa: F401  (re-exported)
 from tfrs_logq.serving.manager import ModelManager, VersionStatus
 from tfrs_logq.serving.options import ServerOptions
 from tfrs_logq.serving.rest_api import RestApi
@@ -178,4 +178,3 @@ class ModelServer:
 
 __all__ = ["ModelManager", "ModelServer", "Servable", "ServerOptions", "ServingError",
            "VersionStatus", "bind_error", "check_inputs", "read_signature_defs"]
-# _integers and _utf8_strings (imported above) stay importable from here, as before.

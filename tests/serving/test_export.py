@@ -70,20 +70,19 @@ def test_k_larger_than_the_catalog_is_reported(runs, tmp_path, caplog):
     assert meta["default_k"] == meta["num_items"] < 100_000 and path.endswith("1")
 
 
-def test_cli_export_base_path_is_the_version_directory_and_old_layout_warns(runs, tmp_path,
-                                                                            capsys):
+def test_cli_export_base_path_is_the_version_directory(runs, tmp_path, capsys):
     base = tmp_path / "ml1m"
     code = cli.main(["export", "--model-dir", runs[0], "--model_base_path", str(base),
                      "--model_name", "ml1m", "--index", "brute-force", "--k", "5"])
     out, err = capsys.readouterr()
     assert code == 0 and out.strip() == str(base / "1") and "warning" not in err
-    old = tmp_path / "parent"
-    (old / "ml1m" / "1").mkdir(parents=True)  # a version of the old BASE/NAME/VERSION layout
-    code = cli.main(["export", "--model-dir", runs[0], "--model_base_path", str(old),
+    # The unreleased layout BASE/NAME/VERSION is not looked for any more: the next
+    # version goes to BASE/2 whatever BASE/NAME holds.
+    (base / "ml1m" / "1").mkdir(parents=True)
+    code = cli.main(["export", "--model-dir", runs[0], "--model_base_path", str(base),
                      "--model_name", "ml1m", "--index", "brute-force", "--k", "5"])
     out, err = capsys.readouterr()
-    assert code == 0 and out.strip() == str(old / "ml1m" / "2")
-    assert "warning" in err and "TF Serving's base path" in err
+    assert code == 0 and out.strip() == str(base / "2") and "warning" not in err
 
 
 def test_an_existing_version_is_refused_before_the_model_is_loaded(runs, tmp_path, monkeypatch,

@@ -12,7 +12,7 @@ from tfrs_logq.serving.client import make_request, predict_stub
 
 def test_string_inputs_are_sent_to_the_model_as_utf8():
     """numpy's astype(bytes) is ASCII: non-ASCII raw ids were refused."""
-    from tfrs_logq.serving.server import _utf8_strings
+    from tfrs_logq.serving.inputs import _utf8_strings
 
     encoded = _utf8_strings(np.array([["café", "b"]]))
     assert encoded.tolist() == [["café".encode(), b"b"]]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from typing import Optional
 
 from tfrs_logq.cli._common import read_model_config
@@ -53,13 +52,6 @@ def run(args) -> int:
     from tfrs_logq.serving.export import check_model_name, export_version
 
     check_model_name(args.model_name)
-    old_layout = os.path.join(base, args.model_name)
-    if os.path.isdir(old_layout) and any(d.isdigit() for d in os.listdir(old_layout)):
-        print(f"tfrs-logq: warning: --model_base_path is TF Serving's base path (the directory "
-              f"of versions) since 0.2; {old_layout} holds versions of the old layout "
-              f"(BASE/NAME/VERSION), so this version goes there too. Pass --model_base_path "
-              f"{old_layout} to silence this.", file=sys.stderr)
-        base = old_layout
     path = export_version(args.model_dir, base, version=args.version, index=args.index,
                           default_k=args.k, search_fraction=args.scann_search_fraction,
                           target_recall=args.target_recall, max_k=args.max_k)
