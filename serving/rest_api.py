@@ -188,7 +188,9 @@ class RestApi:
         return json_response(200, {
             "model_spec": {"name": name, "signature_name": "",
                            "version": str(servable.version)},
-            "metadata": {"signature_def": {"signature_def": signatures}}})
+            "metadata": {"signature_def": {"signature_def": signatures},
+                         # Not TF Serving's: the index and its measured recall (issue 37).
+                         "index": servable.index_summary()}})
 
     async def predict(self, request):
         body = await self._read_body(request)

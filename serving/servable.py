@@ -56,6 +56,13 @@ class Servable:
                                options.request_timeout_in_ms,
                                max_batch_rows_times_k=options.max_rows_times_k)
 
+    def index_summary(self) -> dict:
+        """What the export says of its index (``assets/export.json``): its kind, ScaNN's
+        settings and the recall the export measured against brute force (None where the
+        export predates them, or for brute force)."""
+        return {"kind": self.meta.get("index"), "scann": self.meta.get("scann"),
+                "scann_tuning": self.meta.get("scann_tuning")}
+
     def signature(self, signature_name: str):
         """``(name, concrete function)``; the default signature for ``""``."""
         name = signature_name or tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
