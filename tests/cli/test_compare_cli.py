@@ -73,3 +73,16 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path):
     assert "inbatch-corrected against inbatch-logq, recall@10:" in report
     again = _cli("compare", "--interactions", "x.csv", "--dataset", "ml-1m")
     assert again.returncode == 2 and "either --interactions" in again.stderr
+
+
+def test_train_on_a_log_through_the_cli_with_a_line_per_epoch_in_a_pipe(log_csv, tmp_path):
+    # Issue 36: `train --interactions`; issue 37: Keras' \r progress bar in piped logs.
+    proc = _cli("train", "--interactions", log_csv, "--user-column", "user", "--item-column",
+                "item", "--preset", "smoke", "--max-epochs", "1", "--steps-per-epoch", "2",
+                "--model-dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "\r" not in proc.stdout and "\r" not in proc.stderr
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert result["split"] == "loo" and 0.0 <= result["test"]["recall@10"] <= 1.0
+    with open(tmp_path / "run" / "config.json") as f:
+        assert json.load(f)["interactions"] == log_csv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Optional
 
 from tfrs_logq.cli._common import (
@@ -43,22 +44,27 @@ def run(args) -> int:
 
     overrides = training_overrides(args)
     given = {**PRESETS.get(overrides.get("preset") or "", {}), **overrides}
-    if "split" not in given and not overrides.get("examples"):  # the artifact's, else:
+    if "split" not in given and overrides.get("interactions"):  # a user's log
+        overrides["split"] = "temporal" if overrides.get("time_column") else "loo"
+    elif "split" not in given and not overrides.get("examples"):  # the artifact's, else:
         overrides["split"] = default_split(overrides.get("data_format"))
     config = training.resolve_config(**overrides)
     if config.examples:  # the ExampleGen artifact decides the data and split
         config = training.examples_config(config, explicit=set(overrides))
         split = training.load_config_split(config)
+    elif config.interactions:  # a user's log (pipelines.user_log)
+        split = training.load_config_split(config)
     else:
         split = load_split(config.dataset, config.split, config.data_dir,
                            data_format=config.data_format,
                            temporal_fraction=config.temporal_fraction, **load_options(args))
-    if config.dataset == "ml-1m" and not config.examples:
+    if config.dataset == "ml-1m" and not config.examples and not config.interactions:
         # record the file format used, for export and evaluate
         config = dataclasses.replace(config, data_format=split.interactions.data_format)
     kwargs = {"overwrite": True} if args.overwrite else {}
-    result = training.train(config, args.model_dir, verbose=0 if args.json else "auto",
-                            split=split, **kwargs)
+    # Keras' progress bar rewrites one line with \r: in a pipe or a log, a line per epoch.
+    verbose = 0 if args.json else ("auto" if sys.stdout.isatty() else 2)
+    result = training.train(config, args.model_dir, verbose=verbose, split=split, **kwargs)
     result = {**result, "data": data_record(split.interactions)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     warn_if_smoke(config.preset)
