@@ -201,9 +201,9 @@ def difference_lines(rows: list[dict]) -> list[str]:
             f"The trained model's median positive share of the standard denominator is "
             f"{share}: where it is large the two losses differ, and which wins depends on k "
             "(and on the standard form and sampler: docs/study.md).",
-            "One seed on one synthetic world: differences under about 0.005 are within the "
-            "seed-to-seed noise here. For a paired verdict with intervals on your own log: "
-            "tfrs-logq compare (docs/compare.md)."]
+            "One seed on one synthetic world: a single run's difference includes the "
+            "seed-to-seed noise, which this demo does not measure. For a paired verdict with "
+            "intervals on your own log: tfrs-logq compare (docs/compare.md)."]
 
 
 def run_demo(config: DemoConfig, output_dir: str, verbose="auto", as_json: bool = False) -> list:
