@@ -91,29 +91,6 @@ def populate(p) -> None:
     add_flags(p, CompareFlags)
 
 
-def load_split(args):
-    """The split of ``--interactions`` (with its columns) or of ``--dataset``."""
-    if bool(args.interactions) == bool(args.dataset):
-        raise ValueError("give either --interactions (with --user-column and --item-column) "
-                         "or --dataset.")
-    if args.dataset:
-        from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
-
-        return load_dataset_split(args.dataset, args.split, args.data_dir), args.dataset
-    if not args.user_column or not args.item_column:
-        raise ValueError("--interactions needs --user-column and --item-column.")
-    from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
-
-    source = UserLogSource(args.interactions, args.user_column, args.item_column,
-                           time_column=args.time_column, weight_column=args.weight_column,
-                           format=args.log_format, skip_bad_lines=args.skip_bad_lines)
-    split = load_user_log_split(source, args.split,
-                                min_item_interactions=args.min_item_interactions,
-                                min_user_interactions=args.min_user_interactions,
-                                deduplicate=args.deduplicate)
-    return split, args.interactions
-
-
 def run(args) -> int:
     from tfrs_logq.studies.compare import Plan, run_compare
     from tfrs_logq.towers.training import TwoTowerConfig
@@ -126,7 +103,12 @@ def run(args) -> int:
                             num_negatives=args.num_negatives, learning_rate=args.learning_rate,
                             loss=("inbatch-corrected" if args.model == "sasrec"
                                   else args.losses[0]))
-    split, name = load_split(args)
+    from tfrs_logq.cli.data import load_any_split
+
+    if bool(args.interactions) == bool(args.dataset):
+        raise ValueError("give either --interactions (with --user-column and --item-column) "
+                         "or --dataset.")
+    split, name = load_any_split(args)
     plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
                 window=args.window, baseline=args.baseline or "", model=args.model,
                 sasrec_preset=args.sasrec_preset,

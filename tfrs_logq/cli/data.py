@@ -25,7 +25,8 @@ def populate(p) -> None:
 
 def load_any_split(args):
     """``(split, name)`` of ``--interactions`` (a user's log: its base name) or of the
-    built-in ``--dataset``."""
+    built-in ``--dataset``; the one loader of `data stats`, and of `compare` (whose
+    preprocessing flags, where a command has them, are passed on)."""
     if getattr(args, "interactions", None):
         import os
 
@@ -41,16 +42,21 @@ def load_any_split(args):
                                time_column=args.time_column, format=args.log_format,
                                skip_bad_lines=args.skip_bad_lines)
         split_name = args.split or ("temporal" if args.time_column else "loo")
+        knobs = {k: getattr(args, k) for k in ("min_item_interactions", "min_user_interactions",
+                                               "deduplicate") if hasattr(args, k)}
         split = load_user_log_split(source, split_name,
-                                    temporal_fraction=args.temporal_fraction)
+                                    temporal_fraction=getattr(args, "temporal_fraction", None),
+                                    **knobs)
         return split, os.path.basename(os.path.normpath(args.interactions))
     from tfrs_logq.pipelines.datasets import load_split
     from tfrs_logq.sasrec.config import TrainConfig
 
     dataset = args.dataset or TrainConfig.dataset
-    split_name = args.split or default_split(args.data_format)
-    return load_split(dataset, split_name, args.data_dir, data_format=args.data_format,
-                      temporal_fraction=args.temporal_fraction, **load_options(args)), dataset
+    split_name = args.split or default_split(getattr(args, "data_format", None))
+    return load_split(dataset, split_name, args.data_dir,
+                      data_format=getattr(args, "data_format", None),
+                      temporal_fraction=getattr(args, "temporal_fraction", None),
+                      **(load_options(args) if hasattr(args, "cache") else {})), dataset
 
 
 def run(args) -> int:
