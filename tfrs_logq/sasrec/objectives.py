@@ -304,7 +304,9 @@ class SequenceObjective(tf.Module):
             per_position = sampled_softmax_loss(
                 positive, logits, correction=self.spec.correction,
                 negative_log_q=self._negative_log_q(flat_t, uniform, in_batch),
-                is_negative=is_negative)
+                # log Q comes from this objective's own count tables (log of a share, at
+                # most 0 by construction): no per-step check on the training hot path.
+                is_negative=is_negative, validate=False)
         return self._reduce(per_position, weight)
 
     def _positions(self, queries, targets, is_target, uniform):
