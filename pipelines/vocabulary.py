@@ -35,11 +35,14 @@ import pyarrow.compute as pc
 from tfrs_logq._util.atomic import write_json
 
 __all__ = ["IdEncoder", "Vocabulary", "vocabularies", "save_vocabularies",
-           "load_vocabularies", "VOCABULARY_FILES"]
+           "load_vocabularies", "VOCABULARY_FILES", "RUN_ITEMS_FILE", "write_run_items",
+           "read_run_items"]
 
 KINDS = ("users", "items")
 VOCABULARY_FILES = {"users": "users.json", "items": "items.json"}
 _FIRST_ID = {"users": 0, "items": 1}  # items start at 1: 0 is padding
+# A training run's item vocabulary (SASRec and two-tower alike): what export reads.
+RUN_ITEMS_FILE = "vocabulary.json"
 
 
 def _normalise(column: pa.Array) -> pa.Array:
@@ -256,3 +259,21 @@ def load_vocabularies(directory: str) -> tuple[Vocabulary, Vocabulary]:
                              f"{vocabulary.kind} vocabulary, not the {kind} one.")
         loaded.append(vocabulary)
     return loaded[0], loaded[1]
+
+
+def write_run_items(model_dir: str, raw_items) -> None:
+    """A training run's ``vocabulary.json``: ``{"raw_items": [...]}``, the raw id (as text)
+    of internal item ``i + 1`` at ``i``, written atomically."""
+    write_json(os.path.join(model_dir, RUN_ITEMS_FILE),
+               {"raw_items": [str(x) for x in raw_items]}, indent=None)
+
+
+def read_run_items(model_dir: str) -> np.ndarray:
+    """A run's item vocabulary (`write_run_items`): int64 when every id is an integer,
+    else strings."""
+    with open(os.path.join(model_dir, RUN_ITEMS_FILE), encoding="utf-8") as f:
+        raw = json.load(f)["raw_items"]
+    raw_ids = np.asarray(raw)
+    if all(x.lstrip("-").isdigit() for x in raw):
+        raw_ids = raw_ids.astype(np.int64)
+    return raw_ids

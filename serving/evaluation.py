@@ -72,11 +72,12 @@ def _load_test_split(model_dir: str, config: dict, dataset, split_name, data_dir
             "the temporal split needs timestamps; this model was trained on SASRec's "
             f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
             "evaluate it with --split loo or --split gsasrec.")
-    if config.get("examples") and not overridden:
-        # trained on a pipeline's ExampleGen artifact (`train --examples`): its split
-        from tfrs_logq.pipelines.examples import read_split
+    if (config.get("examples") or config.get("interactions")) and not overridden:
+        # trained on a pipeline's ExampleGen artifact (`train --examples`) or a user's
+        # log (`train --interactions`): the run's own split
+        from tfrs_logq.serving.export import load_run_split
 
-        split = read_split(config["examples"])
+        split = load_run_split(model_dir)
     else:
         split = load_split(dataset, split_name, data_dir or config.get("data_dir"),
                            data_format=fmt, temporal_fraction=config.get("temporal_fraction"),

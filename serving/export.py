@@ -37,8 +37,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.atomic import publish_directory, remove_stale_staging, staging_directory
-from tfrs_logq.sasrec.models import SASRecEncoder
-from tfrs_logq.sasrec.trained import load_trained  # noqa: F401  (the export's input; re-exported)
+from tfrs_logq.sasrec import trained as sasrec_trained
+from tfrs_logq.towers import run as tower_run
 
 INDEXES = ("scann", "brute-force")
 # A servable name is one path component: no separators, no "..", nothing hidden.
@@ -56,11 +56,36 @@ def check_model_name(name: str) -> str:
     return name
 
 
+def load_trained(model_dir: str):
+    """``(encoder, config, raw_item_ids)`` of a finished training run, SASRec
+    (`tfrs_logq.sasrec.trained.load_trained`) or two-tower (`tfrs_logq.towers.run.load_run`):
+    the encoder has ``max_length``, ``last_query(history)`` and ``item_embeddings()``."""
+    if tower_run.is_two_tower_run(model_dir):
+        return tower_run.load_run(model_dir)
+    return sasrec_trained.load_trained(model_dir)
+
+
+def load_run_split(model_dir: str):
+    """The `Split` a training run (SASRec or two-tower) trained on, reloaded from the data
+    fields of its ``config.json``."""
+    if tower_run.is_two_tower_run(model_dir):
+        from tfrs_logq.sasrec.config import DATA_FIELDS, TrainConfig
+        from tfrs_logq.sasrec.training import load_config_split
+
+        with open(os.path.join(model_dir, "config.json")) as f:
+            record = json.load(f)
+        return load_config_split(TrainConfig(**{k: record[k] for k in DATA_FIELDS
+                                                if k in record}))
+    return sasrec_trained.load_run_split(model_dir)
+
+
 def run_fingerprint(model_dir: str) -> str:
-    """sha256 over a training run's ``config.json``, ``vocabulary.json`` and best weights."""
+    """sha256 over a training run's ``config.json``, ``vocabulary.json`` and weights (a
+    SASRec run's best, a two-tower run's final)."""
     digest = hashlib.sha256()
     names = ["config.json", "vocabulary.json"] + sorted(
-        f for f in os.listdir(model_dir) if f.startswith("best.weights"))
+        f for f in os.listdir(model_dir)
+        if f.startswith("best.weights") or f.startswith(tower_run.WEIGHTS))
     for name in names:
         digest.update(name.encode())
         with open(os.path.join(model_dir, name), "rb") as f:
@@ -302,6 +327,9 @@ def tune_scann(searcher, items: np.ndarray, queries: np.ndarray, params: dict,
 class RetrievalModule(tf.Module):
     """Query encoder + vocabulary + index, with the three serving signatures.
 
+    ``encoder``: a `SASRecEncoder` or a two-tower run's `tfrs_logq.towers.run.TowerEncoder`
+    (``max_length``, ``last_query``, ``item_embeddings``).
+
     Args (ScaNN): ``scann_params`` fixes the settings (measured, not tuned); else
     `scann_parameters` of the catalog, ``default_k`` and ``max_k``, with the leaves
     searched tuned to ``target_recall`` on ``tuning_queries`` (`tune_scann`) unless a
@@ -309,7 +337,7 @@ class RetrievalModule(tf.Module):
     ``search_fraction`` (default 1/20) applies. ``self.scann_tuning`` is the report.
     """
 
-    def __init__(self, encoder: SASRecEncoder, raw_item_ids: np.ndarray, index: str,
+    def __init__(self, encoder, raw_item_ids: np.ndarray, index: str,
                  default_k: int = 100, scann_params: Optional[dict] = None,
                  search_fraction: Optional[float] = None, *,
                  max_k: int = DEFAULT_MAX_K, target_recall: float = DEFAULT_TARGET_RECALL,
@@ -428,14 +456,13 @@ def _free_version_path(base: str, version: int) -> str:
     return final
 
 
-def run_queries(encoder: SASRecEncoder, model_dir: str, raw_ids: np.ndarray,
+def run_queries(encoder, model_dir: str, raw_ids: np.ndarray,
                 count: int = DEFAULT_TUNING_QUERIES, seed: int = 0) -> tuple[np.ndarray, str]:
     """Query embeddings of a seeded sample of ``count`` validation users of the run's own
     data (their histories before the validation target), and a line saying so; where the
     data cannot be loaded (moved, another vocabulary), random histories of the catalog's
     items instead, with a one-line warning."""
     from tfrs_logq.pipelines.sequential import left_pad
-    from tfrs_logq.sasrec.trained import load_run_split
 
     rng = np.random.default_rng(seed)
     try:
@@ -549,6 +576,6 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
 __all__ = ["DEFAULT_MAX_K", "DEFAULT_SEARCH_FRACTION", "DEFAULT_TARGET_RECALL",
            "DEFAULT_TUNING_QUERIES", "INDEXES", "MAX_REORDER_FACTOR", "REORDER_FACTOR",
            "RetrievalModule", "build_scann_searcher", "check_model_name", "export",
-           "export_version", "load_trained", "remove_stale_temporaries", "run_fingerprint",
-           "run_queries", "scann_ops_or_error", "scann_parameters", "search_scann",
-           "search_settings", "tune_scann"]
+           "export_version", "load_run_split", "load_trained", "remove_stale_temporaries",
+           "run_fingerprint", "run_queries", "scann_ops_or_error", "scann_parameters",
+           "search_scann", "search_settings", "tune_scann"]

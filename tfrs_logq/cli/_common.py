@@ -29,10 +29,6 @@ class LoadOptions:
     """download the data when no local copy exists"""
 
 
-_DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction",
-                "examples", "log_q", "interactions", "user_column", "item_column",
-                "time_column", "log_format")
-
 
 def train_flag_meta(more: dict, presets: bool) -> dict:
     """`flag` metadata of `TrainConfig`'s fields (their flags, ``--xla``; the names each
@@ -42,7 +38,8 @@ def train_flag_meta(more: dict, presets: bool) -> dict:
     from tfrs_logq.sasrec import config
 
     fraction = ", ".join(f"{v} for {k}" for k, v in datasets.DEFAULT_TEMPORAL_FRACTION.items())
-    meta = {name: {"name": flag_name, **({"group": "data"} if name in _DATA_FIELDS else {})}
+    data_fields = (*config.DATA_FIELDS, "log_q")
+    meta = {name: {"name": flag_name, **({"group": "data"} if name in data_fields else {})}
             for name, flag_name in config.FLAGS.items()}
     for name, extra in {
             "dataset": {"choices": datasets.DATASETS}, "loss": {"choices": config.OBJECTIVES},

@@ -198,15 +198,17 @@ def _train_check(name: str, value) -> None:
     TrainConfig(**{name: value})  # ConfigError (a ValueError) names the problem
 
 
-def add_train_flags(parser, *, only=None, skip=(), meta=None, group="model and training"):
+def add_train_flags(parser, *, only=None, skip=(), meta=None, group="model and training",
+                    check=True):
     """A flag per `TrainConfig` field, each value checked by `TrainConfig` (``argument
-    --seed: must be >= 0, received -1.``); a flag not given leaves the preset alone."""
+    --seed: must be >= 0, received -1.``) unless not ``check``; a flag not given leaves
+    the preset alone."""
     from tfrs_logq.cli._common import train_flag_meta
     from tfrs_logq.sasrec.config import TrainConfig
 
     presets = only is None or "preset" in only  # each preset's values, where it is a flag
     add_flags(parser, TrainConfig, only=only, skip=skip, meta=train_flag_meta(meta or {}, presets),
-              group=group, check=_train_check, unset=True)
+              group=group, check=_train_check if check else None, unset=True)
 
 
 def config_file(path: str, flag_name: str = "--config") -> dict:

@@ -1,4 +1,5 @@
-"""``tfrs-logq train``: one SASRec training run (`tfrs_logq.sasrec.training.train`)."""
+"""``tfrs-logq train``: one training run, SASRec (`tfrs_logq.sasrec.training.train`) or,
+with ``--model two-tower``, a two-tower retrieval model (`tfrs_logq.towers.run`)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,24 @@ from tfrs_logq.cli._common import (
     load_options,
     warn_if_smoke,
 )
-from tfrs_logq.cli._flags import add_flags, add_train_flags, flag, training_overrides
+from tfrs_logq.cli._flags import add_flags, add_train_flags, flag, training_overrides, values
+
+MODELS = ("sasrec", "two-tower")
+# TrainConfig's fields a two-tower run takes (the data fields and these); the others are
+# SASRec's and refused with --model two-tower.
+TWO_TOWER_SHARED = ("loss", "seed", "batch_size", "embedding_dim", "num_negatives",
+                    "learning_rate")
 
 
 @dataclasses.dataclass
 class TrainFlags:
     model_dir: str = flag(metavar="DIR")
-    """where the run goes (config.json, best weights, metrics.json, logs)"""
+    """where the run goes (config.json, weights, metrics.json, logs)"""
+    model: str = flag("sasrec", choices=MODELS)
+    """the model family: SASRec, or a two-tower model (a query tower over the user's last
+    --history-length items, an item table; --loss inbatch|mns x none|logq|logq-tfrs|corrected)"""
     config: Optional[str] = flag(None, metavar="FILE")
-    """JSON object of TrainConfig fields (and "preset"); flags override it"""
+    """JSON object of TrainConfig fields (and "preset"); flags override it (SASRec)"""
     overwrite: bool = False
     """replace a run of another config (or a finished one) in --model-dir; without it such
     a directory is refused, and an interrupted run of the same config resumes"""
@@ -30,37 +40,80 @@ class TrainFlags:
     """print the metrics as one JSON object"""
 
 
+@dataclasses.dataclass
+class TwoTowerFlags:
+    """The two-tower model's own flags (`tfrs_logq.towers.training.TwoTowerConfig`)."""
+
+    steps: Optional[int] = flag(None, at_least=1, default_text="3000")
+    """training steps (fixed length: no early stopping)"""
+    history_length: Optional[int] = flag(None, at_least=1, default_text="50")
+    """the query tower reads the user's last this many items"""
+    optimizer: Optional[str] = flag(None, choices=("lazy-adam", "adam"),
+                                    default_text="lazy-adam: a step independent of the catalog")
+    """lazy-adam updates only the table rows a batch touches"""
+    eval_every: Optional[int] = flag(None, at_least=1, default_text="500")
+    """evaluate the test split every this many steps (and at the last)"""
+
+
 def populate(p) -> None:
-    add_flags(p, TrainFlags, only=("model_dir",))
-    add_train_flags(p)
+    from tfrs_logq.sasrec.config import OBJECTIVES
+    from tfrs_logq.towers.training import LOSSES
+
+    add_flags(p, TrainFlags, only=("model_dir", "model"))
+    loss = {"loss": {"choices": OBJECTIVES + tuple(x for x in LOSSES if x not in OBJECTIVES),
+                     "default_text": "mns-corrected; two-tower: inbatch-corrected"}}
+    add_train_flags(p, skip=("loss",))
+    add_train_flags(p, only=("loss",), meta=loss, check=False)  # either family's names
+    add_flags(p, TwoTowerFlags, group="two-tower (--model two-tower)")
     add_flags(p, LoadOptions, group="data")
-    add_flags(p, TrainFlags, skip=("model_dir",))
+    add_flags(p, TrainFlags, skip=("model_dir", "model"))
+
+
+def _with_split(overrides: dict, preset_fields: dict = {}) -> dict:  # noqa: B006 (read only)
+    """``overrides`` with the split a run takes when no flag, file or preset gives one:
+    a user's log's temporal (or leave-one-out without times), an ExampleGen artifact's
+    own (left unset), else `default_split`."""
+    if "split" in {**preset_fields, **overrides} or overrides.get("examples"):
+        return overrides
+    if overrides.get("interactions"):
+        return {**overrides, "split": "temporal" if overrides.get("time_column") else "loo"}
+    return {**overrides, "split": default_split(overrides.get("data_format"))}
+
+
+def _load(config, overrides: dict, args):
+    """``(config, split)``: the split ``config``'s data fields name (an ExampleGen
+    artifact's, which then decides the data fields; a user's log; a built-in dataset,
+    read with the load flags, its file format recorded in the config)."""
+    from tfrs_logq.pipelines.datasets import load_split
+    from tfrs_logq.sasrec import training
+
+    if config.examples:
+        config = training.examples_config(config, explicit=set(overrides))
+        return config, training.load_config_split(config)
+    if config.interactions:
+        return config, training.load_config_split(config)
+    split = load_split(config.dataset, config.split, config.data_dir,
+                       data_format=config.data_format,
+                       temporal_fraction=config.temporal_fraction, **load_options(args))
+    if config.dataset == "ml-1m":  # the file format used, for export and evaluate
+        config = dataclasses.replace(config, data_format=split.interactions.data_format)
+    return config, split
 
 
 def run(args) -> int:
-    from tfrs_logq.pipelines.datasets import load_split
+    if args.model == "two-tower":
+        return _run_two_tower(args)
+    given = [f"--{k.replace('_', '-')}" for k, v in values(args, TwoTowerFlags).items()
+             if v is not None]
+    if given:
+        raise ValueError(f"{given[0]} is a two-tower flag: add --model two-tower, or leave "
+                         "it out for SASRec.")
     from tfrs_logq.sasrec import training
     from tfrs_logq.sasrec.config import PRESETS
 
     overrides = training_overrides(args)
-    given = {**PRESETS.get(overrides.get("preset") or "", {}), **overrides}
-    if "split" not in given and overrides.get("interactions"):  # a user's log
-        overrides["split"] = "temporal" if overrides.get("time_column") else "loo"
-    elif "split" not in given and not overrides.get("examples"):  # the artifact's, else:
-        overrides["split"] = default_split(overrides.get("data_format"))
-    config = training.resolve_config(**overrides)
-    if config.examples:  # the ExampleGen artifact decides the data and split
-        config = training.examples_config(config, explicit=set(overrides))
-        split = training.load_config_split(config)
-    elif config.interactions:  # a user's log (pipelines.user_log)
-        split = training.load_config_split(config)
-    else:
-        split = load_split(config.dataset, config.split, config.data_dir,
-                           data_format=config.data_format,
-                           temporal_fraction=config.temporal_fraction, **load_options(args))
-    if config.dataset == "ml-1m" and not config.examples and not config.interactions:
-        # record the file format used, for export and evaluate
-        config = dataclasses.replace(config, data_format=split.interactions.data_format)
+    overrides = _with_split(overrides, PRESETS.get(overrides.get("preset") or "", {}))
+    config, split = _load(training.resolve_config(**overrides), overrides, args)
     kwargs = {"overwrite": True} if args.overwrite else {}
     # Keras' progress bar rewrites one line with \r: in a pipe or a log, a line per epoch.
     verbose = 0 if args.json else ("auto" if sys.stdout.isatty() else 2)
@@ -68,4 +121,44 @@ def run(args) -> int:
     result = {**result, "data": data_record(split.interactions)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     warn_if_smoke(config.preset)
+    return 0
+
+
+def _run_two_tower(args) -> int:
+    """``train --model two-tower``: the data flags as for SASRec, the model's own
+    (`TwoTowerFlags` and `TWO_TOWER_SHARED`); SASRec's other flags are refused."""
+    from tfrs_logq.sasrec.config import DATA_FIELDS, TrainConfig
+    from tfrs_logq.sasrec.run_directory import saved_config
+    from tfrs_logq.towers.run import train_run
+    from tfrs_logq.towers.training import TwoTowerConfig
+
+    if args.config:
+        raise ValueError("--config holds SASRec's TrainConfig fields: give the two-tower "
+                         "model's as flags.")
+    given = {k: v for k, v in values(args, TrainConfig).items() if v is not None}
+    sasrec_only = [k for k in given if k not in DATA_FIELDS and k not in TWO_TOWER_SHARED]
+    if sasrec_only:
+        raise ValueError(f"--{sasrec_only[0].replace('_', '-')} is a SASRec flag, not taken "
+                         "by --model two-tower.")
+    config = TwoTowerConfig(**{k: v for k, v in given.items() if k in TWO_TOWER_SHARED},
+                            **{k: v for k, v in values(args, TwoTowerFlags).items()
+                               if v is not None})
+    overrides = _with_split({k: v for k, v in given.items() if k in DATA_FIELDS})
+    data_config, split = _load(TrainConfig(**overrides), overrides, args)
+    saved = saved_config(data_config)  # paths made absolute
+    data = {k: saved[k] for k in DATA_FIELDS}
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
+        (lambda m: print(m, flush=True))
+    say(f"two-tower {config.loss}: {split.num_items:,} items, {config.steps:,} steps of "
+        f"{config.batch_size:,}, evaluating the test split every {config.eval_every:,}")
+
+    def on_eval(row: dict) -> None:
+        shown = [k for k in row if k.startswith(("recall@", "ndcg@"))][:4]
+        say(f"  step {row['steps']:,}: " + ", ".join(f"{k} {row[k]:.4f}" for k in shown))
+
+    result = train_run(config, split, args.model_dir, data, overwrite=args.overwrite,
+                       on_eval=on_eval)
+    result = {**{k: v for k, v in result.items() if k != "evaluations"},
+              "model": "two-tower", "data": data_record(split.interactions)}
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0

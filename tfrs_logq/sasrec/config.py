@@ -63,6 +63,11 @@ LIMITS = {
 }
 # Keys a run's config.json holds beside the TrainConfig fields (`run_directory.saved_config`).
 RUN_RECORD_KEYS = ("num_items",)
+# The fields that say which data and which split a run reads (and nothing about the
+# model): a two-tower run records them too, so export and evaluation reload its split.
+DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction",
+               "examples", "interactions", "user_column", "item_column", "time_column",
+               "log_format")
 GIB = 1 << 30
 
 
@@ -431,6 +436,6 @@ def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
     return dataclasses.replace(config, **found)
 
 
-__all__ = ["FLAGS", "LIMITS", "MIXED_PRECISION_POLICIES", "MONITOR", "OBJECTIVES", "PRESETS",
-           "RUN_RECORD_KEYS", "STRATEGIES", "ConfigError", "TrainConfig", "examples_config",
-           "largest_tensor", "resolve_config"]
+__all__ = ["DATA_FIELDS", "FLAGS", "LIMITS", "MIXED_PRECISION_POLICIES", "MONITOR", "OBJECTIVES",
+           "PRESETS", "RUN_RECORD_KEYS", "STRATEGIES", "ConfigError", "TrainConfig",
+           "examples_config", "largest_tensor", "resolve_config"]

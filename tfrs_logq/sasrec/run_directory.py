@@ -80,7 +80,7 @@ _UNTRAINED_RUN_FILES = ("config.json", "vocabulary.json", "logs", "backup")
 def saved_config(config: TrainConfig, num_items: Optional[int] = None) -> dict:
     """``config.json`` of a run: the config (data_dir made absolute) and the catalog size."""
     saved = config.to_dict()
-    for name in ("data_dir", "examples", "log_q"):
+    for name in ("data_dir", "examples", "log_q", "interactions"):
         if saved[name]:
             saved[name] = os.path.abspath(saved[name])
     if num_items is not None:

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.pipelines.vocabulary import read_run_items
 from tfrs_logq.sasrec.config import TrainConfig
 from tfrs_logq.sasrec.models import SASRecEncoder, SequentialRetrievalModel
 from tfrs_logq.sasrec.objectives import make_objective
@@ -45,12 +46,7 @@ def read_train_config(model_dir: str) -> TrainConfig:
 def read_vocabulary(model_dir: str) -> np.ndarray:
     """The raw id of each item, in internal order (internal id ``i + 1`` at ``i``):
     int64 when every id is an integer, else strings."""
-    with open(os.path.join(model_dir, "vocabulary.json")) as f:
-        raw = json.load(f)["raw_items"]
-    raw_ids = np.asarray(raw)
-    if all(x.lstrip("-").isdigit() for x in raw):
-        raw_ids = raw_ids.astype(np.int64)
-    return raw_ids
+    return read_run_items(model_dir)
 
 
 def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:

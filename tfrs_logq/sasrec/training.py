@@ -40,6 +40,7 @@ from tfrs_logq._util.atomic import write_json
 from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
 from tfrs_logq.pipelines.splits import Split
+from tfrs_logq.pipelines.vocabulary import write_run_items
 from tfrs_logq.sasrec.callbacks import (
     BestEpochKeeper,
     EpochCheckpoint,
@@ -275,8 +276,7 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     strategy = make_strategy(config.strategy)
     os.makedirs(model_dir, exist_ok=True)
     if mode == "new":
-        write_json(os.path.join(model_dir, "vocabulary.json"),
-                   {"raw_items": [str(x) for x in split.interactions.raw_items]}, indent=None)
+        write_run_items(model_dir, split.interactions.raw_items)
         # config.json last: it marks the directory as this run's.
         write_json(os.path.join(model_dir, "config.json"), saved_config(config, split.num_items))
 

@@ -193,6 +193,11 @@ class Examples:
         return from_step
 
 
+def run_spec(config: TwoTowerConfig, num_items: int) -> _Spec:
+    """What `tfrs_logq.towers.loop` reads of a run of ``config`` on ``num_items`` items."""
+    return _Spec(config, int(num_items))
+
+
 def _ks(num_items: int) -> tuple:
     """Recall/NDCG cut-offs the catalog allows: 10, 100, 1000 below its size."""
     return tuple(k for k in (10, 100, 1000) if k < num_items) or (max(1, num_items - 1),)
@@ -225,7 +230,8 @@ def positive_share(model: TowerModel, arrays: dict, log_q: np.ndarray, num_negat
 def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = None,
           on_eval: Optional[Callable[[dict], None]] = None,
           done: Sequence[int] = (), on_step: Optional[Callable[[int], None]] = None,
-          examples: Optional[Examples] = None, checkpoint_seconds: float = 120.0) -> dict:
+          examples: Optional[Examples] = None, checkpoint_seconds: float = 120.0,
+          on_trained: Optional[Callable[[TowerModel], None]] = None) -> dict:
     """Trains one run and evaluates the test split at ``config.eval_steps``.
 
     Returns the last evaluation: ``{"steps", "recall@k", "ndcg@k", ...,
@@ -233,9 +239,10 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     ``on_eval(row)`` receives every evaluation as it is made, the last included, except
     those whose step is in ``done`` (made before a kill). ``checkpoint_dir``: exact
     resume (`tfrs_logq.towers.loop.train_loop`). ``examples``: the split's `Examples`,
-    to share them between runs.
+    to share them between runs. ``on_trained(model)`` receives the trained model before
+    its last evaluation (to save it).
     """
-    spec = _Spec(config, split.num_items)
+    spec = run_spec(config, split.num_items)
     examples = examples or Examples(split, config.history_length)
     log_q = split.train_log_q()
     table = proposal_log_q_table(spec, log_q)
@@ -262,6 +269,8 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
                                table, checkpoint_dir=checkpoint_dir,
                                checkpoint_seconds=checkpoint_seconds, on_step=on_step,
                                on_eval=evaluated)
+    if on_trained is not None:
+        on_trained(model)
     last = measure(config.steps, model, timing)
     last.update(positive_share(model, arrays, log_q, spec.num_in_batch_negatives
                                + spec.num_uniform_negatives))
@@ -270,4 +279,4 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     return last
 
 
-__all__ = ["Examples", "LOSSES", "TwoTowerConfig", "positive_share", "train"]
+__all__ = ["Examples", "LOSSES", "TwoTowerConfig", "positive_share", "run_spec", "train"]

@@ -1,0 +1,190 @@
+"""A two-tower training run in a directory (``tfrs-logq train --model two-tower``).
+
+One run of `tfrs_logq.towers.training.train` on a split, its state and results in
+``model_dir``, laid out as a SASRec run's where export and evaluation read it:
+
+- ``config.json``: ``{"model": "two-tower", "two_tower": {TwoTowerConfig fields},
+  "num_items", "max_length"}`` and the data fields the caller gives (which data, which
+  split: what reloads the split), written last when a run is created;
+- ``vocabulary.json``: ``{"raw_items": [...]}``, the log's own id of internal item
+  ``i + 1`` at ``i``, so an export answers in the log's ids;
+- ``checkpoint/``: the step checkpoint (a killed run goes on from it and ends exactly
+  as an uninterrupted one); ``evaluations.json``: the test evaluations so far;
+- ``final.weights.*``: the trained towers, and ``metrics.json``: the last evaluation,
+  both written when the run has finished (``metrics.json`` last).
+
+A directory holding another run, or this run finished, is refused unless
+``overwrite``; a second process training into it is refused at once (its lock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tfrs_logq._util.atomic import write_json
+from tfrs_logq._util.locks import ExclusiveLock, LockHeld, describe_holder
+from tfrs_logq.pipelines.splits import Split
+from tfrs_logq.pipelines.vocabulary import RUN_ITEMS_FILE, read_run_items, write_run_items
+from tfrs_logq.towers import training
+from tfrs_logq.towers.loop import TowerModel
+
+MODEL_KIND = "two-tower"
+WEIGHTS = "final.weights"
+_LOCK = ".lock"
+
+
+class RunDirectoryError(ValueError):
+    """A model directory holds another run, or this run finished."""
+
+
+def is_two_tower_run(model_dir: str) -> bool:
+    """Whether ``model_dir``'s ``config.json`` is a two-tower run's."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as f:
+            return json.load(f).get("model") == MODEL_KIND
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_record(config: training.TwoTowerConfig, num_items: int, data: dict) -> dict:
+    """``config.json`` of a run of ``config`` on a catalog of ``num_items`` items."""
+    return {**data, "model": MODEL_KIND, "two_tower": dataclasses.asdict(config),
+            "num_items": int(num_items), "max_length": int(config.history_length)}
+
+
+def _prepare(model_dir: str, record: dict, overwrite: bool) -> str:
+    """``"new"`` or ``"resume"`` (see the module docstring), clearing the directory
+    first with ``overwrite``."""
+    if overwrite:
+        for name in os.listdir(model_dir):
+            if name == _LOCK:
+                continue
+            path = os.path.join(model_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+                else os.remove(path)
+    config_path = os.path.join(model_dir, "config.json")
+    if not os.path.exists(config_path):
+        # config.json is written last: without it, at most a vocabulary and temporaries.
+        left = [n for n in os.listdir(model_dir) if n not in (_LOCK, RUN_ITEMS_FILE)
+                and not (n.startswith(".") and n.endswith(".tmp"))]
+        if left:
+            raise RunDirectoryError(f"--model-dir {model_dir} is not empty and holds no "
+                                    "tfrs-logq run; choose another directory or pass "
+                                    "--overwrite to clear it.")
+        return "new"
+    try:
+        with open(config_path) as f:
+            existing = json.load(f)
+    except (OSError, ValueError):
+        existing = None
+    if existing != json.loads(json.dumps(record)):
+        what = ("a SASRec run" if isinstance(existing, dict) and "model" not in existing
+                else "a run with another config")
+        raise RunDirectoryError(f"--model-dir {model_dir} holds {what} (its config.json); "
+                                "choose another directory, or pass --overwrite to replace it.")
+    if os.path.exists(os.path.join(model_dir, "metrics.json")):
+        raise RunDirectoryError(f"--model-dir {model_dir} holds this run, finished "
+                                "(metrics.json); pass --overwrite to train it again.")
+    return "resume"
+
+
+def train_run(config: training.TwoTowerConfig, split: Split, model_dir: str, data: dict,
+              overwrite: bool = False, on_eval: Optional[Callable[[dict], None]] = None,
+              on_step: Optional[Callable[[int], None]] = None,
+              checkpoint_seconds: float = 120.0) -> dict:
+    """Trains (or resumes) the run of ``config`` on ``split`` in ``model_dir``; returns
+    its last evaluation (`tfrs_logq.towers.training.train`) with ``"evaluations"``, every
+    evaluation of the run, added. ``data``: the data fields recorded in ``config.json``.
+
+    Raises:
+      RunDirectoryError: the directory holds another run or this one finished (and not
+        ``overwrite``), or another process is training into it.
+    """
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
+    os.makedirs(model_dir, exist_ok=True)
+    try:
+        lock = ExclusiveLock(os.path.join(model_dir, _LOCK), wait=False).acquire()
+    except LockHeld as e:
+        raise RunDirectoryError(
+            f"--model-dir {model_dir} is in use by another training process "
+            f"({describe_holder(e.holder)}); wait for it or choose another directory.") from None
+    try:
+        record = run_record(config, split.num_items, data)
+        if _prepare(model_dir, record, overwrite) == "new":
+            write_run_items(model_dir, split.interactions.raw_items)
+            write_json(os.path.join(model_dir, "config.json"), record)  # last: a run
+        evaluations_path = os.path.join(model_dir, "evaluations.json")
+        evaluations = []
+        if os.path.exists(evaluations_path):
+            with open(evaluations_path) as f:
+                evaluations = json.load(f)
+
+        def evaluated(row: dict) -> None:
+            evaluations[:] = [r for r in evaluations if r["steps"] != row["steps"]] + [row]
+            write_json(evaluations_path, evaluations)
+            if on_eval is not None:
+                on_eval(row)
+
+        def save(model: TowerModel) -> None:
+            tf.train.Checkpoint(query_tower=model.query_tower,
+                                item_tower=model.item_tower).write(
+                os.path.join(model_dir, WEIGHTS))
+
+        last = training.train(config, split, checkpoint_dir=os.path.join(model_dir, "checkpoint"),
+                              on_eval=evaluated, done=tuple(r["steps"] for r in evaluations),
+                              on_step=on_step, on_trained=save,
+                              checkpoint_seconds=checkpoint_seconds)
+        write_json(os.path.join(model_dir, "metrics.json"), last)  # last: finished
+        return {**last, "evaluations": evaluations}
+    finally:
+        lock.release()
+
+
+class TowerEncoder(tf.Module):
+    """A trained two-tower model as export and evaluation read an encoder:
+    ``max_length``, ``last_query(history)`` (``[batch, max_length]`` internal ids,
+    right-aligned, 0 padding) and ``item_embeddings()`` (``[V + 1, d]``, row 0 padding)."""
+
+    def __init__(self, model: TowerModel, history_length: int) -> None:
+        super().__init__(name="two_tower")
+        self.model = model
+        self.max_length = int(history_length)
+
+    def last_query(self, history, training: bool = False) -> tf.Tensor:
+        del training  # no dropout
+        return self.model.query_tower(tf.cast(history, tf.int64))
+
+    def item_embeddings(self) -> tf.Tensor:
+        return self.model.item_tower.embeddings
+
+
+def load_run(model_dir: str) -> tuple[TowerEncoder, dict, np.ndarray]:
+    """The trained towers of a finished run, its ``config.json`` and its item vocabulary
+    (the raw id of internal item ``i + 1`` at ``i``: int64 when every id is an integer).
+
+    Raises:
+      FileNotFoundError: the run has not finished (no ``final.weights``).
+    """
+    with open(os.path.join(model_dir, "config.json")) as f:
+        record = json.load(f)
+    config = training.TwoTowerConfig(**record["two_tower"])
+    weights = os.path.join(model_dir, WEIGHTS)
+    if not os.path.exists(weights + ".index"):
+        raise FileNotFoundError(f"{model_dir} has no {WEIGHTS}: the run has not finished; "
+                                "run the same `tfrs-logq train` again to finish it.")
+    model = TowerModel(training.run_spec(config, int(record["num_items"])))
+    tf.train.Checkpoint(query_tower=model.query_tower, item_tower=model.item_tower).read(
+        weights).assert_existing_objects_matched().expect_partial()
+    return TowerEncoder(model, config.history_length), record, read_run_items(model_dir)
+
+
+__all__ = ["MODEL_KIND", "RunDirectoryError", "TowerEncoder", "is_two_tower_run", "load_run",
+           "run_record", "train_run"]
