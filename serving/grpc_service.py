@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import json
 from typing import Optional
 
 import tensorflow as tf
@@ -20,6 +21,10 @@ from tfrs_logq.serving.drain import InFlight
 from tfrs_logq.serving.errors import ServingError, shorten
 from tfrs_logq.serving.manager import INT64_MAX, INT64_MIN, ModelManager
 from tfrs_logq.serving.options import ServerOptions
+
+# GetModelMetadata's fields: TF Serving's, and the export's index (kind, ScaNN's
+# settings, the recall measured at export) as a google.protobuf.Struct.
+METADATA_FIELDS = ("signature_def", "index")
 
 
 def _version_of(spec) -> Optional[int]:
@@ -57,7 +62,7 @@ def _bounded(response, options: ServerOptions):
 
 
 def _services(manager: ModelManager, in_flight: InFlight):
-    from google.protobuf import any_pb2
+    from google.protobuf import struct_pb2
     from tensorflow_serving.apis import (
         get_model_metadata_pb2,
         get_model_status_pb2,
@@ -89,21 +94,27 @@ def _services(manager: ModelManager, in_flight: InFlight):
 
         @_guarded
         def GetModelMetadata(self, request, context):  # noqa: N802
+            # TF Serving's one field, "signature_def" (a SignatureDefMap), and ours,
+            # "index" (a Struct: what REST's metadata.index holds, `index_summary`).
             servable = manager.get(request.model_spec.name, _version_of(request.model_spec))
             fields = set(request.metadata_field)
-            if fields != {"signature_def"}:
+            if not fields or not fields <= set(METADATA_FIELDS):
                 raise ServingError("INVALID_ARGUMENT",
-                                   "Metadata field(s) must be ['signature_def'], got ["
-                                   + ", ".join(shorten(f) for f in sorted(fields)[:4]) + "]")
+                                   "Metadata field(s) must be among ['signature_def', 'index'], "
+                                   "got [" + ", ".join(shorten(f) for f in sorted(fields)[:4])
+                                   + "]")
             response = get_model_metadata_pb2.GetModelMetadataResponse()
             response.model_spec.name = request.model_spec.name
             response.model_spec.version.value = servable.version
-            signature_map = get_model_metadata_pb2.SignatureDefMap()
-            for key, value in servable.signature_defs.items():
-                signature_map.signature_def[key].CopyFrom(value)
-            packed = any_pb2.Any()
-            packed.Pack(signature_map)
-            response.metadata["signature_def"].CopyFrom(packed)
+            if "signature_def" in fields:
+                signature_map = get_model_metadata_pb2.SignatureDefMap()
+                for key, value in servable.signature_defs.items():
+                    signature_map.signature_def[key].CopyFrom(value)
+                response.metadata["signature_def"].Pack(signature_map)
+            if "index" in fields:
+                index = struct_pb2.Struct()
+                index.update(json.loads(json.dumps(servable.index_summary())))
+                response.metadata["index"].Pack(index)
             return response
 
     class ModelService(model_service_pb2_grpc.ModelServiceServicer):
@@ -169,4 +180,4 @@ def bind_grpc(server, host: str, port: int) -> int:
     return bound
 
 
-__all__ = ["add_services", "bind_grpc", "build_grpc_server"]
+__all__ = ["METADATA_FIELDS", "add_services", "bind_grpc", "build_grpc_server"]

@@ -13,6 +13,7 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
+from google.protobuf import json_format, struct_pb2
 from serving_helpers import (
     _histories,
     _http,
@@ -78,6 +79,20 @@ def test_status_and_metadata(server):
     index = body["metadata"]["index"]
     assert set(index) == {"kind", "scann", "scann_tuning"}
     assert index["kind"] in ("scann", "brute-force")  # read from the export, not defaulted
+    # The same over gRPC: our "index" field, a Struct (TF Serving has only signature_def).
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["index"])
+    request.model_spec.name = "ml"
+    meta = stub.GetModelMetadata(request, timeout=30)
+    assert set(meta.metadata) == {"index"}
+    packed = struct_pb2.Struct()
+    meta.metadata["index"].Unpack(packed)
+    assert json_format.MessageToDict(packed) == json.loads(json.dumps(index))
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["weights"])
+    request.model_spec.name = "ml"
+    with pytest.raises(grpc.RpcError) as error:
+        stub.GetModelMetadata(request, timeout=30)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "['signature_def', 'index']" in error.value.details()
     channel.close()
 
 
