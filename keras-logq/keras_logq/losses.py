@@ -329,11 +329,13 @@ def sampled_softmax_loss(
 
 def _sampled_softmax_loss(
     positive_logits, negative_logits, *, correction, negative_log_q, positive_log_q,
-    is_negative, check: bool,
+    is_negative, check: bool, lse_offset=None,
 ):
     """`sampled_softmax_loss`; ``check=False`` skips the ``log Q <= 0`` checks (for callers
     that checked their own inputs: `CorrectedRetrieval` checks ``Q``, not the ``Q'`` it
-    derives)."""
+    derives). ``lse_offset`` (`[batch]`, corrected only) is added to each row's
+    log-sum-exp: ``log(1 - Q(p))`` turns ``lse(s - log Q)`` into ``lse(s - log Q')``
+    without a `[batch, n]` ``log Q'``."""
     if correction not in CORRECTIONS:
         raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
     positive_logits = ops.convert_to_tensor(positive_logits)
@@ -397,8 +399,11 @@ def _sampled_softmax_loss(
             "`positive_log_q` is only used by correction='logq'; the corrected loss "
             "removes the positive from the denominator."
         )
-    num_valid = ops.sum(ops.cast(mask, "int32"), axis=-1)
-    return corrected_from_logsumexp(s_p, row_logsumexp(adjusted), num_valid)
+    num_valid = ops.count_nonzero(mask, axis=-1)  # from the bool mask: no int32 copy
+    lse = row_logsumexp(adjusted)
+    if lse_offset is not None:
+        lse = lse + lse_offset
+    return corrected_from_logsumexp(s_p, lse, num_valid)
 
 
 # Q(p) is clipped below 1 before log(1 - Q(p)), as in tfrs_logq.
@@ -502,9 +507,28 @@ def retrieval_loss(
     dtype = compute_dtype_for(scores)
     scores = ops.cast(scores, dtype)
     num_queries, num_candidates = ops.shape(scores)
-    if is_positive is None:
+    # The positives on the diagonal (in-batch): taken by slicing, not by `[B, n]` masked
+    # sums (what `_at_positive` costs for any other layout).
+    diagonal = is_positive is None
+    if diagonal:
+        if (isinstance(num_queries, int) and isinstance(num_candidates, int)
+                and num_candidates < num_queries):
+            raise ValueError(
+                "With the positives on the diagonal (no `labels`), `scores` needs at least "
+                "as many candidates as rows, the first `batch_size` candidates being the "
+                f"rows' positives; received shape {(num_queries, num_candidates)}."
+            )
         is_positive = _on_diagonal(num_queries, num_candidates)
-    positive_logits = _at_positive(scores, is_positive)
+
+    def at_positive(values):
+        if diagonal and len(ops.shape(values)) == 1:
+            return values[:num_queries]
+        if diagonal:
+            return ops.diagonal(values[:, :num_queries])
+        values_2d = values[None, :] if len(ops.shape(values)) == 1 else values
+        return _at_positive(values_2d, is_positive)
+
+    positive_logits = at_positive(scores)
 
     negatives = ops.logical_not(is_positive)
     remove_hits = correction == "corrected" or remove_accidental_hits
@@ -517,9 +541,9 @@ def retrieval_loss(
         raise ValueError(f"`candidate_ids` is required: {reason}.")
     if remove_hits:
         ids = ops.convert_to_tensor(candidate_ids)
-        ids_2d = ids[None, :] if len(ops.shape(ids)) == 1 else ids
-        positive_ids = _at_positive(ids_2d, is_positive)
-        negatives = ops.logical_and(negatives, accidental_hit_mask(positive_ids, ids))
+        hits = accidental_hit_mask(at_positive(ids), ids)
+        # The positive's own column is a hit of itself: the mask already leaves it out.
+        negatives = hits if diagonal else ops.logical_and(negatives, hits)
     if deduplicate:
         ids = ops.convert_to_tensor(candidate_ids)
         if len(ops.shape(ids)) != 1:
@@ -545,8 +569,7 @@ def retrieval_loss(
             "(or `candidate_log_sampling_probability`); received neither."
         )
     log_q = ops.cast(log_q, dtype)
-    log_q_2d = log_q[None, :] if len(ops.shape(log_q)) == 1 else log_q
-    positive_log_q = _at_positive(log_q_2d, is_positive)
+    positive_log_q = at_positive(log_q)
     if correction == "logq":
         # TFRS's form: -log softmax(s - log Q)[p], i.e. log Q(p) in the numerator
         # too (a constant: the gradient is that of sampled_softmax_loss).
@@ -556,9 +579,11 @@ def retrieval_loss(
         ) + positive_log_q
     # Q is checked (<= 1); Q' = Q / (1 - Q(p)) is not: with proposals of different
     # sources (mixed negatives) a negative's Q' may exceed 1, as in tfrs_logq.
+    # log Q'(d) = log Q(d) - log(1 - Q(p)) is constant along a row, so
+    # lse(s - log Q') = lse(s - log Q) + log(1 - Q(p)): the [batch, n] log Q' is not built.
     q_positive = ops.minimum(ops.exp(positive_log_q), _MAX_POSITIVE_Q)
-    log_q_prime = log_q_2d - ops.log1p(-q_positive)[:, None]
     return _sampled_softmax_loss(
-        positive_logits, scores, correction="corrected", negative_log_q=log_q_prime,
+        positive_logits, scores, correction="corrected", negative_log_q=log_q,
         positive_log_q=None, is_negative=negatives, check=False,
+        lse_offset=ops.log1p(-q_positive),
     )

@@ -261,6 +261,11 @@ def test_bad_arguments_raise():
         CorrectedRetrieval()(scores, np.array([1, 2, 3], "int32"))
     with pytest.raises(ValueError, match="scores"):
         CorrectedRetrieval(correction="none", remove_accidental_hits=False)(np.zeros(3, "float32"))
+    # More rows than candidates: rows without a positive on the diagonal (a silent
+    # positive logit of 0 before), refused naming the shape.
+    with pytest.raises(ValueError, match=r"at least as many candidates as rows.*\(4, 3\)"):
+        CorrectedRetrieval()(np.zeros((4, 3), "float32"), np.array([1, 2, 3], "int32"),
+                             candidate_log_sampling_probability=np.log(np.full(3, 0.1, "float32")))
 
 
 def test_public_api_imports():
