@@ -22,7 +22,7 @@ import tempfile
 import tfrs_logq  # noqa: F401  (selects tf-keras before TensorFlow loads)
 from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
 from tfrs_logq.studies.compare import Plan, run_compare
-from tfrs_logq.towers.training import TwoTowerConfig
+from tfrs_logq.towers.config import TwoTowerConfig
 
 SASREC_TXT = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
                           "ml-1m-sasrec", "ml-1m.txt.gz")

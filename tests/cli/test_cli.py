@@ -247,7 +247,11 @@ def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_preset
     squeeze = lambda text: re.sub(r"\s+", "", text)  # noqa: E731 (help wraps lines)
     for field in dataclasses.fields(TrainConfig):
         assert squeeze(docs[field.name]) in squeeze(shown[FLAGS[field.name]]), field.name
-    assert "{" + ",".join(OBJECTIVES) + "}" in shown["--loss"]
+    # --loss takes SASRec's objectives and, with --model two-tower, the two-tower's losses
+    from tfrs_logq.towers.config import LOSSES
+
+    choices = shown["--loss"].split("{", 1)[1].split("}", 1)[0].split(",")
+    assert choices[:len(OBJECTIVES)] == list(OBJECTIVES) and set(LOSSES) <= set(choices)
     assert f"(default: {TrainConfig.max_length}; " in shown["--max-length"]
     assert f"smoke: {PRESETS['smoke']['max_length']}" in shown["--max-length"]
     experiment = entries(help_of(capsys, "experiment"))

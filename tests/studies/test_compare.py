@@ -14,7 +14,7 @@ from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import make_split
 from tfrs_logq.studies import compare, compare_report
 from tfrs_logq.studies._grid import read_rows
-from tfrs_logq.towers.training import TwoTowerConfig
+from tfrs_logq.towers.config import TwoTowerConfig
 
 CONFIG = TwoTowerConfig(steps=30, batch_size=64, embedding_dim=8, history_length=5,
                         learning_rate=2e-2, eval_every=10)

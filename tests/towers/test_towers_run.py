@@ -14,7 +14,7 @@ import tensorflow as tf
 from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
 from tfrs_logq.serving.export import RetrievalModule, export_version, load_trained
 from tfrs_logq.towers import run as tower_run
-from tfrs_logq.towers.training import TwoTowerConfig
+from tfrs_logq.towers.config import TwoTowerConfig
 
 CONFIG = TwoTowerConfig(loss="inbatch-corrected", steps=24, batch_size=32, embedding_dim=8,
                         history_length=5, learning_rate=2e-2, eval_every=10)

@@ -9,7 +9,8 @@ import pytest
 from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import make_split
 from tfrs_logq.towers import training
-from tfrs_logq.towers.training import Examples, TwoTowerConfig
+from tfrs_logq.towers.config import TwoTowerConfig
+from tfrs_logq.towers.training import Examples
 
 
 def _topic_log(num_users=300, num_items=120, length=14, seed=0):

@@ -93,7 +93,7 @@ def populate(p) -> None:
 
 def run(args) -> int:
     from tfrs_logq.studies.compare import Plan, run_compare
-    from tfrs_logq.towers.training import TwoTowerConfig
+    from tfrs_logq.towers.config import TwoTowerConfig
 
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(m, flush=True))

@@ -42,7 +42,7 @@ class TrainFlags:
 
 @dataclasses.dataclass
 class TwoTowerFlags:
-    """The two-tower model's own flags (`tfrs_logq.towers.training.TwoTowerConfig`)."""
+    """The two-tower model's own flags (`tfrs_logq.towers.config.TwoTowerConfig`)."""
 
     steps: Optional[int] = flag(None, at_least=1, default_text="3000")
     """training steps (fixed length: no early stopping)"""
@@ -57,7 +57,7 @@ class TwoTowerFlags:
 
 def populate(p) -> None:
     from tfrs_logq.sasrec.config import OBJECTIVES
-    from tfrs_logq.towers.training import LOSSES
+    from tfrs_logq.towers.config import LOSSES
 
     add_flags(p, TrainFlags, only=("model_dir", "model"))
     loss = {"loss": {"choices": OBJECTIVES + tuple(x for x in LOSSES if x not in OBJECTIVES),
@@ -129,8 +129,8 @@ def _run_two_tower(args) -> int:
     (`TwoTowerFlags` and `TWO_TOWER_SHARED`); SASRec's other flags are refused."""
     from tfrs_logq.sasrec.config import DATA_FIELDS, TrainConfig
     from tfrs_logq.sasrec.run_directory import saved_config
+    from tfrs_logq.towers.config import TwoTowerConfig
     from tfrs_logq.towers.run import train_run
-    from tfrs_logq.towers.training import TwoTowerConfig
 
     if args.config:
         raise ValueError("--config holds SASRec's TrainConfig fields: give the two-tower "

@@ -36,7 +36,8 @@ from tfrs_logq._util.hostinfo import machine_description
 from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
 from tfrs_logq.towers import training as towers
-from tfrs_logq.towers.training import LOSSES, Examples, TwoTowerConfig
+from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
+from tfrs_logq.towers.training import Examples
 
 MODELS = ("two-tower", "sasrec")
 

@@ -27,12 +27,12 @@ from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.proposal import inclusion_log_q, mixture_probability
 from tfrs_logq.sampling import SampledNegatives, distinct_in_random_order, uniform_ids
 from tfrs_logq.tasks import CorrectedRetrieval
+from tfrs_logq.towers.config import OPTIMIZERS
 from tfrs_logq.two_tower import HistoryQueryTower
 
 SAMPLERS = ("in-batch", "uniform", "mixed")
 PROPOSALS = ("unigram", "mixture", "inclusion")
 CORRECTIONS = ("none", "logq-paper", "logq-official", "corrected")
-OPTIMIZERS = ("adam", "lazy-adam")
 
 
 def proposal_log_q_table(run, log_q_unigram: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ from tfrs_logq._util.locks import ExclusiveLock, LockHeld, describe_holder
 from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.pipelines.vocabulary import RUN_ITEMS_FILE, read_run_items, write_run_items
 from tfrs_logq.towers import training
+from tfrs_logq.towers.config import TwoTowerConfig
 from tfrs_logq.towers.loop import TowerModel
 
 MODEL_KIND = "two-tower"
@@ -53,7 +54,7 @@ def is_two_tower_run(model_dir: str) -> bool:
         return False
 
 
-def run_record(config: training.TwoTowerConfig, num_items: int, data: dict) -> dict:
+def run_record(config: TwoTowerConfig, num_items: int, data: dict) -> dict:
     """``config.json`` of a run of ``config`` on a catalog of ``num_items`` items."""
     return {**data, "model": MODEL_KIND, "two_tower": dataclasses.asdict(config),
             "num_items": int(num_items), "max_length": int(config.history_length)}
@@ -95,7 +96,7 @@ def _prepare(model_dir: str, record: dict, overwrite: bool) -> str:
     return "resume"
 
 
-def train_run(config: training.TwoTowerConfig, split: Split, model_dir: str, data: dict,
+def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
               overwrite: bool = False, on_eval: Optional[Callable[[dict], None]] = None,
               on_step: Optional[Callable[[int], None]] = None,
               checkpoint_seconds: float = 120.0) -> dict:
@@ -175,7 +176,7 @@ def load_run(model_dir: str) -> tuple[TowerEncoder, dict, np.ndarray]:
     """
     with open(os.path.join(model_dir, "config.json")) as f:
         record = json.load(f)
-    config = training.TwoTowerConfig(**record["two_tower"])
+    config = TwoTowerConfig(**record["two_tower"])
     weights = os.path.join(model_dir, WEIGHTS)
     if not os.path.exists(weights + ".index"):
         raise FileNotFoundError(f"{model_dir} has no {WEIGHTS}: the run has not finished; "

@@ -39,71 +39,10 @@ import tensorflow as tf
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
 from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.proposal import standard_positive_share
-from tfrs_logq.towers.loop import OPTIMIZERS, TowerModel, proposal_log_q_table, train_loop
+from tfrs_logq.towers.config import FORMS, TwoTowerConfig
+from tfrs_logq.towers.loop import TowerModel, proposal_log_q_table, train_loop
 
-NEGATIVES = ("inbatch", "mns")
-FORMS = {"none": "none", "logq": "logq-official", "logq-tfrs": "logq-paper",
-         "corrected": "corrected"}
-LOSSES = tuple(f"{n}-{f}" for n in NEGATIVES for f in FORMS)
 BATCH_SALT = 0x6261746368  # "batch": keeps the batches' key apart from the negatives'
-MAX_EMBEDDING_DIM = 4096
-MAX_HISTORY_LENGTH = 10_000
-
-
-@dataclasses.dataclass(frozen=True)
-class TwoTowerConfig:
-    """One two-tower training run on a user's log."""
-
-    loss: str = "inbatch-corrected"
-    """``inbatch``/``mns`` + ``none``/``logq``/``logq-tfrs``/``corrected`` (`LOSSES`)"""
-    seed: int = 0
-    """initial weights, batches and negatives (common random numbers across losses)"""
-    steps: int = 3000
-    """training steps (fixed: no early stopping)"""
-    batch_size: int = 512
-    """training examples per step (each a target and the history before it)"""
-    embedding_dim: int = 64
-    """query and item embedding size"""
-    history_length: int = 50
-    """the query tower reads the user's last this many items"""
-    num_negatives: int = 1024
-    """uniform negatives shared by the batch (``mns-*`` losses only)"""
-    learning_rate: float = 3e-3
-    """Adam's step size"""
-    optimizer: str = "lazy-adam"
-    """``lazy-adam`` (row-sparse: a step independent of the catalog size) or ``adam``"""
-    eval_every: int = 500
-    """evaluate the test split every this many steps (and at the last step)"""
-    exclude_seen: bool = True
-    """leave the user's history out of the ranking (the gSASRec protocol)"""
-
-    def __post_init__(self) -> None:
-        if self.loss not in LOSSES:
-            raise ValueError(f"`loss` must be one of {', '.join(LOSSES)}; received "
-                             f"{str(self.loss)[:60]!r}.")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}, received "
-                             f"{str(self.optimizer)[:40]!r}.")
-        for name, low, high in (("steps", 1, 10**9), ("batch_size", 2, 1 << 20),
-                                ("embedding_dim", 1, MAX_EMBEDDING_DIM),
-                                ("history_length", 1, MAX_HISTORY_LENGTH),
-                                ("num_negatives", 1, 1 << 22), ("eval_every", 1, 10**9)):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or not low <= value <= high:
-                raise ValueError(f"`{name}` must be an integer in [{low:,}, {high:,}], "
-                                 f"received {str(value)[:40]}.")
-        if not 0 < self.learning_rate < 10:
-            raise ValueError(f"`learning_rate` must be in (0, 10), received "
-                             f"{self.learning_rate}.")
-
-    @property
-    def eval_steps(self) -> tuple:
-        """The steps at which the test split is evaluated, the last one included."""
-        return (*range(self.eval_every, self.steps, self.eval_every), self.steps)
-
-    @property
-    def run_id(self) -> str:
-        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,4 +218,4 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     return last
 
 
-__all__ = ["Examples", "LOSSES", "TwoTowerConfig", "positive_share", "run_spec", "train"]
+__all__ = ["Examples", "positive_share", "run_spec", "train"]
