@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tfrs_logq.cli import main
 from tests.towers.test_towers_run import write_log
+from tfrs_logq.cli import main
 
 COMMON = ("--user-column", "user", "--item-column", "item", "--time-column", "ts")
 
