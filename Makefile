@@ -19,7 +19,7 @@ TF221_PY       := $(TF221_VENV)/bin/python
 TF221_STAMP    := $(TF221_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_tasks.py \
                   tests/test_sampling.py tests/test_frequency.py tests/serving/test_export.py \
-                  tests/sasrec/test_training.py::test_train_cli_smoke_writes_model_dir_and_json \
+                  tests/sasrec/test_training_cli.py::test_train_cli_smoke_writes_model_dir_and_json \
                   tests/cli/test_quiet.py
 PIP_PROGRESS   := --progress-bar off
 
@@ -96,8 +96,13 @@ pipeline: $(STAMP)
 	fi
 
 # The full suite on TF 2.20, keras-logq on three backends, then a selection on TF 2.21.
+# The TF 2.20 suite in TEST_WORKERS processes (pytest-xdist; 0: one process), a test file
+# per worker at a time (its module fixtures built once): the suite is mostly one busy core
+# (Python, tracing), so 2 workers on 2 cores take about half the time.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) $(KERAS_STAMP) $(TF221_STAMP)
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-keras test-tf221
 
 # keras-logq: one pytest process per Keras backend. PyTorch gets one OpenMP thread: its

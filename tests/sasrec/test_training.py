@@ -1,8 +1,8 @@
-"""`tfrs-logq train`/`experiment` end to end on data the tests write, and tf.distribute."""
+"""SASRec training end to end on data the tests write: improvement, resume, tf.distribute,
+XLA, mixed precision, length buckets (through the command line: test_training_cli.py)."""
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,70 +14,6 @@ from tfrs_logq.pipelines.splits import temporal_split
 from tfrs_logq.sasrec.training import build_model, make_strategy, resolve_config, train
 
 
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "tfrs_logq.cli", *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})})
-
-
-def test_train_cli_smoke_writes_model_dir_and_json(data_dir, tmp_path):
-    model_dir = tmp_path / "model"
-    proc = _cli("train", "--dataset", "ml-1m", "--split", "temporal", "--loss", "mns-corrected",
-                "--preset", "smoke", "--model-dir", str(model_dir), "--data-dir", data_dir,
-                "--seed", "3", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["loss"] == "mns-corrected" and result["seed"] == 3
-    # The path is recorded: on this CPU host the kernels run when they can be built.
-    native_possible = (shutil.which(os.environ.get("CXX", "g++").split()[0]) is not None
-                       and os.environ.get("TFRS_LOGQ_NATIVE", "").lower()
-                       not in ("0", "off", "false", "no"))
-    assert result["native_kernels"] is native_possible
-    for part in ("validation", "test"):
-        for key in ("recall@10", "ndcg@10", "recall@20", "ndcg@20"):
-            assert 0.0 <= result[part][key] <= 1.0
-    for name in ("config.json", "metrics.json", "vocabulary.json", "best.weights.index"):
-        assert (model_dir / name).exists(), name
-    assert any((model_dir / "logs").rglob("events.out.tfevents*"))
-    config = json.loads((model_dir / "config.json").read_text())
-    assert config["preset"] == "smoke" and config["num_items"] > 0
-
-
-def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_dir, tmp_path):
-    # Issue 37: `--max-length 100000000 --preset smoke` ran 87 s to a 21 GB peak, then a
-    # traceback, exit 1, and a config.json that blocked the retry.
-    import time
-
-    for flags, fragment in ((["--max-length", "100000000"], "--max-length"),
-                            (["--max-length", "10000"], "--max-tensor-gib"),  # 11.9 GiB
-                            (["--embedding-dim", "100000"], "--embedding-dim"),
-                            (["--num-negatives", "2000000"], "--num-negatives"),
-                            (["--embedding-dim", "30", "--num-heads", "4"], "--num-heads")):
-        model_dir = tmp_path / "m"
-        start = time.monotonic()
-        proc = _cli("train", "--preset", "smoke", "--split", "loo", "--data-dir", data_dir,
-                    "--model-dir", str(model_dir), *flags)
-        assert proc.returncode == 2, (flags, proc.stderr[-2000:])
-        lines = [line for line in proc.stderr.splitlines() if "error" in line]
-        assert len(lines) == 1 and fragment in lines[0], (flags, proc.stderr[-2000:])
-        assert "Traceback" not in proc.stderr
-        assert not model_dir.exists() or not any(model_dir.iterdir()), flags
-        assert time.monotonic() - start < 120
-
-
-def test_train_cli_config_file_and_bad_input(data_dir, tmp_path):
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({"preset": "smoke", "loss": "gbce", "max_epochs": 1}))
-    proc = _cli("train", "--config", str(cfg), "--model-dir", str(tmp_path / "m"),
-                "--data-dir", data_dir, "--split", "loo", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["epochs"] == 1
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"lossy": 1}))
-    proc = _cli("train", "--config", str(bad), "--model-dir", str(tmp_path / "m2"),
-                "--data-dir", data_dir)
-    assert proc.returncode == 2 and "lossy" in proc.stderr
-
-
 def test_training_improves_over_untrained_and_restores_best(data_dir, tmp_path):
     config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data_dir,
                             max_epochs=6, steps_per_epoch=10, batch_size=8, learning_rate=5e-3)
@@ -86,42 +22,6 @@ def test_training_improves_over_untrained_and_restores_best(data_dir, tmp_path):
     assert result["steps"] == result["epochs"] * 8
     # Items cluster by user taste; random ranking gives NDCG@20 ~ 0.1 on 40 items.
     assert result["test"]["ndcg@20"] > 0.15
-
-
-def test_experiment_grid_writes_table(data_dir, tmp_path):
-    out = tmp_path / "exp"
-    proc = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                data_dir, "--losses", "inbatch-logq,inbatch-corrected", "--seeds", "0,1",
-                "--max-epochs", "1", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = (out / "table.md").read_text()
-    assert "In-batch, standard logQ" in table and "In-batch, improved logQ" in table
-    assert "±" in table  # two seeds -> mean ± std
-    assert (out / "table.png").read_bytes()[:4] == b"\x89PNG"
-    assert len((out / "results.csv").read_text().strip().splitlines()) == 1 + 4
-    # Validation curves: one line per run and epoch (1 epoch each here), and a chart.
-    curves = (out / "curves.csv").read_text().strip().splitlines()
-    assert curves[0] == "dataset,split,loss,seed,preset,epoch,val_ndcg@10"
-    assert len(curves) == 1 + 4
-    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    # A finished grid is not run again.
-    again = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                 data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "1",
-                 "--json")
-    assert again.returncode == 0 and "Epoch" not in again.stdout
-    # A later grid in the same directory keeps the earlier rows and curves in its table.
-    more = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                data_dir, "--losses", "mns-none", "--seeds", "0", "--max-epochs", "1", "--json")
-    assert more.returncode == 0, more.stderr[-3000:]
-    lines = (out / "results.csv").read_text().strip().splitlines()
-    assert len(lines) == 1 + 5 and sum(",mns-none," in line for line in lines) == 1
-    assert len((out / "curves.csv").read_text().strip().splitlines()) == 1 + 5
-    assert "MNS, without logQ" in (out / "table.md").read_text()
-    # A grid asking for another config never relabels the finished runs.
-    other = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                 data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "2",
-                 "--json")
-    assert other.returncode != 0 and "another config" in other.stderr
 
 
 def test_mirrored_strategy_training_with_cross_replica_negatives(data_dir, mirrored_strategy):
@@ -407,20 +307,6 @@ def test_mixed_precision_training_runs_and_resets_the_policy(data_dir, tmp_path,
     assert tf.keras.mixed_precision.global_policy().name == "float32"
     with pytest.raises(ValueError, match="mixed_precision"):
         resolve_config("smoke", mixed_precision="float8")
-
-
-def test_experiment_runs_in_parallel_processes(data_dir, tmp_path):
-    from tfrs_logq.studies.experiment import run_grid
-
-    out = str(tmp_path / "grid")
-    rows = run_grid(out, ["ml-1m"], ["loo"], ["inbatch-none", "mns-corrected"], [0], "smoke",
-                    data_dir=data_dir, parallel=2, max_epochs=1, steps_per_epoch=2)
-    assert [r["loss"] for r in rows] == ["inbatch-none", "mns-corrected"]
-    for row in rows:
-        assert 0.0 <= row["test_ndcg@20"] <= 1.0 and row["epochs"] == 1
-    assert len(open(os.path.join(out, "results.csv")).read().strip().splitlines()) == 3
-    with pytest.raises(ValueError, match="parallel"):
-        run_grid(out, ["ml-1m"], ["loo"], ["inbatch-none"], [0], "smoke", parallel=0)
 
 
 def test_length_buckets_train_the_same_model(data_dir, tmp_path):
