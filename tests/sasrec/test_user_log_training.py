@@ -32,6 +32,25 @@ def test_the_split_of_a_users_log_is_the_user_log_readers(tmp_path):
     result = training.train(config, str(tmp_path / "run"), verbose=0)
     assert 0.0 <= result["test"]["recall@10"] <= 1.0
 
+    # The export answers in the log's own ids (text here), as exact scoring does.
+    import tensorflow as tf
+
+    from tfrs_logq.serving.export import RetrievalModule, load_run_split, load_trained
+
+    encoder, saved, raw_ids = load_trained(str(tmp_path / "run"))
+    assert saved["interactions"] == path and raw_ids.dtype.kind == "U"
+    assert load_run_split(str(tmp_path / "run")).num_items == split.num_items
+    module = RetrievalModule(encoder, raw_ids, "brute-force", default_k=4)
+    answer = module.top_k(tf.constant([["m1", "m2"]]), tf.constant(4), tf.constant(True))
+    index = {str(r): i + 1 for i, r in enumerate(raw_ids)}
+    history = np.zeros((1, encoder.max_length), np.int32)
+    history[0, -2:] = [index["m1"], index["m2"]]
+    scores = tf.matmul(encoder.last_query(history, training=False),
+                       encoder.item_embeddings()[1:], transpose_b=True).numpy()[0]
+    scores[[index["m1"] - 1, index["m2"] - 1]] = -np.inf
+    assert [x.decode() for x in answer["item_ids"].numpy()[0]] == list(
+        raw_ids[np.argsort(-scores, kind="stable")[:4]])
+
 
 @pytest.mark.parametrize("fields, match", [
     (dict(interactions="x.csv", item_column="movie"), "user_column"),
