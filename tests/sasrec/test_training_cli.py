@@ -10,6 +10,16 @@ import sys
 import pytest
 
 
+def _in_process(capsys, *args):
+    """`tfrs_logq.cli.main(args)` here, as `_cli` would report it."""
+    from tfrs_logq.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
 def _cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "tfrs_logq.cli", *args], capture_output=True,
                           text=True, timeout=600, env={**os.environ, **(env or {})})
@@ -74,11 +84,13 @@ def test_train_cli_config_file_and_bad_input(data_dir, tmp_path):
     assert proc.returncode == 2 and "lossy" in proc.stderr
 
 
-def test_experiment_grid_writes_table(data_dir, tmp_path):
+def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
+    # In this process (tfrs_logq.cli.main): four interpreters importing TensorFlow cost
+    # about 20 s of the suite.
     out = tmp_path / "exp"
-    proc = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                data_dir, "--losses", "inbatch-logq,inbatch-corrected", "--seeds", "0,1",
-                "--max-epochs", "1", "--json")
+    proc = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+                           "--data-dir", data_dir, "--losses", "inbatch-logq,inbatch-corrected",
+                           "--seeds", "0,1", "--max-epochs", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (out / "table.md").read_text()
     assert "In-batch, standard logQ" in table and "In-batch, improved logQ" in table
@@ -91,22 +103,23 @@ def test_experiment_grid_writes_table(data_dir, tmp_path):
     assert len(curves) == 1 + 4
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # A finished grid is not run again.
-    again = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                 data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "1",
-                 "--json")
+    again = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+                            "--data-dir", data_dir, "--losses", "inbatch-logq", "--seeds", "0",
+                            "--max-epochs", "1", "--json")
     assert again.returncode == 0 and "Epoch" not in again.stdout
     # A later grid in the same directory keeps the earlier rows and curves in its table.
-    more = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                data_dir, "--losses", "mns-none", "--seeds", "0", "--max-epochs", "1", "--json")
+    more = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+                           "--data-dir", data_dir, "--losses", "mns-none", "--seeds", "0",
+                           "--max-epochs", "1", "--json")
     assert more.returncode == 0, more.stderr[-3000:]
     lines = (out / "results.csv").read_text().strip().splitlines()
     assert len(lines) == 1 + 5 and sum(",mns-none," in line for line in lines) == 1
     assert len((out / "curves.csv").read_text().strip().splitlines()) == 1 + 5
     assert "MNS, without logQ" in (out / "table.md").read_text()
     # A grid asking for another config never relabels the finished runs.
-    other = _cli("experiment", "--output-dir", str(out), "--preset", "smoke", "--data-dir",
-                 data_dir, "--losses", "inbatch-logq", "--seeds", "0", "--max-epochs", "2",
-                 "--json")
+    other = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+                            "--data-dir", data_dir, "--losses", "inbatch-logq", "--seeds", "0",
+                            "--max-epochs", "2", "--json")
     assert other.returncode != 0 and "another config" in other.stderr
 
 
