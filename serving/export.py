@@ -40,7 +40,8 @@ from tfrs_logq._util.atomic import publish_directory, remove_stale_staging, stag
 from tfrs_logq.sasrec import trained as sasrec_trained
 from tfrs_logq.towers import run as tower_run
 
-INDEXES = ("scann", "brute-force")
+# "auto": ScaNN where its ops load (TensorFlow 2.20 with the scann extra), else brute force.
+INDEXES = ("auto", "scann", "brute-force")
 # A servable name is one path component: no separators, no "..", nothing hidden.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TMP_PREFIX = ".tmp-"
@@ -75,7 +76,7 @@ def load_run_split(model_dir: str):
         with open(os.path.join(model_dir, "config.json")) as f:
             record = json.load(f)
         return load_config_split(TrainConfig(**{k: record[k] for k in DATA_FIELDS
-                                                if k in record}))
+                                                if record.get(k) is not None}))
     return sasrec_trained.load_run_split(model_dir)
 
 
@@ -144,6 +145,30 @@ def scann_parameters(num_items: int, k: int,
     return {"tree": True, "num_leaves": leaves,
             "num_leaves_to_search": max(1, math.floor(leaves * search_fraction + 1e-9)),
             "training_sample_size": min(num_items, 250_000), **common}
+
+
+def resolve_index(index: str) -> str:
+    """``index``, with ``"auto"`` made ``"scann"`` where ScaNN's ops load and
+    ``"brute-force"`` elsewhere (saying so in one log line).
+
+    Raises:
+      ValueError: ``index`` is not one of `INDEXES`.
+      ImportError: ``"scann"`` where ScaNN cannot load (`scann_ops_or_error`'s line).
+    """
+    if index not in INDEXES:
+        raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
+    if index == "brute-force":
+        return index
+    try:
+        scann_ops_or_error()
+    except ImportError:
+        if index == "scann":
+            raise
+        logger.warning("--index auto: ScaNN does not load with TensorFlow %s, so the export "
+                       "uses brute force (exact, stock TensorFlow ops; for a ScaNN index: "
+                       "pip install 'tfrs-logq[scann]', TensorFlow 2.20)", tf.__version__)
+        return "brute-force"
+    return "scann"
 
 
 def scann_ops_or_error():
@@ -344,8 +369,8 @@ class RetrievalModule(tf.Module):
                  tuning_queries: Optional[np.ndarray] = None,
                  queries_source: str = "given") -> None:
         super().__init__(name="retrieval")
-        if index not in INDEXES:
-            raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
+        if index not in ("scann", "brute-force"):
+            raise ValueError(f"`index` must be 'scann' or 'brute-force', received {index!r}.")
         self.encoder = encoder
         self.max_length = encoder.max_length
         self.num_items = len(raw_item_ids)
@@ -488,7 +513,7 @@ def run_queries(encoder, model_dir: str, raw_ids: np.ndarray,
 
 
 def export(model_dir: str, model_base_path: str, model_name: str, version: Optional[int] = None,
-           index: str = "scann", default_k: int = 100, scann_params: Optional[dict] = None,
+           index: str = "auto", default_k: int = 100, scann_params: Optional[dict] = None,
            module: Optional[RetrievalModule] = None) -> str:
     """Writes ``model_base_path/model_name/version`` atomically; returns its path.
 
@@ -502,7 +527,7 @@ def export(model_dir: str, model_base_path: str, model_name: str, version: Optio
 
 
 def export_version(model_dir: str, base_path: str, version: Optional[int] = None,
-                   index: str = "scann", default_k: int = 100,
+                   index: str = "auto", default_k: int = 100,
                    scann_params: Optional[dict] = None,
                    module: Optional[RetrievalModule] = None,
                    search_fraction: Optional[float] = None,
@@ -520,12 +545,12 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
     at ``default_k`` and ``max_k`` (`tune_scann`); ``assets/export.json`` records the
     settings (``scann``) and what was measured (``scann_tuning``).
     """
-    if index not in INDEXES:
-        raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
     if version is not None:  # refused before the model is loaded and the index built
         _free_version_path(base_path, version)
-    if index == "scann" and module is None:
-        scann_ops_or_error()  # where ScaNN cannot load, say so before any work
+    if module is None:  # where ScaNN cannot load, say so (or fall back) before any work
+        index = resolve_index(index)
+    elif index not in INDEXES:
+        raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
     config, fingerprint = {}, None
     if module is None:
         encoder, config, raw_ids = load_trained(model_dir)
@@ -577,5 +602,5 @@ __all__ = ["DEFAULT_MAX_K", "DEFAULT_SEARCH_FRACTION", "DEFAULT_TARGET_RECALL",
            "DEFAULT_TUNING_QUERIES", "INDEXES", "MAX_REORDER_FACTOR", "REORDER_FACTOR",
            "RetrievalModule", "build_scann_searcher", "check_model_name", "export",
            "export_version", "load_run_split", "load_trained", "remove_stale_temporaries",
-           "run_fingerprint", "run_queries", "scann_ops_or_error", "scann_parameters",
-           "search_scann", "search_settings", "tune_scann"]
+           "resolve_index", "run_fingerprint", "run_queries", "scann_ops_or_error",
+           "scann_parameters", "search_scann", "search_settings", "tune_scann"]

@@ -82,3 +82,40 @@ def test_scann_export_fails_in_one_line_where_scann_cannot_load(smoke_model, cap
     lines = [x for x in err.strip().splitlines() if x.startswith("tfrs-logq: error")]
     assert code == 2 and len(lines) == 1, err
     assert "TensorFlow 2.20" in lines[0] and "--index brute-force" in lines[0]
+
+
+def test_the_default_index_is_scann_where_it_loads_else_brute_force(smoke_model, capsys,
+                                                                     caplog):
+    """`export`'s default, ``--index auto``: what the environment can serve, said in a line
+    where ScaNN cannot load (a newcomer's `make demo` environment is TensorFlow 2.21)."""
+    import json
+    import logging
+
+    root, model_dir = smoke_model
+    base = root / "served-auto"
+    with caplog.at_level(logging.WARNING, logger="tfrs_logq.serving.export"):
+        code = cli.main(["export", "--model-dir", model_dir, "--model_base_path", str(base),
+                         "--model_name", "m", "--k", "5"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    with open(f"{out.strip()}/assets/export.json") as f:
+        kind = json.load(f)["index"]
+    said = [r.getMessage() for r in caplog.records if "--index auto" in r.getMessage()]
+    if _scann_loads():
+        assert kind == "scann" and not said
+    else:
+        assert kind == "brute-force" and len(said) == 1 and "brute force" in said[0]
+    assert export_lib.resolve_index("brute-force") == "brute-force"
+    with pytest.raises(ValueError, match="index"):
+        export_lib.resolve_index("annoy")
+
+
+def test_pipeline_index_scann_is_refused_before_any_component_runs(tmp_path, monkeypatch,
+                                                                   capsys, data_dir):
+    monkeypatch.setitem(sys.modules, "scann", None)  # as where the import fails
+    root = tmp_path / "pipe"
+    code = cli.main(["pipeline", "run", "--pipeline-root", str(root), "--dataset", "ml-1m",
+                     "--data-dir", data_dir, "--index", "scann"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--index scann needs ScaNN" in err, err
+    assert not root.exists() or not any(root.iterdir())

@@ -24,7 +24,7 @@ NAME = "Exporter"
 VERSION = 1
 BASE_DIR = "serving"
 EXPORT_VERSION = 1
-INDEXES = ("scann", "brute-force")  # `tfrs_logq.serving.export.INDEXES`, without TensorFlow
+INDEXES = ("auto", "scann", "brute-force")  # `tfrs_logq.serving.export.INDEXES`, without TF
 
 
 def saved_model_dir(exporter_dir: str) -> str:
@@ -38,14 +38,14 @@ class Exporter:
 
     Args:
       trainer_dir: str. The Trainer artifact (``PIPELINE_ROOT/Trainer``).
-      index: str. ``"scann"`` or ``"brute-force"``. Defaults to ``"scann"`` (as
-        ``tfrs-logq export``).
+      index: str. ``"auto"`` (ScaNN where it loads, else brute force), ``"scann"`` or
+        ``"brute-force"``. Defaults to ``"auto"`` (as ``tfrs-logq export``).
       default_k: int. Results of ``serving_default`` (at most the catalog). Defaults
         to 100.
     """
 
     trainer_dir: str
-    index: str = "scann"
+    index: str = "auto"
     default_k: int = 100
 
     name = NAME

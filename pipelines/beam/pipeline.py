@@ -128,7 +128,7 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
                  temporal_fraction: Optional[float] = None, num_shards: int = 4,
                  sketch_depth: int = 4, sketch_width: int = 1 << 20, sketch_seed: int = 0,
                  preset: Optional[str] = "smoke", train_options: Optional[dict] = None,
-                 index: str = "scann", top_k: int = 1000, thresholds: Optional[dict] = None,
+                 index: str = "auto", top_k: int = 1000, thresholds: Optional[dict] = None,
                  baseline: Optional[str] = None, baseline_tolerance: float = 0.0,
                  serving_base_path: Optional[str] = None, stop_after: str = "Pusher",
                  runner: str = "FnApiRunner", num_workers: int = 2, force: bool = False,

@@ -34,6 +34,7 @@ def test_train_two_tower_on_a_log_then_export_in_its_ids(log_csv, tmp_path, caps
     config = json.load(open(os.path.join(model_dir, "config.json")))
     assert config["two_tower"]["loss"] == "mns-logq-tfrs"
     assert config["split"] == "temporal" and config["interactions"] == log_csv
+    assert config["dataset"] is None  # a user's log, not TrainConfig's default ml-1m
 
     base = str(tmp_path / "served")
     assert main(["export", "--model-dir", model_dir, "--model_base_path", base,

@@ -293,14 +293,23 @@ def _picky_compiler(directory, refuse):
     return str(fake), log
 
 
-def test_the_build_falls_back_to_no_avx512fp16_then_remembers_a_failure(tmp_path, package_cache):
+def test_the_build_falls_back_to_no_avx512fp16_then_remembers_a_failure(tmp_path, package_cache,
+                                                                       caplog):
     # Issue 37: on an Intel host with AVX512-FP16, TF 2.21's Eigen does not compile with
     # -march=native: the kernels must still build (without FP16), and a build that
     # cannot succeed must not be retried (30 s) by every process.
+    import logging
+
     package_cache.setenv(native.CACHE_ENV, str(tmp_path / "k"))
     compiler, log = _picky_compiler(tmp_path, "fp16")
     package_cache.setenv("CXX", compiler)
-    path = native.build()
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        path = native.build()
+    # A build that succeeded says so in one line, without the failed attempt's compiler
+    # errors (a newcomer read "error:" lines from a run that worked).
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO
+            and "built with" in r.getMessage()]
+    assert len(said) == 1 and "-mno-avx512fp16" in said[0] and "error" not in said[0], said
     assert path.read_text() == "lib\n"
     def builds():  # the compiler's calls that build (`_cpu_signature` asks it --help too)
         return [c for c in log.read_text().splitlines() if " -o " in f" {c} "]

@@ -22,8 +22,9 @@ class ExportFlags:
     version: Optional[int] = flag(None, at_least=1, default_text="the next free one")
     """integer version"""
     index: str = flag(INDEXES[0], choices=INDEXES)
-    """scann: ScaNN index (needs the ScaNN ops to serve); brute-force: exact, stock
-    TensorFlow ops only"""
+    """scann: ScaNN index (needs the ScaNN ops to serve: the scann extra, TensorFlow 2.20);
+    brute-force: exact, stock TensorFlow ops only; auto: scann where ScaNN loads, else
+    brute-force"""
     k: int = flag(100, at_least=1)
     """results of serving_default (top_k takes k per request)"""
     target_recall: float = flag(DEFAULT_TARGET_RECALL, above=0, at_most=1, metavar="R")

@@ -113,7 +113,8 @@ class PipelineFlags:
     """JSON object of other TrainConfig fields (and "preset"), as `train --config`;
     --preset, --loss and --seed override it"""
     index: str = flag(INDEXES[0], choices=INDEXES, group=_SERVING)
-    """the export's index: scann, or brute-force (exact, stock TensorFlow ops)"""
+    """the export's index: scann, brute-force (exact, stock TensorFlow ops), or auto (scann
+    where ScaNN loads, else brute-force)"""
     top_k: int = flag(1000, at_least=1, metavar="K", group=_SERVING)
     """items BulkInferrer lists per test target (at least the largest cut-off, 1000, unless
     the catalog is smaller)"""
@@ -262,6 +263,10 @@ def run(args) -> int:
     else:
         path, fmt, dataset = _pipeline_input(args)
     preset, train_options = _pipeline_train_options(args)
+    if args.index == "scann" and COMPONENTS.index(args.stop_after) >= COMPONENTS.index("Exporter"):
+        from tfrs_logq.serving.export import scann_ops_or_error
+
+        scann_ops_or_error()  # before ExampleGen and the Trainer run, not after
     results = run_pipeline(
         args.pipeline_root, path, fmt, split=args.split, dataset=dataset,
         beam_args=getattr(args, "beam_args", ()), force_local_root=args.force_local_root,

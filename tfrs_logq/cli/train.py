@@ -147,6 +147,8 @@ def _run_two_tower(args) -> int:
     data_config, split = _load(TrainConfig(**overrides), overrides, args)
     saved = saved_config(data_config)  # paths made absolute
     data = {k: saved[k] for k in DATA_FIELDS}
+    if data["interactions"]:  # a user's log: no built-in dataset (TrainConfig's default)
+        data["dataset"] = None
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(m, flush=True))
     say(f"two-tower {config.loss}: {split.num_items:,} items, {config.steps:,} steps of "

@@ -211,9 +211,12 @@ def build(force: bool = False) -> Path:
             except subprocess.TimeoutExpired as e:
                 raise NativeBuildError(f"compiling the native kernels took over "
                                        f"{_BUILD_TIMEOUT_S} s") from e
-            if errors:
-                logger.info("native kernels built with %s after: %s", " ".join(arch) or
-                            "the generic target", "; ".join(errors))
+            if errors:  # the compiler's own lines only at debug level: the build succeeded
+                tried = ", ".join(e.split("]", 1)[0] + "]" for e in errors)
+                logger.info("native kernels built with %s (%s did not compile with TensorFlow "
+                            "%s's headers)", " ".join(arch) or "the generic target", tried,
+                            tf.__version__)
+                logger.debug("the failed attempts: %s", "; ".join(errors))
             with contextlib.suppress(OSError):
                 failed.unlink()
             return target
