@@ -101,6 +101,32 @@ def test_the_directory_rules(log_split, tmp_path):
     (stranger / "notes.txt").write_text("mine")
     with pytest.raises(tower_run.RunDirectoryError, match="holds no tfrs-logq run"):
         tower_run.train_run(CONFIG, split, str(stranger), data)
+    from tfrs_logq._util.locks import ExclusiveLock
+
+    busy = str(tmp_path / "busy")
+    os.makedirs(busy)
+    with ExclusiveLock(os.path.join(busy, ".lock"), wait=False):  # another trainer's
+        with pytest.raises(tower_run.RunDirectoryError, match="in use by another"):
+            tower_run.train_run(CONFIG, split, busy, data)
+    assert not os.path.exists(os.path.join(busy, "config.json"))
+
+
+def test_a_filesystem_without_locks_trains_with_a_warning(log_split, tmp_path, monkeypatch,
+                                                          caplog):
+    import errno
+    import fcntl
+    import logging
+
+    def no_flock(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    split, data = log_split
+    config = TwoTowerConfig(**{**CONFIG.__dict__, "steps": 4, "eval_every": 4})
+    with caplog.at_level(logging.WARNING, logger=tower_run.__name__):
+        result = tower_run.train_run(config, split, str(tmp_path / "nfs"), data)
+    assert result["steps"] == 4
+    assert any("cannot lock" in r.getMessage() for r in caplog.records)
 
 
 def test_the_export_answers_in_the_logs_ids_as_exact_scoring(log_split, tmp_path):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 from typing import Callable, Optional
@@ -29,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.atomic import write_json
-from tfrs_logq._util.locks import ExclusiveLock, LockHeld, describe_holder
+from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
 from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.pipelines.vocabulary import RUN_ITEMS_FILE, read_run_items, write_run_items
 from tfrs_logq.towers import training
@@ -111,12 +112,17 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
     if os.path.exists(model_dir) and not os.path.isdir(model_dir):
         raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
     os.makedirs(model_dir, exist_ok=True)
+    lock = ExclusiveLock(os.path.join(model_dir, _LOCK), wait=False)
     try:
-        lock = ExclusiveLock(os.path.join(model_dir, _LOCK), wait=False).acquire()
+        lock.acquire()
     except LockHeld as e:
         raise RunDirectoryError(
             f"--model-dir {model_dir} is in use by another training process "
             f"({describe_holder(e.holder)}); wait for it or choose another directory.") from None
+    except LockUnsupported as e:  # NFS without locks, some FUSE mounts: as SASRec's runs
+        logging.getLogger(__name__).warning(
+            "cannot lock %s (%s): nothing stops a second process training into the same "
+            "directory", lock.path, e.strerror)
     try:
         record = run_record(config, split.num_items, data)
         if _prepare(model_dir, record, overwrite) == "new":
