@@ -15,7 +15,8 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --platform manylinux_2_28_x86_64 -d .accelerator-wheels \
 #     keras==3.15.1 namex==0.1.0 optree==0.20.0          # 2.9 MB in all
-#   (.accelerator-wheels/ listed in .git/info/exclude; run with carry [".accelerator-wheels"])
+#   (.accelerator-wheels/ listed in .git/info/exclude; run with carry [".accelerator-wheels"];
+#   they are installed into $SITE, default /tmp/accelerator-site, with --no-deps)
 # The image already has the rest of keras's dependencies (absl-py, h5py, ml-dtypes,
 # numpy, packaging, rich); keras-logq is taken from this checkout.
 #
@@ -28,10 +29,14 @@ WHEELS=${WHEELS:-.accelerator-wheels}
 PY=${PYTHON:-python3}
 mkdir -p "$DIR"
 export KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false
-if ! "$PY" -c "import keras" 2>/dev/null; then
-    "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target .accelerator-site \
-        keras namex optree
-    export PYTHONPATH=".accelerator-site${PYTHONPATH:+:$PYTHONPATH}"
+# Installed outside the tree, afresh when keras does not import whole: a second call on a
+# warm device machine found a stale in-tree copy ("module 'keras' has no attribute
+# 'saving'"), and the tree is re-sent on every call.
+SITE=${SITE:-/tmp/accelerator-site}
+if ! "$PY" -c "import keras.saving" 2>/dev/null; then
+    rm -rf "$SITE"
+    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="keras-logq${PYTHONPATH:+:$PYTHONPATH}"
 status=0
