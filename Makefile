@@ -23,7 +23,7 @@ TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_task
                   tests/cli/test_quiet.py
 PIP_PROGRESS   := --progress-bar off
 
-.PHONY: demo test test-keras test-tf221 bench lint clean install pipeline help
+.PHONY: demo test test-slow test-keras test-tf221 bench lint clean install pipeline help
 
 $(STAMP): pyproject.toml
 	@echo "== $(VENV): tfrs-logq with its test, serving and scann extras (TensorFlow 2.20: ScaNN"
@@ -105,6 +105,11 @@ test: $(STAMP) $(KERAS_STAMP) $(TF221_STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-keras test-tf221
 
+# The tests marked slow (benchmarks' smoke runs, about 1.5 min on 2 cores), which `make
+# test` leaves out; CI (.ci/run) runs them after it.
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
 # keras-logq: one pytest process per Keras backend. PyTorch gets one OpenMP thread: its
 # threads spin on shared cores (a step measured 6-25x slower on 2 busy cores).
 test-keras: $(STAMP) $(KERAS_STAMP)
@@ -146,6 +151,7 @@ help:
 	@echo "make demo      train none/logq/corrected on the synthetic stream (demo_output/)"
 	@echo "make test      the test suite (TF 2.20), keras-logq on jax/torch/tensorflow, and a"
 	@echo "               selection on TF 2.21 (make test-keras, make test-tf221: those parts alone)"
+	@echo "make test-slow the tests marked slow (benchmarks' smoke runs); CI runs it after make test"
 	@echo "make pipeline  the Beam pipeline on ML-1M into pipeline_output/, all seven components;"
 	@echo "               the Trainer uses the smoke preset (minutes on 2 CPU cores, not a usable"
 	@echo "               model; PIPELINE_PRESET=cpu or long for one, hours)"

@@ -5,6 +5,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+# A benchmark's smoke run (25-45 s): `make test-slow` (CI runs it after `make test`).
+pytestmark = pytest.mark.slow
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "bench_study_step.py")
 
 

@@ -510,7 +510,9 @@ def test_a_smoke_run_ends_saying_it_is_not_a_usable_model(capsys, tmp_path, monk
     _write_ratings(data)
     tiny = ["--split", "loo", "--max-epochs", "1", "--steps-per-epoch", "2", "--max-length",
             "20", "--embedding-dim", "8", "--data-dir", data]
-    for preset, json_flag in (("smoke", "--json"), ("smoke", None), ("cpu", "--json")):
+    # Two of the three combinations (each run builds a model: about 10 s): the smoke line
+    # last on stderr without --json, and stdout one JSON object with it.
+    for preset, json_flag in (("smoke", None), ("cpu", "--json")):
         argv = ["train", "--preset", preset, *tiny, "--model-dir", tmp_path / preset,
                 "--overwrite", *([json_flag] if json_flag else [])]
         code, out, err = run(capsys, *argv)
@@ -676,16 +678,14 @@ def test_evaluate_a_directory_that_is_no_training_output(capsys, tmp_path):
 # ------------------------------------------------------------------------------- demo
 
 
-def test_demo_cli_writes_table_csv_and_png(tmp_path):
+def test_demo_cli_writes_table_csv_and_png(capsys, tmp_path):
+    # In this process: an interpreter importing TensorFlow costs about 7 s of the suite.
     out = tmp_path / "demo"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfrs_logq.cli", "demo", "--output-dir", str(out),
-         "--num-items", "3000", "--num-users", "500", "--steps", "30", "--batch-size", "128",
-         "--num-eval", "256", "--json"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    code, stdout, err = run(capsys, "demo", "--output-dir", out, "--num-items", "3000",
+                            "--num-users", "500", "--steps", "30", "--batch-size", "128",
+                            "--num-eval", "256", "--json")
+    assert code == 0, err[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
     methods = [r["method"] for r in result["results"]]
     assert methods == ["oracle (true P(d|u))", "in-batch, none", "in-batch, logq",
                        "in-batch, corrected"]
@@ -695,19 +695,17 @@ def test_demo_cli_writes_table_csv_and_png(tmp_path):
     assert (out / "recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_demo_says_what_it_is_doing_in_a_log(tmp_path):
+def test_demo_says_what_it_is_doing_in_a_log(capsys, tmp_path):
     # Issue 23: piped or logged (stdout not a terminal), a demo correction printed
     # nothing for its whole training (Keras' bar is one line per epoch, the demo one
-    # epoch). Now: a timed line per phase and a line every tenth of the steps.
+    # epoch). Now: a timed line per phase and a line every tenth of the steps. (In this
+    # process, whose captured stdout is not a terminal either.)
     steps = 30
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfrs_logq.cli", "demo", "--output-dir", str(tmp_path / "d"),
-         "--num-items", "3000", "--num-users", "500", "--steps", str(steps), "--batch-size",
-         "128", "--num-eval", "256", "--num-topics", "40", "--topic-sharpness", "3.5"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
+    code, out, err = run(capsys, "demo", "--output-dir", tmp_path / "d", "--num-items", "3000",
+                         "--num-users", "500", "--steps", steps, "--batch-size", "128",
+                         "--num-eval", "256", "--num-topics", "40", "--topic-sharpness", "3.5")
+    assert code == 0, err[-3000:]
+    lines = out.splitlines()
     assert "3,000 items, 500 users, 40 topics (sharpness 3.5)" in lines[0]
     every = -(-steps // 10)
     expected = [f"step {n}/{steps}:" for n in range(every, steps + 1, every)]
@@ -724,23 +722,17 @@ def test_demo_says_what_it_is_doing_in_a_log(tmp_path):
     assert seconds == sorted(seconds)
 
 
-def test_demo_cli_rejects_bad_corrections():
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfrs_logq.cli", "demo", "--corrections", "none,bogus"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 2 and "bogus" in proc.stderr
+def test_demo_cli_rejects_bad_corrections(capsys):
+    code, _, err = run(capsys, "demo", "--corrections", "none,bogus")
+    assert code == 2 and "bogus" in err
 
 
-def test_study_counts_a_presets_pending_runs_and_takes_both_spellings(tmp_path):
+def test_study_counts_a_presets_pending_runs_and_takes_both_spellings(capsys, tmp_path):
     from tfrs_logq.studies import study
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfrs_logq.cli", "study", "--preset", "samplers", "--pending",
-         "--output_dir", str(tmp_path), "--max_runs", "1", "--seeds", "0,1"],
-        capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split()[-1] == str(len(study.preset_runs("samplers", [0, 1])))
-    proc = subprocess.run([sys.executable, "-m", "tfrs_logq.cli", "study", "--preset", "x"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "argument --preset: invalid choice: 'x'" in proc.stderr
+    code, out, err = run(capsys, "study", "--preset", "samplers", "--pending", "--output_dir",
+                         tmp_path, "--max_runs", "1", "--seeds", "0,1")
+    assert code == 0, err[-2000:]
+    assert out.split()[-1] == str(len(study.preset_runs("samplers", [0, 1])))
+    code, _, err = run(capsys, "study", "--preset", "x")
+    assert code == 2 and "argument --preset: invalid choice: 'x'" in err

@@ -380,17 +380,28 @@ print(native.build())
 """
 
 
-@needs_compiler
 def test_concurrent_builds_produce_one_library(tmp_path):
-    env = _env_with_kernel_cache(tmp_path)
+    # Two processes build at once through a stand-in compiler that takes a second (the
+    # real compile, tested by every kernel test in this file, took about 30 s of the
+    # suite here): one compiles, the other waits for it and finds its library.
+    calls = tmp_path / "calls"
+    fake = tmp_path / "slow-compiler"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase " $* " in *" -o "*) sleep 1;; esac\n'
+                    'for a; do case "$prev" in -o) echo lib > "$a";; esac; prev="$a"; done\n'
+                    'exit 0\n')
+    fake.chmod(0o755)
+    kernels = tmp_path / "k"
+    env = _env_with_kernel_cache(kernels, CXX=str(fake))
     procs = [subprocess.Popen([sys.executable, "-c", _BUILD], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     paths = {o[0].strip().splitlines()[-1] for o in outs}
     assert len(paths) == 1
-    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".so"] == [
+    assert [p.name for p in kernels.iterdir() if p.suffix == ".so"] == [
         os.path.basename(paths.pop())]
+    builds = [c for c in calls.read_text().splitlines() if " -o " in f" {c} "]
+    assert len(builds) == 1, builds
 
 
 def test_a_build_waits_for_anothers_build_of_the_same_library(tmp_path, package_cache):

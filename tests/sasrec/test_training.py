@@ -94,7 +94,9 @@ def test_multi_worker_mirrored_strategy_two_processes_on_loopback(data_dir, tmp_
     assert (shared / "worker-worker-1" / "backup").is_dir()
 
 
-def test_interrupted_training_resumes_from_its_backup(data_dir, tmp_path):
+def test_interrupted_training_resumes_from_its_backup(data_dir, tmp_path, caplog):
+    import logging
+
     import tensorflow as tf
 
     class Interrupt(tf.keras.callbacks.Callback):
@@ -113,10 +115,15 @@ def test_interrupted_training_resumes_from_its_backup(data_dir, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Interrupt()])
     assert (tmp_path / "m" / "backup").exists()
-    train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Record()])
+    with caplog.at_level(logging.WARNING, logger="tfrs_logq.sasrec.training"):
+        result = train(config, str(tmp_path / "m"), verbose=0, extra_callbacks=[Record()])
     # Epoch 0 finished and is not run again; epoch 1 was interrupted before its end
     # was recorded, so it is the one epoch lost.
     assert seen == [1, 2, 3]
+    # Resumed on the kernel path it trained on: no warning, nothing recorded about it
+    # (test_a_resume_on_the_other_kernel_path_says_it_cannot_be_exact has the other).
+    assert not [r for r in caplog.records if "kernels" in r.getMessage()]
+    assert "native_kernels_changed_on_resume" not in result
 
 
 class _ScriptedValidation:
@@ -346,7 +353,8 @@ def test_a_resume_on_the_other_kernel_path_says_it_cannot_be_exact(data_dir, tmp
                                                                    monkeypatch, caplog):
     """The checkpoint records whether the run trained with the native kernels; a run
     resumed on the other path (their dropout masks differ) trains on, warns once and
-    says so in its metrics; one resumed on its own path does neither."""
+    says so in its metrics. (One resumed on its own path does neither:
+    test_interrupted_training_resumes_from_its_backup.)"""
     import logging
 
     import tensorflow as tf
@@ -363,23 +371,18 @@ def test_a_resume_on_the_other_kernel_path_says_it_cannot_be_exact(data_dir, tmp
 
     config = resolve_config("smoke", loss="mns-corrected", split="loo", data_dir=data_dir,
                             max_epochs=2, steps_per_epoch=2, batch_size=8, dropout=0.3)
-    for name, resume_env in (("same", "0"), ("other", "auto")):
-        directory = str(tmp_path / name)
-        monkeypatch.setenv("TFRS_LOGQ_NATIVE", "0")
-        with pytest.raises(KeyboardInterrupt):
-            train(config, directory, verbose=0, extra_callbacks=[Interrupt()])
-        monkeypatch.setenv("TFRS_LOGQ_NATIVE", resume_env)
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger="tfrs_logq.sasrec.training"):
-            result = train(config, directory, verbose=0)
-        assert any("from epoch 2 of 2" in r.getMessage() for r in caplog.records)
-        warned = [r.getMessage() for r in caplog.records
-                  if r.levelno == logging.WARNING and "kernels" in r.getMessage()]
-        if name == "same":
-            assert not warned and "native_kernels_changed_on_resume" not in result
-            assert result["native_kernels"] is False
-        else:
-            assert len(warned) == 1 and "trained without" in warned[0], warned
-            assert "TFRS_LOGQ_NATIVE=0" in warned[0]
-            assert result["native_kernels"] is True
-            assert result["native_kernels_changed_on_resume"] is True
+    directory = str(tmp_path / "other")
+    monkeypatch.setenv("TFRS_LOGQ_NATIVE", "0")
+    with pytest.raises(KeyboardInterrupt):
+        train(config, directory, verbose=0, extra_callbacks=[Interrupt()])
+    monkeypatch.setenv("TFRS_LOGQ_NATIVE", "auto")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfrs_logq.sasrec.training"):
+        result = train(config, directory, verbose=0)
+    assert any("from epoch 2 of 2" in r.getMessage() for r in caplog.records)
+    warned = [r.getMessage() for r in caplog.records
+              if r.levelno == logging.WARNING and "kernels" in r.getMessage()]
+    assert len(warned) == 1 and "trained without" in warned[0], warned
+    assert "TFRS_LOGQ_NATIVE=0" in warned[0]
+    assert result["native_kernels"] is True
+    assert result["native_kernels_changed_on_resume"] is True

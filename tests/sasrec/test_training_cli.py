@@ -15,7 +15,10 @@ def _in_process(capsys, *args):
     from tfrs_logq.cli import main
 
     capsys.readouterr()
-    code = main(list(args))
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(list(args), code, out, err)
 
@@ -48,7 +51,8 @@ def test_train_cli_smoke_writes_model_dir_and_json(data_dir, tmp_path):
     assert config["preset"] == "smoke" and config["num_items"] > 0
 
 
-def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_dir, tmp_path):
+def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_dir, tmp_path,
+                                                                          capsys):
     # Issue 37: `--max-length 100000000 --preset smoke` ran 87 s to a 21 GB peak, then a
     # traceback, exit 1, and a config.json that blocked the retry.
     import time
@@ -60,8 +64,8 @@ def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_di
                             (["--embedding-dim", "30", "--num-heads", "4"], "--num-heads")):
         model_dir = tmp_path / "m"
         start = time.monotonic()
-        proc = _cli("train", "--preset", "smoke", "--split", "loo", "--data-dir", data_dir,
-                    "--model-dir", str(model_dir), *flags)
+        proc = _in_process(capsys, "train", "--preset", "smoke", "--split", "loo",
+                           "--data-dir", data_dir, "--model-dir", str(model_dir), *flags)
         assert proc.returncode == 2, (flags, proc.stderr[-2000:])
         lines = [line for line in proc.stderr.splitlines() if "error" in line]
         assert len(lines) == 1 and fragment in lines[0], (flags, proc.stderr[-2000:])
@@ -70,17 +74,17 @@ def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_di
         assert time.monotonic() - start < 120
 
 
-def test_train_cli_config_file_and_bad_input(data_dir, tmp_path):
+def test_train_cli_config_file_and_bad_input(data_dir, tmp_path, capsys):
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"preset": "smoke", "loss": "gbce", "max_epochs": 1}))
-    proc = _cli("train", "--config", str(cfg), "--model-dir", str(tmp_path / "m"),
-                "--data-dir", data_dir, "--split", "loo", "--json")
+    proc = _in_process(capsys, "train", "--config", str(cfg), "--model-dir",
+                       str(tmp_path / "m"), "--data-dir", data_dir, "--split", "loo", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["epochs"] == 1
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"lossy": 1}))
-    proc = _cli("train", "--config", str(bad), "--model-dir", str(tmp_path / "m2"),
-                "--data-dir", data_dir)
+    proc = _in_process(capsys, "train", "--config", str(bad), "--model-dir",
+                       str(tmp_path / "m2"), "--data-dir", data_dir)
     assert proc.returncode == 2 and "lossy" in proc.stderr
 
 

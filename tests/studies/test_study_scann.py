@@ -10,6 +10,9 @@ import pytest
 
 pytest.importorskip("scann")
 
+# A benchmark's smoke run (25-45 s): `make test-slow` (CI runs it after `make test`).
+pytestmark = pytest.mark.slow
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "study_scann.py")
 
 
