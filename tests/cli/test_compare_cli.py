@@ -17,6 +17,20 @@ def _cli(*args, timeout=600):
                           text=True, timeout=timeout)
 
 
+def _in_process(capsys, *args):
+    """`tfrs_logq.cli.main(args)` here, reported as `_cli` reports a process: an
+    interpreter importing TensorFlow costs about 7 s of the suite."""
+    from tfrs_logq.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
 @pytest.fixture(scope="module")
 def log_csv(tmp_path_factory):
     path = tmp_path_factory.mktemp("log") / "events.csv"
@@ -31,10 +45,10 @@ def log_csv(tmp_path_factory):
     return str(path)
 
 
-def test_data_stats_of_a_log_prints_the_datasets_keys(log_csv):
-    proc = _cli("data", "stats", "--interactions", log_csv, "--user-column", "user",
-                "--item-column", "item", "--time-column", "when", "--split", "temporal",
-                "--json")
+def test_data_stats_of_a_log_prints_the_datasets_keys(log_csv, capsys):
+    proc = _in_process(capsys, "data", "stats", "--interactions", log_csv, "--user-column",
+                       "user", "--item-column", "item", "--time-column", "when", "--split",
+                       "temporal", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     assert stats["dataset"] == "events.csv" and stats["split"] == "temporal"
@@ -48,21 +62,22 @@ def test_data_stats_of_a_log_prints_the_datasets_keys(log_csv):
     (["--item-column", "nope"], "no column 'nope'"),
     (["--item-column", "item", "--split", "temporal", "--time-column", "user"], "time"),
 ])
-def test_bad_logs_are_one_line_errors_with_exit_2(log_csv, args, message):
-    proc = _cli("data", "stats", "--interactions", log_csv, "--user-column", "user", *args)
+def test_bad_logs_are_one_line_errors_with_exit_2(log_csv, args, message, capsys):
+    proc = _in_process(capsys, "data", "stats", "--interactions", log_csv, "--user-column",
+                       "user", *args)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
 
-def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path):
+def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     out = str(tmp_path / "cmp")
-    proc = _cli("compare", "--interactions", log_csv, "--user-column", "user", "--item-column",
-                "item", "--time-column", "when", "--split", "loo", "--losses",
-                "inbatch-logq,inbatch-corrected", "--seeds", "0", "1", "--steps", "20",
-                "--eval-every", "10", "--window", "2", "--batch-size", "32",
-                "--embedding-dim", "8", "--output-dir", out, "--json")
+    proc = _in_process(capsys, "compare", "--interactions", log_csv, "--user-column", "user",
+                       "--item-column", "item", "--time-column", "when", "--split", "loo",
+                       "--losses", "inbatch-logq,inbatch-corrected", "--seeds", "0", "1",
+                       "--steps", "20", "--eval-every", "10", "--window", "2", "--batch-size",
+                       "32", "--embedding-dim", "8", "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [(r["loss"], r["seed"]) for r in result["results"]] == [
@@ -71,7 +86,7 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path):
     assert "compare: 4 runs" in proc.stderr  # progress goes to stderr with --json
     report = open(os.path.join(out, "report.md")).read()
     assert "inbatch-corrected against inbatch-logq, recall@10:" in report
-    again = _cli("compare", "--interactions", "x.csv", "--dataset", "ml-1m")
+    again = _in_process(capsys, "compare", "--interactions", "x.csv", "--dataset", "ml-1m")
     assert again.returncode == 2 and "either --interactions" in again.stderr
 
 
