@@ -40,13 +40,14 @@ grid_has_row() {  # out prefix: a row of out/results.csv starts with prefix (a f
   [ -f "$1/results.csv" ] && grep -q "^$2" "$1/results.csv"
 }
 
-grid_commit() {  # out what: with COMMIT=1, commits out as "out: N finished run(s) what"
+grid_commit() {  # out what: with COMMIT=1, commits out as "out: N row(s) what" (rows of
+  # results.csv: one per run in the SASRec grids, one per evaluated step count in the study)
   [ "${COMMIT:-0}" = 1 ] && [ -f "$1/results.csv" ] || return 0
   git add -- "$1" >/dev/null 2>&1 || return 0
   git diff --cached --quiet -- "$1" && return 0
   local n; n=$(($(wc -l < "$1/results.csv") - 1))
   for _ in 1 2 3 4 5; do  # another git command may hold the index lock
-    git commit -q -m "$1: $n finished run(s) $2" -- "$1" && return 0
+    git commit -q -m "$1: $n row(s) $2" -- "$1" && return 0
     sleep "${GRID_RETRY_SECONDS:-5}"
   done
   echo "$GRID_NAME: could not commit $1" >&2

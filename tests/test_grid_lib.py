@@ -117,13 +117,13 @@ def test_commit_commits_the_results_directory_only_and_only_when_asked(repo):
     result = _lib(repo, 'grid_commit results/g "of a test (code X)"', {"COMMIT": "1"})
     assert result.returncode == 0, result.stderr
     assert _git(repo, "log", "-1", "--format=%s") == (
-        "results/g: 2 finished run(s) of a test (code X)")
+        "results/g: 2 row(s) of a test (code X)")
     assert _git(repo, "show", "--name-only", "--format=", "HEAD").split() == [
         "results/g/results.csv"]
     assert "A  notes.txt" in _git(repo, "status", "--short")  # still staged, not committed
     # Nothing new: no empty commit.
     assert _lib(repo, 'grid_commit results/g "x"', {"COMMIT": "1"}).returncode == 0
-    assert _git(repo, "log", "-1", "--format=%s").startswith("results/g: 2 finished")
+    assert _git(repo, "log", "-1", "--format=%s").startswith("results/g: 2 row(s)")
 
 
 def test_a_commit_that_keeps_failing_is_retried_then_reported(repo):
@@ -189,7 +189,7 @@ def test_fixed_grid_skips_finished_rows_trains_from_the_pin_and_commits_each_run
     assert [r.split("--losses ")[1].split()[:3] for r in runs] == [
         ["b", "--seeds", "0"], ["a", "--seeds", "1"], ["b", "--seeds", "1"]]
     log = _git(repo, "log", "--format=%s", "-3").splitlines()
-    assert log == [f"results/g: {n} finished run(s) at the fixed preset (code {pin})"
+    assert log == [f"results/g: {n} row(s) at the fixed preset (code {pin})"
                    for n in (4, 3, 2)]
     assert (out / "code_commit").read_text().strip() == pin
     # Run again: everything is finished, nothing trains, nothing is committed.
@@ -242,4 +242,4 @@ def test_synthetic_study_runs_one_at_a_time_from_the_pin_and_commits_each(repo, 
                for r in runs)
     assert sum("--max-runs 1" in r for r in runs) == 2
     assert _git(repo, "log", "--format=%s", "-2").splitlines() == [
-        f"results/s: {n} finished run(s) of the pilot study (code {pin})" for n in (2, 1)]
+        f"results/s: {n} row(s) of the pilot study (code {pin})" for n in (2, 1)]
