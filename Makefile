@@ -115,10 +115,14 @@ test-slow: $(STAMP)
 test-keras: $(STAMP) $(KERAS_STAMP)
 	@echo "== keras-logq, KERAS_BACKEND=jax ($(KERAS_VENV), no TensorFlow)"
 	cd keras-logq && KERAS_BACKEND=jax $(abspath $(KERAS_PY)) -m pytest -q
+	@echo "== the accelerator study (benchmarks/accelerator), KERAS_BACKEND=jax, no TensorFlow"
+	KERAS_BACKEND=jax $(KERAS_PY) -m pytest -q benchmarks/accelerator/tests
 	@echo "== keras-logq, KERAS_BACKEND=torch ($(KERAS_VENV), no TensorFlow)"
 	cd keras-logq && OMP_NUM_THREADS=1 KERAS_BACKEND=torch $(abspath $(KERAS_PY)) -m pytest -q
 	@echo "== keras-logq, KERAS_BACKEND=tensorflow ($(VENV), TensorFlow 2.20)"
 	cd keras-logq && KERAS_BACKEND=tensorflow $(abspath $(PY)) -m pytest -q
+	@echo "== the accelerator study's held-out batch against TensorFlow's RNG ($(VENV))"
+	$(PY) -m pytest -q benchmarks/accelerator/tests/test_tf_philox.py
 
 # tfrs-logq on TensorFlow 2.21: task, losses, samplers, frequency, training smoke,
 # brute-force export and serving (test_export.py serves through the in-process server).

@@ -1,0 +1,93 @@
+"""The learning curve's tables: levels, and corrected against each form, by step count.
+
+    python -m benchmarks.accelerator.curve_report results/accelerator-study/results.csv \\
+        [--num-items 1000000] [--proposal mixture]
+
+Reads the rows of one world (``num_items``) and proposal from the study's ``results.csv``
+and prints two markdown tables: every row's exact Recall@10/100/1000, model median ``P`` and
+ms per step, by step count, correction and seed; then, at each step count, corrected minus
+each other correction paired by seed (common random numbers), every seed's difference and,
+from two seeds on, the mean with its 95 % t interval (`tfrs_logq.stats.paired_difference`).
+No TensorFlow, no JAX: the CSV and SciPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+from tfrs_logq.stats import paired_difference
+
+KS = (10, 100, 1000)
+ORDER = ("corrected", "logq-paper", "logq-official", "none", "corrected-w1")
+
+
+def _order(correction: str) -> tuple:
+    return (ORDER.index(correction) if correction in ORDER else len(ORDER), correction)
+
+
+def read_rows(path: str, num_items: int, proposal: str) -> list:
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f)
+                if int(r["num_items"]) == num_items and r["proposal"] == proposal]
+    if not rows:
+        raise SystemExit(f"{path}: no rows with num_items={num_items} and "
+                         f"proposal={proposal!r}")
+    return rows
+
+
+def levels_table(rows: list) -> str:
+    out = ["| steps | correction | seed | exact R@10 | R@100 | R@1000 | model `P` median "
+           "| ms / step |", "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (int(r["steps"]), _order(r["correction"]),
+                                         int(r["seed"]))):
+        recall = " | ".join(f"{float(r[f'exact_recall@{k}']):.4f}" for k in KS)
+        step = float(r["seconds_per_step"]) * 1e3 if r["seconds_per_step"] else float("nan")
+        out.append(f"| {int(r['steps']):,} | {r['correction']} | {r['seed']} | {recall} "
+                   f"| {float(r['model_p_q50']):.4f} | {step:.2f} |")
+    return "\n".join(out)
+
+
+def paired_table(rows: list, reference: str = "corrected") -> str:
+    by = {(r["correction"], int(r["seed"]), int(r["steps"])): r for r in rows}
+    others = sorted({c for c, _, _ in by if c != reference}, key=_order)
+    out = [f"| steps | {reference} minus | seeds | per seed (R@10 / R@100 / R@1000) "
+           "| mean, 95 % interval R@10 | R@100 | R@1000 |", "|---|---|---|---|---|---|---|"]
+    for steps in sorted({s for _, _, s in by}):
+        for other in others:
+            seeds = sorted(s for c, s, t in by if c == other and t == steps
+                           and (reference, s, steps) in by)
+            if not seeds:
+                continue
+            per_seed = "; ".join(
+                " / ".join(f"{float(by[(reference, s, steps)][f'exact_recall@{k}']) - float(by[(other, s, steps)][f'exact_recall@{k}']):+.4f}"  # noqa: E501
+                           for k in KS) for s in seeds)
+            cells = []
+            for k in KS:
+                d = paired_difference([float(by[(other, s, steps)][f"exact_recall@{k}"])
+                                       for s in seeds],
+                                      [float(by[(reference, s, steps)][f"exact_recall@{k}"])
+                                       for s in seeds])
+                cells.append(f"{d['mean']:+.4f}" if d["half_width"] is None
+                             else f"{d['mean']:+.4f} ± {d['half_width']:.4f}")
+            out.append(f"| {steps:,} | {other} | {','.join(map(str, seeds))} | {per_seed} "
+                       f"| {' | '.join(cells)} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="?", default="results/accelerator-study/results.csv")
+    p.add_argument("--num-items", type=int, default=1_000_000)
+    p.add_argument("--proposal", default="mixture")
+    args = p.parse_args(argv)
+    rows = read_rows(args.results, args.num_items, args.proposal)
+    print(levels_table(rows))
+    print()
+    print(paired_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
