@@ -55,3 +55,20 @@ def test_no_rows_for_the_world_is_a_one_line_error(tmp_path):
     _write(path, [_row("corrected", 0, 100, 0.5)])
     with pytest.raises(SystemExit, match="no rows with num_items=7"):
         curve_report.main([str(path), "--num-items", "7"])
+
+
+def test_importing_the_report_leaves_keras_backend_alone():
+    # The package once set KERAS_BACKEND=jax on import: in this TensorFlow process it
+    # leaked to every later subprocess, whose Keras 3 then could not import (no JAX here).
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    proc = subprocess.run([sys.executable, "-c", "import os\n"
+                           "import benchmarks.accelerator.curve_report\n"
+                           "print(os.environ.get('KERAS_BACKEND'))"],
+                          capture_output=True, text=True, timeout=120, env=env,
+                          cwd=os.path.join(os.path.dirname(__file__), ".."))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "None"

@@ -9,7 +9,6 @@ keras-logq), `model` (the two-tower model, negatives, the row-sparse Adam step),
 `driver` (results.csv, checkpoints, the time budget), `cli`, `bench` (step timings).
 """
 
-import os
-
-if "keras" not in __import__("sys").modules:
-    os.environ.setdefault("KERAS_BACKEND", "jax")
+# No side effect here: `crosscheck` and `curve_report` are read from TensorFlow processes
+# (the test suite), where a KERAS_BACKEND=jax set on import leaked to every later
+# subprocess. `loss`, the one module that imports keras, chooses JAX.

@@ -27,9 +27,15 @@ All of it is `keras.ops`: it runs on JAX arrays inside a jitted JAX step.
 
 from __future__ import annotations
 
-from keras import ops
+import os
+import sys
 
-from keras_logq import losses as klq
+if "keras" not in sys.modules:  # the study runs Keras 3 on JAX unless told otherwise
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+
+from keras import ops  # noqa: E402
+
+from keras_logq import losses as klq  # noqa: E402
 
 CORRECTIONS = ("none", "logq-paper", "logq-official", "corrected", "corrected-w1")
 # A probability q in log(1 - q) is capped at 1 - 1e-6 (tfrs_logq.proposal.COMPLEMENT_EPSILON).
