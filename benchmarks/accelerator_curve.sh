@@ -28,6 +28,14 @@ MAX_SECONDS=${MAX_SECONDS:-540}
 WHEELS=${WHEELS:-.accelerator-wheels}
 PY=${PYTHON:-python3}
 mkdir -p "$DIR"
+# A fresh DIR (a fresh device machine) starts from the committed rows, so that finished
+# evaluations are not run again; results.csv returned is then the whole file.
+FROM=${FROM:-results/accelerator-study}
+if [ ! -f "$DIR/results.csv" ] && [ "$(cd "$FROM" 2>/dev/null && pwd)" != "$(cd "$DIR" && pwd)" ]; then
+    for f in results.csv truth.json; do
+        [ -f "$FROM/$f" ] && cp "$FROM/$f" "$DIR/$f"
+    done
+fi
 export KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false
 # Installed outside the tree, afresh when keras does not import whole: a second call on a
 # warm device machine found a stale in-tree copy ("module 'keras' has no attribute
