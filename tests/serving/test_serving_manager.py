@@ -70,7 +70,11 @@ def test_a_corrupt_version_is_logged_once_shown_in_the_status_and_the_good_one_s
         assert by_version[2].status.error_code != 0 and by_version[2].status.error_message
         channel.close()
         # Changed (still corrupt): tried and logged once more, and only once.
-        (base / "2" / "saved_model.pb").write_bytes(os.urandom(3000))
+        # Replaced in one step: a poll that caught a write in progress (the file emptied,
+        # then filled) saw two changes and logged twice (seen once under load).
+        fresh = tmp_path / "saved_model.pb"
+        fresh.write_bytes(os.urandom(3000))
+        os.replace(fresh, base / "2" / "saved_model.pb")
         _wait_for(lambda: sum("could not load version 2" in m for m in records.messages) >= 2,
                   what="the changed version tried again")
         seen = len(polls)
