@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_process import cli_in_process
 
 
 def _cli(*args, timeout=600):
@@ -17,18 +18,6 @@ def _cli(*args, timeout=600):
                           text=True, timeout=timeout)
 
 
-def _in_process(capsys, *args):
-    """`tfrs_logq.cli.main(args)` here, reported as `_cli` reports a process: an
-    interpreter importing TensorFlow costs about 7 s of the suite."""
-    from tfrs_logq.cli import main
-
-    capsys.readouterr()
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:  # argparse's errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(list(args), code, out, err)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +35,7 @@ def log_csv(tmp_path_factory):
 
 
 def test_data_stats_of_a_log_prints_the_datasets_keys(log_csv, capsys):
-    proc = _in_process(capsys, "data", "stats", "--interactions", log_csv, "--user-column",
+    proc = cli_in_process(capsys, "data", "stats", "--interactions", log_csv, "--user-column",
                        "user", "--item-column", "item", "--time-column", "when", "--split",
                        "temporal", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -63,7 +52,7 @@ def test_data_stats_of_a_log_prints_the_datasets_keys(log_csv, capsys):
     (["--item-column", "item", "--split", "temporal", "--time-column", "user"], "time"),
 ])
 def test_bad_logs_are_one_line_errors_with_exit_2(log_csv, args, message, capsys):
-    proc = _in_process(capsys, "data", "stats", "--interactions", log_csv, "--user-column",
+    proc = cli_in_process(capsys, "data", "stats", "--interactions", log_csv, "--user-column",
                        "user", *args)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if "error" in line]
@@ -73,7 +62,7 @@ def test_bad_logs_are_one_line_errors_with_exit_2(log_csv, args, message, capsys
 
 def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     out = str(tmp_path / "cmp")
-    proc = _in_process(capsys, "compare", "--interactions", log_csv, "--user-column", "user",
+    proc = cli_in_process(capsys, "compare", "--interactions", log_csv, "--user-column", "user",
                        "--item-column", "item", "--time-column", "when", "--split", "loo",
                        "--losses", "inbatch-logq,inbatch-corrected", "--seeds", "0", "1",
                        "--steps", "20", "--eval-every", "10", "--window", "2", "--batch-size",
@@ -86,7 +75,7 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     assert "compare: 4 runs" in proc.stderr  # progress goes to stderr with --json
     report = open(os.path.join(out, "report.md")).read()
     assert "inbatch-corrected against inbatch-logq, recall@10:" in report
-    again = _in_process(capsys, "compare", "--interactions", "x.csv", "--dataset", "ml-1m")
+    again = cli_in_process(capsys, "compare", "--interactions", "x.csv", "--dataset", "ml-1m")
     assert again.returncode == 2 and "either --interactions" in again.stderr
 
 

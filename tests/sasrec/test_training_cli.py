@@ -8,19 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-
-def _in_process(capsys, *args):
-    """`tfrs_logq.cli.main(args)` here, as `_cli` would report it."""
-    from tfrs_logq.cli import main
-
-    capsys.readouterr()
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:  # argparse's errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(list(args), code, out, err)
+from cli_process import cli_in_process
 
 
 def _cli(*args, env=None):
@@ -64,7 +52,7 @@ def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_di
                             (["--embedding-dim", "30", "--num-heads", "4"], "--num-heads")):
         model_dir = tmp_path / "m"
         start = time.monotonic()
-        proc = _in_process(capsys, "train", "--preset", "smoke", "--split", "loo",
+        proc = cli_in_process(capsys, "train", "--preset", "smoke", "--split", "loo",
                            "--data-dir", data_dir, "--model-dir", str(model_dir), *flags)
         assert proc.returncode == 2, (flags, proc.stderr[-2000:])
         lines = [line for line in proc.stderr.splitlines() if "error" in line]
@@ -77,13 +65,13 @@ def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_di
 def test_train_cli_config_file_and_bad_input(data_dir, tmp_path, capsys):
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps({"preset": "smoke", "loss": "gbce", "max_epochs": 1}))
-    proc = _in_process(capsys, "train", "--config", str(cfg), "--model-dir",
+    proc = cli_in_process(capsys, "train", "--config", str(cfg), "--model-dir",
                        str(tmp_path / "m"), "--data-dir", data_dir, "--split", "loo", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["epochs"] == 1
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"lossy": 1}))
-    proc = _in_process(capsys, "train", "--config", str(bad), "--model-dir",
+    proc = cli_in_process(capsys, "train", "--config", str(bad), "--model-dir",
                        str(tmp_path / "m2"), "--data-dir", data_dir)
     assert proc.returncode == 2 and "lossy" in proc.stderr
 
@@ -92,7 +80,7 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     # In this process (tfrs_logq.cli.main): four interpreters importing TensorFlow cost
     # about 20 s of the suite.
     out = tmp_path / "exp"
-    proc = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+    proc = cli_in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
                            "--data-dir", data_dir, "--losses", "inbatch-logq,inbatch-corrected",
                            "--seeds", "0,1", "--max-epochs", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -107,12 +95,12 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     assert len(curves) == 1 + 4
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # A finished grid is not run again.
-    again = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+    again = cli_in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
                             "--data-dir", data_dir, "--losses", "inbatch-logq", "--seeds", "0",
                             "--max-epochs", "1", "--json")
     assert again.returncode == 0 and "Epoch" not in again.stdout
     # A later grid in the same directory keeps the earlier rows and curves in its table.
-    more = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+    more = cli_in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
                            "--data-dir", data_dir, "--losses", "mns-none", "--seeds", "0",
                            "--max-epochs", "1", "--json")
     assert more.returncode == 0, more.stderr[-3000:]
@@ -121,7 +109,7 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     assert len((out / "curves.csv").read_text().strip().splitlines()) == 1 + 5
     assert "MNS, without logQ" in (out / "table.md").read_text()
     # A grid asking for another config never relabels the finished runs.
-    other = _in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
+    other = cli_in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
                             "--data-dir", data_dir, "--losses", "inbatch-logq", "--seeds", "0",
                             "--max-epochs", "2", "--json")
     assert other.returncode != 0 and "another config" in other.stderr

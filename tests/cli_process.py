@@ -1,0 +1,17 @@
+"""`tfrs_logq.cli.main` run in the test's process, reported as a process would be: an
+interpreter importing TensorFlow costs about 7 s of the suite."""
+
+import subprocess
+
+
+def cli_in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """``main(args)`` here: the exit code (argparse's `SystemExit` too), stdout, stderr."""
+    from tfrs_logq.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)
