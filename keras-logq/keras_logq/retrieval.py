@@ -218,8 +218,10 @@ def reduce_loss(per_example, reduction: str, sample_weight=None):
     total = ops.sum(per_example)
     if reduction == "sum":
         return total
-    size = ops.cast(ops.shape(per_example)[0], per_example.dtype)
-    return total / ops.maximum(size, 1.0)
+    size = ops.shape(per_example)[0]
+    if isinstance(size, int):  # static: divided by a Python number, no tensor made from it
+        return ops.divide(total, max(size, 1))
+    return total / ops.maximum(ops.cast(size, per_example.dtype), 1.0)
 
 
 _Y_TRUE_KEYS = ("labels", "mask", "candidate_ids", "candidate_sampling_probability",
@@ -432,5 +434,8 @@ def _keras_reduce(per_example, reduction, sample_weight, dtype):
     if reduction == "mean_with_sample_weight" and weights is not None:
         denominator = ops.sum(ops.broadcast_to(weights, ops.shape(values)))
     else:
-        denominator = ops.cast(ops.shape(values)[0], dtype)
-    return total / ops.maximum(denominator, ops.cast(1e-12, dtype))
+        denominator = ops.shape(values)[0]
+        if isinstance(denominator, int):  # static: no tensor made from a Python number
+            return ops.divide(total, max(denominator, 1))
+        denominator = ops.cast(denominator, dtype)
+    return total / ops.maximum(denominator, losses.constant_like(1e-12, denominator))
