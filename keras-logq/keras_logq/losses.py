@@ -79,15 +79,17 @@ def constant_like(value: float, like, dtype=None):
     On PyTorch it is filled on ``like``'s device (`torch.full`): Keras turns a Python
     number into a tensor with ``torch.as_tensor(value, device=...)``, which on a GPU
     is a blocking host-to-device copy in the middle of the step. Elsewhere
-    ``ops.cast(value, dtype)`` (a constant of the compiled program).
+    ``ops.convert_to_tensor(value, dtype)`` (a constant of the compiled program; made in
+    ``dtype`` directly, so a float64 value such as `masked_value` is not rounded through
+    float32 first, as ``ops.cast`` does on TensorFlow).
     """
-    dtype = dtype or _dtype_name(like)
+    dtype = keras.backend.standardize_dtype(dtype or like.dtype)
     if keras.backend.backend() == "torch":
         import torch
 
         if isinstance(like, torch.Tensor):
             return torch.full((), value, dtype=getattr(torch, dtype), device=like.device)
-    return ops.cast(value, dtype)
+    return ops.convert_to_tensor(value, dtype)
 
 
 def _as_float(x, name: str, dtype: str):
@@ -616,7 +618,9 @@ def retrieval_loss(
     # log Q'(d) = log Q(d) - log(1 - Q(p)) is constant along a row, so
     # lse(s - log Q') = lse(s - log Q) + log(1 - Q(p)): the [batch, n] log Q' is not built.
     q_max = constant_like(_MAX_POSITIVE_Q, positive_log_q)
-    q_positive = ops.minimum(ops.exp(positive_log_q), q_max)
+    q_positive = ops.exp(positive_log_q)
+    # `where`, not `minimum`: Keras 3.15's PyTorch `minimum` returns float32 for two float64s.
+    q_positive = ops.where(q_positive > q_max, q_max, q_positive)
     return _sampled_softmax_loss(
         positive_logits, scores, correction="corrected", negative_log_q=log_q,
         positive_log_q=None, is_negative=negatives, check=False,

@@ -438,4 +438,5 @@ def _keras_reduce(per_example, reduction, sample_weight, dtype):
         if isinstance(denominator, int):  # static: no tensor made from a Python number
             return ops.divide(total, max(denominator, 1))
         denominator = ops.cast(denominator, dtype)
-    return total / ops.maximum(denominator, losses.constant_like(1e-12, denominator))
+    # As Keras's losses: 0 when the weights sum to 0 (a float16 1e-12 floor would be 0 too).
+    return ops.divide_no_nan(total, denominator)
