@@ -12,6 +12,7 @@ part (train / validation / test):
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
 
@@ -45,6 +46,15 @@ class Split:
 
     def train_sequences(self) -> list:
         return [s[:n] for s, n in zip(self.sequences, self.train_lengths)]
+
+    def train_weights(self) -> Optional[list]:
+        """The training interactions' weights (a user log's weight column), parallel to
+        `train_sequences`; None when the log has none."""
+        weight = self.interactions.weight
+        if weight is None:
+            return None
+        offsets = self.interactions.user_offsets()
+        return [weight[offsets[u]:offsets[u] + n] for u, n in enumerate(self.train_lengths)]
 
     def train_item_counts(self) -> np.ndarray:
         """`[num_items + 1]` exact counts over the training interactions only."""

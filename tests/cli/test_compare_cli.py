@@ -90,3 +90,40 @@ def test_train_on_a_log_through_the_cli_with_a_line_per_epoch_in_a_pipe(log_csv,
     assert result["split"] == "loo" and 0.0 <= result["test"]["recall@10"] <= 1.0
     with open(tmp_path / "run" / "config.json") as f:
         assert json.load(f)["interactions"] == log_csv
+
+
+@pytest.fixture(scope="module")
+def weighted_log_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("weighted") / "plays.csv"
+    rng = np.random.default_rng(2)
+    lines = ["user,item,plays"]
+    for u in range(60):
+        for _ in range(8):
+            lines.append(f"u{u},i{int(rng.choice(np.arange(u % 3, 30, 3)))},{rng.integers(0, 4)}")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_compare_weights_the_two_tower_loss_and_refuses_weights_for_sasrec(
+        weighted_log_csv, tmp_path, capsys):
+    common = ("--interactions", weighted_log_csv, "--user-column", "user", "--item-column",
+              "item", "--weight-column", "plays", "--split", "loo", "--seeds", "0",
+              "--steps", "4", "--eval-every", "2", "--window", "1", "--batch-size", "16",
+              "--embedding-dim", "4")
+    out = str(tmp_path / "weighted")
+    proc = cli_in_process(capsys, "compare", *common, "--losses",
+                          "inbatch-logq,inbatch-corrected", "--output-dir", out, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])["plan"]
+    assert plan["source"] == "plays.csv, split loo, weighted by plays"
+    # The same directory without the weights is another plan.
+    unweighted = [a for a in common if a not in ("--weight-column", "plays")]
+    again = cli_in_process(capsys, "compare", *unweighted, "--losses",
+                           "inbatch-logq,inbatch-corrected", "--output-dir", out)
+    assert again.returncode == 2 and "another plan" in again.stderr, again.stderr[-2000:]
+    sasrec = cli_in_process(capsys, "compare", *common, "--model", "sasrec", "--losses",
+                            "bce,full-softmax", "--output-dir", str(tmp_path / "sasrec"))
+    assert sasrec.returncode == 2, sasrec.stderr[-2000:]
+    errors = [line for line in sasrec.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "--model two-tower only" in errors[0], sasrec.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "sasrec")  # refused before the directory is made

@@ -99,3 +99,45 @@ def test_training_learns_and_a_killed_run_resumes_to_the_same_metrics(split, tmp
     assert [r["steps"] for r in second] == [40] and resumed["resumed_from_step"] == 30
     for key in ("recall@10", "ndcg@10", "recall@100", "positive_share_q50"):
         assert resumed[key] == pytest.approx(last[key], abs=1e-6), key
+
+
+def _weighted_split(weight_of_position, num_users=120):
+    """The topic log with a weight per interaction: ``weight_of_position(t)`` for the
+    user's ``t``-th interaction (time order)."""
+    plain = _topic_log(num_users=num_users)
+    weights = np.array([weight_of_position(int(t) % 100) for t in plain.timestamp], np.float64)
+    users = plain.user
+    return make_split(build_interactions(users, plain.item, plain.timestamp, weight=weights,
+                                         min_item_interactions=1), "loo")
+
+
+def test_train_weights_and_example_weights_follow_the_target_interaction():
+    split = _weighted_split(lambda t: t + 1.0)
+    for seq, weights in zip(split.train_sequences(), split.train_weights()):
+        np.testing.assert_array_equal(weights, np.arange(1, len(seq) + 1))
+    examples = Examples(split, history_length=20)
+    batch = examples.batch(seed=0, step=1, batch_size=256)
+    assert batch["weight"].dtype == np.float32
+    # The target at position t has t items before it (all within 20) and weight t + 1.
+    np.testing.assert_array_equal(batch["weight"], np.count_nonzero(batch["history"], 1) + 1)
+    assert "weight" not in Examples(make_split(_topic_log(num_users=20), "loo"), 4).batch(0, 0, 8)
+
+
+def test_weights_scale_each_examples_loss():
+    config = TwoTowerConfig(loss="inbatch-corrected", steps=12, batch_size=64,
+                            embedding_dim=8, history_length=6, eval_every=12)
+    plain = training.train(config, _weighted_split(lambda t: 1.0))
+    unweighted = training.train(config, make_split(_topic_log(num_users=120), "loo"))
+    skewed = training.train(config, _weighted_split(lambda t: 0.0 if t < 8 else 5.0))
+    for key in ("recall@10", "ndcg@10", "recall@100"):
+        assert plain[key] == pytest.approx(unweighted[key], abs=1e-7), key  # weight 1: same
+    assert any(abs(skewed[k] - unweighted[k]) > 1e-4 for k in ("recall@10", "ndcg@10",
+                                                                "recall@100"))
+
+
+@pytest.mark.parametrize("weight, message", [(lambda t: t - 3.0, "negative weights"),
+                                             (lambda t: 0.0, "every training example")])
+def test_bad_weights_are_one_line_errors(weight, message):
+    with pytest.raises(ValueError, match=message) as error:
+        Examples(_weighted_split(weight, num_users=12), history_length=4)
+    assert "\n" not in str(error.value)

@@ -26,7 +26,8 @@ class UserLogFlags:
                                       default_text="none: the file order, no temporal split")
     """the column of times: integer seconds or ISO 8601 text"""
     weight_column: Optional[str] = flag(None, metavar="C", group="data")
-    """a number per interaction"""
+    """a number per interaction (>= 0): the two-tower loss of each example is multiplied by
+    its target's weight"""
     log_format: Optional[str] = flag(None, choices=("csv", "tsv", "parquet", "jsonl"),
                                      group="data", aliases=("--format",),
                                      default_text="each file's extension")
@@ -112,7 +113,8 @@ def run(args) -> int:
     plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
                 window=args.window, baseline=args.baseline or "", model=args.model,
                 sasrec_preset=args.sasrec_preset,
-                source=f"{name}, split {args.split}")
+                source=f"{name}, split {args.split}"
+                + (f", weighted by {args.weight_column}" if args.weight_column else ""))
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs)
     if args.json:
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),

@@ -39,8 +39,9 @@ def load_any_split(args):
         if args.dataset:
             raise ValueError("give --interactions or --dataset, not both.")
         source = UserLogSource(args.interactions, args.user_column, args.item_column,
-                               time_column=args.time_column, format=args.log_format,
-                               skip_bad_lines=args.skip_bad_lines)
+                               time_column=args.time_column,
+                               weight_column=getattr(args, "weight_column", None),
+                               format=args.log_format, skip_bad_lines=args.skip_bad_lines)
         split_name = args.split or ("temporal" if args.time_column else "loo")
         knobs = {k: getattr(args, k) for k in ("min_item_interactions", "min_user_interactions",
                                                "deduplicate") if hasattr(args, k)}

@@ -160,6 +160,9 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
     interrupted comparison holds whole pairs), then writes the report. Returns the rows
     of results.csv. One process per directory (`RunLock`)."""
+    if plan.model == "sasrec" and split.interactions.weight is not None:
+        raise CompareError("a weight column weights the loss of --model two-tower only; "
+                           "SASRec trains unweighted: leave out --weight-column.")
     with exclusive_output_dir(output_dir):
         _check_plan(plan, output_dir)
         _run_all(plan, split, output_dir, say, max_runs)

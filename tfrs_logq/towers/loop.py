@@ -133,8 +133,8 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
           on_eval: Optional[Callable[[int, "TowerModel", dict], None]] = None
           ) -> tuple[TowerModel, dict]:
     """Trains one spec on ``batches(first_step)`` (its batches from ``first_step`` on:
-    ``{"history": [b, L], "target": [b]}`` int64, batch ``i`` a function of the seed and
-    ``i`` only); returns the model and ``{"seconds_per_step", "resumed_from_step"}``
+    ``{"history": [b, L], "target": [b]}`` int64 and optionally ``"weight": [b]`` float32,
+    each example's loss weight; batch ``i`` a function of the seed and ``i`` only); returns the model and ``{"seconds_per_step", "resumed_from_step"}``
     (seconds per step of this process, its first step and the saves excluded; NaN when
     it trained fewer than 2 steps).
 
@@ -167,6 +167,7 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
             loss = task(model.query_tower(batch["history"]), model.item_tower(ids),
                         candidate_ids=ids, candidate_log_sampling_probability=log_q,
                         score_mask=negatives.score_mask(tf.shape(positives)[0]),
+                        sample_weight=batch.get("weight"),
                         compute_metrics=False, compute_batch_metrics=False)
         grads = tape.gradient(loss, model.weights)
         optimizer.apply_gradients(zip(grads, model.weights))

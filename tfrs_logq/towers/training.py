@@ -6,7 +6,10 @@ The model is the study's (`tfrs_logq.towers.loop`): a query tower over the user'
 same at 100k or 1M items (the table rows a batch does not touch are not updated).
 
 Examples: every training interaction but a user's first, with the items before it as
-the history. Batch ``i`` of seed ``s`` draws ``batch_size`` examples uniformly with
+the history. When the log has a weight column (`Split.train_weights`), each example's
+loss is multiplied by its target interaction's weight (the batches are still drawn
+uniformly, so ``Q`` stays the unigram frequency of the training interactions); weights
+must be at least 0, and not all 0. Batch ``i`` of seed ``s`` draws ``batch_size`` examples uniformly with
 replacement from a generator keyed by ``(s, i)`` alone: runs of one seed that differ
 only in the loss see identical batches, initial weights and negatives (common random
 numbers), and a resumed run continues the same stream.
@@ -93,6 +96,7 @@ class Examples:
 
     Holds the training sequences once, concatenated (``4 bytes`` per interaction), and
     the position of every example; a batch's histories are gathered when it is drawn.
+    ``weights``: each example's weight (float32), or None when the split has none.
     """
 
     def __init__(self, split: Split, history_length: int) -> None:
@@ -111,6 +115,10 @@ class Examples:
         if not len(self.positions):
             raise ValueError("the training split has no user with 2 or more interactions: "
                              "nothing to train on.")
+        self.weights = None
+        weights = split.train_weights()
+        if weights is not None:
+            self.weights = _example_weights(np.concatenate(weights)[self.positions])
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -122,14 +130,32 @@ class Examples:
         offsets = np.arange(-self.history_length, 0, dtype=np.int64)
         at = target_at[:, None] + offsets[None, :]
         history = np.where(at >= start[:, None], self.flat[np.maximum(at, 0)], 0)
-        return {"history": history, "target": self.flat[target_at]}
+        batch = {"history": history, "target": self.flat[target_at]}
+        if self.weights is not None:
+            batch["weight"] = self.weights[rows]
+        return batch
 
     def batches(self, seed: int, batch_size: int, steps: int) -> Callable[[int], object]:
         def from_step(first: int):
             for step in range(first, steps):
-                yield {k: tf.constant(v, tf.int64)
+                yield {k: tf.constant(v, tf.float32 if k == "weight" else tf.int64)
                        for k, v in self.batch(seed, step, batch_size).items()}
         return from_step
+
+
+def _example_weights(weights: np.ndarray) -> np.ndarray:
+    """The training examples' weights as float32, refused when one is negative or all are 0."""
+    weights = np.asarray(weights, np.float64)
+    if len(weights) and weights.min() < 0:
+        raise ValueError(f"the weight column holds negative weights (the least: "
+                         f"{weights.min():.6g}) among the training examples; a loss weight "
+                         f"must be at least 0.")
+    if not np.any(weights > 0):
+        raise ValueError("every training example has weight 0: nothing to train on.")
+    if weights.max() > np.finfo(np.float32).max:
+        raise ValueError(f"the weight column holds a weight too large for float32 "
+                         f"({weights.max():.6g}).")
+    return weights.astype(np.float32)
 
 
 def run_spec(config: TwoTowerConfig, num_items: int) -> _Spec:
