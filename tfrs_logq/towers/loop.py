@@ -134,7 +134,8 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
           ) -> tuple[TowerModel, dict]:
     """Trains one spec on ``batches(first_step)`` (its batches from ``first_step`` on:
     ``{"history": [b, L], "target": [b]}`` int64 and optionally ``"weight": [b]`` float32,
-    each example's loss weight; batch ``i`` a function of the seed and ``i`` only); returns the model and ``{"seconds_per_step", "resumed_from_step"}``
+    each example's loss weight; batch ``i`` a function of the seed and ``i`` only);
+    returns the model and ``{"seconds_per_step", "resumed_from_step"}``
     (seconds per step of this process, its first step and the saves excluded; NaN when
     it trained fewer than 2 steps).
 

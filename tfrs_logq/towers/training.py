@@ -9,10 +9,12 @@ Examples: every training interaction but a user's first, with the items before i
 the history. When the log has a weight column (`Split.train_weights`), each example's
 loss is multiplied by its target interaction's weight (the batches are still drawn
 uniformly, so ``Q`` stays the unigram frequency of the training interactions); weights
-must be at least 0, and not all 0. Batch ``i`` of seed ``s`` draws ``batch_size`` examples uniformly with
-replacement from a generator keyed by ``(s, i)`` alone: runs of one seed that differ
-only in the loss see identical batches, initial weights and negatives (common random
-numbers), and a resumed run continues the same stream.
+must be at least 0, and not all 0.
+
+Batch ``i`` of seed ``s`` draws ``batch_size`` examples uniformly with replacement from
+a generator keyed by ``(s, i)`` alone: runs of one seed that differ only in the loss see
+identical batches, initial weights and negatives (common random numbers), and a resumed
+run continues the same stream.
 
 Losses (`LOSSES`), each ``<negatives>-<correction>``:
 
