@@ -179,8 +179,13 @@ def data_stats(split: Split, dataset: str) -> dict:
       split: `Split`. The split, of a built-in dataset or of a user's log.
       dataset: str. The name reported (``ml-1m``, ``steam``, a log's name).
     """
-    return {"dataset": dataset, "split": split.name, **split.interactions.provenance(),
-            **split.stats()}
+    out = {"dataset": dataset, "split": split.name, **split.interactions.provenance(),
+           **split.stats()}
+    weight = split.interactions.weight
+    if weight is not None and len(weight):
+        out["weights"] = {"min": float(weight.min()), "mean": float(weight.mean()),
+                          "max": float(weight.max()), "zeros": int(np.sum(weight == 0))}
+    return out
 
 
 def make_split(interactions: Interactions, name: str, **kwargs) -> Split:

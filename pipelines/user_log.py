@@ -260,7 +260,8 @@ def _weights(column: pa.Array, name: str, where: str) -> tuple[np.ndarray, np.nd
             column = text.cast(pa.float64())
         except pa.ArrowInvalid:
             column = pa.array([_float(v) for v in text.to_pylist()], pa.float64())
-    elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)):
+    elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)
+              or pa.types.is_decimal(kind)):
         raise DataFormatError(f"{where}: the weight column {name!r} holds {kind}; it must hold "
                               "numbers.")
     values = column.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)

@@ -127,3 +127,33 @@ def test_compare_weights_the_two_tower_loss_and_refuses_weights_for_sasrec(
     errors = [line for line in sasrec.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "--model two-tower only" in errors[0], sasrec.stderr[-2000:]
     assert not os.path.exists(tmp_path / "sasrec")  # refused before the directory is made
+
+
+def test_weight_errors_leave_no_directory_and_data_stats_summarises_weights(
+        weighted_log_csv, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    text = open(weighted_log_csv).read().splitlines()
+    text[1] = text[1].rsplit(",", 1)[0] + ",-2"  # one negative weight
+    bad.write_text("\n".join(text) + "\n")
+    out = tmp_path / "refused"
+    proc = cli_in_process(capsys, "compare", "--interactions", str(bad), "--user-column",
+                          "user", "--item-column", "item", "--weight-column", "plays",
+                          "--split", "loo", "--seeds", "0", "--steps", "2", "--eval-every",
+                          "2", "--window", "1", "--output-dir", str(out))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "negative weights (the least: -2)" in errors[0], proc.stderr
+    assert not out.exists()
+    ml = cli_in_process(capsys, "compare", "--dataset", "ml-1m", "--weight-column", "rating",
+                        "--output-dir", str(tmp_path / "ml"))
+    assert ml.returncode == 2 and "built-in datasets have no weight column" in ml.stderr
+    assert not (tmp_path / "ml").exists()
+    stats = cli_in_process(capsys, "data", "stats", "--interactions", weighted_log_csv,
+                           "--user-column", "user", "--item-column", "item", "--weight-column",
+                           "plays", "--split", "loo", "--json")
+    assert stats.returncode == 0, stats.stderr[-2000:]
+    weights = json.loads(stats.stdout.strip().splitlines()[-1])["weights"]
+    original = open(weighted_log_csv).read().splitlines()[1:]
+    plays = np.array([float(line.rsplit(",", 1)[1]) for line in original])
+    assert weights == {"min": plays.min(), "mean": pytest.approx(plays.mean()),
+                       "max": plays.max(), "zeros": int((plays == 0).sum())}

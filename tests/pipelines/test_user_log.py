@@ -307,6 +307,19 @@ def test_weights_follow_their_rows(tmp_path):
     assert got.raw_items[got.item - 1].tolist() == ["y", "x", "x"]  # a's in time order
 
 
+def test_decimal_weights_are_numbers(tmp_path):
+    import decimal
+
+    table = pa.table({"user": ["a", "a", "b"], "item": ["x", "y", "x"], "ts": [2, 1, 3],
+                      "weight": pa.array([decimal.Decimal("0.125"), decimal.Decimal("1.500"),
+                                          None], pa.decimal128(10, 3))})
+    pq.write_table(table, tmp_path / "d.parquet")
+    got = load_user_log(source(tmp_path / "d.parquet", skip_bad_lines=True),
+                        min_item_interactions=1)
+    assert sorted(got.weight.tolist()) == [0.125, 1.5]  # the null is a skipped bad row
+    assert got.skipped_lines == 1
+
+
 def test_every_split_matches_make_split_on_the_same_interactions(tmp_path):
     rows = toy_rows(seed=6, users=600, n=4000)
     write_csv(tmp_path / "log.csv", rows)

@@ -118,8 +118,11 @@ def test_train_weights_and_example_weights_follow_the_target_interaction():
     examples = Examples(split, history_length=20)
     batch = examples.batch(seed=0, step=1, batch_size=256)
     assert batch["weight"].dtype == np.float32
-    # The target at position t has t items before it (all within 20) and weight t + 1.
-    np.testing.assert_array_equal(batch["weight"], np.count_nonzero(batch["history"], 1) + 1)
+    # The target at position t has t items before it (all within 20) and weight t + 1,
+    # scaled (one factor for all) to mean 1 over the training examples.
+    ratio = batch["weight"] / (np.count_nonzero(batch["history"], 1) + 1)
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-6)
+    assert examples.weights.mean() == pytest.approx(1.0, rel=1e-5)
     assert "weight" not in Examples(make_split(_topic_log(num_users=20), "loo"), 4).batch(0, 0, 8)
 
 
@@ -135,8 +138,16 @@ def test_weights_scale_each_examples_loss():
                                                                 "recall@100"))
 
 
-@pytest.mark.parametrize("weight, message", [(lambda t: t - 3.0, "negative weights"),
-                                             (lambda t: 0.0, "every training example")])
+@pytest.mark.parametrize("scale", [1e30, 1e-50, 3.0])
+def test_uniform_weights_of_any_size_train_as_weight_one(scale):
+    examples = Examples(_weighted_split(lambda t: scale, num_users=12), history_length=4)
+    np.testing.assert_array_equal(examples.weights, np.ones(len(examples), np.float32))
+
+
+@pytest.mark.parametrize("weight, message", [
+    (lambda t: t - 3.0, "negative weights"),
+    (lambda t: -1.0 if t == 0 else 1.0, "negative weights"),  # a first interaction only
+    (lambda t: 0.0, "every training example")])
 def test_bad_weights_are_one_line_errors(weight, message):
     with pytest.raises(ValueError, match=message) as error:
         Examples(_weighted_split(weight, num_users=12), history_length=4)

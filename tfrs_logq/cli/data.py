@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Optional
 
 from tfrs_logq.cli._common import LoadOptions, default_split, load_options
-from tfrs_logq.cli._flags import add_flags, add_train_flags
+from tfrs_logq.cli._flags import add_flags, add_train_flags, flag
 
 
 @dataclasses.dataclass
 class StatsFlags:
+    weight_column: Optional[str] = flag(None, metavar="C", group="data")
+    """a number per interaction of --interactions: read, checked and summarised"""
     json: bool = False
     """print one JSON object"""
 
@@ -52,6 +55,9 @@ def load_any_split(args):
     from tfrs_logq.pipelines.datasets import load_split
     from tfrs_logq.sasrec.config import TrainConfig
 
+    if getattr(args, "weight_column", None):
+        raise ValueError("--weight-column names a column of --interactions (your log); the "
+                         "built-in datasets have no weight column.")
     dataset = args.dataset or TrainConfig.dataset
     split_name = args.split or default_split(getattr(args, "data_format", None))
     return load_split(dataset, split_name, args.data_dir,
@@ -81,4 +87,8 @@ def run(args) -> int:
     print(f"  train: {result['train']['num_interactions']:,} interactions")
     print(f"  validation: {result['validation']['num_targets']:,} targets")
     print(f"  test: {result['test']['num_targets']:,} targets")
+    if "weights" in result:
+        w = result["weights"]
+        print(f"  weights: min {w['min']:.6g}, mean {w['mean']:.6g}, max {w['max']:.6g}, "
+              f"{w['zeros']:,} zero")
     return 0

@@ -163,9 +163,11 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     if plan.model == "sasrec" and split.interactions.weight is not None:
         raise CompareError("a weight column weights the loss of --model two-tower only; "
                            "SASRec trains unweighted: leave out --weight-column.")
+    # Built (and its weights checked) before the output directory is touched.
+    examples = Examples(split, plan.config.history_length) if plan.model == "two-tower" else None
     with exclusive_output_dir(output_dir):
         _check_plan(plan, output_dir)
-        _run_all(plan, split, output_dir, say, max_runs)
+        _run_all(plan, split, output_dir, say, max_runs, examples)
         rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows:
             from tfrs_logq.studies.compare_report import write_report
@@ -175,7 +177,8 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     return rows
 
 
-def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
+def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
+             examples: Optional[Examples]) -> None:
     results_path = os.path.join(output_dir, "results.csv")
     curves_path = os.path.join(output_dir, "curves.csv")
     done = {(r["loss"], int(r["seed"])) for r in read_rows(results_path)}
@@ -189,7 +192,6 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs) -> None:
         todo = todo[:max_runs]
     if not todo:
         return
-    examples = Examples(split, plan.config.history_length) if plan.model == "two-tower" else None
     say(f"compare: {split.num_items:,} items, {len(split.test):,} test targets"
         + (f", {len(examples):,} training examples" if examples else ""))
     pace: dict = {}

@@ -7,9 +7,11 @@ same at 100k or 1M items (the table rows a batch does not touch are not updated)
 
 Examples: every training interaction but a user's first, with the items before it as
 the history. When the log has a weight column (`Split.train_weights`), each example's
-loss is multiplied by its target interaction's weight (the batches are still drawn
-uniformly, so ``Q`` stays the unigram frequency of the training interactions); weights
-must be at least 0, and not all 0.
+loss is multiplied by its target interaction's weight, the weights scaled to mean 1 over
+the training examples (Adam's steps do not depend on the loss's scale, and float32 then
+holds any range of weights: uniform weights of 1e30 or 1e-50 train as weight 1). The
+batches are still drawn uniformly, so ``Q`` stays the unigram frequency of the training
+interactions. Weights must be at least 0 (all of the log's), and not all 0 in training.
 
 Batch ``i`` of seed ``s`` draws ``batch_size`` examples uniformly with replacement from
 a generator keyed by ``(s, i)`` alone: runs of one seed that differ only in the loss see
@@ -120,6 +122,7 @@ class Examples:
         self.weights = None
         weights = split.train_weights()
         if weights is not None:
+            _check_log_weights(split.interactions.weight)
             self.weights = _example_weights(np.concatenate(weights)[self.positions])
 
     def __len__(self) -> int:
@@ -145,19 +148,22 @@ class Examples:
         return from_step
 
 
-def _example_weights(weights: np.ndarray) -> np.ndarray:
-    """The training examples' weights as float32, refused when one is negative or all are 0."""
-    weights = np.asarray(weights, np.float64)
+def _check_log_weights(weights: np.ndarray) -> None:
+    """Every weight of the log at least 0 (a loss weight)."""
     if len(weights) and weights.min() < 0:
         raise ValueError(f"the weight column holds negative weights (the least: "
-                         f"{weights.min():.6g}) among the training examples; a loss weight "
-                         f"must be at least 0.")
-    if not np.any(weights > 0):
+                         f"{weights.min():.6g}); a loss weight must be at least 0.")
+
+
+def _example_weights(weights: np.ndarray) -> np.ndarray:
+    """The training examples' weights scaled to mean 1, as float32; refused when all are 0.
+    Scaled by the largest first, so that no sum overflows float64."""
+    weights = np.asarray(weights, np.float64)
+    largest = weights.max() if len(weights) else 0.0
+    if not largest > 0:
         raise ValueError("every training example has weight 0: nothing to train on.")
-    if weights.max() > np.finfo(np.float32).max:
-        raise ValueError(f"the weight column holds a weight too large for float32 "
-                         f"({weights.max():.6g}).")
-    return weights.astype(np.float32)
+    weights = weights / largest
+    return (weights / weights.mean()).astype(np.float32)
 
 
 def run_spec(config: TwoTowerConfig, num_items: int) -> _Spec:
