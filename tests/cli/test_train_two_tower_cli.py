@@ -55,3 +55,78 @@ def test_the_other_familys_flags_are_one_line_errors(log_csv, tmp_path, capsys, 
                  "--model-dir", str(tmp_path / "run"), *flags])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def _weighted_log(path, weights):
+    """The module's log with a ``plays`` column: ``weights(user, t)`` for each row."""
+    rows = open(write_log(path)).read().splitlines()
+    out = [rows[0] + ",plays"]
+    for line in rows[1:]:
+        user, _, ts = line.split(",")
+        out.append(f"{line},{weights(int(user[1:]), int(ts) % 100)}")
+    path.write_text("\n".join(out) + "\n")
+    return str(path)
+
+
+TINY = ("--steps", "6", "--eval-every", "6", "--batch-size", "32", "--embedding-dim", "8",
+        "--history-length", "4", "--loss", "inbatch-corrected", "--json")
+
+
+def _error(err: str) -> str:
+    """The one error line of ``err`` (the log's summary line may precede it)."""
+    errors = [line for line in err.splitlines() if line.startswith("tfrs-logq: error:")]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
+def _train(log, model_dir, capsys, *more):
+    code = main(["train", "--model", "two-tower", "--interactions", log, *COMMON,
+                 "--model-dir", model_dir, *TINY, *more])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_weight_column_weights_the_loss_and_is_part_of_the_run(tmp_path, capsys):
+    skewed = _weighted_log(tmp_path / "skewed.csv", lambda u, t: 50.0 if u % 4 == 0 else 0.5)
+    uniform = _weighted_log(tmp_path / "uniform.csv", lambda u, t: 7.0)
+    runs = {}
+    for name, log, more in (("plain", uniform, ()),
+                            ("uniform", uniform, ("--weight-column", "plays")),
+                            ("skewed", skewed, ("--weight-column", "plays"))):
+        code, out, err = _train(log, str(tmp_path / name), capsys, *more)
+        assert code == 0, err
+        runs[name] = json.loads(out.strip().splitlines()[-1])
+    # Uniform weights are scaled to mean 1: the unweighted run, to float32 rounding.
+    for key in ("recall@10", "ndcg@10"):
+        assert runs["uniform"][key] == pytest.approx(runs["plain"][key], abs=1e-6)
+    # A quarter of the users weighing 100 times the rest trains another model.
+    assert any(abs(runs["skewed"][k] - runs["uniform"][k]) > 1e-4
+               for k in runs["skewed"] if k.startswith(("recall@", "ndcg@")))
+    config = json.load(open(tmp_path / "skewed" / "config.json"))
+    assert config["weight_column"] == "plays"
+    assert "weight_column" not in json.load(open(tmp_path / "plain" / "config.json"))
+    # The same directory without the weights is another run.
+    code, _, err = _train(skewed, str(tmp_path / "skewed"), capsys)
+    assert code == 2 and "another config" in _error(err), err
+
+
+def test_weight_column_errors_are_one_line_and_leave_no_directory(tmp_path, capsys):
+    negative = _weighted_log(tmp_path / "negative.csv", lambda u, t: -2 if u == 3 else 1)
+    zero = _weighted_log(tmp_path / "zero.csv", lambda u, t: 0)
+    for log, message in ((negative, "negative weights (the least: -2)"),
+                         (zero, "every training example has weight 0")):
+        model_dir = tmp_path / "run"
+        code, _, err = _train(log, str(model_dir), capsys, "--weight-column", "plays")
+        assert code == 2 and message in _error(err), err
+        assert not model_dir.exists()
+    code, _, err = _train(zero, str(tmp_path / "run"), capsys, "--weight-column", "missing")
+    assert code == 2 and "missing" in _error(err), err
+    sasrec = main(["train", "--interactions", zero, *COMMON, "--weight-column", "plays",
+                   "--model-dir", str(tmp_path / "sasrec")])
+    err = capsys.readouterr().err
+    assert sasrec == 2 and "--weight-column is a two-tower flag" in err, err
+    builtin = main(["train", "--model", "two-tower", "--dataset", "ml-1m", "--weight-column",
+                    "rating", "--model-dir", str(tmp_path / "ml")])
+    err = capsys.readouterr().err
+    assert builtin == 2 and "names a column of --interactions" in err, err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ml").exists()

@@ -53,6 +53,10 @@ class TwoTowerFlags:
     """lazy-adam updates only the table rows a batch touches"""
     eval_every: Optional[int] = flag(None, at_least=1, default_text="500")
     """evaluate the test split every this many steps (and at the last)"""
+    weight_column: Optional[str] = flag(None, metavar="C", default_text="none: every "
+                                        "example weighs 1")
+    """a column of --interactions weighting each example's loss by its target's weight
+    (plays, dwell time; at least 0, scaled to mean 1)"""
 
 
 def populate(p) -> None:
@@ -129,8 +133,10 @@ def _run_two_tower(args) -> int:
     (`TwoTowerFlags` and `TWO_TOWER_SHARED`); SASRec's other flags are refused."""
     from tfrs_logq.sasrec.config import DATA_FIELDS, TrainConfig
     from tfrs_logq.sasrec.run_directory import saved_config
+    from tfrs_logq.sasrec.training import load_config_split
     from tfrs_logq.towers.config import TwoTowerConfig
     from tfrs_logq.towers.run import train_run
+    from tfrs_logq.towers.training import Examples
 
     if args.config:
         raise ValueError("--config holds SASRec's TrainConfig fields: give the two-tower "
@@ -140,26 +146,39 @@ def _run_two_tower(args) -> int:
     if sasrec_only:
         raise ValueError(f"--{sasrec_only[0].replace('_', '-')} is a SASRec flag, not taken "
                          "by --model two-tower.")
+    model_flags = {k: v for k, v in values(args, TwoTowerFlags).items() if v is not None}
+    weight_column = model_flags.pop("weight_column", None)
     config = TwoTowerConfig(**{k: v for k, v in given.items() if k in TWO_TOWER_SHARED},
-                            **{k: v for k, v in values(args, TwoTowerFlags).items()
-                               if v is not None})
+                            **model_flags)
     overrides = _with_split({k: v for k, v in given.items() if k in DATA_FIELDS})
-    data_config, split = _load(TrainConfig(**overrides), overrides, args)
+    data_config = TrainConfig(**overrides)
+    if weight_column:
+        if data_config.examples or not data_config.interactions:
+            raise ValueError("--weight-column names a column of --interactions (your log); "
+                             "the built-in datasets and ExampleGen artifacts have none.")
+        split = load_config_split(data_config, weight_column=weight_column)
+    else:
+        data_config, split = _load(data_config, overrides, args)
+    # Built (and the weights checked) before --model-dir is touched.
+    examples = Examples(split, config.history_length)
     saved = saved_config(data_config)  # paths made absolute
     data = {k: saved[k] for k in DATA_FIELDS}
     if data["interactions"]:  # a user's log: no built-in dataset (TrainConfig's default)
         data["dataset"] = None
+    if weight_column:  # recorded only when given: an unweighted run's config is unchanged
+        data["weight_column"] = weight_column
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(m, flush=True))
     say(f"two-tower {config.loss}: {split.num_items:,} items, {config.steps:,} steps of "
-        f"{config.batch_size:,}, evaluating the test split every {config.eval_every:,}")
+        f"{config.batch_size:,}, evaluating the test split every {config.eval_every:,}"
+        + (f"; each example weighted by its {weight_column}" if weight_column else ""))
 
     def on_eval(row: dict) -> None:
         shown = [k for k in row if k.startswith(("recall@", "ndcg@"))][:4]
         say(f"  step {row['steps']:,}: " + ", ".join(f"{k} {row[k]:.4f}" for k in shown))
 
     result = train_run(config, split, args.model_dir, data, overwrite=args.overwrite,
-                       on_eval=on_eval)
+                       on_eval=on_eval, examples=examples)
     result = {**{k: v for k, v in result.items() if k != "evaluations"},
               "model": "two-tower", "data": data_record(split.interactions)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

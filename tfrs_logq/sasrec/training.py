@@ -181,14 +181,19 @@ def build_encoder(config: TrainConfig, num_items: int, length_buckets: Optional[
                          length_buckets=int(buckets), native_kernels=native_kernels)
 
 
-def load_config_split(config: TrainConfig) -> Split:
+def load_config_split(config: TrainConfig, weight_column: Optional[str] = None) -> Split:
     """The split ``config`` trains on: its ExampleGen artifact's (``config.examples``),
     else its dataset's file loaded in memory (`tfrs_logq.pipelines.datasets.load_split`
-    of its data fields).
+    of its data fields). ``weight_column``: a column of ``config.interactions`` read as
+    each interaction's loss weight (`Split.train_weights`; a two-tower run's).
 
     Raises:
-      ValueError: ``config.split`` is not the artifact's split.
+      ValueError: ``config.split`` is not the artifact's split, or ``weight_column`` is
+        given without ``config.interactions``.
     """
+    if weight_column and not config.interactions:
+        raise ValueError("--weight-column names a column of --interactions (your log); the "
+                         "built-in datasets and ExampleGen artifacts have no weight column.")
     if config.examples:
         from tfrs_logq.pipelines.examples import read_split
 
@@ -201,7 +206,8 @@ def load_config_split(config: TrainConfig) -> Split:
         from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
 
         source = UserLogSource(config.interactions, config.user_column, config.item_column,
-                               time_column=config.time_column, format=config.log_format)
+                               time_column=config.time_column, weight_column=weight_column,
+                               format=config.log_format)
         return load_user_log_split(source, config.split,
                                    temporal_fraction=config.temporal_fraction)
     return load_dataset_split(config.dataset, config.split, config.data_dir,

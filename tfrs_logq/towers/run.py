@@ -100,10 +100,14 @@ def _prepare(model_dir: str, record: dict, overwrite: bool) -> str:
 def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
               overwrite: bool = False, on_eval: Optional[Callable[[dict], None]] = None,
               on_step: Optional[Callable[[int], None]] = None,
-              checkpoint_seconds: float = 120.0) -> dict:
+              checkpoint_seconds: float = 120.0,
+              examples: Optional[training.Examples] = None) -> dict:
     """Trains (or resumes) the run of ``config`` on ``split`` in ``model_dir``; returns
     its last evaluation (`tfrs_logq.towers.training.train`) with ``"evaluations"``, every
-    evaluation of the run, added. ``data``: the data fields recorded in ``config.json``.
+    evaluation of the run, added. ``data``: the data fields recorded in ``config.json``
+    (``"weight_column"`` among them when ``split`` has weights). ``examples``: the split's
+    `tfrs_logq.towers.training.Examples`, when the caller built them (and so checked the
+    weights) before the directory is touched.
 
     Raises:
       RunDirectoryError: the directory holds another run or this one finished (and not
@@ -147,7 +151,7 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
 
         last = training.train(config, split, checkpoint_dir=os.path.join(model_dir, "checkpoint"),
                               on_eval=evaluated, done=tuple(r["steps"] for r in evaluations),
-                              on_step=on_step, on_trained=save,
+                              on_step=on_step, on_trained=save, examples=examples,
                               checkpoint_seconds=checkpoint_seconds)
         write_json(os.path.join(model_dir, "metrics.json"), last)  # last: finished
         return {**last, "evaluations": evaluations}
