@@ -71,12 +71,12 @@ def load_run_split(model_dir: str):
     fields of its ``config.json``."""
     if tower_run.is_two_tower_run(model_dir):
         from tfrs_logq.sasrec.config import DATA_FIELDS, TrainConfig
-        from tfrs_logq.sasrec.training import load_config_split
+        from tfrs_logq.sasrec.training import load_recorded_split
 
         with open(os.path.join(model_dir, "config.json")) as f:
             record = json.load(f)
-        return load_config_split(TrainConfig(**{k: record[k] for k in DATA_FIELDS
-                                                if record.get(k) is not None}))
+        return load_recorded_split(TrainConfig(**{k: record[k] for k in DATA_FIELDS
+                                                  if record.get(k) is not None}), record)
     return sasrec_trained.load_run_split(model_dir)
 
 

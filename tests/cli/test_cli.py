@@ -736,3 +736,16 @@ def test_study_counts_a_presets_pending_runs_and_takes_both_spellings(capsys, tm
     assert out.split()[-1] == str(len(study.preset_runs("samplers", [0, 1])))
     code, _, err = run(capsys, "study", "--preset", "x")
     assert code == 2 and "argument --preset: invalid choice: 'x'" in err
+
+
+def test_experiment_takes_no_users_log(capsys, tmp_path):
+    """The grid labels each row by --datasets: a log would train under each name."""
+    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--interactions",
+                       "log.csv")
+    assert_one_line_error(code, err, "--interactions")
+    config = tmp_path / "c.json"
+    config.write_text('{"interactions": "log.csv", "user_column": "u"}')
+    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--config",
+                       config)
+    assert_one_line_error(code, err, "--config sets 'interactions'", "tfrs-logq compare")
+    assert not (tmp_path / "e").exists()

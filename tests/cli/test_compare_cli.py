@@ -121,7 +121,9 @@ def test_compare_weights_the_two_tower_loss_and_refuses_weights_for_sasrec(
     again = cli_in_process(capsys, "compare", *unweighted, "--losses",
                            "inbatch-logq,inbatch-corrected", "--output-dir", out)
     assert again.returncode == 2 and "another plan" in again.stderr, again.stderr[-2000:]
-    sasrec = cli_in_process(capsys, "compare", *common, "--model", "sasrec", "--losses",
+    sasrec_flags = common[:-4]  # not --batch-size and --embedding-dim: two-tower flags
+    assert sasrec_flags[-2:] == ("--window", "1")
+    sasrec = cli_in_process(capsys, "compare", *sasrec_flags, "--model", "sasrec", "--losses",
                             "bce,full-softmax", "--output-dir", str(tmp_path / "sasrec"))
     assert sasrec.returncode == 2, sasrec.stderr[-2000:]
     errors = [line for line in sasrec.stderr.splitlines() if "error" in line]
@@ -146,7 +148,7 @@ def test_weight_errors_leave_no_directory_and_data_stats_summarises_weights(
     assert not out.exists()
     ml = cli_in_process(capsys, "compare", "--dataset", "ml-1m", "--weight-column", "rating",
                         "--output-dir", str(tmp_path / "ml"))
-    assert ml.returncode == 2 and "built-in datasets have no weight column" in ml.stderr
+    assert ml.returncode == 2 and "--weight-column is a flag of --interactions" in ml.stderr
     assert not (tmp_path / "ml").exists()
     stats = cli_in_process(capsys, "data", "stats", "--interactions", weighted_log_csv,
                            "--user-column", "user", "--item-column", "item", "--weight-column",
@@ -157,3 +159,44 @@ def test_weight_errors_leave_no_directory_and_data_stats_summarises_weights(
     plays = np.array([float(line.rsplit(",", 1)[1]) for line in original])
     assert weights == {"min": plays.min(), "mean": pytest.approx(plays.mean()),
                        "max": plays.max(), "zeros": int((plays == 0).sum())}
+
+
+def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
+        weighted_log_csv, tmp_path, capsys):
+    common = ("--user-column", "user", "--item-column", "item", "--split", "loo", "--seeds",
+              "0", "--steps", "2", "--eval-every", "2", "--window", "1", "--batch-size", "16",
+              "--embedding-dim", "4", "--losses", "inbatch-logq,inbatch-corrected")
+    out = str(tmp_path / "cmp")
+    first = cli_in_process(capsys, "compare", "--interactions", weighted_log_csv, *common,
+                           "--output-dir", out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    copy = tmp_path / "elsewhere" / os.path.basename(weighted_log_csv)  # same base name
+    copy.parent.mkdir()
+    lines = open(weighted_log_csv).read().splitlines()
+    copy.write_text("\n".join(lines[:-30]) + "\n")
+    for log, more in ((weighted_log_csv, ("--deduplicate",)),
+                      (weighted_log_csv, ("--min-item-interactions", "1")),
+                      (str(copy), ())):
+        again = cli_in_process(capsys, "compare", "--interactions", log, *common, *more,
+                               "--output-dir", out)
+        assert again.returncode == 2, again.stderr[-2000:]
+        assert "the data (path, preprocessing flags or its size) differs" in again.stderr
+    # A directory made before plans recorded the data is taken as it is.
+    plan_path = os.path.join(out, "plan.json")
+    plan = json.load(open(plan_path))
+    del plan["fixed"]["data"]
+    json.dump(plan, open(plan_path, "w"))
+    same = cli_in_process(capsys, "compare", "--interactions", weighted_log_csv, *common,
+                          "--output-dir", out)
+    assert same.returncode == 0 and "data" in json.load(open(plan_path))["fixed"]
+    for flags, message in (
+            (("--dataset", "ml-1m", "--deduplicate"),
+             "--deduplicate is a flag of --interactions"),
+            (("--interactions", weighted_log_csv, "--data-dir", str(tmp_path)),
+             "--data-dir is where --dataset's files are"),
+            (("--interactions", weighted_log_csv, "--model", "sasrec", "--learning-rate", "0.05"),
+             "--learning-rate is a two-tower flag")):
+        proc = cli_in_process(capsys, "compare", *flags, "--output-dir", str(tmp_path / "x"))
+        errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+        assert proc.returncode == 2 and len(errors) == 1 and message in errors[0], proc.stderr
+        assert not (tmp_path / "x").exists()

@@ -36,6 +36,9 @@ def test_train_two_tower_on_a_log_then_export_in_its_ids(log_csv, tmp_path, caps
     assert config["split"] == "temporal" and config["interactions"] == log_csv
     assert config["dataset"] is None  # a user's log, not TrainConfig's default ml-1m
 
+    assert main(["diagnose", "--model-dir", model_dir]) == 2  # SASRec runs only, one line
+    assert "holds a two-tower run; diagnose reads SASRec runs" in capsys.readouterr().err
+
     base = str(tmp_path / "served")
     assert main(["export", "--model-dir", model_dir, "--model_base_path", base,
                  "--model_name", "events", "--index", "brute-force", "--k", "3"]) == 0
@@ -130,3 +133,48 @@ def test_weight_column_errors_are_one_line_and_leave_no_directory(tmp_path, caps
     err = capsys.readouterr().err
     assert builtin == 2 and "names a column of --interactions" in err, err
     assert not (tmp_path / "run").exists() and not (tmp_path / "ml").exists()
+
+
+def _with_bad_line(tmp_path, name="bad.csv"):
+    """The module's log with one malformed row (an empty item id) in the middle."""
+    lines = open(write_log(tmp_path / name)).read().splitlines()
+    lines.insert(40, "u3,,305")
+    (tmp_path / name).write_text("\n".join(lines) + "\n")
+    return str(tmp_path / name)
+
+
+@pytest.mark.parametrize("model", ["two-tower", "sasrec"])
+def test_skip_bad_lines_is_taken_recorded_and_reused_by_the_reload(tmp_path, capsys, model):
+    from tfrs_logq.serving.export import load_run_split
+
+    log = _with_bad_line(tmp_path)
+    model_dir = str(tmp_path / "run")
+    flags = (TINY[:-1] if model == "two-tower" else
+             ("--preset", "smoke", "--max-epochs", "1", "--steps-per-epoch", "2"))
+    args = ["train", "--model", model, "--interactions", log, *COMMON,
+            "--model-dir", model_dir, *flags]
+    assert main(args) == 2  # without the flag: the malformed row is an error
+    assert "line 41" in _error(capsys.readouterr().err)
+    assert main([*args, "--skip-bad-lines"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert json.load(open(os.path.join(model_dir, "config.json")))["skipped_lines"] == 1
+    split = load_run_split(model_dir)  # what export and evaluate read: the same rows
+    assert split.interactions.skipped_lines == 1 and len(split.interactions) == 120 * 12
+    with open(log, "a") as f:
+        f.write("u5,,999\n")  # the file changed: another malformed row
+    with pytest.raises(ValueError, match="now has 2 malformed lines and the run skipped 1"):
+        load_run_split(model_dir)
+
+
+def test_data_flags_that_cannot_apply_are_one_line_errors(log_csv, tmp_path, capsys):
+    for flags, message in (
+            (("--interactions", log_csv, *COMMON, "--weight-column", ""),
+             "--weight-column is empty"),
+            (("--user-column", "user", "--time-column", "ts"),
+             "(--interactions) is needed with --user-column"),
+            (("--interactions", log_csv, "--item-column", "item"),
+             "is needed with --interactions")):
+        code = main(["train", "--model", "two-tower", *flags, "--no-download",
+                     "--model-dir", str(tmp_path / "run")])
+        assert code == 2 and message in _error(capsys.readouterr().err)
+        assert not (tmp_path / "run").exists()

@@ -58,6 +58,7 @@ def train_flag_meta(more: dict, presets: bool) -> dict:
                        "default_text": "none (the defaults shown)"},
             "examples": {"metavar": "DIR", "default_text": "none: the data file, in memory"},
             "log_q": {"metavar": "DIR", "default_text": "counted from the training split"},
+            "log_format": {"default_text": "each file's extension"},
     }.items():
         meta[name].update(extra)
     for field in dataclasses.fields(config.TrainConfig) if presets else ():

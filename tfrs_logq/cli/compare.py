@@ -109,15 +109,61 @@ def run(args) -> int:
     if bool(args.interactions) == bool(args.dataset):
         raise ValueError("give either --interactions (with --user-column and --item-column) "
                          "or --dataset.")
+    _refuse_unused(args)
     split, name = load_any_split(args)
     plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
                 window=args.window, baseline=args.baseline or "", model=args.model,
                 sasrec_preset=args.sasrec_preset,
                 source=f"{name}, split {args.split}"
-                + (f", weighted by {args.weight_column}" if args.weight_column else ""))
+                + (f", weighted by {args.weight_column}" if args.weight_column else ""),
+                data=_data_identity(args, split))
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs)
     if args.json:
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
                           "losses": list(plan.losses), "seeds": list(plan.seeds),
                           "results": rows}))
     return 0
+
+
+# The flags only a user's log takes (their defaults), and those only the two-tower takes.
+_LOG_ONLY = ("user_column", "item_column", "time_column", "weight_column", "log_format",
+             "min_item_interactions", "min_user_interactions", "deduplicate")
+_TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "num_negatives",
+                   "learning_rate")
+
+
+def _refuse_unused(args) -> None:
+    """A flag the chosen data source or model does not read is an error, not ignored."""
+    def given(name, flags_class):
+        field = flags_class.__dataclass_fields__[name]
+        return getattr(args, name) != field.default
+
+    if args.dataset:
+        unused = [n for n in _LOG_ONLY if given(n, UserLogFlags)]
+        if unused:
+            raise ValueError(f"--{unused[0].replace('_', '-')} is a flag of --interactions "
+                             f"(your log); --dataset {args.dataset} does not take it.")
+    elif args.data_dir:
+        raise ValueError("--data-dir is where --dataset's files are; --interactions names "
+                         "the log itself.")
+    if args.model == "sasrec":
+        unused = [n for n in _TWO_TOWER_ONLY if given(n, CompareFlags)]
+        if unused:
+            raise ValueError(f"--{unused[0].replace('_', '-')} is a two-tower flag; "
+                             f"--model sasrec takes its model from --sasrec-preset.")
+
+
+def _data_identity(args, split) -> dict:
+    """What makes two runs' data the same: the file (absolute path) or dataset, every
+    preprocessing flag, and the split's size (a file rewritten in place differs there)."""
+    import os
+
+    inter = split.interactions
+    identity = {"path": os.path.abspath(args.interactions) if args.interactions else None,
+                "dataset": args.dataset, "split": args.split,
+                "data_dir": os.path.abspath(args.data_dir) if args.data_dir else None,
+                "rows": int(inter.num_rows), "interactions": int(len(inter)),
+                "users": int(inter.num_users), "items": int(inter.num_items),
+                "skipped_lines": int(inter.skipped_lines)}
+    identity.update({n: getattr(args, n) for n in _LOG_ONLY})
+    return identity

@@ -63,7 +63,8 @@ def load_any_split(args):
     return load_split(dataset, split_name, args.data_dir,
                       data_format=getattr(args, "data_format", None),
                       temporal_fraction=getattr(args, "temporal_fraction", None),
-                      **(load_options(args) if hasattr(args, "cache") else {})), dataset
+                      **(load_options(args) if hasattr(args, "cache") else
+                         {"skip_bad_lines": bool(getattr(args, "skip_bad_lines", False))})), dataset
 
 
 def run(args) -> int:

@@ -36,10 +36,16 @@ class ExperimentFlags:
     """print one JSON line per run, no progress bars"""
 
 
+_OTHER_DATA = ("interactions", "examples", "user_column", "item_column", "time_column",
+               "log_format")
+
+
 def populate(p) -> None:
     # `run_grid` loads the data with the defaults: no data-loading flags it would refuse.
     add_flags(p, ExperimentFlags, only=("output_dir", "datasets", "splits", "losses", "seeds"))
-    add_train_flags(p, skip=("dataset", "split", "loss", "seed"),
+    # The grid runs over --datasets: a user's log or an ExampleGen artifact would train
+    # the same data under each dataset's name (`compare` takes a log).
+    add_train_flags(p, skip=("dataset", "split", "loss", "seed") + _OTHER_DATA,
                     meta={"preset": {"default_text": "cpu"}})
     add_flags(p, ExperimentFlags, only=("config", "parallel", "json"))
 
@@ -48,6 +54,10 @@ def run(args) -> int:
     from tfrs_logq.studies.experiment import run_grid
 
     overrides = training_overrides(args)
+    given = [k for k in _OTHER_DATA if overrides.get(k)]
+    if given:
+        raise ValueError(f"--config sets {given[0]!r}: experiment trains the built-in "
+                         "--datasets; compare a user's log with `tfrs-logq compare`.")
     preset = overrides.pop("preset", None) or "cpu"
     data_dir = overrides.pop("data_dir", None)
     splits = args.splits or [default_split(overrides.get("data_format"))]

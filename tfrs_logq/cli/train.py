@@ -95,7 +95,7 @@ def _load(config, overrides: dict, args):
         config = training.examples_config(config, explicit=set(overrides))
         return config, training.load_config_split(config)
     if config.interactions:
-        return config, training.load_config_split(config)
+        return config, training.load_config_split(config, skip_bad_lines=args.skip_bad_lines)
     split = load_split(config.dataset, config.split, config.data_dir,
                        data_format=config.data_format,
                        temporal_fraction=config.temporal_fraction, **load_options(args))
@@ -151,12 +151,16 @@ def _run_two_tower(args) -> int:
     config = TwoTowerConfig(**{k: v for k, v in given.items() if k in TWO_TOWER_SHARED},
                             **model_flags)
     overrides = _with_split({k: v for k, v in given.items() if k in DATA_FIELDS})
-    data_config = TrainConfig(**overrides)
-    if weight_column:
+    data_config = TrainConfig(**overrides).validate()  # a log's columns, one data source
+    if weight_column is not None:
+        if not weight_column.strip():
+            raise ValueError("--weight-column is empty: name a column of --interactions, or "
+                             "leave the flag out.")
         if data_config.examples or not data_config.interactions:
             raise ValueError("--weight-column names a column of --interactions (your log); "
                              "the built-in datasets and ExampleGen artifacts have none.")
-        split = load_config_split(data_config, weight_column=weight_column)
+        split = load_config_split(data_config, weight_column=weight_column,
+                                  skip_bad_lines=args.skip_bad_lines)
     else:
         data_config, split = _load(data_config, overrides, args)
     # Built (and the weights checked) before --model-dir is touched.
@@ -165,12 +169,17 @@ def _run_two_tower(args) -> int:
     data = {k: saved[k] for k in DATA_FIELDS}
     if data["interactions"]:  # a user's log: no built-in dataset (TrainConfig's default)
         data["dataset"] = None
-    if weight_column:  # recorded only when given: an unweighted run's config is unchanged
+    # Recorded only when given or nonzero: an unweighted, clean run's config is unchanged.
+    if weight_column:
         data["weight_column"] = weight_column
+    if split.interactions.skipped_lines:  # what reloads the split skips them again
+        data["skipped_lines"] = int(split.interactions.skipped_lines)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(m, flush=True))
+    when = (f"every {config.eval_every:,} steps" if config.eval_every < config.steps
+            else "at the last step")
     say(f"two-tower {config.loss}: {split.num_items:,} items, {config.steps:,} steps of "
-        f"{config.batch_size:,}, evaluating the test split every {config.eval_every:,}"
+        f"{config.batch_size:,}, evaluating the test split {when}"
         + (f"; each example weighted by its {weight_column}" if weight_column else ""))
 
     def on_eval(row: dict) -> None:

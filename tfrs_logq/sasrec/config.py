@@ -62,7 +62,7 @@ LIMITS = {
     "length_buckets": 1_024,
 }
 # Keys a run's config.json holds beside the TrainConfig fields (`run_directory.saved_config`).
-RUN_RECORD_KEYS = ("num_items",)
+RUN_RECORD_KEYS = ("num_items", "skipped_lines")
 # The fields that say which data and which split a run reads (and nothing about the
 # model): a two-tower run records them too, so export and evaluation reload its split.
 DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction",
@@ -171,8 +171,7 @@ class TrainConfig:
     """--interactions: the column of times, integer seconds or ISO 8601 (without it the
     file order is each user's order, and --split temporal is not possible)"""
     log_format: Optional[str] = None
-    """--interactions: csv, tsv, parquet or jsonl for every file (default: each file's
-    extension)"""
+    """--interactions: csv, tsv, parquet or jsonl for every file"""
     max_tensor_gib: float = 4.0
     """refuse a config whose largest training tensor (estimated from batch, history
     length, heads, embedding size and negatives) exceeds this many GiB, before any work

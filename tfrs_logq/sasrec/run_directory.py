@@ -77,15 +77,22 @@ PROGRESS_FILES = ("epochs.json", "metrics.json", "best.weights.index", "backup")
 _UNTRAINED_RUN_FILES = ("config.json", "vocabulary.json", "logs", "backup")
 
 
-def saved_config(config: TrainConfig, num_items: Optional[int] = None) -> dict:
-    """``config.json`` of a run: the config (data_dir made absolute) and the catalog size."""
+def saved_config(config: TrainConfig, num_items: Optional[int] = None,
+                 skipped_lines: int = 0) -> dict:
+    """``config.json`` of a run: the config (data_dir made absolute), the catalog size,
+    and, when the data file had malformed lines skipped (``--skip-bad-lines``), how many:
+    what reloads the run's split skips them again
+    (`tfrs_logq.sasrec.training.load_recorded_split`)."""
     saved = config.to_dict()
     for name in ("data_dir", "examples", "log_q", "interactions"):
         if saved[name]:
             saved[name] = os.path.abspath(saved[name])
     if num_items is not None:
         saved["num_items"] = int(num_items)
+    if skipped_lines:
+        saved["skipped_lines"] = int(skipped_lines)
     return saved
+
 
 
 class RunDirectoryError(ValueError):

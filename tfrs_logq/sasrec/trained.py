@@ -81,12 +81,14 @@ def load_run_split(model_dir: str, data_dir: Optional[str] = None):
     config): its ExampleGen artifact's when it trained on one (``train --examples``), else
     its dataset's file; ``data_dir`` reads the dataset from another directory instead (and
     then the dataset, even for a run trained on an artifact)."""
-    from tfrs_logq.sasrec.training import load_config_split
+    from tfrs_logq.sasrec.training import load_recorded_split
 
     config = read_train_config(model_dir)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        record = json.load(f)
     if data_dir:
         config = dataclasses.replace(config, examples=None, data_dir=data_dir)
-    return load_config_split(config)
+    return load_recorded_split(config, record)
 
 
 __all__ = ["load_run_split", "load_trained", "read_run_config", "read_train_config",

@@ -181,11 +181,14 @@ def build_encoder(config: TrainConfig, num_items: int, length_buckets: Optional[
                          length_buckets=int(buckets), native_kernels=native_kernels)
 
 
-def load_config_split(config: TrainConfig, weight_column: Optional[str] = None) -> Split:
+def load_config_split(config: TrainConfig, weight_column: Optional[str] = None,
+                      skip_bad_lines: bool = False) -> Split:
     """The split ``config`` trains on: its ExampleGen artifact's (``config.examples``),
     else its dataset's file loaded in memory (`tfrs_logq.pipelines.datasets.load_split`
     of its data fields). ``weight_column``: a column of ``config.interactions`` read as
     each interaction's loss weight (`Split.train_weights`; a two-tower run's).
+    ``skip_bad_lines``: malformed rows of the log or dataset file are skipped and
+    counted (``split.interactions.skipped_lines``) instead of an error.
 
     Raises:
       ValueError: ``config.split`` is not the artifact's split, or ``weight_column`` is
@@ -207,12 +210,30 @@ def load_config_split(config: TrainConfig, weight_column: Optional[str] = None) 
 
         source = UserLogSource(config.interactions, config.user_column, config.item_column,
                                time_column=config.time_column, weight_column=weight_column,
-                               format=config.log_format)
+                               format=config.log_format, skip_bad_lines=skip_bad_lines)
         return load_user_log_split(source, config.split,
                                    temporal_fraction=config.temporal_fraction)
     return load_dataset_split(config.dataset, config.split, config.data_dir,
                               data_format=config.data_format,
-                              temporal_fraction=config.temporal_fraction)
+                              temporal_fraction=config.temporal_fraction,
+                              **({"skip_bad_lines": True} if skip_bad_lines else {}))
+
+
+def load_recorded_split(config: TrainConfig, record: dict):
+    """The split of a run's data fields ``config``, read as its ``config.json`` (``record``)
+    says it was: skipping malformed lines when the run skipped some.
+
+    Raises:
+      ValueError: the file now has another number of malformed lines than the run skipped
+        (it is not the data the run trained on).
+    """
+    skipped = int(record.get("skipped_lines") or 0)
+    split = load_config_split(config, skip_bad_lines=bool(skipped))
+    if split.interactions.skipped_lines != skipped:
+        raise ValueError(f"{split.interactions.source} now has "
+                         f"{split.interactions.skipped_lines:,} malformed lines and the run "
+                         f"skipped {skipped:,}: it is not the data the run trained on.")
+    return split
 
 
 def load_split(config: TrainConfig) -> Split:
@@ -284,7 +305,9 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     if mode == "new":
         write_run_items(model_dir, split.interactions.raw_items)
         # config.json last: it marks the directory as this run's.
-        write_json(os.path.join(model_dir, "config.json"), saved_config(config, split.num_items))
+        write_json(os.path.join(model_dir, "config.json"),
+                   saved_config(config, split.num_items,
+                                skipped_lines=split.interactions.skipped_lines))
 
     model = build_model(config, split, strategy)
     replicas = strategy.num_replicas_in_sync
@@ -368,5 +391,5 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     return result
 
 
-__all__ = ["build_encoder", "build_model", "load_config_split", "load_split", "make_strategy",
-           "train", "training_item_counts"]
+__all__ = ["build_encoder", "build_model", "load_config_split", "load_recorded_split",
+           "load_split", "make_strategy", "train", "training_item_counts"]

@@ -60,6 +60,9 @@ class Plan:
     sasrec_preset: str = "cpu"
     """SASRec's architecture and batch (`tfrs_logq.sasrec.config.PRESETS`): the plan's
     steps, eval_every and window replace its epochs, steps per epoch and test window"""
+    data: Optional[dict] = None
+    """what identifies the data beyond ``source`` (the file's path, the preprocessing
+    flags, the split's size): a directory's runs must share it"""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "losses", tuple(dict.fromkeys(self.losses)))
@@ -97,6 +100,8 @@ class Plan:
                  "config": config}
         if self.model == "sasrec":
             fixed["sasrec_preset"] = self.sasrec_preset
+        if self.data is not None:
+            fixed["data"] = self.data
         return fixed
 
     def sasrec_config(self, loss: str, seed: int):
@@ -127,10 +132,16 @@ def _check_plan(plan: Plan, output_dir: str) -> None:
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        if saved.get("fixed") != json.loads(json.dumps(plan.fixed_fields())):
-            raise CompareError(f"{output_dir} holds a comparison with another plan "
-                               f"(model, source, window or training settings differ); use "
-                               f"another --output-dir.")
+        fixed = json.loads(json.dumps(plan.fixed_fields()))
+        old = saved.get("fixed")
+        if isinstance(old, dict) and "data" not in old:  # written before plans held it
+            fixed.pop("data", None)
+        if old != fixed:
+            what = ("the data (path, preprocessing flags or its size) differs"
+                    if isinstance(old, dict) and old.get("data") != fixed.get("data")
+                    else "model, source, window or training settings differ")
+            raise CompareError(f"{output_dir} holds a comparison with another plan ({what}); "
+                               f"use another --output-dir.")
     write_json(path, {"fixed": plan.fixed_fields(), "losses": list(plan.losses),
                       "seeds": list(plan.seeds), "baseline": plan.baseline})
 

@@ -502,7 +502,11 @@ def model_dir_inputs(model_dir: str, num_queries: int, part: str = "test", seed:
     frequencies of a `tfrs-logq train` run; item rows are internal ids - 1."""
     from tfrs_logq.pipelines.sequential import evaluation_arrays
     from tfrs_logq.sasrec.trained import load_run_split, load_trained
+    from tfrs_logq.towers.run import is_two_tower_run
 
+    if is_two_tower_run(model_dir):
+        raise ValueError(f"--model-dir {model_dir} holds a two-tower run; diagnose reads "
+                         "SASRec runs (`tfrs-logq train` without --model two-tower).")
     encoder, config, _ = load_trained(model_dir)
     split = load_run_split(model_dir, data_dir)  # its ExampleGen artifact's, or its dataset's
     chosen = getattr(split, part)
