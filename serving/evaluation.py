@@ -59,11 +59,34 @@ def connect(address: str, model_name: str, timeout: float):
     return channel
 
 
+def _own_test_split(model_dir: str, config: dict, own: str, dataset, split_name, data_dir,
+                    data_format):
+    """The split of a run trained on its own data (a log or an artifact), ``--split``
+    taken for a log; the built-in datasets' flags refused."""
+    from tfrs_logq.serving.export import load_run_split
+
+    for flag, value in (("--dataset", dataset), ("--data-dir", data_dir),
+                        ("--data-format", data_format)):
+        if value:
+            raise ValueError(f"{flag} is a built-in dataset's flag; the model at --model-dir "
+                             f"was trained on {own}: leave {flag} out to evaluate on it.")
+    if split_name and split_name != config.get("split"):
+        if config.get("examples"):
+            raise ValueError(f"the model at --model-dir was trained on the ExampleGen "
+                             f"artifact {own}, which holds its {config.get('split')} split "
+                             f"only: leave --split out.")
+        return load_run_split(model_dir, split_name=split_name)
+    return load_run_split(model_dir)
+
+
 def _load_test_split(model_dir: str, config: dict, dataset, split_name, data_dir, data_format,
                      load_options: dict):
     from tfrs_logq.pipelines.datasets import load_split
 
-    overridden = bool(dataset or split_name or data_dir)
+    own = config.get("examples") or config.get("interactions")
+    if own:  # a pipeline's ExampleGen artifact (`train --examples`) or a user's log
+        return _own_test_split(model_dir, config, own, dataset, split_name, data_dir,
+                               data_format)
     dataset = dataset or config["dataset"]
     split_name = split_name or config["split"]
     fmt = data_format or config.get("data_format")
@@ -72,16 +95,9 @@ def _load_test_split(model_dir: str, config: dict, dataset, split_name, data_dir
             "the temporal split needs timestamps; this model was trained on SASRec's "
             f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
             "evaluate it with --split loo or --split gsasrec.")
-    if (config.get("examples") or config.get("interactions")) and not overridden:
-        # trained on a pipeline's ExampleGen artifact (`train --examples`) or a user's
-        # log (`train --interactions`): the run's own split
-        from tfrs_logq.serving.export import load_run_split
-
-        split = load_run_split(model_dir)
-    else:
-        split = load_split(dataset, split_name, data_dir or config.get("data_dir"),
-                           data_format=fmt, temporal_fraction=config.get("temporal_fraction"),
-                           **load_options)
+    split = load_split(dataset, split_name, data_dir or config.get("data_dir"),
+                       data_format=fmt, temporal_fraction=config.get("temporal_fraction"),
+                       **load_options)
     with open(os.path.join(model_dir, "vocabulary.json")) as f:
         vocabulary = json.load(f)["raw_items"]
     if vocabulary != [str(x) for x in split.interactions.raw_items]:

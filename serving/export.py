@@ -66,18 +66,20 @@ def load_trained(model_dir: str):
     return sasrec_trained.load_trained(model_dir)
 
 
-def load_run_split(model_dir: str):
+def load_run_split(model_dir: str, split_name: Optional[str] = None):
     """The `Split` a training run (SASRec or two-tower) trained on, reloaded from the data
-    fields of its ``config.json``."""
+    fields of its ``config.json``; ``split_name``: another split of the same data."""
     if tower_run.is_two_tower_run(model_dir):
         from tfrs_logq.sasrec.config import DATA_FIELDS, TrainConfig
         from tfrs_logq.sasrec.training import load_recorded_split
 
         with open(os.path.join(model_dir, "config.json")) as f:
             record = json.load(f)
-        return load_recorded_split(TrainConfig(**{k: record[k] for k in DATA_FIELDS
-                                                  if record.get(k) is not None}), record)
-    return sasrec_trained.load_run_split(model_dir)
+        fields = {k: record[k] for k in DATA_FIELDS if record.get(k) is not None}
+        if split_name:
+            fields["split"] = split_name
+        return load_recorded_split(TrainConfig(**fields), record)
+    return sasrec_trained.load_run_split(model_dir, split_name=split_name)
 
 
 def run_fingerprint(model_dir: str) -> str:

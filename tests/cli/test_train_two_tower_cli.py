@@ -45,6 +45,27 @@ def test_train_two_tower_on_a_log_then_export_in_its_ids(log_csv, tmp_path, caps
     meta = json.load(open(os.path.join(base, "1", "assets", "export.json")))
     assert meta["history_dtype"] == "string" and meta["max_length"] == 4
 
+    # evaluate: the run's own log, --split taken on it; the built-in datasets' flags refused.
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    srv = ModelServer(ServerOptions(model_name="events", port=0, rest_api_port=0,
+                                    model_base_path=base)).start()
+    try:
+        common = ["evaluate", "--server", f"127.0.0.1:{srv.port}", "--model_name", "events",
+                  "--model-dir", model_dir, "--json"]
+        results = {}
+        for split in ("temporal", "loo"):
+            assert main([*common, "--split", split]) == 0
+            results[split] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+            assert results[split]["served"] == results[split]["exact"]
+        assert results["loo"]["num_targets"] == 120  # one per user: the log's loo split
+        assert results["temporal"]["num_targets"] != 120
+        for flag, value in (("--dataset", "ml-1m"), ("--data-format", "sasrec")):
+            assert main([*common, flag, value]) == 2
+            assert f"{flag} is a built-in dataset's flag" in _error(capsys.readouterr().err)
+    finally:
+        srv.stop()
+
 
 @pytest.mark.parametrize("flags, message", [
     (("--model", "two-tower", "--num-blocks", "3"), "--num-blocks is a SASRec flag"),

@@ -396,6 +396,21 @@ def test_input_needs_a_format_and_sasrec_has_no_temporal_split(tmp_path, capsys)
     assert code == 2 and "temporal split needs timestamps" in err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (("--synthetic-users", "50"), "--synthetic-users is a flag of --dataset synthetic"),
+    (("--input", "x.csv", "--data-format", "csv", "--data-dir", "d"),
+     "--input names the file itself"),
+    (("--dataset", "synthetic", "--split", "temporal"), "it takes no --split"),
+    (("--dataset", "synthetic", "--temporal-fraction", "0.2"), "no --temporal-fraction"),
+    (("--dataset", "synthetic", "--data-dir", "d"), "it takes no --data-dir"),
+])
+def test_data_flags_the_source_does_not_read_are_refused(tmp_path, capsys, flags, message):
+    code, _, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", tmp_path / "r",
+                           *flags)
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "r").exists()
+
+
 def test_worker_code_is_shipped_by_value_and_runs_without_tensorflow(tmp_path):
     """What Beam sends to its workers loads and runs in a process that has never
     imported tfrs_logq (so never TensorFlow)."""

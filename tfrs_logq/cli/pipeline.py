@@ -239,7 +239,30 @@ def _print_component(result, args) -> None:
             print(f"    not pushed: {counts.get('reason')}")
 
 
+def _refuse_unused(args) -> None:
+    """A data flag the chosen source does not read is an error, not ignored."""
+    synthetic_flags = [f.name for f in dataclasses.fields(PipelineFlags)
+                       if f.name.startswith("synthetic_")
+                       and getattr(args, f.name) != f.default]
+    if args.dataset != "synthetic":
+        if synthetic_flags:
+            raise ValueError(f"--{synthetic_flags[0].replace('_', '-')} is a flag of "
+                             "--dataset synthetic.")
+        if args.input is not None and args.data_dir is not None:
+            raise ValueError("--data-dir is where a dataset's files are found; --input names "
+                             "the file itself.")
+        return
+    given = [flag for flag, value in (("--split", args.split not in (None, "loo")),
+                                      ("--temporal-fraction", args.temporal_fraction),
+                                      ("--data-dir", args.data_dir),
+                                      ("--skip-bad-lines", args.skip_bad_lines)) if value]
+    if given:
+        raise ValueError(f"--dataset synthetic draws each user's history, validation and test "
+                         f"item (leave-one-out, no file): it takes no {given[0]}.")
+
+
 def run(args) -> int:
+    _refuse_unused(args)
     # Beam logs through the root logger at import; keep that off the terminal.
     if not logging.getLogger().handlers:
         logging.getLogger().addHandler(logging.NullHandler())

@@ -76,11 +76,13 @@ def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
     return encoder, config, raw_ids
 
 
-def load_run_split(model_dir: str, data_dir: Optional[str] = None):
-    """The `Split` the run trained on (`tfrs_logq.sasrec.training.load_config_split` of its
-    config): its ExampleGen artifact's when it trained on one (``train --examples``), else
-    its dataset's file; ``data_dir`` reads the dataset from another directory instead (and
-    then the dataset, even for a run trained on an artifact)."""
+def load_run_split(model_dir: str, data_dir: Optional[str] = None,
+                   split_name: Optional[str] = None):
+    """The `Split` the run trained on (`tfrs_logq.sasrec.training.load_recorded_split` of
+    its config): its ExampleGen artifact's when it trained on one (``train --examples``),
+    else its dataset's or log's file; ``data_dir`` reads the dataset from another directory
+    instead (and then the dataset, even for a run trained on an artifact); ``split_name``
+    another split of the same data."""
     from tfrs_logq.sasrec.training import load_recorded_split
 
     config = read_train_config(model_dir)
@@ -88,6 +90,8 @@ def load_run_split(model_dir: str, data_dir: Optional[str] = None):
         record = json.load(f)
     if data_dir:
         config = dataclasses.replace(config, examples=None, data_dir=data_dir)
+    if split_name:
+        config = dataclasses.replace(config, split=split_name)
     return load_recorded_split(config, record)
 
 
