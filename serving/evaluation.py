@@ -59,22 +59,30 @@ def connect(address: str, model_name: str, timeout: float):
     return channel
 
 
-def _own_test_split(model_dir: str, config: dict, own: str, dataset, split_name, data_dir,
-                    data_format):
-    """The split of a run trained on its own data (a log or an artifact), ``--split``
-    taken for a log; the built-in datasets' flags refused."""
+def _log_test_split(model_dir: str, config: dict, dataset, split_name, data_dir, data_format,
+                    load_options: dict):
+    """The split of a run trained on a user's log: read as the run read it (its recorded
+    weight column and skipped lines, `load_run_split`), ``--split`` another split of it;
+    the built-in datasets' flags and the load options refused."""
     from tfrs_logq.serving.export import load_run_split
 
+    log = config["interactions"]
     for flag, value in (("--dataset", dataset), ("--data-dir", data_dir),
                         ("--data-format", data_format)):
         if value:
             raise ValueError(f"{flag} is a built-in dataset's flag; the model at --model-dir "
-                             f"was trained on {own}: leave {flag} out to evaluate on it.")
+                             f"was trained on {log}: leave {flag} out to evaluate on it.")
+    for flag, given in (("--skip-bad-lines", load_options.get("skip_bad_lines")),
+                        ("--no-cache", load_options.get("use_cache") is False),
+                        ("--no-download", load_options.get("download_ok") is False)):
+        if given:
+            raise ValueError(f"{flag} is for a built-in dataset; the model at --model-dir "
+                             f"was trained on {log}, which is read as it was in training "
+                             f"(skipping the malformed rows it skipped): leave {flag} out.")
+    if split_name == "temporal" and not config.get("time_column"):
+        raise ValueError(f"the temporal split needs times and the run read {log} without a "
+                         "time column: evaluate it with --split loo or --split gsasrec.")
     if split_name and split_name != config.get("split"):
-        if config.get("examples"):
-            raise ValueError(f"the model at --model-dir was trained on the ExampleGen "
-                             f"artifact {own}, which holds its {config.get('split')} split "
-                             f"only: leave --split out.")
         return load_run_split(model_dir, split_name=split_name)
     return load_run_split(model_dir)
 
@@ -83,28 +91,36 @@ def _load_test_split(model_dir: str, config: dict, dataset, split_name, data_dir
                      load_options: dict):
     from tfrs_logq.pipelines.datasets import load_split
 
-    own = config.get("examples") or config.get("interactions")
-    if own:  # a pipeline's ExampleGen artifact (`train --examples`) or a user's log
-        return _own_test_split(model_dir, config, own, dataset, split_name, data_dir,
-                               data_format)
-    dataset = dataset or config["dataset"]
-    split_name = split_name or config["split"]
-    fmt = data_format or config.get("data_format")
-    if split_name == "temporal" and fmt == "sasrec":
-        raise ValueError(
-            "the temporal split needs timestamps; this model was trained on SASRec's "
-            f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
-            "evaluate it with --split loo or --split gsasrec.")
-    split = load_split(dataset, split_name, data_dir or config.get("data_dir"),
-                       data_format=fmt, temporal_fraction=config.get("temporal_fraction"),
-                       **load_options)
+    if config.get("interactions"):  # a user's log (`train --interactions`)
+        split = _log_test_split(model_dir, config, dataset, split_name, data_dir,
+                                data_format, load_options)
+        advice = f"{config['interactions']} has changed since the run was trained"
+    elif config.get("examples") and not (dataset or split_name or data_dir):
+        # a pipeline's ExampleGen artifact (`train --examples`): the run's own split
+        from tfrs_logq.serving.export import load_run_split
+
+        split = load_run_split(model_dir)
+        advice = ("the ExampleGen artifact has changed since the run was trained: evaluate "
+                  "with its dataset (--dataset, --data-dir, --data-format)")
+    else:
+        dataset = dataset or config["dataset"]
+        split_name = split_name or config["split"]
+        fmt = data_format or config.get("data_format")
+        if split_name == "temporal" and fmt == "sasrec":
+            raise ValueError(
+                "the temporal split needs timestamps; this model was trained on SASRec's "
+                f"ml-1m.txt (data_format sasrec, --split {config['split']}), which has none: "
+                "evaluate it with --split loo or --split gsasrec.")
+        split = load_split(dataset, split_name, data_dir or config.get("data_dir"),
+                           data_format=fmt, temporal_fraction=config.get("temporal_fraction"),
+                           **load_options)
+        advice = "evaluate with its data (--data-dir, --data-format)"
     with open(os.path.join(model_dir, "vocabulary.json")) as f:
         vocabulary = json.load(f)["raw_items"]
     if vocabulary != [str(x) for x in split.interactions.raw_items]:
         raise ValueError(
             f"{split.interactions.source} ({split.num_items:,} items) is not the data the "
-            f"model at --model-dir was trained on ({len(vocabulary):,} items): evaluate with "
-            "its data (--data-dir, --data-format).")
+            f"model at --model-dir was trained on ({len(vocabulary):,} items): {advice}.")
     return split
 
 

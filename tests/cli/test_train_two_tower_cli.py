@@ -185,6 +185,31 @@ def test_skip_bad_lines_is_taken_recorded_and_reused_by_the_reload(tmp_path, cap
         f.write("u5,,999\n")  # the file changed: another malformed row
     with pytest.raises(ValueError, match="now has 2 malformed lines and the run skipped 1"):
         load_run_split(model_dir)
+    # Rewritten with other item ids (and the one malformed row): evaluate's data check
+    # runs before it waits for a server; its load flags are refused for a log's run.
+    lines = open(log).read().splitlines()[:-1]
+    (tmp_path / "bad.csv").write_text("\n".join(line.replace("film-", "book-")
+                                                for line in lines) + "\n")
+    evaluate = ["evaluate", "--server", "127.0.0.1:1", "--model_name", "m",
+                "--model-dir", model_dir, "--timeout", "0.1"]
+    assert main(evaluate) == 2
+    assert "has changed since the run was trained" in _error(capsys.readouterr().err)
+    assert main([*evaluate, "--skip-bad-lines"]) == 2
+    assert "--skip-bad-lines is for a built-in dataset" in _error(capsys.readouterr().err)
+
+
+def test_a_row_malformed_by_its_weight_is_skipped_again_when_the_run_is_reloaded(
+        tmp_path, capsys):
+    from tfrs_logq.serving.export import load_run_split
+
+    log = _weighted_log(tmp_path / "w.csv", lambda u, t: "" if (u, t) == (7, 3) else 2)
+    model_dir = str(tmp_path / "run")
+    code, _, err = _train(log, model_dir, capsys, "--weight-column", "plays",
+                          "--skip-bad-lines")
+    assert code == 0, err
+    assert json.load(open(os.path.join(model_dir, "config.json")))["skipped_lines"] == 1
+    split = load_run_split(model_dir)  # the weight column read again: the same rows
+    assert split.interactions.skipped_lines == 1 and len(split.interactions) == 120 * 12 - 1
 
 
 def test_data_flags_that_cannot_apply_are_one_line_errors(log_csv, tmp_path, capsys):

@@ -221,14 +221,17 @@ def load_config_split(config: TrainConfig, weight_column: Optional[str] = None,
 
 def load_recorded_split(config: TrainConfig, record: dict):
     """The split of a run's data fields ``config``, read as its ``config.json`` (``record``)
-    says it was: skipping malformed lines when the run skipped some.
+    says it was: with its weight column (a two-tower run's), skipping malformed lines when
+    the run skipped some.
 
     Raises:
       ValueError: the file now has another number of malformed lines than the run skipped
         (it is not the data the run trained on).
     """
     skipped = int(record.get("skipped_lines") or 0)
-    split = load_config_split(config, skip_bad_lines=bool(skipped))
+    # A row may be malformed by its weight alone: read the weight column the run read.
+    split = load_config_split(config, weight_column=record.get("weight_column") or None,
+                              skip_bad_lines=bool(skipped))
     if split.interactions.skipped_lines != skipped:
         raise ValueError(f"{split.interactions.source} now has "
                          f"{split.interactions.skipped_lines:,} malformed lines and the run "
