@@ -156,9 +156,7 @@ def _run_two_tower(args) -> int:
         if not weight_column.strip():
             raise ValueError("--weight-column is empty: name a column of --interactions, or "
                              "leave the flag out.")
-        if data_config.examples or not data_config.interactions:
-            raise ValueError("--weight-column names a column of --interactions (your log); "
-                             "the built-in datasets and ExampleGen artifacts have none.")
+        # load_config_split refuses a weight column without --interactions.
         split = load_config_split(data_config, weight_column=weight_column,
                                   skip_bad_lines=args.skip_bad_lines)
     else:
