@@ -46,6 +46,37 @@ def test_public_api_names_import():
         tfrs_logq.no_such_name  # noqa: B018
 
 
+def test_every_package_directory_is_installed():
+    """A non-editable install holds every package: each directory with an `__init__.py`
+    under the installed trees is in pyproject's `packages`, mapped to that directory (a
+    package left out imports from a checkout but not from a wheel)."""
+    import os
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        setuptools = tomllib.load(f)["tool"]["setuptools"]
+    package_dir = setuptools.get("package-dir", {})
+
+    def directory(package: str) -> str:
+        parts = package.split(".")
+        for cut in range(len(parts), 0, -1):
+            base = ".".join(parts[:cut])
+            if base in package_dir:
+                return os.path.join(package_dir[base], *parts[cut:])
+        return os.path.join(*parts)
+
+    listed = {directory(package): package for package in setuptools["packages"]}
+    found = set()
+    for tree in sorted(set(package_dir.values()) | {"tfrs_logq"}):
+        for path, _, files in os.walk(os.path.join(root, tree)):
+            if "__init__.py" in files and "__pycache__" not in path:
+                found.add(os.path.relpath(path, root))
+    assert found, "no package directories found"
+    assert sorted(found - set(listed)) == [], "packages missing from pyproject.toml"
+    assert sorted(set(listed) - found) == [], "packages listed without a directory"
+
+
 def _fresh_python(code: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in __import__("os").environ.items() if k != "TF_USE_LEGACY_KERAS"}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
