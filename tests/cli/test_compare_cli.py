@@ -104,6 +104,21 @@ def weighted_log_csv(tmp_path_factory):
     return str(path)
 
 
+def test_compare_without_split_takes_loo_for_a_log_without_times(weighted_log_csv, tmp_path,
+                                                                  capsys):
+    """As `train` and `data stats`: no --split and no --time-column is leave-one-out (the
+    temporal default was an error on such a log)."""
+    proc = cli_in_process(capsys, "compare", "--interactions", weighted_log_csv,
+                          "--user-column", "user", "--item-column", "item", "--seeds", "0",
+                          "--steps", "2", "--eval-every", "2", "--window", "1",
+                          "--batch-size", "16", "--embedding-dim", "4", "--losses",
+                          "inbatch-logq,inbatch-corrected", "--output-dir",
+                          str(tmp_path / "out"), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])["plan"]
+    assert plan["source"] == "plays.csv, split loo"
+
+
 def test_compare_weights_the_two_tower_loss_and_refuses_weights_for_sasrec(
         weighted_log_csv, tmp_path, capsys):
     common = ("--interactions", weighted_log_csv, "--user-column", "user", "--item-column",

@@ -7,7 +7,7 @@ added by ``populate``) and its handler (``run``); the work itself is done by the
 - `_flags`: flags from dataclasses (the layer over argparse), `TrainConfig`'s flags and
   ``--config`` files.
 - `_common`: what several commands share (data loading flags, the default split, ...).
-- ``demo``, ``study``, ``data``, ``train``, ``experiment``, ``diagnose``, ``export``,
+- ``demo``, ``study``, ``data``, ``train``, ``compare``, ``experiment``, ``diagnose``, ``export``,
   ``serve``, ``evaluate``, ``pipeline``: the commands.
 
 `main` and `build_parser` are the public entry points (the ``tfrs-logq`` console

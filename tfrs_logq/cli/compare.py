@@ -49,7 +49,8 @@ class CompareFlags:
     """a built-in dataset instead of --interactions"""
     data_dir: Optional[str] = flag(None, metavar="DIR", group="data")
     """where --dataset's files are"""
-    split: str = flag("temporal", choices=("temporal", "loo", "gsasrec"))
+    split: Optional[str] = flag(None, choices=("temporal", "loo", "gsasrec"),
+                                default_text="temporal; loo for a log without --time-column")
     """the evaluation split (temporal needs --time-column)"""
     model: str = flag("two-tower", choices=("two-tower", "sasrec"))
     """the model family"""
@@ -110,6 +111,8 @@ def run(args) -> int:
         raise ValueError("give either --interactions (with --user-column and --item-column) "
                          "or --dataset.")
     _refuse_unused(args)
+    if args.split is None:  # as `train` and `data stats`: a log without times has no temporal
+        args.split = "loo" if args.interactions and not args.time_column else "temporal"
     split, name = load_any_split(args)
     plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
                 window=args.window, baseline=args.baseline or "", model=args.model,
