@@ -128,7 +128,7 @@ def entries(help_text):
     return found
 
 
-COMMANDS = [("demo",), ("study",), ("data", "stats"), ("train",), ("experiment",),
+COMMANDS = [("demo",), ("study",), ("data", "stats"), ("train",), ("compare",), ("experiment",),
             ("diagnose",), ("export",), ("serve",), ("evaluate",), ("pipeline", "run")]
 REQUIRED = {("train",): {"--model-dir"}, ("experiment",): {"--output-dir"},
             ("export",): {"--model-dir", "--model_base_path", "--model_name"},
@@ -319,6 +319,30 @@ def test_evaluate_checks_host_port_before_waiting_for_anything(capsys, tmp_path,
                        "--model-dir", tmp_path)
     assert_one_line_error(code, err, "argument --server", "HOST:PORT", repr(server))
     assert time.monotonic() - started < 5  # it waited 10 s for the server before
+
+
+@pytest.mark.parametrize("command", ["serve", "evaluate"])
+def test_serve_and_evaluate_name_the_missing_serving_extra_before_any_work(
+        capsys, tmp_path, monkeypatch, command):
+    """Without the `serving` extra, the command's first output is the one-line error naming
+    the extra (it came after a model was loaded or a log read, behind a success line)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorflow_serving" else real(name, *a))
+    flags = {"serve": ("--model_base_path", tmp_path / "absent"),  # checked after the extra
+             "evaluate": ("--server", "localhost:1", "--model-dir", tmp_path / "absent")}
+    code, out, err = run(capsys, command, "--model_name", "m", *flags[command])
+    assert_one_line_error(code, err, "tensorflow_serving", "pip install 'tfrs-logq[serving]'")
+    assert out == "" and len(err.strip().splitlines()) == 1, (out, err)
+
+
+def test_compare_checks_window_against_the_evaluations_before_reading_the_log(capsys, tmp_path):
+    code, _, err = run(capsys, "compare", "--interactions", tmp_path / "absent.csv",
+                       "--user-column", "u", "--item-column", "i", "--steps", "4",
+                       "--eval-every", "2", "--output-dir", tmp_path / "out")
+    assert_one_line_error(code, err, "--window", "[1, 2]", "received 3")
 
 
 def test_study_takes_json_and_verbose_and_its_help_names_no_issue(capsys, tmp_path):

@@ -17,6 +17,16 @@ from tfrs_logq.cli._flags import PROG, shown
 NOT_BLESSED_EXIT = 3
 
 
+def require_modules(*names: str) -> None:
+    """A command's optional dependencies, checked before it does any work: a missing one is
+    `ModuleNotFoundError` (`app` names the extra that installs it), found without importing."""
+    import importlib.util
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 @dataclasses.dataclass
 class LoadOptions:
     """How a data file is read (``train``, ``data stats``, ``evaluate``)."""

@@ -112,6 +112,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 _EXTRAS = {"scann": "scann", "tensorflow_serving": "serving", "grpc": "serving",
+           "uvicorn": "serving", "starlette": "serving",
            "tensorflow_datasets": "data", "apache_beam": "beam"}
 
 

@@ -113,13 +113,15 @@ def run(args) -> int:
     _refuse_unused(args)
     if args.split is None:  # as `train` and `data stats`: a log without times has no temporal
         args.split = "loo" if args.interactions and not args.time_column else "temporal"
-    split, name = load_any_split(args)
+    # The plan is checked (losses, baseline, window) before the data is read.
     plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
                 window=args.window, baseline=args.baseline or "", model=args.model,
-                sasrec_preset=args.sasrec_preset,
-                source=f"{name}, split {args.split}"
-                + (f", weighted by {args.weight_column}" if args.weight_column else ""),
-                data=_data_identity(args, split))
+                sasrec_preset=args.sasrec_preset)
+    split, name = load_any_split(args)
+    plan = dataclasses.replace(
+        plan, source=f"{name}, split {args.split}"
+        + (f", weighted by {args.weight_column}" if args.weight_column else ""),
+        data=_data_identity(args, split))
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs)
     if args.json:
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),

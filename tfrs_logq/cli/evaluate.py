@@ -8,7 +8,7 @@ import dataclasses
 import json
 from typing import Optional
 
-from tfrs_logq.cli._common import LoadOptions, load_options, read_model_config
+from tfrs_logq.cli._common import LoadOptions, load_options, read_model_config, require_modules
 from tfrs_logq.cli._flags import add_flags, add_train_flags, flag
 
 
@@ -46,6 +46,7 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
+    require_modules("tensorflow_serving", "grpc")  # the serving extra, before the data is read
     from tfrs_logq.serving.evaluation import evaluate_through_server
 
     read_model_config(args.model_dir)  # a directory that is no training output: one line

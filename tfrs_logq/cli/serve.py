@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-from tfrs_logq.cli._common import log_handler
+from tfrs_logq.cli._common import log_handler, require_modules
 from tfrs_logq.cli._flags import add_flags, values
 from tfrs_logq.serving.options import ServerOptions
 
@@ -67,6 +67,7 @@ def _check_port(host: str, port: int, flag: str) -> None:
 
 
 def run(args) -> int:
+    require_modules("tensorflow_serving", "grpc", "uvicorn", "starlette")  # the serving extra
     from tfrs_logq.serving.server import ModelServer
 
     # Checks the name (as export does), the ports (0-65535), the counts and timeouts.

@@ -85,8 +85,9 @@ class Plan:
                                f"{', '.join(self.losses)}.")
         evaluations = len(self.config.eval_steps)
         if not 1 <= self.window <= evaluations:
-            raise CompareError(f"`window` must be in [1, {evaluations}] (the evaluations of "
-                               f"{self.config.steps} steps every {self.config.eval_every}), "
+            raise CompareError(f"`window` (--window) must be in [1, {evaluations}] (the "
+                               f"evaluations of {self.config.steps} steps every "
+                               f"{self.config.eval_every}), "
                                f"received {self.window}.")
 
     def run_config(self, loss: str, seed: int) -> TwoTowerConfig:
