@@ -95,6 +95,12 @@ def default_split(data_format: Optional[str]) -> str:
     return "gsasrec" if data_format == "sasrec" else TrainConfig.split
 
 
+def default_log_split(time_column: Optional[str]) -> str:
+    """The split of a run on a user's log without ``--split``: temporal when the log has
+    times (``--time-column``), else leave-one-out."""
+    return "temporal" if time_column else "loo"
+
+
 def data_record(interactions) -> dict:
     return {"source": interactions.source, "data_format": interactions.data_format,
             "rows": interactions.num_rows, "skipped_lines": interactions.skipped_lines}

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Optional
 
+from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import add_flags, flag
 
 
@@ -112,7 +113,7 @@ def run(args) -> int:
                          "or --dataset.")
     _refuse_unused(args)
     if args.split is None:  # as `train` and `data stats`: a log without times has no temporal
-        args.split = "loo" if args.interactions and not args.time_column else "temporal"
+        args.split = default_log_split(args.time_column) if args.interactions else "temporal"
     # The plan is checked (losses, baseline, window) before the data is read.
     plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
                 window=args.window, baseline=args.baseline or "", model=args.model,

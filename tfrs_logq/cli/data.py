@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Optional
 
-from tfrs_logq.cli._common import LoadOptions, default_split, load_options
+from tfrs_logq.cli._common import LoadOptions, default_log_split, default_split, load_options
 from tfrs_logq.cli._flags import add_flags, add_train_flags, flag
 
 
@@ -45,7 +45,7 @@ def load_any_split(args):
                                time_column=args.time_column,
                                weight_column=getattr(args, "weight_column", None),
                                format=args.log_format, skip_bad_lines=args.skip_bad_lines)
-        split_name = args.split or ("temporal" if args.time_column else "loo")
+        split_name = args.split or default_log_split(args.time_column)
         knobs = {k: getattr(args, k) for k in ("min_item_interactions", "min_user_interactions",
                                                "deduplicate") if hasattr(args, k)}
         split = load_user_log_split(source, split_name,

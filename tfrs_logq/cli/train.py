@@ -11,6 +11,7 @@ from typing import Optional
 from tfrs_logq.cli._common import (
     LoadOptions,
     data_record,
+    default_log_split,
     default_split,
     load_options,
     warn_if_smoke,
@@ -80,7 +81,7 @@ def _with_split(overrides: dict, preset_fields: dict = {}) -> dict:  # noqa: B00
     if "split" in {**preset_fields, **overrides} or overrides.get("examples"):
         return overrides
     if overrides.get("interactions"):
-        return {**overrides, "split": "temporal" if overrides.get("time_column") else "loo"}
+        return {**overrides, "split": default_log_split(overrides.get("time_column"))}
     return {**overrides, "split": default_split(overrides.get("data_format"))}
 
 
