@@ -64,17 +64,17 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     out = str(tmp_path / "cmp")
     proc = cli_in_process(capsys, "compare", "--interactions", log_csv, "--user-column", "user",
                        "--item-column", "item", "--time-column", "when", "--split", "loo",
-                       "--losses", "inbatch-logq,inbatch-corrected", "--seeds", "0", "1",
+                       "--losses", "inbatch-logq-official,inbatch-corrected", "--seeds", "0", "1",
                        "--steps", "20", "--eval-every", "10", "--window", "2", "--batch-size",
                        "32", "--embedding-dim", "8", "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [(r["loss"], r["seed"]) for r in result["results"]] == [
-        ("inbatch-logq", "0"), ("inbatch-corrected", "0"), ("inbatch-logq", "1"),
+        ("inbatch-logq-official", "0"), ("inbatch-corrected", "0"), ("inbatch-logq-official", "1"),
         ("inbatch-corrected", "1")]
     assert "compare: 4 runs" in proc.stderr  # progress goes to stderr with --json
     report = open(os.path.join(out, "report.md")).read()
-    assert "inbatch-corrected against inbatch-logq, recall@10:" in report
+    assert "inbatch-corrected against inbatch-logq-official, recall@10:" in report
     again = cli_in_process(capsys, "compare", "--interactions", "x.csv", "--dataset", "ml-1m")
     assert again.returncode == 2 and "either --interactions" in again.stderr
 
@@ -112,7 +112,7 @@ def test_compare_without_split_takes_loo_for_a_log_without_times(weighted_log_cs
                           "--user-column", "user", "--item-column", "item", "--seeds", "0",
                           "--steps", "2", "--eval-every", "2", "--window", "1",
                           "--batch-size", "16", "--embedding-dim", "4", "--losses",
-                          "inbatch-logq,inbatch-corrected", "--output-dir",
+                          "inbatch-logq-official,inbatch-corrected", "--output-dir",
                           str(tmp_path / "out"), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = json.loads(proc.stdout.strip().splitlines()[-1])["plan"]
@@ -127,14 +127,14 @@ def test_compare_weights_the_two_tower_loss_and_refuses_weights_for_sasrec(
               "--embedding-dim", "4")
     out = str(tmp_path / "weighted")
     proc = cli_in_process(capsys, "compare", *common, "--losses",
-                          "inbatch-logq,inbatch-corrected", "--output-dir", out, "--json")
+                          "inbatch-logq-official,inbatch-corrected", "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = json.loads(proc.stdout.strip().splitlines()[-1])["plan"]
     assert plan["source"] == "plays.csv, split loo, weighted by plays"
     # The same directory without the weights is another plan.
     unweighted = [a for a in common if a not in ("--weight-column", "plays")]
     again = cli_in_process(capsys, "compare", *unweighted, "--losses",
-                           "inbatch-logq,inbatch-corrected", "--output-dir", out)
+                           "inbatch-logq-official,inbatch-corrected", "--output-dir", out)
     assert again.returncode == 2 and "another plan" in again.stderr, again.stderr[-2000:]
     sasrec_flags = common[:-4]  # not --batch-size and --embedding-dim: two-tower flags
     assert sasrec_flags[-2:] == ("--window", "1")
@@ -180,7 +180,7 @@ def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
         weighted_log_csv, tmp_path, capsys):
     common = ("--user-column", "user", "--item-column", "item", "--split", "loo", "--seeds",
               "0", "--steps", "2", "--eval-every", "2", "--window", "1", "--batch-size", "16",
-              "--embedding-dim", "4", "--losses", "inbatch-logq,inbatch-corrected")
+              "--embedding-dim", "4", "--losses", "inbatch-logq-official,inbatch-corrected")
     out = str(tmp_path / "cmp")
     first = cli_in_process(capsys, "compare", "--interactions", weighted_log_csv, *common,
                            "--output-dir", out)

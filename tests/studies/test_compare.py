@@ -30,19 +30,19 @@ def split():
 
 
 def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path):
-    plan = compare.Plan(losses=("inbatch-logq", "inbatch-corrected"), seeds=(0, 1),
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1),
                         config=CONFIG, window=2, source="toy")
     out = str(tmp_path / "cmp")
     said: list = []
     rows = compare.run_compare(plan, split, out, say=said.append, max_runs=1)  # "killed"
-    assert len(rows) == 1 and rows[0]["loss"] == "inbatch-logq"
+    assert len(rows) == 1 and rows[0]["loss"] == "inbatch-logq-official"
     said.clear()
     rows = compare.run_compare(plan, split, out, say=said.append)
     assert said[0].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[0]
     assert sum(line.startswith("run ") for line in said) == 3
     assert any("ms/step here: about" in line for line in said)  # the estimate
     assert [(r["loss"], r["seed"]) for r in rows] == [
-        ("inbatch-logq", "0"), ("inbatch-corrected", "0"), ("inbatch-logq", "1"),
+        ("inbatch-logq-official", "0"), ("inbatch-corrected", "0"), ("inbatch-logq-official", "1"),
         ("inbatch-corrected", "1")]
     curves = read_rows(os.path.join(out, "curves.csv"))
     assert len(curves) == 4 * 3  # steps 10, 20, 30 of every run
@@ -54,7 +54,7 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     for name in ("report.md", "learning_curves.png", "paired.png", "plan.json"):
         assert os.path.getsize(os.path.join(out, name)) > 0
     report = open(os.path.join(out, "report.md")).read()
-    assert "- inbatch-corrected against inbatch-logq, recall@10:" in report
+    assert "- inbatch-corrected against inbatch-logq-official, recall@10:" in report
     assert not os.listdir(os.path.join(out, "runs"))  # finished runs' checkpoints removed
     said.clear()
     compare.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
@@ -68,13 +68,13 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
 
 
 def test_paired_differences_intervals_and_verdicts_against_scipy():
-    plan = compare.Plan(losses=("inbatch-logq", "inbatch-corrected", "inbatch-none"),
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected", "inbatch-none"),
                         seeds=(0, 1, 2, 3), config=CONFIG, window=1)
     base = [0.20, 0.21, 0.19, 0.205]
     better = [0.23, 0.245, 0.22, 0.236]
     noisy = [0.19, 0.23, 0.18, 0.215]
     rows = []
-    for loss, values in (("inbatch-logq", base), ("inbatch-corrected", better),
+    for loss, values in (("inbatch-logq-official", base), ("inbatch-corrected", better),
                          ("inbatch-none", noisy)):
         rows += [{"loss": loss, "seed": str(s), "recall@10": str(v),
                   "positive_share_q50": "0.01", "seconds_per_step": "0.01", "machine": "m"}
@@ -94,8 +94,8 @@ def test_paired_differences_intervals_and_verdicts_against_scipy():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(losses=("inbatch-logq",)), "two or more two-tower losses"),
-    (dict(losses=("inbatch-logq", "softmax")), "two or more two-tower losses"),
+    (dict(losses=("inbatch-logq-official",)), "two or more two-tower losses"),
+    (dict(losses=("inbatch-logq-official", "softmax")), "two or more two-tower losses"),
     (dict(seeds=()), "at least one seed"),
     (dict(baseline="mns-none"), "baseline"),
     (dict(window=4), "window"),
@@ -120,4 +120,5 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     assert all(r["window_steps"] == "2 4" and 0 <= float(r["recall@10"]) <= 1 for r in rows)
     assert "recall@20" in rows[0]  # SASRec's cut-offs
     with pytest.raises(compare.CompareError, match="sasrec losses"):
-        compare.Plan(losses=("inbatch-logq", "mns-logq-tfrs"), model="sasrec", config=CONFIG)
+        compare.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
+                     config=CONFIG)

@@ -55,7 +55,7 @@ def test_losses_map_to_the_studys_forms():
                                          num_negatives=32), num_items=100)
     assert (spec.sampler, spec.proposal, spec.correction) == ("mixed", "mixture", "logq-paper")
     assert (spec.num_in_batch_negatives, spec.num_uniform_negatives) == (64, 32)
-    spec = training._Spec(TwoTowerConfig(loss="inbatch-logq"), num_items=100)
+    spec = training._Spec(TwoTowerConfig(loss="inbatch-logq-official"), num_items=100)
     assert (spec.sampler, spec.correction, spec.num_uniform_negatives) == (
         "in-batch", "logq-official", 0)
     assert TwoTowerConfig(steps=1200, eval_every=500).eval_steps == (500, 1000, 1200)

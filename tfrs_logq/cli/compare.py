@@ -55,9 +55,9 @@ class CompareFlags:
     """the evaluation split (temporal needs --time-column)"""
     model: str = flag("two-tower", choices=("two-tower", "sasrec"))
     """the model family"""
-    losses: tuple[str, ...] = ("inbatch-logq", "inbatch-corrected")
+    losses: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     """the losses compared (the first is the baseline unless --baseline); two-tower:
-    inbatch|mns x none|logq|logq-tfrs|corrected"""
+    inbatch|mns x none|logq-tfrs|logq-official|corrected"""
     baseline: Optional[str] = flag(None, default_text="the first of --losses")
     """the loss the others are paired against"""
     seeds: tuple[int, ...] = flag((0, 1, 2), at_least=0)

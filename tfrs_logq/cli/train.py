@@ -31,7 +31,8 @@ class TrainFlags:
     """where the run goes (config.json, weights, metrics.json, logs)"""
     model: str = flag("sasrec", choices=MODELS)
     """the model family: SASRec, or a two-tower model (a query tower over the user's last
-    --history-length items, an item table; --loss inbatch|mns x none|logq|logq-tfrs|corrected)"""
+    --history-length items, an item table; --loss inbatch|mns x
+    none|logq-tfrs|logq-official|corrected)"""
     config: Optional[str] = flag(None, metavar="FILE")
     """JSON object of TrainConfig fields (and "preset"); flags override it (SASRec)"""
     overwrite: bool = False

@@ -50,7 +50,7 @@ class CompareError(ValueError):
 class Plan:
     """What `run_compare` trains: ``losses`` x ``seeds`` runs of ``config``'s model."""
 
-    losses: tuple = ("inbatch-logq", "inbatch-corrected")
+    losses: tuple = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     seeds: tuple = (0, 1, 2)
     config: TwoTowerConfig = TwoTowerConfig()
     window: int = 3

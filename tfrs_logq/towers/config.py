@@ -3,8 +3,9 @@ TensorFlow (the command line builds its flags from them without loading it).
 
 Losses (`LOSSES`), each ``<negatives>-<correction>``: negatives ``inbatch`` (the batch's
 distinct targets) or ``mns`` (those plus uniform ones shared by the batch); correction
-``none``, ``logq`` (standard logQ as the paper's official code computes it), ``logq-tfrs``
-(as TFRS's ``Retrieval`` does) or ``corrected`` (`FORMS`: the study's name of each).
+``none``, ``logq-tfrs`` (standard logQ as TFRS's ``Retrieval`` computes it: the positive's
+logit corrected too), ``logq-official`` (as the paper's official code computes it: the
+positive uncorrected) or ``corrected`` (`FORMS`: the study's name of each).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 OPTIMIZERS = ("adam", "lazy-adam")
 NEGATIVES = ("inbatch", "mns")
-FORMS = {"none": "none", "logq": "logq-official", "logq-tfrs": "logq-paper",
+FORMS = {"none": "none", "logq-tfrs": "logq-paper", "logq-official": "logq-official",
          "corrected": "corrected"}
 LOSSES = tuple(f"{n}-{f}" for n in NEGATIVES for f in FORMS)
 MAX_EMBEDDING_DIM = 4096
@@ -27,7 +28,7 @@ class TwoTowerConfig:
     """One two-tower training run on a user's log."""
 
     loss: str = "inbatch-corrected"
-    """``inbatch``/``mns`` + ``none``/``logq``/``logq-tfrs``/``corrected`` (`LOSSES`)"""
+    """``inbatch``/``mns`` + ``none``/``logq-tfrs``/``logq-official``/``corrected`` (`LOSSES`)"""
     seed: int = 0
     """initial weights, batches and negatives (common random numbers across losses)"""
     steps: int = 3000
