@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tfrs_logq._util.atomic import write_json
+from tfrs_logq.pipelines.ids import normalize_id
 
 __all__ = ["IdEncoder", "Vocabulary", "vocabularies", "save_vocabularies",
            "load_vocabularies", "VOCABULARY_FILES", "RUN_ITEMS_FILE", "write_run_items",
@@ -174,14 +175,15 @@ class Vocabulary:
 
         Args:
           raw: array-like of raw ids (numbers given as text are matched to integer
-            vocabularies).
+            vocabularies; text goes through `tfrs_logq.pipelines.ids.normalize_id`,
+            as the log's ids did).
           missing: int. The id given to a raw id not in the vocabulary. Defaults to
             None: an unknown id raises ValueError.
         """
         given = np.asarray(raw)
         raw, valid = given, np.ones(given.shape, bool)
         if self.ids.dtype.kind == "U":
-            raw = given.astype(str)
+            raw = np.asarray([normalize_id(str(x)) for x in given.flat], str).reshape(given.shape)
         elif given.dtype.kind == "f":
             valid = np.isfinite(given) & (np.floor(given) == given)
             raw = np.where(valid, given, 0).astype(np.int64)

@@ -8,7 +8,9 @@ renamed into place, so a server polling the directory never sees half of one.
 
 Signatures (history in the dataset's own item ids, ``[batch, length]`` with
 ``length <= max_length``; padding is 0 for integer ids and ``""`` for string ids,
-anywhere in the row; unknown ids are ignored like padding):
+anywhere in the row; unknown ids are ignored like padding; string ids are trimmed of
+the white space around them first, as the training log's were,
+`tfrs_logq.pipelines.ids.normalize_id`):
 
 - ``serving_default``: ``history`` -> ``item_ids``, ``scores`` `[batch, default_k]`,
   the history's own items left out;
@@ -37,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.atomic import publish_directory, remove_stale_staging, staging_directory
+from tfrs_logq.pipelines.ids import normalize_id, normalize_id_tensor
 from tfrs_logq.sasrec import trained as sasrec_trained
 from tfrs_logq.towers import run as tower_run
 
@@ -379,7 +382,8 @@ class RetrievalModule(tf.Module):
         self.default_k = int(min(default_k, self.num_items))
         self.string_ids = raw_item_ids.dtype.kind in ("U", "S", "O")
         key_dtype = tf.string if self.string_ids else tf.int64
-        keys = tf.constant(raw_item_ids.astype(str if self.string_ids else np.int64), key_dtype)
+        keys = tf.constant(_normalized_keys(raw_item_ids) if self.string_ids
+                           else raw_item_ids.astype(np.int64), key_dtype)
         self.vocabulary = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(keys, tf.range(1, self.num_items + 1,
                                                                dtype=tf.int64)),
@@ -411,12 +415,19 @@ class RetrievalModule(tf.Module):
                 tf.TensorSpec([], tf.bool, name="exclude_history")])
         self.query_embedding = tf.function(self._query, input_signature=[history_spec])
 
+    def _lookup(self, history: tf.Tensor) -> tf.Tensor:
+        """Raw ids -> internal ids (0: padding or unknown), text ids normalised first
+        (`tfrs_logq.pipelines.ids.normalize_id`, as the log's ids were)."""
+        if self.string_ids:
+            history = normalize_id_tensor(history)
+        return self.vocabulary.lookup(history)
+
     def _aligned(self, history: tf.Tensor) -> tf.Tensor:
         """Raw ids -> internal ids, padding/unknown dropped, right-aligned in [batch, L]."""
         tf.debugging.assert_less_equal(
             tf.shape(history)[1], self.max_length,
             message=f"history is longer than the model takes ({self.max_length} items)")
-        ids = self.vocabulary.lookup(history)
+        ids = self._lookup(history)
         valid = ids > 0
         from_right = tf.cumsum(tf.cast(valid, tf.int32), axis=1, reverse=True)
         keep = tf.logical_and(valid, from_right <= self.max_length)
@@ -437,7 +448,7 @@ class RetrievalModule(tf.Module):
                                        message=f"k must be at most {self.num_items}")
         # Items of the history are left out (the gSASRec protocol): search k + width
         # candidates, drop the history's, keep the best k.
-        history_ids = self.vocabulary.lookup(history)  # internal ids, 0 = padding/unknown
+        history_ids = self._lookup(history)  # internal ids, 0 = padding/unknown
         extra = tf.where(exclude_history, tf.shape(history)[1], 0)
         n = tf.minimum(k + extra, self.num_items)
         if self.index_kind == "scann":
@@ -458,6 +469,22 @@ class RetrievalModule(tf.Module):
 
     def _serve_k(self, history, k, exclude_history):
         return self._search(history, k, exclude_history)
+
+
+def _normalized_keys(raw_item_ids: np.ndarray) -> np.ndarray:
+    """Text item ids through `normalize_id` (a run's are already); refuses a catalog in
+    which two ids become one, or one becomes empty (the padding)."""
+    keys = np.asarray([normalize_id(str(x)) for x in raw_item_ids], dtype=object)
+    if any(key == "" for key in keys):
+        raise ValueError("the item vocabulary holds an id of only white space; it would "
+                         "equal the padding \"\": remove it from the log and train again.")
+    seen: dict = {}
+    for raw, key in zip(raw_item_ids, keys):
+        if seen.setdefault(key, raw) != raw:
+            raise ValueError(f"the item ids {str(seen[key])!r} and {str(raw)!r} are one id "
+                             "once the white space around them is trimmed; merge them in the "
+                             "log and train again.")
+    return keys.astype(str)
 
 
 _MAX_VERSION = 2**63 - 1  # TF Serving's versions are int64

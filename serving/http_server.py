@@ -77,6 +77,7 @@ def _protocol_class(head_timeout_s: float, shutdown: _Shutdown):
             super().connection_made(transport)
             self._head = b""  # the start of the request being received (for messages)
             self._head_timer = None
+            self._head_limit_s = head_timeout_s  # the deadline the head timer counts
             self._answered = 0  # replies sent on this connection
             if shutdown.begun:  # accepted from the backlog as the listener closed
                 self._await_first_request()
@@ -94,8 +95,8 @@ def _protocol_class(head_timeout_s: float, shutdown: _Shutdown):
 
         def _await_first_request(self) -> None:
             self._cancel_head_timer()
-            self._head_timer = self.loop.call_later(min(head_timeout_s, FIRST_REQUEST_WAIT_S),
-                                                    self._head_timed_out)
+            self._head_limit_s = min(head_timeout_s, FIRST_REQUEST_WAIT_S)
+            self._head_timer = self.loop.call_later(self._head_limit_s, self._head_timed_out)
 
         def _waiting_for_head(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
@@ -113,7 +114,13 @@ def _protocol_class(head_timeout_s: float, shutdown: _Shutdown):
             self._head_timer = None
             if self.transport.is_closing() or not self._waiting_for_head():
                 return
-            if self._head:  # a partial request: say why it is dropped
+            if self._head and shutdown.begun and self._head_limit_s < head_timeout_s:
+                # the shutdown's wait, not rest_api_timeout_in_ms, ran out: say which
+                self.transport.write(_reply(
+                    503, f"the server is shutting down: the rest of this request's line and "
+                         f"headers did not arrive within the {self._head_limit_s:g} s it "
+                         "waits for a request on its way; send it again"))
+            elif self._head:  # a partial request: say why it is dropped
                 self.transport.write(_reply(408, f"the request line and headers did not "
                                                  f"arrive within {head_timeout_s:g} s "
                                                  "(rest_api_timeout_in_ms)"))

@@ -7,7 +7,10 @@ Each input must arrive in its signature's kind, whatever the protocol:
   INVALID_ARGUMENT, and values outside the dtype's range are refused, never wrapped;
 - a boolean input (``exclude_history``) takes JSON ``true``/``false`` or a bool tensor;
   ``"false"`` (a string), ``null`` or ``0`` is INVALID_ARGUMENT naming the input;
-- a string input takes strings (sent to the model as UTF-8).
+- a string input takes strings: item ids, trimmed of the white space around them
+  (`tfrs_logq.pipelines.ids.normalize_id`, the training log's rule) and sent to the
+  model as UTF-8; kept one object a cell, so a request's memory follows its bytes
+  whatever the ids' widths.
 
 TF Serving's JSON parser applies the same rules (``json_tensor.cc``: an int64 input
 refuses a JSON double); gRPC's tensors carry their dtype, checked the same way, and a
@@ -28,6 +31,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.pipelines.ids import normalize_id
 from tfrs_logq.serving.errors import ServingError, shorten
 
 DEFAULT_MAX_WIDTH = 4096  # an input's width when the export does not say (no max_length)
@@ -113,7 +117,15 @@ def check_inputs(fn, signature_name: str, inputs: dict, *, defaults: dict,
                 value = _booleans(value)
             else:
                 value = _floats(value, spec.dtype.as_numpy_dtype)
-        except (TypeError, ValueError) as exc:
+        except TypeError as exc:
+            if value.ndim < 2:
+                raise ServingError("INVALID_ARGUMENT",
+                                   f"input {key!r} must be {spec.dtype.name}: {exc}") from None
+            raise ServingError("INVALID_ARGUMENT",
+                               f"input {key!r} must be {spec.dtype.name}: its rows must be "
+                               f"lists of {_NOUNS.get(_value_kind(spec.dtype), spec.dtype.name)}"
+                               f", got {_describe(value)}") from None
+        except ValueError as exc:
             raise ServingError("INVALID_ARGUMENT",
                                f"input {key!r} must be {spec.dtype.name}: {exc}") from None
         if spec.shape.rank is not None and value.ndim != spec.shape.rank:
@@ -185,10 +197,25 @@ def array_from_tensor_proto(key: str, proto, spec, limits: ShapeLimits) -> np.nd
                            f"malformed input tensor {key!r}: {str(exc)[:200]}") from None
 
 
+_NOUNS = {"string": "strings", "integer": "integers", "bool": "booleans (true or false)",
+          "float": "numbers"}
+
+
+def _value_kind(dtype: tf.DType) -> str:
+    """``"string"``, ``"integer"``, ``"bool"`` or ``"float"``: what values ``dtype`` takes."""
+    if dtype == tf.string:
+        return "string"
+    if dtype.is_integer:
+        return "integer"
+    return "bool" if dtype == tf.bool else "float"
+
+
 def _describe(value: np.ndarray) -> str:
     if value.dtype.kind == "O":
         kinds = sorted({"null" if x is None else type(x).__name__ for x in value.flat})
         return ", ".join(kinds) or "nothing"
+    if value.dtype.kind in ("U", "S"):
+        return "strings"
     return str(value.dtype)
 
 
@@ -209,20 +236,21 @@ def _floats(value: np.ndarray, dtype) -> np.ndarray:
 
 
 def _utf8_strings(value: np.ndarray) -> np.ndarray:
-    """Strings (JSON text, or bytes from a tensor proto) as UTF-8 bytes for a tf.string input."""
-    kind = value.dtype.kind
-    if kind not in ("U", "S", "O"):
+    """Strings (JSON text, or bytes from a tensor proto) as an object array of UTF-8
+    ``bytes`` for a tf.string input: one object a cell, each as long as its own string
+    (numpy's fixed-width ``S``/``U`` arrays make every cell as wide as the longest),
+    each an id through `normalize_id` (the string inputs are item ids)."""
+    if not value.size:  # ``[[]]`` has no element type to check
+        return np.zeros(value.shape, object)
+    if value.dtype.kind not in ("U", "S", "O"):
         raise TypeError(f"expected strings, got {value.dtype}")
-    if kind == "S":
-        return value
-    if kind == "U":
-        return np.char.encode(value, "utf-8")  # numpy's astype(bytes) would be ASCII only
     encoded = np.empty(value.shape, dtype=object)
     for index, item in np.ndenumerate(value):
         if isinstance(item, (bytes, np.bytes_)):
-            encoded[index] = bytes(item)
+            encoded[index] = normalize_id(bytes(item))
         elif isinstance(item, str):
-            encoded[index] = item.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError
+            # a lone surrogate raises UnicodeEncodeError
+            encoded[index] = normalize_id(item).encode("utf-8")
         else:
             raise TypeError(f"expected strings, got {type(item).__name__} {item!r:.40}")
     return encoded

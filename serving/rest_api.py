@@ -24,6 +24,7 @@ import logging
 from typing import Optional
 
 import numpy as np
+import tensorflow as tf
 
 from tfrs_logq.serving.drain import InFlight
 from tfrs_logq.serving.errors import ServingError, shorten
@@ -49,6 +50,23 @@ def error_response(exc: ServingError, headers: Optional[dict] = None):
     return json_response(exc.http_status, {"error": str(exc)}, headers)
 
 
+def _register_segment() -> None:
+    """The route parameter type ``segment``: one path segment without ``:`` (a model
+    name or a version, before ``:predict``)."""
+    from starlette.convertors import Convertor, register_url_convertor
+
+    class Segment(Convertor):
+        regex = "[^/:]+"
+
+        def convert(self, value: str) -> str:
+            return value
+
+        def to_string(self, value: str) -> str:
+            return value
+
+    register_url_convertor("segment", Segment())
+
+
 class RestApi:
     """The Starlette app over a `ModelManager` (``.app``), counting requests in flight.
 
@@ -65,12 +83,17 @@ class RestApi:
         from starlette.exceptions import HTTPException
         from starlette.routing import Route
 
+        _register_segment()
         self.manager, self.options = manager, options
         self.in_flight = in_flight or InFlight()
         self.draining = False  # set by the server's shutdown: replies say Connection: close
+        self.drain_timeout_s: Optional[float] = None  # the shutdown's deadline, once begun
         self.pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=options.rest_api_num_threads, thread_name_prefix="tfrs-logq-rest")
-        base, version = "/v1/models/{name}", "/v1/models/{name}/versions/{version}"
+        # A model name or version has no ":" (TF Serving's rule), so GET NAME:predict is
+        # the predict route with the wrong method (405), not the status of "NAME:predict".
+        base = "/v1/models/{name:segment}"
+        version = base + "/versions/{version:segment}"
         routes = [Route(base + ":predict", self._endpoint(self.predict), methods=["POST"]),
                   Route(version + ":predict", self._endpoint(self.predict), methods=["POST"])]
         for path in (base, version):
@@ -111,9 +134,12 @@ class RestApi:
                     return await handler(request)
                 except asyncio.CancelledError:  # the drain timed out: say so if we still can
                     tracked.cut = True
+                    took = "" if self.drain_timeout_s is None else \
+                        f" within the {self.drain_timeout_s:g} s its shutdown gives requests"
                     return error_response(ServingError(
-                        "UNAVAILABLE", "the server shut down before this request finished "
-                                       "(drain_timeout_in_ms)"), {"Connection": "close"})
+                        "UNAVAILABLE", f"the server shut down before this request finished"
+                                       f"{took} (drain_timeout_in_ms); send it again"),
+                        {"Connection": "close"})
                 except ServingError as exc:
                     # A body that did not arrive in time leaves the framing unknown.
                     return error_response(exc, {"Connection": "close"}
@@ -134,9 +160,12 @@ class RestApi:
                 return error_response(ServingError(
                     "NOT_IMPLEMENTED", f"method {method} is not supported; this server answers "
                                        f"{ALLOWED_METHODS}"), {"Allow": ALLOWED_METHODS})
+            # the route's own methods (Starlette's Allow header), in a stable order
+            allowed = ", ".join(sorted(m.strip() for m in (exc.headers or {}).get(
+                "Allow", ALLOWED_METHODS).split(",")))
             return error_response(ServingError(
-                "METHOD_NOT_ALLOWED", f"method {method} is not allowed on {path}: this server "
-                                      f"answers {ALLOWED_METHODS}"), {"Allow": ALLOWED_METHODS})
+                "METHOD_NOT_ALLOWED", f"method {method} is not allowed on {path}: it answers "
+                                      f"{allowed}"), {"Allow": allowed})
         if exc.status_code == 404:
             return error_response(ServingError(
                 "NOT_FOUND", f"Malformed request: {method[:32]} {shorten(path)}"))
@@ -369,19 +398,31 @@ def _leaves(rows):
 def _rectangular(rows, key: str, spec, limits) -> np.ndarray:
     """``rows`` as an array; refused unless rectangular, within ``limits``
     (`inputs.check_shape`, before the array is built) and of one JSON type (numbers,
-    strings or booleans: ``[true, 1]`` would otherwise become ``[1, 1]``)."""
+    strings or booleans: ``[true, 1]`` would otherwise become ``[1, 1]``).
+
+    Strings become an object array of the decoded ``str``s, 8 bytes a cell over what
+    the JSON parser made: numpy's own string arrays are fixed-width, every cell as
+    wide as the longest (1,024 x 50 ids and one of 5,000 characters would take 1 GB).
+    Rows without a value (``[[]]``) become an empty array of the input's own dtype."""
     if not _is_rectangular(rows):
-        _raise(key)
-    check_shape(key, _declared_shape(rows), spec, limits)
+        _raise(key, spec)
+    shape = _declared_shape(rows)
+    check_shape(key, shape, spec, limits)
     kinds = {type(x) for x in _leaves(rows)}
     if not (kinds <= {int, float} or kinds == {str} or kinds == {bool}):
         names = ", ".join(sorted("null" if k is type(None) else k.__name__ for k in kinds))
         raise ServingError("INVALID_ARGUMENT",
                            f"input {key!r} must hold values of one type, got {names}")
     try:
-        return np.array(rows)
+        if not kinds:  # no value to take a type from: the input's own
+            return np.zeros(shape, object if spec.dtype == tf.string
+                            else spec.dtype.as_numpy_dtype)
+        array = np.array(rows, dtype=object) if kinds == {str} else np.array(rows)
     except (ValueError, OverflowError):
-        _raise(key)
+        _raise(key, spec)
+    if list(array.shape) != shape:  # deeper lists of unequal lengths
+        _raise(key, spec)
+    return array
 
 
 def _declared_shape(rows) -> list:
@@ -401,8 +442,11 @@ def _is_rectangular(rows) -> bool:
     return True
 
 
-def _raise(key: str):
-    raise ServingError("INVALID_ARGUMENT", f"input {key!r} must be a rectangular list of lists")
+def _raise(key: str, spec):
+    pad = '""' if spec.dtype == tf.string else "0"
+    raise ServingError("INVALID_ARGUMENT",
+                       f"input {key!r} must be a rectangular list of lists (every row as long "
+                       f"as the first): pad shorter rows with {pad}, which the model ignores")
 
 
 __all__ = ["ALLOWED_METHODS", "RestApi", "json_inputs"]

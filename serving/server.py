@@ -130,6 +130,7 @@ class ModelServer:
             self.grpc_in_flight.mark()
             # 1. Readiness fails, REST replies say Connection: close; both ports serve on.
             self.manager.begin_drain()
+            self.rest_api.drain_timeout_s = timeout
             self.rest_api.draining = True
             grace = min(self.options.drain_grace_in_ms / 1000, timeout)
             log.info("%s: draining: not ready; the ports close in %.2f s", reason, grace)

@@ -88,3 +88,17 @@ def _predict_in_threads(rest_port, grpc_port, model, n_each, results):
     for t in threads:
         t.start()
     return threads
+
+
+def _tiny_export(base, raw_ids, max_length=5, default_k=3) -> str:
+    """A brute-force export of an untrained SASRec encoder over ``raw_ids``: a servable
+    in a second, for tests of the server rather than of the model."""
+    import tensorflow as tf
+
+    from tfrs_logq.sasrec.models import SASRecEncoder
+    from tfrs_logq.serving.export import RetrievalModule, export_version
+
+    encoder = SASRecEncoder(len(raw_ids) + 1, max_length, 8, 1, 1, 0.0)
+    encoder(tf.zeros([1, max_length], tf.int32))
+    module = RetrievalModule(encoder, np.asarray(raw_ids), "brute-force", default_k=default_k)
+    return export_version("", str(base), index="brute-force", module=module)

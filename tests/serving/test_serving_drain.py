@@ -194,3 +194,42 @@ def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to
     told = {r[1] for r in results if r[0] == "keep-alive" and r[5]}
     assert told == set(range(6)), f"keep-alive clients told to close: {sorted(told)}"
     assert summary["cut"] == 0, summary
+
+
+def test_clients_cut_by_the_drain_are_told_the_deadline_that_cut_them(tmp_path):
+    """A request half sent at SIGTERM was cut after the shutdown's wait (1 s) but told
+    "did not arrive within 30 s" (rest_api_timeout_in_ms); one whose body was still on
+    its way was cut at the drain's timeout without being told how long that was."""
+    import socket
+
+    from serving_helpers import _tiny_export
+
+    _tiny_export(tmp_path / "m", list(range(1, 11)))
+    options = ServerOptions(model_name="m", port=0, rest_api_port=0,
+                            model_base_path=str(tmp_path / "m"), drain_timeout_in_ms=3000,
+                            drain_grace_in_ms=200, rest_api_timeout_in_ms=30_000)
+    srv = ModelServer(options).start()
+    replies: dict = {}
+
+    def client(kind, data):
+        with socket.create_connection(("127.0.0.1", srv.rest_port), timeout=30) as sock:
+            sock.sendall(data)
+            response = http.client.HTTPResponse(sock)
+            response.begin()
+            replies[kind] = (response.status, json.loads(response.read())["error"])
+
+    head = b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\n"
+    threads = [threading.Thread(target=client, args=args) for args in [
+        ("head", head), ("body", head + b"Content-Length: 100\r\n\r\n{\"inst")]]
+    for t in threads:
+        t.start()
+    _wait_for(lambda: srv.rest_in_flight.now == 1, what="the body's request in flight")
+    start = time.monotonic()
+    srv.stop()
+    for t in threads:
+        t.join(timeout=30)
+    assert time.monotonic() - start < 6.0
+    status, error = replies["head"]
+    assert status == 503 and "within the 1 s" in error and "30 s" not in error, error
+    status, error = replies["body"]
+    assert status == 503 and "within the 3 s" in error and "drain_timeout_in_ms" in error, error

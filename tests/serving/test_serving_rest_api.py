@@ -10,7 +10,8 @@ from serving_helpers import _histories, _http, _raw
 @pytest.mark.parametrize("body,status,fragment", [
     (b'{"instances": [[1, 2', 400, "JSON"),
     ({"instances": [[1.5, 2]]}, 400, "int64"),
-    ({"instances": [[1, 2], [3]]}, 400, "rectangular"),
+    ({"instances": [[1, 2], [3]]}, 400, "pad shorter rows with 0"),
+    ({"instances": [[101, [102]], [103, 104]]}, 400, "rectangular"),
     ({"instances": [[True, 101]]}, 400, "one type"),  # was taken as [[1, 101]]
     ({"instances": [[101, None]]}, 400, "null"),
     ({"instances": [[1]], "inputs": [[1]]}, 400, "exactly one"),
@@ -31,7 +32,17 @@ def test_rest_other_methods_get_a_json_405(server, method):
         server, f"{method} /v1/models/ml HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}"
         .encode(), method=method)
     assert code == 405 and method in reply["error"], reply
-    assert set(headers["Allow"].replace(" ", "").split(",")) == {"GET", "HEAD", "POST"}
+    assert headers["Allow"] == "GET, HEAD"  # the status route's methods
+
+
+@pytest.mark.parametrize("path", ["/v1/models/ml:predict", "/v1/models/ml/versions/1:predict"])
+def test_rest_get_on_predict_is_a_405_naming_post(server, path):
+    """``GET NAME:predict`` was the status of a model named "NAME:predict": 404
+    "Servable not found"."""
+    code, headers, reply = _raw(server, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+                                method="GET")
+    assert code == 405 and headers["Allow"] == "POST", (code, reply)
+    assert "GET" in reply["error"] and "answers POST" in reply["error"], reply
 
 
 @pytest.mark.parametrize("value", ["false", "true", None, 0, 1, [False]])
