@@ -19,6 +19,12 @@ is decided by `tfrs_logq.pipelines.user_log`; here only reading:
 A batch also carries `Batch.where`, which names the file and line (or row) of any
 of its rows for an error message; for CSV it reads the file again up to that row,
 which only an error pays for.
+
+Memory stays bounded on any input, text or not: a line is read at most a block
+(`CSV_BLOCK_BYTES`, `JSON_BLOCK_BYTES`; a CSV header at most `HEADER_BYTES`), and a
+line longer than that (a file of zero bytes, a damaged copy, one enormous field) is
+a `DataFormatError` naming the file, the line and its byte offset. A text format
+given to a Parquet file (its magic bytes ``PAR1``) is refused, naming the format.
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ SKIP_HINT = "(--skip-bad-lines, or skip_bad_lines=True, skips and counts malform
 CSV_BLOCK_BYTES = 32 << 20  # one CSV batch; about a million rows of a short log
 JSON_BLOCK_BYTES = 32 << 20
 PARQUET_BATCH_ROWS = 1 << 20
+HEADER_BYTES = 1 << 20  # a CSV/TSV header line's most bytes
 _DAMAGED = (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, OSError)
+_PARQUET_MAGIC = b"PAR1"
 
 
 def format_of(path: str, explicit: Optional[str] = None) -> str:
@@ -141,9 +149,16 @@ def read_batches(piece: Piece, columns: list, *, skip_bad_lines: bool = False,
 def _missing(path: str, columns: list, found: list, what: str = "columns") -> None:
     absent = [c for c in columns if c not in found]
     if absent:
-        listed = ", ".join(repr(c) for c in found[:50]) + (" ..." if len(found) > 50 else "")
-        raise DataFormatError(f"{path}: no column {absent[0]!r}; the file has the {what} "
+        listed = ", ".join(_shorten(c) for c in found[:50]) + (" ..." if len(found) > 50 else "")
+        raise DataFormatError(f"{path}: no column {_shorten(absent[0])}; the file has the {what} "
                               f"{listed or '(none)'}.")
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    """``repr(text)``, cut to ``limit`` characters (a header of one enormous field is
+    not echoed whole)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text):,} characters)"
 
 
 def _skip_or_raise(message: str, skip: bool, report: ParseReport) -> None:
@@ -159,6 +174,60 @@ def _damaged(path: str, exc: BaseException) -> DataFormatError:
                            f"{str(exc).splitlines()[0] if str(exc) else ''}); copy it again.")
 
 
+def _check_not_parquet(path: str, fmt: str) -> None:
+    """Refuses a Parquet file (its magic bytes ``PAR1``) read as text ``fmt``."""
+    with open(path, "rb") as f:
+        magic = f.read(len(_PARQUET_MAGIC))
+    if magic == _PARQUET_MAGIC:
+        raise DataFormatError(f"{path} is a Parquet file (it starts with Parquet's magic bytes "
+                              f"PAR1), not {fmt}: read it with --log-format parquet "
+                              "(format='parquet'), or name it *.parquet.")
+
+
+def _first_long_line(path: str, limit: int) -> Optional[tuple]:
+    """``(line number, byte offset)`` of the first line of more than ``limit`` bytes of
+    the (decompressed) file, read a chunk at a time; None if there is none."""
+    chunk = max(1, min(1 << 20, limit))  # a gap inside one chunk is shorter than limit
+    line, start, offset = 1, 0, 0
+    with _open_binary(path) as f:
+        while True:
+            block = f.read(chunk)
+            if not block:
+                return None
+            first = block.find(b"\n")
+            if first < 0:
+                if offset + len(block) - start > limit:
+                    return line, start
+            else:
+                if offset + first - start > limit:
+                    return line, start
+                line += block.count(b"\n")
+                start = offset + block.rfind(b"\n") + 1
+            offset += len(block)
+
+
+def _long_line(path: str, fmt: str, limit: int, rows_before: Optional[int] = None
+               ) -> DataFormatError:
+    """The error for a line (or a row) of more than ``limit`` bytes: names the file,
+    the line and its byte offset, and what to do."""
+    found = _first_long_line(path, limit)
+    if found is None:  # a quoted field spanning lines
+        return DataFormatError(
+            f"{path}: the row after data row {rows_before or 0:,} is longer than {limit:,} "
+            "bytes (a quoted field left open?); a row cannot be that long: close the quote, "
+            "or copy the file again if it is damaged.")
+    line, start = found
+    with _open_binary(path) as f:
+        f.seek(start)
+        head = f.read(16)
+    nul = " and starts with NUL bytes (a zero-filled or damaged file)" \
+        if head.startswith(b"\0") else ""
+    return DataFormatError(
+        f"{path}, line {line} (byte {start:,}): no line break within {limit:,} bytes{nul}; "
+        f"a {fmt} line cannot be that long: if the file is damaged, copy it again or cut it "
+        f"before byte {start:,}; if it is not {fmt}, give its format (--log-format).")
+
+
 # ------------------------------------------------------------------------- CSV, TSV
 
 
@@ -166,18 +235,33 @@ def _csv_dialect(fmt: str) -> dict:
     return {"delimiter": "," if fmt == "csv" else "\t", "quoting": fmt == "csv"}
 
 
-def _csv_header(path: str, dialect: dict) -> Optional[list]:
-    """The header's fields, or None for a file without a byte."""
+def _csv_header(path: str, fmt: str, dialect: dict) -> Optional[list]:
+    """The header's fields, or None for a file without a byte; a header line of more
+    than `HEADER_BYTES` is refused without reading further."""
+    def lines(f):  # csv.reader over lines read at most HEADER_BYTES at a time
+        while True:
+            text = f.readline(HEADER_BYTES + 1)
+            if len(text) > HEADER_BYTES:
+                raise _long_line(path, fmt, HEADER_BYTES)
+            if not text:
+                return
+            yield text
+
     try:
         with open_text(path, encoding="utf-8-sig") as f:
-            reader = csv.reader(f, delimiter=dialect["delimiter"],
+            reader = csv.reader(lines(f), delimiter=dialect["delimiter"],
                                 quoting=csv.QUOTE_MINIMAL if dialect["quoting"]
                                 else csv.QUOTE_NONE)
-            return next(reader, None)
+            header = next(reader, None)
     except (DataFormatError, FileNotFoundError):
         raise
     except (_DAMAGED + (csv.Error,)) as exc:
         raise _damaged(path, exc) from None
+    if header is not None and any("\0" in field for field in header):
+        raise DataFormatError(f"{path}, line 1: the header holds NUL bytes, which no {fmt} "
+                              "header does (a zero-filled or damaged file?): copy it again, or "
+                              "give its format (--log-format).")
+    return header
 
 
 def _csv_line_of_row(path: str, dialect: dict, fields: int, row: int) -> int:
@@ -201,7 +285,8 @@ def _csv_batches(piece: Piece, columns: list, skip: bool, report: ParseReport):
     import pyarrow.csv as pcsv
 
     path, dialect = piece.path, _csv_dialect(piece.fmt)
-    header = _csv_header(path, dialect)
+    _check_not_parquet(path, piece.fmt)
+    header = _csv_header(path, piece.fmt, dialect)
     if header is None:  # an empty file: no rows (the caller reports an empty log)
         return
     _missing(path, columns, header, "header columns")
@@ -244,6 +329,8 @@ def _csv_batches(piece: Piece, columns: list, skip: bool, report: ParseReport):
             raise DataFormatError(f"{refused[0]} {SKIP_HINT}") from None
         if "Empty CSV file" in str(exc):
             return
+        if "straddl" in str(exc):  # a row longer than a block
+            raise _long_line(path, piece.fmt, CSV_BLOCK_BYTES, first) from None
         raise DataFormatError(f"{path}: {str(exc).splitlines()[0]}") from None
     except _DAMAGED as exc:
         raise _damaged(path, exc) from None
@@ -258,6 +345,13 @@ def _parquet_file(path: str):
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
+        with open(path, "rb") as f:
+            magic = f.read(len(_PARQUET_MAGIC))
+        if magic != _PARQUET_MAGIC:
+            raise DataFormatError(
+                f"{path} is not a Parquet file (it does not start with Parquet's magic bytes "
+                f"PAR1 but {magic!r}): give its format with --log-format csv, tsv or jsonl "
+                "(format=...).") from None
         raise DataFormatError(f"{path} is not a readable Parquet file ({exc}).") from None
 
 
@@ -304,7 +398,10 @@ def _jsonl_blocks(path: str):
                 if not block:
                     return
                 if not block.endswith(b"\n"):
-                    block += f.readline()
+                    rest = f.readline(JSON_BLOCK_BYTES)
+                    if len(rest) == JSON_BLOCK_BYTES and not rest.endswith(b"\n"):
+                        raise _long_line(path, "jsonl", JSON_BLOCK_BYTES)
+                    block += rest
                 yield line, block
                 line += block.count(b"\n")
     except _DAMAGED as exc:
@@ -315,6 +412,7 @@ def _jsonl_batches(piece: Piece, columns: list, skip: bool, report: ParseReport)
     import pyarrow.json as pjson
 
     path, seen_columns = piece.path, False
+    _check_not_parquet(path, "jsonl")
     for first_line, block in _jsonl_blocks(path):
         table = None
         try:

@@ -10,7 +10,9 @@ The source (`UserLogSource`) is a file, a glob (``logs/*.parquet``) or a directo
 ``_SUCCESS``), read in sorted path order; each file's format comes from its
 extension or from ``format``. Reading streams (`tfrs_logq.pipelines.log_readers`):
 
-- **ids** (integers or text) become codes in order of first appearance through a
+- **ids** (integers or text; text trimmed of the white space around it,
+  `tfrs_logq.pipelines.ids.normalize_id`, as the export and the server trim a
+  request's ids) become codes in order of first appearance through a
   vocabulary of distinct ids (`IdEncoder`); a CSV's ids that are all integers are
   integers. An empty or missing id makes the row malformed.
 - **time** (optional): integer seconds, or ISO 8601 text (``2000-10-04``,
@@ -36,12 +38,14 @@ import datetime
 import glob
 import logging
 import os
+import stat
 from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tfrs_logq.pipelines.ids import normalize_id_column
 from tfrs_logq.pipelines.interactions import (
     DataFormatError,
     Interactions,
@@ -115,18 +119,24 @@ class UserLogSource:
 
         Raises:
           FileNotFoundError: nothing matches.
+          DataFormatError: the path is not a regular file (a device such as
+            ``/dev/zero``, a FIFO).
         """
         path = os.path.expanduser(str(self.path))
         if os.path.isdir(path):
             found = []
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-                found += [os.path.join(root, n) for n in names if not n.startswith((".", "_"))]
+                found += [os.path.join(root, n) for n in names if not n.startswith((".", "_"))
+                          and os.path.isfile(os.path.join(root, n))]
             if not found:
                 raise FileNotFoundError(f"the directory {path} holds no data files.")
             return sorted(found)
         if os.path.isfile(path):
             return [path]
+        if os.path.exists(path):  # a device, a FIFO, a socket: nothing to read to an end
+            raise DataFormatError(f"{path} is not a regular file ({_file_kind(path)}): give a "
+                                  "log file, a glob or a directory of them.")
         if glob.has_magic(path):
             found = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
             if not found:
@@ -150,6 +160,15 @@ class UserLogSource:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _file_kind(path: str) -> str:
+    mode = os.stat(path).st_mode
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file or a directory"
 
 
 @dataclasses.dataclass
@@ -184,11 +203,11 @@ class RawLog:
 
 
 def _ids(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """The ids (text trimmed of surrounding white space) and `[n]` bool: missing."""
+    """The ids (text through `ids.normalize_id_column`) and `[n]` bool: missing."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        column = pc.utf8_trim_whitespace(column)
+        column = normalize_id_column(column)
         missing = pc.or_kleene(pc.is_null(column), pc.equal(column, ""))
     else:
         missing = pc.is_null(column)
