@@ -34,7 +34,9 @@ from collections import defaultdict
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from tfrs_logq.stats import paired_difference, t_cdf  # noqa: E402
+from scipy.stats import t as student_t  # noqa: E402
+
+from tfrs_logq.stats import paired_difference  # noqa: E402
 
 STUDIES = {"sweep": "results/synthetic-study-sweep",
            "headline": "results/synthetic-study",
@@ -96,7 +98,7 @@ def intervals(study: str) -> list[dict]:
                     d = paired_difference([float(standard[s][metric]) for s in seeds],
                                           [float(corrected[s][metric]) for s in seeds])
                     t = d["mean"] / d["se"] if d["se"] else float("inf")
-                    p = 2.0 * (1.0 - t_cdf(abs(t), d["n"] - 1)) if d["se"] else 0.0
+                    p = 2.0 * float(student_t.sf(abs(t), d["n"] - 1)) if d["se"] else 0.0
                     rerun = (study, scenario["num_items"], scenario["num_topics"],
                              scenario["topic_sharpness"], scenario["sampler"],
                              proposal) in RERUNS

@@ -3,8 +3,8 @@
 Reads OUT/results.csv (rows of `tfrs-logq experiment`), pairs the runs of each
 (standard, improved) loss pair by seed, and writes OUT/paired.md: per pair of
 losses and metric, the paired mean difference improved - standard, its standard
-error and 95% t interval, whether it is within noise, and how many pairs a 95%
-interval of half-width +-TARGET would need at this standard deviation.
+error and 95% t interval, whether it is within noise, and how many pairs a paired
+t-test needs for 80% power against a difference of TARGET at this standard deviation.
 
     python benchmarks/paired_report.py results/ml1m-loo-fixed [--target 0.003]
 """
@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tfrs_logq.stats import paired_difference, pairs_needed  # noqa: E402
+from tfrs_logq.stats import paired_difference, pairs_for_power  # noqa: E402
 
 PAIRS = (("inbatch-logq", "inbatch-corrected"), ("mns-logq", "mns-corrected"))
 METRICS = ("window_test_recall@20", "window_test_ndcg@20")
@@ -24,7 +24,7 @@ METRICS = ("window_test_recall@20", "window_test_ndcg@20")
 
 def report(rows: list, target: float) -> str:
     lines = ["| losses (improved - standard) | metric | pairs | mean diff | s.e. | 95% interval "
-             f"| reading | pairs for +-{target:.3f} |",
+             f"| reading | pairs for 80% power at +-{target:.3f} |",
              "|---|---|---|---|---|---|---|---|"]
     for standard, improved in PAIRS:
         for metric in METRICS:
@@ -42,7 +42,7 @@ def report(rows: list, target: float) -> str:
                 continue
             reading = "within noise" if d["within_noise"] else (
                 "improved better" if d["mean"] > 0 else "standard better")
-            needed = pairs_needed(d["sd"], target) if d["sd"] > 0 else 2
+            needed = pairs_for_power(target, d["sd"])  # 80 % power against +-target
             lines.append(f"| {improved} - {standard} | {metric} | {d['n']} | {d['mean']:+.4f} "
                          f"| {d['se']:.4f} | [{d['low']:+.4f}, {d['high']:+.4f}] | {reading} "
                          f"| {needed} |")
@@ -53,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output_dir")
     parser.add_argument("--target", type=float, default=0.003,
-                        help="half-width of the 95%% interval to plan for (default 0.003)")
+                        help="the difference to detect with 80%% power (default 0.003)")
     args = parser.parse_args()
     path = os.path.join(args.output_dir, "results.csv")
     if not os.path.exists(path):

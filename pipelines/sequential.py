@@ -103,15 +103,18 @@ def training_dataset(
 
 def evaluation_arrays(split: Split, part: EvalPart, max_length: int = 200,
                       exclude_seen: bool = True) -> dict:
-    """Inputs for `evaluate`: ``history`` `[m, L]` (the model's input, left-padded),
-    ``targets`` `[m]`, and ``exclude`` `[m, H]` (the whole history, 0-padded; the
-    gSASRec protocol leaves already-seen items out of the ranking) or None."""
+    """Inputs for `evaluate`: ``history`` `[m, L]` (the model's input: the last
+    ``max_length`` items, left-padded; what a request to the exported model sends),
+    ``targets`` `[m]`, and ``exclude``: with ``exclude_seen`` the same history, which
+    the served ``top_k`` leaves out of its results by default (``exclude_history``), a
+    target among it included (a repeat target is then a miss, as served); else None.
+    Offline metrics thus rank as the served model ranks (``docs/evaluation.md``)."""
     histories = [split.sequences[u][:n] for u, n in zip(part.users, part.history_lengths)]
-    longest = max((len(h) for h in histories), default=0)
+    history = left_pad(histories, max_length)
     return {
-        "history": left_pad(histories, max_length),
+        "history": history,
         "targets": part.targets.astype(np.int64),
-        "exclude": left_pad(histories, max(longest, 1)) if exclude_seen else None,
+        "exclude": history if exclude_seen else None,
     }
 
 

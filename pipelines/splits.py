@@ -170,6 +170,64 @@ def temporal_split(interactions: Interactions, fraction: float = 0.1) -> Split:
                  part(val_idx), part(test_idx))
 
 
+MIN_TEST_USERS = 2
+MIN_RANKED_ITEMS = 11  # Recall@10 of a catalog of 10 or fewer items is 1.0 for any model
+
+
+def target_facts(split: Split, part: EvalPart, sent_length: int) -> dict:
+    """What the evaluation of ``part`` can mean, for the report: ``num_targets``,
+    ``num_users``, ``repeat_share`` (targets the user had interacted with before),
+    ``sent_repeat_share`` (those among the last ``sent_length`` items, the history a
+    request sends: the served ``top_k`` leaves them out, so they are misses under the
+    exclude-seen policy) and ``cold_share`` (targets with no training interaction)."""
+    n = len(part)
+    counts = split.train_item_counts()
+    repeat = sent = 0
+    for u, length, target in zip(part.users, part.history_lengths, part.targets):
+        history = split.sequences[u][:length]
+        repeat += bool(np.any(history == target))
+        sent += bool(np.any(history[-sent_length:] == target)) if sent_length else False
+    return {"num_targets": n, "num_users": int(len(np.unique(part.users))),
+            "repeat_share": repeat / n if n else float("nan"),
+            "sent_repeat_share": sent / n if n else float("nan"),
+            "cold_share": float(np.mean(counts[part.targets] == 0)) if n else float("nan")}
+
+
+def check_evaluable(split: Split, part: EvalPart, name: str = "test") -> None:
+    """Refuses, in one line, a split whose metrics could not mean anything: fewer than
+    `MIN_TEST_USERS` users, a catalog too small for Recall@10, or every target cold (an
+    item never seen in training: no trained model can rank it)."""
+    users = int(len(np.unique(part.users)))
+    if users < MIN_TEST_USERS:
+        raise ValueError(f"the {name} split has {users} user(s) ({len(part)} targets): a "
+                         f"metric over fewer than {MIN_TEST_USERS} users measures one "
+                         f"person, not the model; use a log with more users.")
+    if split.num_items < MIN_RANKED_ITEMS:
+        raise ValueError(f"the catalog has {split.num_items} items after filtering: "
+                         f"Recall@10 is 1.0 for any model below {MIN_RANKED_ITEMS}; lower "
+                         f"--min-item-interactions or use a larger log.")
+    counts = split.train_item_counts()
+    if len(part) and not np.any(counts[part.targets] > 0):
+        raise ValueError(f"every {name} target is an item never seen in training (cold): "
+                         f"no trained model can rank it; use a split whose {name} items "
+                         f"occur in training (e.g. --split loo) or more history.")
+
+
+def duplicate_counts(interactions: Interactions) -> dict:
+    """``rows``: rows repeating an earlier row exactly (user, item and time: a log
+    written twice?); ``pairs``: rows repeating an earlier (user, item) pair at any time
+    (repeat clicks or purchases; ``--deduplicate`` keeps only the first)."""
+    user = np.asarray(interactions.user, np.int64)
+    item = np.asarray(interactions.item, np.int64)
+    pair = user * (int(item.max(initial=0)) + 1) + item
+    pairs = int(len(pair) - len(np.unique(pair)))
+    rows = pairs
+    if interactions.timestamp is not None and len(pair):
+        distinct = np.unique(np.stack([pair, interactions.timestamp]), axis=1).shape[1]
+        rows = int(len(pair) - distinct)
+    return {"rows": rows, "pairs": pairs}
+
+
 def data_stats(split: Split, dataset: str) -> dict:
     """The JSON object ``tfrs-logq data stats --json`` prints, for any source: the
     dataset's name, the split's, where the data came from
@@ -180,7 +238,9 @@ def data_stats(split: Split, dataset: str) -> dict:
       dataset: str. The name reported (``ml-1m``, ``steam``, a log's name).
     """
     out = {"dataset": dataset, "split": split.name, **split.interactions.provenance(),
-           **split.stats()}
+           **split.stats(), "duplicates": duplicate_counts(split.interactions)}
+    facts = target_facts(split, split.test, sent_length=0)
+    out["test"].update({k: facts[k] for k in ("repeat_share", "cold_share")})
     weight = split.interactions.weight
     if weight is not None and len(weight):
         out["weights"] = {"min": float(weight.min()), "mean": float(weight.mean()),

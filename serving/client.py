@@ -5,10 +5,11 @@
 Requests go through the official ``PredictionServiceStub`` (so any TF Serving
 server, ours or ``tensorflow_model_server``, can be measured), pipelined: up to
 ``max_in_flight`` batches are outstanding at once. For each test target the
-server is asked for the top ``max(ks) + len(history)`` items of the ``top_k``
-signature; the user's already-seen items are then dropped client-side (the
-gSASRec protocol the in-process evaluation uses too) and the rank of the target
-read off. The exact figures come from the same model in process, by brute force.
+server is asked for the top ``max(ks)`` items of the ``top_k`` signature for the
+history a request sends (the user's last items, as many as the model reads), with
+``exclude_history`` as the evaluation policy says, and the rank of the target read
+off: what a user of the server gets. The exact figures come from the same model in
+process, by brute force, under the same policy (`tfrs_logq.metrics.target_ranks`).
 """
 
 from __future__ import annotations
@@ -66,38 +67,35 @@ def served_query_embeddings(stub, model_name: str, histories_raw: list,
 def ranks_through_server(stub, model_name: str, histories_raw: list, targets_raw: np.ndarray,
                          max_k: int, batch_size: int = 64, max_in_flight: int = 8,
                          timeout: float = 60.0, num_items: Optional[int] = None,
-                         seen_raw: Optional[list] = None) -> np.ndarray:
-    """0-based rank of each target among the server's results, seen items removed;
-    ``max_k`` (not found) when it is not in the top ``max_k``.
-
-    ``histories_raw`` are sent (each at most the model's length); ``seen_raw`` (the
-    whole history, default the sent one) are removed from the results."""
-    seen_raw = histories_raw if seen_raw is None else seen_raw
+                         exclude_history: bool = True) -> np.ndarray:
+    """0-based rank of each target among the server's ``top_k`` results for its history,
+    as a user gets them (``exclude_history`` as sent: by default the items of the
+    history are left out by the server, a repeat target among them); ``max_k`` (not
+    found) when it is not in the top ``max_k``; an item the server scores ``-inf`` (left
+    out, filling a list longer than the items left) is not returned. ``histories_raw``
+    are sent as they are
+    (each at most the model's length)."""
     ranks = np.full(len(targets_raw), max_k, np.int64)
+    k = max_k if num_items is None else min(max_k, num_items)
     pending: collections.deque = collections.deque()
 
     def collect(entry):
         start, future = entry
         response = future.result(timeout=timeout)
         ids = tf.make_ndarray(response.outputs["item_ids"])
+        scores = tf.make_ndarray(response.outputs["scores"])
         if ids.dtype.kind in ("S", "O"):
             ids = ids.astype(str)
         for row in range(ids.shape[0]):
-            j = start + row
-            seen = set(seen_raw[j].tolist())
-            kept = [x for x in ids[row] if x not in seen or x == targets_raw[j]][:max_k]
-            hits = np.flatnonzero(np.asarray(kept) == targets_raw[j])
+            # A -inf score is a left-out item that fills a list longer than what is left.
+            returned = scores[row] > -np.inf
+            hits = np.flatnonzero((ids[row] == targets_raw[start + row]) & returned)
             if hits.size:
-                ranks[j] = hits[0]
+                ranks[start + row] = hits[0]
 
     for start in range(0, len(targets_raw), batch_size):
-        rows = histories_raw[start:start + batch_size]
-        batch = pad_histories(rows)
-        most_seen = max(len(set(seen_raw[j].tolist())) for j in range(start, start + len(rows)))
-        k = max_k + most_seen if num_items is None else min(max_k + most_seen, num_items)
-        # The server's results keep the history; seen items are removed here, all but
-        # the target (which the exact ranking never leaves out).
-        request = make_request(model_name, batch, k=k, exclude_history=False)
+        batch = pad_histories(histories_raw[start:start + batch_size])
+        request = make_request(model_name, batch, k=k, exclude_history=exclude_history)
         pending.append((start, stub.Predict.future(request, timeout=timeout)))
         if len(pending) >= max_in_flight:
             collect(pending.popleft())

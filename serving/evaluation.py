@@ -175,7 +175,6 @@ def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
     arrays = {k: (None if v is None else v[idx]) for k, v in arrays.items()}
     full = [data.sequences[u][:n] for u, n in zip(part.users[idx], part.history_lengths[idx])]
     sent_raw = [raw_ids[h[-config["max_length"]:] - 1] for h in full]
-    seen_raw = [raw_ids[h - 1] for h in full]
     targets_raw = raw_ids[arrays["targets"] - 1]
     stub, channel = predict_stub(server)
     try:
@@ -190,7 +189,7 @@ def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
                 f"at --model-dir {model_dir} (its query embeddings differ by {gap:.2g} "
                 "relative): serve that run's export, or give its --model-dir.")
         served = ranks_through_server(stub, model_name, sent_raw, targets_raw, max_k,
-                                      num_items=len(raw_ids), seen_raw=seen_raw)
+                                      num_items=len(raw_ids), exclude_history=True)
     finally:
         channel.close()
     queries = encoder.last_query(arrays["history"], training=False)

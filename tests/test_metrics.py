@@ -4,7 +4,7 @@ histogram form agreeing with them."""
 import numpy as np
 import pytest
 
-from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
+from tfrs_logq.metrics import NOT_RETURNED, recall_ndcg_from_ranks, target_ranks
 
 
 def test_target_ranks_and_metrics_match_numpy():
@@ -13,17 +13,22 @@ def test_target_ranks_and_metrics_match_numpy():
     items = rng.normal(size=(40, 6)).astype(np.float32)
     targets = rng.integers(1, 40, 50)
     exclude = rng.integers(0, 40, size=(50, 5))
-    exclude[:, 0] = targets  # the target is never excluded
+    exclude[:10, 0] = targets[:10]  # repeat targets: the served top_k never returns them
+    exclude[10:] = np.where(exclude[10:] == targets[10:, None], 0, exclude[10:])
     ranks = target_ranks(q, items, targets, exclude=exclude, chunk_size=16)
     scores = q @ items.T
     expected = []
     for i in range(50):
+        if targets[i] in exclude[i]:
+            expected.append(NOT_RETURNED)  # a miss at every cut-off
+            continue
         valid = np.ones(40, bool)
         valid[0] = False
         valid[exclude[i]] = False
         valid[targets[i]] = False
         expected.append(int((scores[i][valid] >= scores[i, targets[i]]).sum()))
     np.testing.assert_array_equal(ranks, expected)
+    assert (ranks[:10] == NOT_RETURNED).all() and (ranks[10:] < 40).all()
     metrics = recall_ndcg_from_ranks(ranks, (1, 10))
     r = np.array(expected)
     assert metrics["recall@10"] == pytest.approx(np.mean(r < 10))
@@ -56,6 +61,15 @@ def test_recall_ndcg_from_ranks_histograms_and_the_beam_evaluator_agree():
     assert round(example["ndcg@20"], 4) == 0.4769
 
 
+def test_a_diverged_model_scores_no_hit():
+    """NaN embeddings (a diverged run) give every target the last rank: Recall 0, not 1."""
+    q = np.full((3, 4), np.nan, np.float32)
+    items = np.random.default_rng(1).normal(size=(6, 4)).astype(np.float32)
+    ranks = target_ranks(q, items, [1, 2, 5])
+    np.testing.assert_array_equal(ranks, [4, 4, 4])  # 5 items, the target not counted
+    assert recall_ndcg_from_ranks(ranks, (1, 4))["recall@4"] == 0.0
+
+
 def test_ties_count_against_the_target():
     ranks = target_ranks(np.zeros((2, 3), np.float32), np.ones((5, 3), np.float32), [1, 4])
     np.testing.assert_array_equal(ranks, [3, 3])  # 4 real items, all tied
@@ -70,11 +84,11 @@ def test_ranks_from_scores_counts_other_columns_at_least_the_targets_score():
                       np.float32)
     targets = np.array([0, 3, 0])
     # Row 0: the tie at column 2 counts against the target; row 1: the worst; row 2: a
-    # NaN target ranks 0 (no column compares at least it), as in target_ranks.
-    np.testing.assert_array_equal(ranks_from_scores(tf.constant(scores), targets), [2, 3, 0])
+    # NaN target ranks last (a diverged model is never a hit).
+    np.testing.assert_array_equal(ranks_from_scores(tf.constant(scores), targets), [2, 3, 3])
     valid = np.array([True, True, False, True])
     np.testing.assert_array_equal(ranks_from_scores(tf.constant(scores), targets, valid),
-                                  [1, 2, 0])
+                                  [1, 2, 2])
     rng = np.random.default_rng(3)
     big = rng.standard_normal((6, 500)).astype(np.float32)
     t = rng.integers(0, 500, 6)

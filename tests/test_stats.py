@@ -1,4 +1,4 @@
-"""`tfrs_logq.stats` against SciPy and by hand."""
+"""`tfrs_logq.stats` against SciPy, simulation and the rules of a paired verdict."""
 
 import math
 
@@ -6,15 +6,14 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from tfrs_logq.stats import paired_difference, pairs_needed, t_cdf, t_quantile
-
-
-@pytest.mark.parametrize("df", [1, 2, 3, 5, 11, 30, 200])
-def test_t_distribution_matches_scipy(df):
-    for t in (-7.5, -2.0, -0.3, 0.0, 0.4, 1.7, 4.2, 31.0):
-        assert t_cdf(t, df) == pytest.approx(sps.t.cdf(t, df), abs=1e-10)
-    for p in (0.025, 0.3, 0.5, 0.9, 0.975, 0.995):
-        assert t_quantile(p, df) == pytest.approx(sps.t.ppf(p, df), abs=1e-8)
+from tfrs_logq.stats import (
+    MIN_PAIRS,
+    classify,
+    paired_difference,
+    pairs_for_power,
+    power,
+    sd_upper_limit,
+)
 
 
 def test_paired_difference_is_the_t_interval_of_the_differences():
@@ -29,19 +28,71 @@ def test_paired_difference_is_the_t_interval_of_the_differences():
     assert d["sd"] == pytest.approx(diffs.std(ddof=1))
     assert d["se"] == pytest.approx(diffs.std(ddof=1) / math.sqrt(7))
     assert (d["low"], d["high"]) == (pytest.approx(low), pytest.approx(high))
-    assert d["within_noise"] == (low <= 0 <= high)
+    assert d["within_noise"] == (low <= 0 <= high) and not d["zero_spread"]
     assert paired_difference([1.0], [1.5])["se"] is None
     with pytest.raises(ValueError, match="paired"):
         paired_difference([1.0, 2.0], [1.0])
 
 
-def test_pairs_needed_is_the_smallest_n_reaching_the_half_width():
-    sd, target = 0.008, 0.003
-    n = pairs_needed(sd, target)
-    assert sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n) <= target
-    assert sps.t.ppf(0.975, n - 2) * sd / math.sqrt(n - 1) > target
-    with pytest.raises(ValueError, match="half_width"):
-        pairs_needed(0.01, 0.0)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_diverged_value_is_refused_not_compared(bad):
+    with pytest.raises(ValueError, match="not finite"):
+        paired_difference([0.1, 0.2, 0.3], [0.1, bad, 0.3])
+
+
+def test_identical_differences_are_zero_spread_not_a_significant_difference():
+    d = paired_difference([0.10, 0.20, 0.30], [0.11, 0.21, 0.31])
+    assert d["zero_spread"] and d["sd"] == pytest.approx(0.0, abs=1e-15)
+    assert classify(d, 0.002) == "zero spread"
+
+
+def test_power_matches_a_simulated_paired_t_test():
+    rng = np.random.default_rng(1)
+    n, effect, sd, trials = 8, 0.003, 0.004, 40_000
+    diffs = rng.normal(effect, sd, size=(trials, n))
+    t = diffs.mean(1) / (diffs.std(1, ddof=1) / math.sqrt(n))
+    rejected = np.mean(np.abs(t) > sps.t.ppf(0.975, n - 1))
+    assert power(n, effect, sd) == pytest.approx(rejected, abs=0.01)
+    # No effect: the test's level.
+    assert power(n, 0.0, sd) == pytest.approx(0.05, abs=1e-9)
+
+
+def test_pairs_for_power_is_the_fewest_pairs_reaching_it():
+    for effect, sd in ((0.003, 0.004), (0.003, 0.0123), (0.01, 0.002)):
+        n = pairs_for_power(effect, sd)
+        assert power(n, effect, sd) >= 0.8
+        assert n == MIN_PAIRS or power(n - 1, effect, sd) < 0.8
+    assert pairs_for_power(0.003, 0.01) < pairs_for_power(0.003, 0.02)  # more spread, more
+    assert pairs_for_power(float("nan"), 0.01) is None
+    assert pairs_for_power(0.003, float("nan")) is None
+    assert pairs_for_power(1e-9, 1.0) is None  # past the limit: a number, not a 20 s loop
+
+
+def test_the_spreads_upper_limit_covers_the_true_spread_95_percent_of_the_time():
+    rng = np.random.default_rng(2)
+    n, sd = 4, 0.01
+    samples = rng.normal(0.0, sd, size=(20_000, n)).std(1, ddof=1)
+    covered = np.mean([sd_upper_limit(s, n) >= sd for s in samples])
+    assert covered == pytest.approx(0.95, abs=0.01)
+    assert sd_upper_limit(0.01, 3) == pytest.approx(
+        0.01 * math.sqrt(2 / sps.chi2.ppf(0.05, 2)))
+
+
+@pytest.mark.parametrize("a, b, margin, expected", [
+    ([0.2], [0.3], 0.01, "direction only"),
+    ([0.2, 0.21], [0.3, 0.32], 0.01, "direction only"),  # 2 pairs: t(1) = 12.7
+    ([0.20, 0.21, 0.19, 0.205], [0.23, 0.245, 0.22, 0.236], 0.01, "better"),
+    ([0.23, 0.245, 0.22, 0.236], [0.20, 0.21, 0.19, 0.205], 0.01, "worse"),
+    ([0.300, 0.301, 0.299, 0.300], [0.3002, 0.3008, 0.2988, 0.3004], 0.005, "equivalent"),
+    ([0.19, 0.23, 0.18, 0.215], [0.20, 0.21, 0.19, 0.205], 0.005, "within noise"),
+    ([0.19, 0.23, 0.18, 0.215], [0.20, 0.21, 0.19, 0.205], None, "within noise"),
+])
+def test_classify_reads_each_interval_by_its_rule(a, b, margin, expected):
+    assert classify(paired_difference(a, b), margin) == expected
+
+
+def test_no_pairs():
+    assert classify({"n": 0}, 0.01) == "no pairs"
 
 
 def test_paired_report_pairs_runs_by_seed_and_prints_the_interval():
@@ -52,24 +103,17 @@ def test_paired_report_pairs_runs_by_seed_and_prints_the_interval():
     spec = importlib.util.spec_from_file_location("paired_report", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    standard, improved = module.PAIRS[0]
     rows = [{"loss": loss, "seed": str(seed), "window_test_recall@20": str(value),
              "window_test_ndcg@20": str(value / 2)}
             for seed, (a, b) in enumerate([(0.370, 0.375), (0.380, 0.383), (0.372, 0.379)])
-            for loss, value in (("inbatch-logq", a), ("inbatch-corrected", b))]
-    rows.append({"loss": "mns-logq", "seed": "0", "window_test_recall@20": "0.36",
+            for loss, value in ((standard, a), (improved, b))]
+    rows.append({"loss": module.PAIRS[1][0], "seed": "0", "window_test_recall@20": "0.36",
                  "window_test_ndcg@20": ""})  # unpaired and missing: left out
     text = module.report(rows, 0.003)
     d = paired_difference([0.370, 0.380, 0.372], [0.375, 0.383, 0.379])
     line = next(row for row in text.splitlines() if "window_test_recall@20" in row)
     assert f"{d['mean']:+.4f}" in line and f"[{d['low']:+.4f}, {d['high']:+.4f}]" in line
+    assert f"| {pairs_for_power(0.003, d['sd'])} |" in line
     assert "| 3 |" in line and "+-0.003" in text.splitlines()[0]
     assert "mns" not in text
-
-
-def test_t_distribution_refuses_bad_arguments_naming_them():
-    with pytest.raises(ValueError, match="`df` must be positive"):
-        t_cdf(1.0, 0)
-    with pytest.raises(ValueError, match="`df` must be positive"):
-        t_quantile(0.9, -1)
-    with pytest.raises(ValueError, match=r"`p` must be in \(0, 1\)"):
-        t_quantile(1.0, 3)

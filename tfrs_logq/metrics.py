@@ -15,6 +15,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+NOT_RETURNED = 2**62
+"""The rank of a target the served model can never return (left out with the history):
+a miss at every cut-off."""
+
 
 def target_ranks(
     query_embeddings,
@@ -28,15 +32,20 @@ def target_ranks(
     """0-based rank of each target among all catalog items, by dot-product score.
 
     Ties count against the target (an item scoring exactly the target's score
-    ranks above it), so a constant model gets the worst rank, not the best.
+    ranks above it), so a constant model gets the worst rank, not the best; a
+    target whose score is NaN ranks last (a diverged model scores as a miss).
+
+    ``exclude`` is the served policy (``docs/evaluation.md``): every id in it is left
+    out of the ranking, the target included, as the exported ``top_k`` with
+    ``exclude_history`` never returns an item of the history it was sent. A target
+    in ``exclude`` therefore gets rank `NOT_RETURNED` (a miss at every cut-off).
 
     Args:
       query_embeddings: `[n, dim]`.
       item_embeddings: `[num_ids, dim]`, row ``d`` is item ``d``.
       targets: `[n]` int item ids.
       exclude: optional `[n, L]` int ids per query to leave out of the ranking
-        (e.g. already-seen items); the target itself and ``padding_id`` entries
-        are never excluded by it.
+        (the history sent to the server); ``padding_id`` entries are ignored.
       padding_id: int or None. Row of ``item_embeddings`` that is not an item.
         Defaults to 0.
       chunk_size: int. Queries scored at once (memory is ``chunk x num_ids``).
@@ -90,20 +99,24 @@ def _chunk_ranks(q, items, targets, exclude, padding_id, num_ids):
     if exclude is not None:
         rows = tf.broadcast_to(tf.range(tf.shape(exclude)[0], dtype=tf.int64)[:, None],
                                tf.shape(exclude))
-        keep = tf.logical_and(
-            tf.not_equal(exclude, targets[:, None]),
-            tf.logical_and(exclude >= 0, exclude < num_ids),
-        )
+        keep = tf.logical_and(tf.logical_and(exclude >= 0, exclude < num_ids),
+                              tf.not_equal(exclude, padding_id))
         idx = tf.boolean_mask(tf.stack([rows, exclude], -1), keep)
         seen = tf.scatter_nd(idx, tf.ones([tf.shape(idx)[0]], tf.bool), tf.shape(scores, tf.int64))
         valid = tf.logical_and(valid, tf.logical_not(seen))
+        # The served top_k never returns a seen item: a seen target is a miss.
+        target_seen = tf.reduce_any(tf.logical_and(keep, tf.equal(exclude, targets[:, None])),
+                                    axis=1)
+        ranks = ranks_from_scores(scores, targets, valid)
+        return tf.where(target_seen, tf.constant(NOT_RETURNED, tf.int64), ranks)
     return ranks_from_scores(scores, targets, valid)
 
 
 def ranks_from_scores(scores, targets, valid=None):
     """0-based rank of each row's target among the row's scores (TensorFlow, graph-safe):
     the number of other columns, of those ``valid``, scoring at least the target's (ties
-    count against the target). `target_ranks` computes its ranks with it.
+    count against the target). A NaN target score ranks last: below every other valid
+    column (a diverged model is never a hit). `target_ranks` computes its ranks with it.
 
     Args:
       scores: `[n, m]` float tensor.
@@ -117,13 +130,13 @@ def ranks_from_scores(scores, targets, valid=None):
 
     targets = tf.cast(targets, tf.int64)
     target_scores = tf.gather(scores, targets, batch_dims=1)
-    at_least = scores >= target_scores[:, None]
-    if valid is None:  # the target counts itself (not when its score is NaN: rank 0)
-        count = tf.reduce_sum(tf.cast(at_least, tf.int32), axis=1)
-        return tf.cast(tf.maximum(count - 1, 0), tf.int64)
+    # A NaN target compares as below everything: every other valid column is above it.
+    at_least = tf.logical_or(scores >= target_scores[:, None],
+                             tf.math.is_nan(target_scores)[:, None])
     columns = tf.range(tf.shape(scores, out_type=tf.int64)[1])
-    above = tf.logical_and(tf.logical_and(at_least, valid),
-                           tf.not_equal(columns[None, :], targets[:, None]))
+    above = tf.logical_and(at_least, tf.not_equal(columns[None, :], targets[:, None]))
+    if valid is not None:
+        above = tf.logical_and(above, valid)
     return tf.cast(tf.reduce_sum(tf.cast(above, tf.int32), axis=1), tf.int64)
 
 
@@ -202,5 +215,44 @@ def popularity_deciles(frequencies) -> np.ndarray:
     return np.minimum(rank * 10 // max(num_items, 1), 9)
 
 
-__all__ = ["dcg_gain", "popularity_deciles", "rank_histogram", "ranks_from_scores",
+BANDS = ("head", "torso", "tail")
+
+
+def popularity_bands(counts) -> np.ndarray:
+    """`[N]` int64: each item's popularity band, ``0`` head, ``1`` torso, ``2`` tail
+    (`BANDS`): the items sorted by training count, descending (ties by index), the head
+    being the most popular items that hold the first third of the interactions, the
+    torso the next third, the tail the rest (items with no interaction among them).
+
+    >>> popularity_bands([0, 10, 1, 5, 4])
+    array([2, 0, 2, 1, 2])
+    """
+    counts = np.asarray(counts, np.float64)
+    total = counts.sum()
+    bands = np.full(len(counts), 2, np.int64)
+    if total <= 0:
+        return bands
+    order = np.argsort(-counts, kind="stable")
+    before = (np.cumsum(counts[order]) - counts[order]) / total  # share of the items above
+    bands[order] = np.where(before < 1 / 3, 0, np.where(before < 2 / 3, 1, 2))
+    bands[counts == 0] = 2
+    return bands
+
+
+def recall_ndcg_by_band(ranks, target_bands, ks: Sequence[int] = (10, 20)) -> dict:
+    """`recall_ndcg_from_ranks` of the targets of each popularity band (`popularity_bands`
+    of the target), keyed ``"<band>:recall@k"`` / ``"<band>:ndcg@k"`` (NaN for a band with
+    no target), and ``"<band>:share"``, the band's share of the targets."""
+    ranks, target_bands = np.asarray(ranks), np.asarray(target_bands)
+    out: dict = {}
+    for b, band in enumerate(BANDS):
+        chosen = target_bands == b
+        out[f"{band}:share"] = float(chosen.mean()) if len(ranks) else float("nan")
+        for name, value in recall_ndcg_from_ranks(ranks[chosen], ks).items():
+            out[f"{band}:{name}"] = value
+    return out
+
+
+__all__ = ["BANDS", "NOT_RETURNED", "dcg_gain", "popularity_bands", "popularity_deciles",
+           "recall_ndcg_by_band", "rank_histogram", "ranks_from_scores",
            "recall_ndcg_from_histogram", "recall_ndcg_from_ranks", "target_ranks"]

@@ -3,71 +3,123 @@
 Two variants run with the same seed share every random draw (batches, initial
 weights, dropout masks, negatives), so their difference is measured pair by pair:
 ``d_i = b_i - a_i``. `paired_difference` gives the mean difference, its standard
-error and a Student-t confidence interval; `pairs_needed` the number of pairs for
-an interval of a given half-width at a pilot's standard deviation. The t
-distribution is SciPy's (`scipy.stats.t`).
+error and a Student-t confidence interval; `classify` reads it against an
+equivalence margin; `pairs_for_power` gives the pairs a paired t-test needs to
+detect an effect with a given power. The distributions are SciPy's.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 from scipy import stats as _scipy_stats
 
-
-def t_cdf(t: float, df: float) -> float:
-    """Student-t distribution function with ``df`` degrees of freedom (`scipy.stats.t`)."""
-    if df <= 0:
-        raise ValueError(f"`df` must be positive, received {df}.")
-    return float(_scipy_stats.t.cdf(t, df))
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (`scipy.stats.t`)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"`p` must be in (0, 1), received {p}.")
-    if df <= 0:
-        raise ValueError(f"`df` must be positive, received {df}.")
-    return float(_scipy_stats.t.ppf(p, df))
+MIN_PAIRS = 3
+"""Fewer pairs give a direction, not a verdict: with 2, the t interval uses t(1) = 12.7
+and one more seed moves it by more than the difference it is meant to bound."""
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict:
     """``b - a`` pair by pair: ``n``, ``mean``, ``sd`` (of the differences), ``se``,
     ``half_width`` and ``low``/``high`` of the two-sided ``confidence`` t interval
-    (None for fewer than 2 pairs), and ``within_noise`` (the interval holds 0).
+    (None for fewer than 2 pairs), ``zero_spread`` (every pair differs by the same
+    amount: the interval has no width and says nothing of the noise) and
+    ``within_noise`` (the interval holds 0).
 
     Raises:
-      ValueError: ``a`` and ``b`` differ in length or are empty.
+      ValueError: ``a`` and ``b`` differ in length, are empty, or hold a value that
+        is not finite (a diverged run: leave its pair out).
     """
     if len(a) != len(b) or not len(a):
         raise ValueError(f"`a` and `b` must be non-empty and paired, received lengths "
                          f"{len(a)} and {len(b)}.")
     diffs = [float(y) - float(x) for x, y in zip(a, b)]
+    if not all(math.isfinite(d) for d in diffs):
+        raise ValueError("a paired value is not finite (a diverged run?): leave its pair out "
+                         "before comparing.")
     n = len(diffs)
     mean = sum(diffs) / n
     if n < 2:
         return {"n": n, "mean": mean, "sd": None, "se": None, "half_width": None,
-                "low": None, "high": None, "within_noise": None}
+                "low": None, "high": None, "zero_spread": False, "within_noise": None}
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    # Differences equal to float rounding count as equal (1e-12 of a metric in [0, 1]).
+    zero_spread = sd <= 1e-12 * max(1.0, abs(mean))
     se = sd / math.sqrt(n)
-    half = t_quantile(0.5 + confidence / 2.0, n - 1) * se
+    half = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * se
     return {"n": n, "mean": mean, "sd": sd, "se": se, "half_width": half,
-            "low": mean - half, "high": mean + half,
+            "low": mean - half, "high": mean + half, "zero_spread": zero_spread,
             "within_noise": mean - half <= 0.0 <= mean + half}
 
 
-def pairs_needed(sd: float, half_width: float, confidence: float = 0.95,
-                 limit: int = 100_000) -> int:
-    """Fewest pairs ``n >= 2`` whose ``confidence`` t interval has half-width at most
-    ``half_width`` when the paired differences have standard deviation ``sd``."""
-    if sd < 0 or half_width <= 0:
-        raise ValueError(f"`sd` must be >= 0 and `half_width` > 0, received {sd}, "
-                         f"{half_width}.")
-    for n in range(2, limit + 1):
-        if t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n) <= half_width:
-            return n
-    raise ValueError(f"more than {limit} pairs needed for half-width {half_width} at sd {sd}.")
+def sd_upper_limit(sd: float, n: int, confidence: float = 0.95) -> float:
+    """The one-sided ``confidence`` upper limit of a standard deviation estimated from
+    ``n`` values (chi-square: ``sd * sqrt((n - 1) / chi2_{1-confidence}(n - 1))``)."""
+    if n < 2:
+        raise ValueError(f"an upper limit of the spread needs 2 or more values, received {n}.")
+    return float(sd * math.sqrt((n - 1) / _scipy_stats.chi2.ppf(1.0 - confidence, n - 1)))
 
 
-__all__ = ["paired_difference", "pairs_needed", "t_cdf", "t_quantile"]
+def power(n: int, effect: float, sd: float, confidence: float = 0.95) -> float:
+    """The power of the two-sided paired t-test at level ``1 - confidence`` with ``n``
+    pairs to detect a true mean difference ``effect`` when the differences have
+    standard deviation ``sd`` (noncentral t)."""
+    if n < 2:
+        return 0.0
+    if sd <= 0:
+        return 1.0
+    df = n - 1
+    critical = _scipy_stats.t.ppf(0.5 + confidence / 2.0, df)
+    shift = abs(effect) / (sd / math.sqrt(n))
+    nct = _scipy_stats.nct
+    return float(nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift))
+
+
+def pairs_for_power(effect: float, sd: float, target_power: float = 0.8,
+                    confidence: float = 0.95, limit: int = 10_000) -> Optional[int]:
+    """Fewest pairs (at least `MIN_PAIRS`) whose paired t-test detects ``effect`` with
+    ``target_power`` at this ``sd``; None when more than ``limit`` would be needed or
+    the inputs cannot give an answer (a non-finite or zero effect, a non-finite sd)."""
+    if not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0 or sd < 0:
+        return None
+    if not 0 < target_power < 1:
+        raise ValueError(f"`target_power` must be in (0, 1), received {target_power}.")
+    if sd == 0:
+        return MIN_PAIRS
+    low, high = MIN_PAIRS, MIN_PAIRS
+    while power(high, effect, sd, confidence) < target_power:  # power grows with n
+        if high >= limit:
+            return None
+        low, high = high + 1, min(2 * high, limit)
+    while low < high:
+        middle = (low + high) // 2
+        if power(middle, effect, sd, confidence) >= target_power:
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
+def classify(diff: dict, margin: Optional[float]) -> str:
+    """The reading of a `paired_difference` against an equivalence ``margin`` (> 0, or
+    None for none): ``"no pairs"``, ``"direction only"`` (fewer than `MIN_PAIRS`),
+    ``"zero spread"``, ``"better"`` / ``"worse"`` (the interval excludes 0),
+    ``"equivalent"`` (the interval lies inside ``±margin``: no difference larger than
+    the margin) or ``"within noise"`` (it holds 0 and reaches past the margin)."""
+    n = diff.get("n", 0)
+    if n == 0:
+        return "no pairs"
+    if n < MIN_PAIRS:
+        return "direction only"
+    if diff.get("zero_spread"):
+        return "zero spread"
+    if not diff["within_noise"]:
+        return "better" if diff["mean"] > 0 else "worse"
+    if margin is not None and -margin < diff["low"] and diff["high"] < margin:
+        return "equivalent"
+    return "within noise"
+
+
+__all__ = ["MIN_PAIRS", "classify", "paired_difference", "pairs_for_power", "power",
+           "sd_upper_limit"]

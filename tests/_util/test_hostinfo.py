@@ -27,3 +27,12 @@ def test_without_cpuinfo_it_still_names_something(tmp_path):
     description = hostinfo.cpu_description(str(tmp_path / "absent"))
     assert description and "family" not in description
     assert hostinfo.machine_description().endswith(hostinfo.cpu_description())
+
+
+def test_available_memory_is_meminfos_memavailable_else_the_physical_memory(tmp_path):
+    path = tmp_path / "meminfo"
+    path.write_text("MemTotal:       24000000 kB\nMemFree:  100 kB\n"
+                    "MemAvailable:   20000000 kB\n")
+    assert hostinfo.available_memory_bytes(str(path)) == 20_000_000 * 1024
+    physical = hostinfo.available_memory_bytes(str(tmp_path / "absent"))
+    assert physical > 20_000_000 * 1024 or physical > 0

@@ -11,7 +11,9 @@ from tfrs_logq.serving.export import load_trained
 from tfrs_logq.serving.server import ModelServer, ServerOptions
 
 
-def test_ranks_through_server_equal_exact_for_brute_force(trained, exports):
+def test_ranks_through_server_equal_exact_under_each_policy(trained, exports):
+    """The served top_k and the offline ranking give the same hits, target by target,
+    with the history left out (a repeat target is then a miss) and with it kept."""
     options = ServerOptions(model_name="bf", port=0, rest_api_port=0,
                             model_base_path=str(exports["base"] / "brute_force"))
     srv = ModelServer(options).start()
@@ -20,20 +22,26 @@ def test_ranks_through_server_equal_exact_for_brute_force(trained, exports):
     internal = [rng.choice(np.arange(1, len(raw_ids) + 1), size=int(n), replace=False)
                 for n in rng.integers(1, 8, size=40)]
     targets = rng.integers(1, len(raw_ids) + 1, size=40)
+    targets[:15] = [h[-1] for h in internal[:15]]  # repeats: the target is in the history
     histories_raw = [raw_ids[h - 1] for h in internal]
-    stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
-    served = ranks_through_server(stub, "bf", histories_raw, raw_ids[targets - 1], max_k=20,
-                                  batch_size=7, num_items=len(raw_ids))
-    channel.close()
-    srv.stop()
     padded = np.zeros((40, config["max_length"]), np.int32)
-    exclude = np.zeros((40, 8), np.int64)
     for row, h in enumerate(internal):
         padded[row, -len(h):] = h
-        exclude[row, :len(h)] = h
-    exact = target_ranks(encoder.last_query(padded), encoder.item_embeddings(), targets,
-                         exclude=exclude)
-    np.testing.assert_array_equal(served, np.minimum(exact, 20))
+    queries = encoder.last_query(padded)
+    stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
+    try:
+        for exclude_history in (True, False):
+            served = ranks_through_server(stub, "bf", histories_raw, raw_ids[targets - 1],
+                                          max_k=20, batch_size=7, num_items=len(raw_ids),
+                                          exclude_history=exclude_history)
+            exact = target_ranks(queries, encoder.item_embeddings(), targets,
+                                 exclude=padded if exclude_history else None)
+            np.testing.assert_array_equal(served, np.minimum(exact, 20))
+            if exclude_history:
+                assert (served[:15] == 20).all()  # the served top_k never returns them
+    finally:
+        channel.close()
+        srv.stop()
 
 
 def test_client_recall_ndcg_is_the_metrics_implementation():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 import pytest
@@ -38,7 +39,8 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert len(rows) == 1 and rows[0]["loss"] == "inbatch-logq-official"
     said.clear()
     rows = compare.run_compare(plan, split, out, say=said.append)
-    assert said[0].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[0]
+    assert said[0].startswith("compare: estimated peak memory of a run")
+    assert said[1].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[1]
     assert sum(line.startswith("run ") for line in said) == 3
     assert any("ms/step here: about" in line for line in said)  # the estimate
     assert [(r["loss"], r["seed"]) for r in rows] == [
@@ -55,6 +57,7 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
         assert os.path.getsize(os.path.join(out, name)) > 0
     report = open(os.path.join(out, "report.md")).read()
     assert "- inbatch-corrected against inbatch-logq-official, recall@10:" in report
+    assert "repeat targets" in report and "Evaluation policy: exclude-seen" in report
     assert not os.listdir(os.path.join(out, "runs"))  # finished runs' checkpoints removed
     said.clear()
     compare.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
@@ -67,30 +70,96 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert compare._check_plan(more, out) is None
 
 
+def _rows(values_by_loss, **extra):
+    return [{"loss": loss, "seed": str(s), "recall@10": str(v), "positive_share_q50": "0.01",
+             "seconds_per_step": "0.01", "machine": "m", **extra}
+            for loss, values in values_by_loss.items() for s, v in enumerate(values)]
+
+
 def test_paired_differences_intervals_and_verdicts_against_scipy():
     plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected", "inbatch-none"),
                         seeds=(0, 1, 2, 3), config=CONFIG, window=1)
     base = [0.20, 0.21, 0.19, 0.205]
     better = [0.23, 0.245, 0.22, 0.236]
     noisy = [0.19, 0.23, 0.18, 0.215]
-    rows = []
-    for loss, values in (("inbatch-logq-official", base), ("inbatch-corrected", better),
-                         ("inbatch-none", noisy)):
-        rows += [{"loss": loss, "seed": str(s), "recall@10": str(v),
-                  "positive_share_q50": "0.01", "seconds_per_step": "0.01", "machine": "m"}
-                 for s, v in enumerate(values)]
+    rows = _rows({"inbatch-logq-official": base, "inbatch-corrected": better,
+                  "inbatch-none": noisy})
     diff = compare_report.paired(rows, plan, "inbatch-corrected", "recall@10")
     d = np.array(better) - np.array(base)
     half = scipy.stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
     assert diff["mean"] == pytest.approx(d.mean())
     assert (diff["low"], diff["high"]) == pytest.approx((d.mean() - half, d.mean() + half))
     assert compare_report.verdict(diff) == "better"
-    assert compare_report.verdict(compare_report.paired(rows, plan, "inbatch-none",
-                                                        "recall@10")) == "within noise"
+    # Corrected is compared with every other loss: the baseline and "none".
+    assert compare_report.comparisons(plan) == [
+        ("inbatch-corrected", "inbatch-logq-official"), ("inbatch-corrected", "inbatch-none")]
     text = compare_report.format_report(plan, rows, [])
-    assert "Multiple comparisons: 2 differences" in text
-    assert "inbatch-corrected recall@10" in text.split("Multiple comparisons")[1]
-    assert "small (median 0.010" in text
+    first = text.split("## Verdict")[1].split("##")[0]
+    assert (f"corrected gains {d.mean():.4f} Recall@10 over the official code's logQ (the "
+            f"positive uncorrected) (inbatch-logq-official) [{d.mean() - half:+.4f}, "
+            f"{d.mean() + half:+.4f}]") in first
+    assert "Multiple comparisons: 2 differences have an interval" in text
+    assert "positive share" in text.lower() and "does not predict the verdict" in text
+
+
+def test_a_diverged_run_is_named_and_left_out_of_the_pairs():
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2, 3),
+                        config=CONFIG, window=1)
+    rows = _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19, 0.205],
+                  "inbatch-corrected": [0.21, float("nan"), 0.20, 0.215]})
+    rows[-3]["recall@10"] = "nan"
+    diff = compare_report.paired(rows, plan, "inbatch-corrected", "recall@10")
+    assert diff["n"] == 3  # seed 1 left out, not ranked as "worse"
+    assert compare_report.diverged_runs(rows) == [("inbatch-corrected", 1)]
+    text = compare_report.format_report(plan, rows, [])
+    assert "Diverged runs, left out of the pairs: inbatch-corrected seed 1." in text
+    flagged = _rows({"inbatch-logq-tfrs": [0.2, 0.21, 0.19], "inbatch-corrected": [0, 0, 0]})
+    for row in flagged[3:4]:
+        row["diverged"] = "1"
+    assert compare_report.diverged_runs(flagged) == [("inbatch-corrected", 0)]
+
+
+@pytest.mark.parametrize("corrected, expected", [
+    ([0.21, 0.22], "a direction, not a verdict"),  # 2 pairs
+    ([0.21, 0.22, 0.20], "zero spread gives no interval"),  # +0.01 in every pair
+    ([0.2002, 0.2098, 0.1904], "no difference larger than 0.0040"),  # 2% of 0.20
+    ([0.195, 0.225, 0.18], "within noise"),
+])
+def test_the_first_paragraph_reads_each_case_in_words(corrected, expected):
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"),
+                        seeds=tuple(range(len(corrected))), config=CONFIG, window=1)
+    rows = _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19][:len(corrected)],
+                  "inbatch-corrected": corrected})
+    first = compare_report.format_report(plan, rows, []).split("## Run facts")[0]
+    assert expected in first
+    assert not re.search(r"\b(better|gains|loses)\b", first)
+
+
+def test_the_margin_is_relative_by_default_and_a_flag():
+    assert compare_report.Margin().of(0.5) == pytest.approx(0.01)
+    assert compare_report.Margin("0.003").of(0.5) == 0.003
+    for bad in ("0", "-1%", "abc", "150%", "2"):
+        with pytest.raises(ValueError, match="--margin"):
+            compare_report.Margin(bad)
+
+
+def test_report_only_rebuilds_the_report_from_results_csv(tmp_path):
+    from tfrs_logq.studies._grid import append_row
+
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=CONFIG, window=1, source="hand-made")
+    out = str(tmp_path)
+    compare._check_plan(plan, out)
+    for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
+                      "inbatch-corrected": [0.23, 0.25, 0.22]}):
+        append_row(os.path.join(out, "results.csv"), row)
+    said: list = []
+    text = compare.report_only(out, say=said.append)
+    assert open(os.path.join(out, "report.md")).read() == text
+    assert "corrected gains 0.0333 Recall@10 over TFRS's logQ" in text
+    assert said[0].startswith("compare: On this log, corrected gains")
+    with pytest.raises(compare.CompareError, match="plan.json"):
+        compare.report_only(str(tmp_path / "nothing"))
 
 
 @pytest.mark.parametrize("kwargs, match", [

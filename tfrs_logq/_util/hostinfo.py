@@ -2,11 +2,8 @@
 
 Two machines can share a model name and differ in what matters for speed and rounding
 ("AMD EPYC" has been both an AVX2 and an AVX-512 part here), so the description adds
-the CPU family and model and the widest vector extension:
-
-    >>> description = cpu_description()
-    >>> isinstance(description, str) and len(description) > 0
-    True
+the CPU family and model and the widest vector extension ("AMD EPYC (family 25,
+model 17), AVX-512"). `available_memory_bytes` is what a run may still take here.
 """
 
 from __future__ import annotations
@@ -58,4 +55,17 @@ def machine_description() -> str:
     return f"{os.cpu_count()} cores, {cpu_description()}"
 
 
-__all__ = ["cpu_description", "cpu_name", "machine_description"]
+def available_memory_bytes(path: str = "/proc/meminfo") -> int:
+    """The memory a new allocation can take without swapping: Linux's MemAvailable, else
+    the physical memory (`os.sysconf`)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+__all__ = ["available_memory_bytes", "cpu_description", "cpu_name", "machine_description"]

@@ -66,7 +66,8 @@ class CompareFlags:
     """training steps of every run (fixed: no early stopping)"""
     eval_every: int = flag(500, at_least=1)
     """evaluate the test split every this many steps"""
-    window: int = flag(3, at_least=1)
+    window: Optional[int] = flag(None, at_least=1,
+                                 default_text="3, or every evaluation when fewer")
     """a run's result: the mean of its last this many evaluations"""
     batch_size: int = flag(512, at_least=2)
     """examples per step"""
@@ -81,6 +82,18 @@ class CompareFlags:
     sasrec_preset: str = flag("cpu", choices=("smoke", "cpu", "long", "fixed", "paper"))
     """SASRec's architecture (--model sasrec); --steps, --eval-every and --window replace
     its epochs"""
+    temporal_fraction: Optional[float] = flag(None, above=0, metavar="F",
+                                              default_text="0.1")
+    """--split temporal: the latest this fraction of interactions is the test split"""
+    exclude_seen: bool = True
+    """the evaluation policy, as the served top_k's exclude_history: leave the items of
+    the history a request sends out of the ranking (a repeat target is then a miss);
+    --no-exclude-seen ranks them (send exclude_history false to serve that way)"""
+    margin: str = flag("2%", metavar="M")
+    """the equivalence margin: an interval inside ±M reads "no difference larger than
+    M"; a percentage of the reference's value (2%) or an absolute difference (0.003)"""
+    report_only: bool = False
+    """rebuild report.md and the charts from --output-dir's results.csv (no training)"""
     output_dir: str = flag("compare_output", metavar="DIR")
     """results.csv, curves.csv, report.md and the charts go here"""
     max_runs: Optional[int] = flag(None, at_least=0, default_text="all")
@@ -96,11 +109,22 @@ def populate(p) -> None:
 
 def run(args) -> int:
     from tfrs_logq.studies.compare import Plan, run_compare
+    from tfrs_logq.studies.compare_report import Margin
     from tfrs_logq.towers.config import TwoTowerConfig
 
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(m, flush=True))
-    config = TwoTowerConfig(steps=args.steps, eval_every=args.eval_every,
+    margin = Margin(args.margin)
+    if args.report_only:
+        from tfrs_logq.studies.compare import report_only
+
+        report_only(args.output_dir, say=say, margin=margin)
+        return 0
+    if args.model == "sasrec" and not args.exclude_seen:
+        raise ValueError("--no-exclude-seen is a two-tower flag: SASRec is evaluated "
+                         "exclude-seen, as its export serves by default.")
+    config = TwoTowerConfig(exclude_seen=args.exclude_seen, steps=args.steps,
+                            eval_every=args.eval_every,
                             batch_size=args.batch_size, embedding_dim=args.embedding_dim,
                             history_length=args.history_length,
                             num_negatives=args.num_negatives, learning_rate=args.learning_rate,
@@ -115,15 +139,17 @@ def run(args) -> int:
     if args.split is None:  # as `train` and `data stats`: a log without times has no temporal
         args.split = default_log_split(args.time_column) if args.interactions else "temporal"
     # The plan is checked (losses, baseline, window) before the data is read.
+    window = args.window or min(3, len(config.eval_steps))
     plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
-                window=args.window, baseline=args.baseline or "", model=args.model,
+                window=window, baseline=args.baseline or "", model=args.model,
                 sasrec_preset=args.sasrec_preset)
     split, name = load_any_split(args)
     plan = dataclasses.replace(
         plan, source=f"{name}, split {args.split}"
         + (f", weighted by {args.weight_column}" if args.weight_column else ""),
         data=_data_identity(args, split))
-    rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs)
+    rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs,
+                       margin=margin)
     if args.json:
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
                           "losses": list(plan.losses), "seeds": list(plan.seeds),

@@ -12,6 +12,12 @@ from tfrs_logq.cli._flags import add_flags, add_train_flags, flag
 
 @dataclasses.dataclass
 class StatsFlags:
+    min_item_interactions: int = flag(5, at_least=1, group="data")
+    """drop items with fewer interactions (as compare and train do)"""
+    min_user_interactions: int = flag(0, at_least=0, group="data")
+    """then drop users with fewer"""
+    deduplicate: bool = flag(False, group="data")
+    """keep only the first of repeated (user, item) pairs"""
     weight_column: Optional[str] = flag(None, metavar="C", group="data")
     """a number per interaction of --interactions: read, checked and summarised"""
     json: bool = False
@@ -67,6 +73,18 @@ def load_any_split(args):
                          {"skip_bad_lines": bool(getattr(args, "skip_bad_lines", False))})), dataset
 
 
+def _date(seconds) -> str:
+    """Seconds since the epoch as a UTC date and time, or the raw number when it is not
+    one (beyond year 9999)."""
+    import datetime
+
+    try:
+        return datetime.datetime.fromtimestamp(int(seconds), datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{seconds} (not a date in seconds)"
+
+
 def run(args) -> int:
     from tfrs_logq.pipelines.splits import data_stats
 
@@ -84,10 +102,16 @@ def run(args) -> int:
     print(f"  source: {inter.source} ({inter.data_format}), {inter.num_rows:,} rows{skipped}")
     print(f"  users {result['num_users']:,}  items {result['num_items']:,}  "
           f"interactions {result['num_interactions']:,}")
-    print(f"  time range: {tr[0]} .. {tr[1]}" if tr else "  time range: none (no timestamps)")
+    print(f"  time range: {_date(tr[0])} .. {_date(tr[1])}" if tr
+          else "  time range: none (no timestamps)")
+    dup = result["duplicates"]
+    print(f"  duplicates: {dup['rows']:,} rows repeat an earlier row exactly; {dup['pairs']:,} "
+          f"repeat an earlier (user, item) pair (--deduplicate keeps the first)")
     print(f"  train: {result['train']['num_interactions']:,} interactions")
     print(f"  validation: {result['validation']['num_targets']:,} targets")
-    print(f"  test: {result['test']['num_targets']:,} targets")
+    test = result["test"]
+    print(f"  test: {test['num_targets']:,} targets of {test['num_users']:,} users; repeat "
+          f"targets {test['repeat_share']:.3f}, cold targets {test['cold_share']:.3f}")
     if "weights" in result:
         w = result["weights"]
         print(f"  weights: min {w['min']:.6g}, mean {w['mean']:.6g}, max {w['max']:.6g}, "

@@ -32,8 +32,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from tfrs_logq._util.atomic import write_json
-from tfrs_logq._util.hostinfo import machine_description
-from tfrs_logq.pipelines.splits import Split
+from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
+from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
 from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
 from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
@@ -128,6 +128,48 @@ def metric_names(rows: Sequence[dict]) -> list[str]:
     return sorted(names, key=lambda n: (int(n.split("@")[1]), n))
 
 
+def band_names(rows: Sequence[dict]) -> list[str]:
+    """The by-popularity columns present (``head:recall@10``, ``tail:share``, ...)."""
+    return sorted({k for row in rows for k in row if ":" in k
+                   and k.split(":", 1)[0] in ("head", "torso", "tail")})
+
+
+def load_plan(output_dir: str) -> Plan:
+    """The plan a comparison directory was run with (its ``plan.json``), to rebuild its
+    report (``tfrs-logq compare --report-only``)."""
+    path = os.path.join(output_dir, "plan.json")
+    if not os.path.isfile(path):
+        raise CompareError(f"{output_dir} holds no plan.json: it is not the output of "
+                           f"`tfrs-logq compare` (give the --output-dir of a comparison).")
+    with open(path) as f:
+        saved = json.load(f)
+    fixed = saved["fixed"]
+    known = {f.name for f in dataclasses.fields(TwoTowerConfig)}
+    config = TwoTowerConfig(**{k: v for k, v in fixed["config"].items() if k in known})
+    losses = tuple(saved["losses"])
+    if fixed["model"] == "two-tower":  # a loss of the plan sets the config's (checked) loss
+        config = dataclasses.replace(config, loss=losses[0])
+    return Plan(losses=losses, seeds=tuple(saved["seeds"]), config=config,
+                window=fixed["window"], baseline=saved.get("baseline", ""),
+                model=fixed["model"], source=fixed.get("source", ""),
+                sasrec_preset=fixed.get("sasrec_preset", "cpu"), data=fixed.get("data"))
+
+
+def report_only(output_dir: str, say: Callable[[str], None] = print,
+                margin=None) -> str:
+    """Rebuilds ``report.md`` and the charts from ``output_dir``'s ``results.csv`` and
+    ``curves.csv`` (no training)."""
+    from tfrs_logq.studies.compare_report import write_report
+
+    plan = load_plan(output_dir)
+    rows = read_rows(os.path.join(output_dir, "results.csv"))
+    if not rows:
+        raise CompareError(f"{output_dir}/results.csv holds no finished run: nothing to "
+                           f"report.")
+    return write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
+                        output_dir, say=say, margin=margin)
+
+
 def _check_plan(plan: Plan, output_dir: str) -> None:
     path = os.path.join(output_dir, "plan.json")
     if os.path.exists(path):
@@ -157,10 +199,13 @@ def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: 
     scored = sorted(evaluations, key=lambda r: int(r["steps"]))[-plan.window:]
     row = {"loss": loss, "seed": seed, "steps": plan.config.steps, "window": len(scored),
            "window_steps": " ".join(str(int(r["steps"])) for r in scored)}
-    for name in metric_names(scored):
-        row[name] = float(np.mean([float(r[name]) for r in scored]))
+    for name in metric_names(scored) + band_names(scored):
+        values = [float(r[name]) for r in scored if r.get(name) not in (None, "")]
+        # NaN stays NaN (a diverged run, or a band with no target): never a mean of the rest.
+        row[name] = float(np.mean(values)) if values else float("nan")
     for key in ("positive_share_q10", "positive_share_q50", "positive_share_q90",
-                "model_p_q50", "seconds_per_step", "resumed_from_step"):
+                "model_p_q50", "seconds_per_step", "resumed_from_step", "num_targets",
+                "num_users", "repeat_share", "sent_repeat_share", "cold_share", "diverged"):
         if key in last and last[key] not in ("", None):
             row[key] = last[key]
     row["machine"] = machine_description()
@@ -168,15 +213,33 @@ def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: 
 
 
 def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], None] = print,
-                max_runs: Optional[int] = None) -> list[dict]:
+                max_runs: Optional[int] = None, margin=None) -> list[dict]:
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
     interrupted comparison holds whole pairs), then writes the report. Returns the rows
     of results.csv. One process per directory (`RunLock`)."""
     if plan.model == "sasrec" and split.interactions.weight is not None:
         raise CompareError("a weight column weights the loss of --model two-tower only; "
                            "SASRec trains unweighted: leave out --weight-column.")
-    # Built (and its weights checked) before the output directory is touched.
-    examples = Examples(split, plan.config.history_length) if plan.model == "two-tower" else None
+    # Checked and built (weights too) before the output directory is touched.
+    check_evaluable(split, split.test)
+    if plan.model == "two-tower":
+        examples = Examples(split, plan.config.history_length)
+        if plan.config.batch_size > len(examples):
+            raise CompareError(f"--batch-size {plan.config.batch_size:,} is larger than the "
+                               f"{len(examples):,} training examples of this log: lower it "
+                               f"(at most {len(examples):,}; 512 is the default).")
+        need = towers.estimated_peak_bytes(plan.config, split.num_items, len(examples),
+                                           len(split.test))
+        have = available_memory_bytes()
+        if need > have:
+            raise CompareError(
+                f"a run needs about {need / 2**30:.1f} GiB at its peak and this machine has "
+                f"{have / 2**30:.1f} GiB available: lower --batch-size (a step's scores grow "
+                f"with its square), --num-negatives or --embedding-dim.")
+        say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB "
+            f"({have / 2**30:.1f} GiB available)")
+    else:
+        examples = None
     with exclusive_output_dir(output_dir):
         _check_plan(plan, output_dir)
         _run_all(plan, split, output_dir, say, max_runs, examples)
@@ -185,7 +248,7 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
             from tfrs_logq.studies.compare_report import write_report
 
             write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
-                         output_dir, say=say)
+                         output_dir, say=say, margin=margin)
     return rows
 
 
@@ -219,7 +282,9 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
         say(f"run {number}/{len(todo)}: {loss}, seed {seed}")
         evaluations = list(old)
 
-        def on_eval(row: dict, loss=loss, seed=seed, evaluations=evaluations) -> None:
+        def on_eval(row: dict, loss=loss, seed=seed, evaluations=evaluations,
+                    number=number) -> None:
+            _evaluation_pace(plan, number, len(todo), pace, say)
             full = {"loss": loss, "seed": seed, **row}
             evaluations.append(full)
             append_row(curves_path, full)
@@ -257,24 +322,43 @@ def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
            "window_steps": " ".join(str(e * config.steps_per_epoch) for e in epochs),
            **{k: float(v) for k, v in window.items()},
            "seconds_per_step": round(result["train_seconds"] / max(result["steps"], 1), 5),
+           **target_facts(split, split.test, config.max_length),
            "machine": machine_description()}
     return row
+
+
+def _evaluation_pace(plan: Plan, number: int, runs: int, pace: dict, say) -> None:
+    """At the first evaluation trained here: its time, and the estimate of the time left
+    with every evaluation counted."""
+    now = time.perf_counter()
+    if "evaluation" in pace or "last_step" not in pace or "per_step" not in pace:
+        return
+    pace["evaluation"] = max(0.0, now - pace["last_step"] - pace["per_step"])
+    steps, evaluations = plan.config.steps, len(plan.config.eval_steps)
+    done = pace["last_index"] + 2  # the step before this evaluation finished too
+    left_steps = steps - done + (runs - number) * steps
+    left_evaluations = evaluations - 1 + (runs - number) * evaluations
+    left = left_steps * pace["per_step"] + left_evaluations * pace["evaluation"]
+    say(f"  an evaluation takes {pace['evaluation']:.1f} s here: about {left / 60:.1f} min "
+        f"left in all ({left_evaluations} evaluations counted)")
 
 
 def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> None:
     """20 steps into the first run trained here: an estimate of the time left; then a
     line every tenth of a run."""
     now = time.perf_counter()
+    pace["last_step"], pace["last_index"] = now, i
     if "start" not in pace:
         pace["start"], pace["first"] = now, i
     elif "per_step" not in pace and i - pace["first"] == 20:
         pace["per_step"] = (now - pace["start"]) / 20
         left = (steps - i - 1 + (runs - number) * steps) * pace["per_step"]
-        say(f"  {pace['per_step'] * 1000:.0f} ms/step here: about {left / 60:.1f} min for "
-            f"the {runs - number + 1} run(s) left (evaluations not counted)")
+        say(f"  {pace['per_step'] * 1000:.0f} ms/step here: about {left / 60:.1f} min of "
+            f"training for the {runs - number + 1} run(s) left (evaluations counted at the "
+            f"first one)")
     if steps >= 10 and (i + 1) % max(1, steps // 10) == 0 and i + 1 < steps:
         say(f"  {100 * (i + 1) // steps}% ({i + 1:,}/{steps:,} steps)")
 
 
-__all__ = ["CompareError", "LOSSES", "MODELS", "Plan", "metric_names", "run_compare",
-           "window_row"]
+__all__ = ["CompareError", "LOSSES", "MODELS", "Plan", "band_names", "load_plan",
+           "metric_names", "report_only", "run_compare", "window_row"]

@@ -135,7 +135,7 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
     """Trains one spec on ``batches(first_step)`` (its batches from ``first_step`` on:
     ``{"history": [b, L], "target": [b]}`` int64 and optionally ``"weight": [b]`` float32,
     each example's loss weight; batch ``i`` a function of the seed and ``i`` only);
-    returns the model and ``{"seconds_per_step", "resumed_from_step"}``
+    returns the model and ``{"seconds_per_step", "resumed_from_step", "diverged"}``
     (seconds per step of this process, its first step and the saves excluded; NaN when
     it trained fewer than 2 steps).
 
@@ -175,8 +175,9 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
         return loss, negatives.ids, negatives.is_valid
 
     start, saving = time.perf_counter(), 0.0
+    loss = tf.constant(float("nan"))
     for i, batch in enumerate(batches(first_step), first_step):
-        _, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
+        loss, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
         if record is not None:
             record.append(({k: v.numpy() for k, v in batch.items()},
                            neg_ids.numpy(), neg_valid.numpy()))
@@ -201,7 +202,11 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
                 else float("nan"))
     if checkpoint is not None and first_step < run.steps:
         checkpoint.save(run.steps)  # a kill while evaluating does not repeat training
-    return model, {"seconds_per_step": per_step, "resumed_from_step": first_step}
+    # Diverged: a non-finite last loss or weight (NaN weights stay NaN: the last step tells).
+    finite = bool(np.isfinite(loss.numpy())) or first_step >= run.steps
+    finite = finite and all(bool(np.all(np.isfinite(w.numpy()))) for w in model.weights)
+    return model, {"seconds_per_step": per_step, "resumed_from_step": first_step,
+                   "diverged": not finite}
 
 
 __all__ = ["CORRECTIONS", "NEGATIVES_SALT", "OPTIMIZERS", "PROPOSALS", "SAMPLERS", "TowerModel",

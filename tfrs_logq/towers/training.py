@@ -43,8 +43,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.metrics import popularity_bands, recall_ndcg_by_band
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
-from tfrs_logq.pipelines.splits import Split
+from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
 from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.towers.config import FORMS, TwoTowerConfig
 from tfrs_logq.towers.loop import TowerModel, proposal_log_q_table, train_loop
@@ -172,8 +173,28 @@ def run_spec(config: TwoTowerConfig, num_items: int) -> _Spec:
 
 
 def _ks(num_items: int) -> tuple:
-    """Recall/NDCG cut-offs the catalog allows: 10, 100, 1000 below its size."""
-    return tuple(k for k in (10, 100, 1000) if k < num_items) or (max(1, num_items - 1),)
+    """Recall/NDCG cut-offs the catalog allows: 10, 100, 1000 below its size (a cut-off
+    at or above it gives Recall 1.0 for any model; `check_evaluable` refuses a catalog
+    with none)."""
+    return tuple(k for k in (10, 100, 1000) if k < num_items)
+
+
+TENSORFLOW_BYTES = 800 * 2**20  # the process before any tensor: TensorFlow, the data
+
+
+def estimated_peak_bytes(config: TwoTowerConfig, num_items: int, num_examples: int,
+                         num_test: int) -> int:
+    """An upper estimate of a run's peak memory: the item table with Adam's two moments,
+    a step's score matrix and what its loss and gradient keep (about 6 floats per
+    score), an evaluation chunk's scores against the catalog (about 4 per score), the
+    examples' positions, and TensorFlow itself."""
+    rows = num_items + 1
+    table = 3 * rows * config.embedding_dim * 4
+    negatives = config.num_negatives if config.loss.startswith("mns-") else 0
+    step = 6 * config.batch_size * (config.batch_size + negatives) * 4
+    evaluation = 4 * min(512, max(num_test, 1)) * rows * 4
+    examples = 3 * num_examples * 8
+    return TENSORFLOW_BYTES + table + step + evaluation + examples
 
 
 def positive_share(model: TowerModel, arrays: dict, log_q: np.ndarray, num_negatives: int,
@@ -222,11 +243,16 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     arrays = evaluation_arrays(split, split.test, config.history_length, config.exclude_seen)
     if not len(arrays["targets"]):
         raise ValueError("the test split is empty: nothing to evaluate.")
+    check_evaluable(split, split.test)
     ks = _ks(split.num_items)
+    target_bands = popularity_bands(split.train_item_counts())[arrays["targets"]]
     start = time.perf_counter()
 
     def measure(steps: int, model: TowerModel, timing: dict) -> dict:
-        metrics = evaluate(model.query_tower, model.item_tower.embeddings, arrays, ks=ks)
+        ranks: list = []
+        metrics = evaluate(model.query_tower, model.item_tower.embeddings, arrays, ks=ks,
+                           per_target=ranks)
+        metrics.update(recall_ndcg_by_band(ranks, target_bands, ks))
         return {"steps": steps, **metrics,
                 "seconds_per_step": (round(timing["seconds_per_step"], 5)
                                      if np.isfinite(timing["seconds_per_step"]) else None),
@@ -247,9 +273,11 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     last = measure(config.steps, model, timing)
     last.update(positive_share(model, arrays, log_q, spec.num_in_batch_negatives
                                + spec.num_uniform_negatives))
+    last.update(target_facts(split, split.test, config.history_length))
+    last["diverged"] = int(bool(timing.get("diverged")))
     if on_eval is not None:
         on_eval(last)
     return last
 
 
-__all__ = ["Examples", "positive_share", "run_spec", "train"]
+__all__ = ["Examples", "estimated_peak_bytes", "positive_share", "run_spec", "train"]

@@ -1,0 +1,107 @@
+"""`tfrs-logq data stats` and `compare` on logs a newcomer brings: degenerate splits
+refused in one line before any work, bounds checked before training, the facts of the
+log (duplicates, repeats, cold targets, dates) shown, the window fitted to the steps."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from cli_process import cli_in_process
+
+LOG = ("--user-column", "user", "--item-column", "item")
+
+
+def _write(path, rows, header="user,item,ts"):
+    path.write_text(header + "\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def clicks(tmp_path_factory):
+    """120 users of 12 clicks on 40 items (repeats common), one row written twice."""
+    rng = np.random.default_rng(3)
+    rows = [(f"u{u}", f"sku-{int(rng.integers(0, 40))}", 1_700_000_000 + u * 100 + t)
+            for u in range(120) for t in range(12)]
+    rows.append(rows[5])
+    return _write(tmp_path_factory.mktemp("log") / "clicks.csv", rows)
+
+
+def _one_error(proc, message):
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
+
+
+def test_data_stats_shows_duplicates_repeats_and_dates(clicks, capsys):
+    proc = cli_in_process(capsys, "data", "stats", "--interactions", clicks, *LOG,
+                          "--time-column", "ts", "--min-item-interactions", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "1 rows repeat an earlier row exactly" in proc.stdout
+    assert "time range: 2023-11-14 22:13:20 UTC" in proc.stdout
+    assert "repeat targets 0." in proc.stdout and "cold targets 0.000" in proc.stdout
+
+
+def test_a_one_user_log_is_refused_not_scored_1(tmp_path, capsys):
+    rows = [("u0", f"sku-{i % 30}", i) for i in range(300)]
+    log = _write(tmp_path / "one.csv", rows)
+    proc = cli_in_process(capsys, "compare", "--interactions", log, *LOG, "--time-column",
+                          "ts", "--steps", "4", "--eval-every", "2", "--output-dir",
+                          str(tmp_path / "out"))
+    _one_error(proc, "the test split has 1 user(s)")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_cold_test_items_are_refused(tmp_path, capsys):
+    # Each user's last clicks are on items nobody clicked before: every test target cold.
+    rows = [(f"u{u}", f"old-{(u + t) % 20}", u * 100 + t) for u in range(60) for t in range(10)]
+    rows += [(f"u{u}", f"new-{u % 5}", 10_000_000 + u) for u in range(60)]
+    log = _write(tmp_path / "cold.csv", rows)
+    proc = cli_in_process(capsys, "compare", "--interactions", log, *LOG, "--time-column",
+                          "ts", "--split", "loo", "--min-item-interactions", "1", "--steps",
+                          "4", "--eval-every", "2", "--output-dir", str(tmp_path / "out"))
+    _one_error(proc, "every test target is an item never seen in training")
+
+
+def test_a_tiny_catalog_is_refused(tmp_path, capsys):
+    rows = [(f"u{u}", f"sku-{(u + t) % 6}", u * 100 + t) for u in range(50) for t in range(8)]
+    log = _write(tmp_path / "tiny.csv", rows)
+    proc = cli_in_process(capsys, "compare", "--interactions", log, *LOG, "--split", "loo",
+                          "--steps", "4", "--eval-every", "2",
+                          "--output-dir", str(tmp_path / "out"))
+    _one_error(proc, "the catalog has 6 items")
+
+
+def test_a_batch_larger_than_the_training_examples_is_refused(clicks, tmp_path, capsys):
+    proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
+                          "--batch-size", "1000000", "--steps", "4", "--eval-every", "2",
+                          "--output-dir", str(tmp_path / "out"))
+    _one_error(proc, "--batch-size 1,000,000 is larger than the")
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, capsys, monkeypatch):
+    from tfrs_logq._util import hostinfo
+
+    monkeypatch.setattr(hostinfo, "available_memory_bytes", lambda: 2**20)
+    import tfrs_logq.studies.compare as compare
+
+    monkeypatch.setattr(compare, "available_memory_bytes", lambda: 2**20)
+    proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
+                          "--steps", "4", "--eval-every", "2",
+                          "--output-dir", str(tmp_path / "out"))
+    _one_error(proc, "GiB available: lower --batch-size")
+
+
+def test_few_steps_take_a_window_of_the_evaluations_there_are(clicks, tmp_path, capsys):
+    out = str(tmp_path / "out")
+    proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
+                          "--min-item-interactions", "1", "--losses",
+                          "inbatch-logq-tfrs,inbatch-corrected", "--seeds", "0", "--steps",
+                          "6", "--batch-size", "16", "--embedding-dim", "4",
+                          "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # 6 steps: one evaluation, window 1
+    report = open(os.path.join(out, "report.md")).read()
+    assert "a direction, not a verdict" in report  # one pair
+    assert "estimated peak memory of a run" in proc.stdout
