@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 36: `tfrs-logq compare` on ML-1M through the generic CSV path (compare_ml1m.py),
+# `tfrs-logq compare` on ML-1M through the generic CSV path (compare_ml1m.py),
 # run by run from one pinned commit, optionally committed after every run.
 #
 #   COMMIT=1 benchmarks/compare_ml1m.sh
