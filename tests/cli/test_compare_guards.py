@@ -39,7 +39,7 @@ def test_data_stats_shows_duplicates_repeats_and_dates(clicks, capsys):
                           "--time-column", "ts", "--min-item-interactions", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 rows repeat an earlier row exactly" in proc.stdout
-    assert "time range: 2023-11-14 22:13:20 UTC" in proc.stdout
+    assert "time range: 2023-11-14 22:13:20 .. 2023-11-15 01:31:51 UTC\n" in proc.stdout
     assert "repeat targets 0." in proc.stdout and "cold targets 0.000" in proc.stdout
 
 
@@ -105,3 +105,22 @@ def test_few_steps_take_a_window_of_the_evaluations_there_are(clicks, tmp_path, 
     report = open(os.path.join(out, "report.md")).read()
     assert "a direction, not a verdict" in report  # one pair
     assert "estimated peak memory of a run" in proc.stdout
+
+
+def test_an_output_dir_that_is_a_file_is_named_so(clicks, tmp_path, capsys):
+    path = tmp_path / "a_file"
+    path.write_text("x")
+    proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG,
+                          "--output-dir", str(path))
+    _one_error(proc, f"--output-dir {path} exists and is a file")
+
+
+def test_millisecond_times_are_shown_as_dates_and_named(tmp_path, capsys):
+    rows = [(f"u{u}", f"sku-{(u * 7 + t) % 40}", 1_700_000_000_000 + u * 100_000 + t * 1000)
+            for u in range(60) for t in range(10)]
+    log = _write(tmp_path / "ms.csv", rows)
+    proc = cli_in_process(capsys, "data", "stats", "--interactions", log, *LOG,
+                          "--time-column", "ts")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "time range: 2023-11-14 22:13:20 .. 2023-11-14 23:51:49 UTC (the times are epoch " \
+           "milliseconds)" in proc.stdout

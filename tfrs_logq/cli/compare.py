@@ -10,6 +10,7 @@ from typing import Optional
 
 from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import add_flags, flag
+from tfrs_logq.studies._grid import check_output_dir
 
 
 @dataclasses.dataclass
@@ -115,6 +116,7 @@ def run(args) -> int:
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(m, flush=True))
     margin = Margin(args.margin)
+    check_output_dir(args.output_dir)
     if args.report_only:
         from tfrs_logq.studies.compare import report_only
 

@@ -73,16 +73,29 @@ def load_any_split(args):
                          {"skip_bad_lines": bool(getattr(args, "skip_bad_lines", False))})), dataset
 
 
-def _date(seconds) -> str:
-    """Seconds since the epoch as a UTC date and time, or the raw number when it is not
-    one (beyond year 9999)."""
+_UNITS = ((10**17, 10**9, "nanoseconds"), (10**14, 10**6, "microseconds"),
+          (10**11, 10**3, "milliseconds"), (0, 1, "seconds"))
+
+
+def time_unit(largest: int) -> tuple:
+    """``(divisor, name)`` of epoch times whose largest value is ``largest``: seconds up to
+    1e11 (the year 5138), then milliseconds, microseconds, nanoseconds. Only the order of
+    times matters to the splits; the unit is for showing dates."""
+    return next((d, name) for low, d, name in _UNITS if abs(int(largest)) >= low)
+
+
+def _time_range(first: int, last: int) -> str:
+    """The range as UTC dates, in the unit the values show (`time_unit`)."""
     import datetime
 
+    divisor, unit = time_unit(max(abs(first), abs(last)))
     try:
-        return datetime.datetime.fromtimestamp(int(seconds), datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M:%S UTC")
+        shown = [datetime.datetime.fromtimestamp(v / divisor, datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S") for v in (first, last)]
     except (OverflowError, OSError, ValueError):
-        return f"{seconds} (not a date in seconds)"
+        return f"{first} .. {last} (not dates)"
+    return f"{shown[0]} .. {shown[1]} UTC" + ("" if unit == "seconds" else
+                                              f" (the times are epoch {unit})")
 
 
 def run(args) -> int:
@@ -102,8 +115,7 @@ def run(args) -> int:
     print(f"  source: {inter.source} ({inter.data_format}), {inter.num_rows:,} rows{skipped}")
     print(f"  users {result['num_users']:,}  items {result['num_items']:,}  "
           f"interactions {result['num_interactions']:,}")
-    print(f"  time range: {_date(tr[0])} .. {_date(tr[1])}" if tr
-          else "  time range: none (no timestamps)")
+    print(f"  time range: {_time_range(*tr)}" if tr else "  time range: none (no timestamps)")
     dup = result["duplicates"]
     print(f"  duplicates: {dup['rows']:,} rows repeat an earlier row exactly; {dup['pairs']:,} "
           f"repeat an earlier (user, item) pair (--deduplicate keeps the first)")

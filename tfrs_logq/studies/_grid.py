@@ -60,13 +60,22 @@ def missing(items: Iterable[T], done: set, keys: Callable[[T], Iterable[Hashable
     return [item for item in items if not done.issuperset(keys(item))]
 
 
+def check_output_dir(output_dir: str) -> None:
+    """Refuses, in one line, an ``--output-dir`` that exists and is not a directory."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"--output-dir {output_dir} exists and is a file: give a directory "
+                         f"(new, or one this command wrote).")
+
+
 @contextlib.contextmanager
 def exclusive_output_dir(output_dir: str) -> Iterator[str]:
     """Creates ``output_dir`` and holds its `RunLock` for the block: a second driver on
     the same directory is refused at once, naming ``--output-dir``."""
+    check_output_dir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     with RunLock(output_dir, "--output-dir"):
         yield output_dir
 
 
-__all__ = ["append_row", "exclusive_output_dir", "missing", "read_rows", "write_rows"]
+__all__ = ["append_row", "check_output_dir", "exclusive_output_dir", "missing", "read_rows",
+           "write_rows"]
