@@ -99,9 +99,9 @@ def main():
 
     def ours(cls, prefix):
         return {
-            f"{prefix} logq": lambda: make(cls(correction="logq")),
-            f"{prefix} logq + hit removal": lambda: make(
-                cls(correction="logq", remove_accidental_hits=True)),
+            f"{prefix} logq-tfrs": lambda: make(cls(correction="logq-tfrs")),
+            f"{prefix} logq-tfrs + hit removal": lambda: make(
+                cls(correction="logq-tfrs", remove_accidental_hits=True)),
             f"{prefix} corrected": lambda: make(cls(correction="corrected")),
             f"{prefix} corrected + dedup": lambda: make(
                 cls(correction="corrected", deduplicate_candidates=True)),

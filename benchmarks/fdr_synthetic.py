@@ -3,7 +3,7 @@ false-discovery correction (issue 38, part 3).
 
 Recomputes, from each study's committed results.csv, every interval of its table.md
 summary ("Where the correction matters"): within a scenario (every field of a run but
-its proposal, correction and seed), ``corrected`` minus ``logq-paper`` and minus
+its proposal, correction and seed), ``corrected`` minus ``logq-tfrs`` and minus
 ``logq-official`` with the same proposal, exact Recall@10/100/1000, paired by seed with
 `tfrs_logq.stats.paired_difference` (95 % t interval). The default studies (sweep,
 headline, scale, samplers) hold 90 such intervals; `none` is not a standard form here,
@@ -45,7 +45,7 @@ STUDIES = {"sweep": "results/synthetic-study-sweep",
            "negatives": "results/synthetic-study-negatives",
            "pilot": "results/synthetic-study-pilot"}
 DEFAULT_STUDIES = ("sweep", "headline", "scale", "samplers")
-STANDARD = ("logq-paper", "logq-official")
+STANDARD = ("logq-tfrs", "logq-official")
 KS = (10, 100, 1000)
 # Fields that tell the runs of one scenario apart (and the metrics): the rest is the scenario.
 VARIANT_FIELDS = {"run_id", "proposal", "correction", "seed", "resumed_from_step", "machine"}

@@ -25,7 +25,7 @@ OUT=${OUT:-results/ml1m-loo-fixed}
 grid_check_out "$OUT" || { echo "OUT must be results/NAME (its runs/ is git-ignored)" >&2; exit 2; }
 PY=${PY:-$ROOT/.venv/bin/python}
 SEEDS=${SEEDS:-0 1 2 3}
-LOSSES=${LOSSES:-inbatch-logq inbatch-corrected mns-logq mns-corrected}
+LOSSES=${LOSSES:-inbatch-logq-official inbatch-corrected mns-logq-official mns-corrected}
 DATA=(--data-dir "$ROOT/../shared/data/ml-1m-sasrec" --data-format sasrec)
 [ $# -gt 0 ] && DATA=("$@")
 grid_pin "$OUT" || exit 2

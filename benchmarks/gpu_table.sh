@@ -18,7 +18,7 @@ OUTPUT_DIR=${2:-results/ml1m-loo-paper-gpu}
 PARALLEL=${PARALLEL:-5}
 MAX_EPOCHS=${MAX_EPOCHS:-300}
 SEEDS=${SEEDS:-0}
-LOSSES=${LOSSES:-bce,gbce,uniform,inbatch-none,inbatch-logq,inbatch-corrected,mns-none,mns-logq,mns-corrected,full-softmax}
+LOSSES=${LOSSES:-bce,gbce,uniform,inbatch-none,inbatch-logq-official,inbatch-corrected,mns-none,mns-logq-official,mns-corrected,full-softmax}
 TFRS_LOGQ=${TFRS_LOGQ:-.venv/bin/tfrs-logq}
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || echo "no nvidia-smi"

@@ -22,8 +22,8 @@ grid_check_out "$OUT" || { echo "OUT must be results/NAME (its runs/ is git-igno
 PY=${PY:-$ROOT/.venv/bin/python}
 DATA=(--data-dir "$ROOT/../shared/data/ml-1m-sasrec" --data-format sasrec)
 [ $# -gt 0 ] && DATA=("$@")
-FIRST="inbatch-logq inbatch-corrected mns-logq mns-corrected inbatch-none mns-none uniform full-softmax bce gbce"
-MORE="inbatch-logq inbatch-corrected mns-logq mns-corrected"
+FIRST="inbatch-logq-official inbatch-corrected mns-logq-official mns-corrected inbatch-none mns-none uniform full-softmax bce gbce"
+MORE="inbatch-logq-official inbatch-corrected mns-logq-official mns-corrected"
 # gBCE sits on a plateau (validation NDCG@10 about 0.02) for its first ~1,000 steps, in
 # the official code as in ours (results/parity-cpu), and the long preset's patience of
 # 10 epochs stops it there. This run gives it patience 30 and up to 150 epochs.

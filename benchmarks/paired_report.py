@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from tfrs_logq.stats import paired_difference, pairs_for_power  # noqa: E402
 
-PAIRS = (("inbatch-logq", "inbatch-corrected"), ("mns-logq", "mns-corrected"))
+PAIRS = (("inbatch-logq-official", "inbatch-corrected"), ("mns-logq-official", "mns-corrected"))
 METRICS = ("window_test_recall@20", "window_test_ndcg@20")
 
 

@@ -25,7 +25,7 @@ table.
 
     python benchmarks/parity_official.py --data-dir ../shared/data/ml-1m-sasrec \\
         --official-dir /tmp/logq --official-python /tmp/refenv/bin/python \\
-        --losses inbatch-none,inbatch-logq,mns-logq,mns-corrected --seeds 0,1 \\
+        --losses inbatch-none,inbatch-logq-official,mns-logq-official,mns-corrected --seeds 0,1 \\
         --output results/parity-cpu
 """
 
@@ -52,12 +52,12 @@ OFFICIAL_SCRIPTS = {
     "gbce": ("train_gsasrec.py", {"gbce_t": 0.75}),
     "uniform": ("train_uniform.py", {}),
     "inbatch-none": ("train_in_batch.py", {}),
-    "inbatch-logq": ("train_in_batch_logq_old.py", {}),
+    "inbatch-logq-official": ("train_in_batch_logq_old.py", {}),
     # The official "in-batch, improved logQ" script draws 128 uniform + 128 in-batch
     # negatives: it is the same computation as train_mns_log_new.py.
     "inbatch-corrected": ("train_in_batch_logq_new.py", {}),
     "mns-none": ("train_mns.py", {}),
-    "mns-logq": ("train_mns_log_old.py", {}),
+    "mns-logq-official": ("train_mns_log_old.py", {}),
     "mns-corrected": ("train_mns_log_new.py", {}),
     "full-softmax": ("train_full_softmax.py", {}),
 }
@@ -362,7 +362,7 @@ def main(argv=None) -> int:
                         "(default: git clone into a temporary directory)")
     parser.add_argument("--official-python", help="a Python with torch, ir_measures, tqdm, "
                         "torchinfo (default: a new virtual environment)")
-    parser.add_argument("--losses", default="inbatch-none,inbatch-logq,mns-logq,mns-corrected")
+    parser.add_argument("--losses", default="inbatch-none,inbatch-logq-official,mns-logq-official,mns-corrected")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--budget", default="cpu", choices=BUDGETS)
     parser.add_argument("--sides", default="official,ours")

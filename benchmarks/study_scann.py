@@ -1,7 +1,7 @@
 """Recall@k of the study's trained models through ScaNN indexes, beside brute force.
 
 Trains runs of a `tfrs_logq.studies.study` preset (by default the headline's `corrected` and
-`logq-paper` with the mixture proposal) for each seed with `study.train`, then scores the
+`logq-tfrs` with the mixture proposal) for each seed with `study.train`, then scores the
 same held-out examples by brute force (`study.model_top_k`) and through ScaNN searchers
 built as `tfrs-logq export --index scann` built them before it tuned its search (issue 37;
 `pre_tuning_parameters`, searched through `serving.export.search_scann`: a tree of
@@ -216,7 +216,7 @@ def report(results: list[dict], host: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=tuple(study.PRESETS), default="headline")
-    p.add_argument("--corrections", nargs="+", default=["corrected", "logq-paper"],
+    p.add_argument("--corrections", nargs="+", default=["corrected", "logq-tfrs"],
                    choices=study.CORRECTIONS)
     p.add_argument("--proposal", default="mixture", choices=study.PROPOSALS)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])

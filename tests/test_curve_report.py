@@ -30,7 +30,7 @@ def test_paired_differences_and_intervals_match_scipy(tmp_path, capsys):
     rng = np.random.default_rng(0)
     corrected, standard = rng.uniform(0.3, 0.6, 3), rng.uniform(0.3, 0.6, 3)
     rows = [_row("corrected", s, 100, corrected[s]) for s in range(3)]
-    rows += [_row("logq-paper", s, 100, standard[s]) for s in range(3)]
+    rows += [_row("logq-tfrs", s, 100, standard[s]) for s in range(3)]
     rows += [_row("corrected", 0, 300, 0.7), _row("none", 0, 300, 0.25)]
     rows += [_row("corrected", 0, 100, 0.1, num_items=5)]  # another world: left out
     path = tmp_path / "results.csv"
@@ -40,7 +40,7 @@ def test_paired_differences_and_intervals_match_scipy(tmp_path, capsys):
     text = levels + "\n" + paired
     diff = corrected - standard
     half = stats.t.ppf(0.975, 2) * diff.std(ddof=1) / np.sqrt(3)
-    line = next(x for x in paired.splitlines() if x.startswith("| 100 | logq-paper | 0,1,2 |"))
+    line = next(x for x in paired.splitlines() if x.startswith("| 100 | logq-tfrs | 0,1,2 |"))
     assert f"{diff.mean():+.4f} ± {half:.4f}" in line
     assert " / ".join(["%+.4f" % diff[0], "+0.0000", "+0.0000"]) in line
     single = next(x for x in paired.splitlines() if x.startswith("| 300 | none | 0 |"))

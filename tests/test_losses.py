@@ -40,23 +40,58 @@ def test_none_matches_formula_values_and_gradients():
     assert loss[0] == pytest.approx(0.0, abs=1e-6)  # no negative: softmax over the positive
 
 
-@pytest.mark.parametrize("with_positive_q", [False, True])
-def test_logq_matches_formula(with_positive_q):
+@pytest.mark.parametrize("correction", ["logq-official", "logq-tfrs"])
+def test_logq_matches_formula(correction):
+    """``logq-official``: -s_p + log(e^{s_p} + sum_i e^{s_i - log Q(d_i)}); ``logq-tfrs``:
+    the positive's term e^{s_p - log Q(p)} (value and gradient, numpy references)."""
     s_p, s_n, log_q, log_q_p, mask = _inputs(seed=1)
     kw = dict(negative_log_q=log_q, is_negative=mask)
-    if with_positive_q:
+    if correction == "logq-tfrs":
         kw["positive_log_q"] = log_q_p
-    loss, g_p, g_n = _loss_and_grads("logq", s_p, s_n, **kw)
-    ref, ref_gp, ref_gn = loss_logq(s_p, s_n, log_q, mask, log_q_p if with_positive_q else None)
+    loss, g_p, g_n = _loss_and_grads(correction, s_p, s_n, **kw)
+    ref, ref_gp, ref_gn = loss_logq(s_p, s_n, log_q, mask, kw.get("positive_log_q"))
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(g_p, ref_gp, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(g_n, ref_gn, rtol=1e-5, atol=1e-6)
 
 
+def test_the_two_standard_forms_differ_only_in_the_positives_term():
+    # One row, s_p = 0, two negatives scored 0 with Q = 0.5 and 0.25, Q(p) = 0.5.
+    # logq-official: log(1 + 2 + 4) = log 7; logq-tfrs: log(2 + 2 + 4) = log 8.
+    s_p, s_n = np.zeros(1), np.zeros((1, 2))
+    log_q = np.log([[0.5, 0.25]])
+    official, g_official, _ = _loss_and_grads("logq-official", s_p, s_n, negative_log_q=log_q)
+    tfrs_form, g_tfrs, _ = _loss_and_grads("logq-tfrs", s_p, s_n, negative_log_q=log_q,
+                                           positive_log_q=np.log([0.5]))
+    np.testing.assert_allclose(official, [np.log(7.0)], rtol=1e-6)
+    np.testing.assert_allclose(tfrs_form, [np.log(8.0)], rtol=1e-6)
+    np.testing.assert_allclose(g_official, [1 / 7 - 1], rtol=1e-6)  # softmax_p - 1
+    np.testing.assert_allclose(g_tfrs, [2 / 8 - 1], rtol=1e-6)
+
+
+def test_a_bare_logq_is_refused_naming_both_forms():
+    s_p, s_n, log_q, _, _ = _inputs()
+    with pytest.raises(ValueError, match=r"^correction 'logq' is ambiguous: use 'logq-tfrs' "
+                                         r"\(TFRS's Retrieval.*or 'logq-official' \(the paper's"):
+        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q)
+
+
+def test_positive_log_q_is_required_by_logq_tfrs_and_refused_by_logq_official():
+    s_p, s_n, log_q, log_q_p, _ = _inputs()
+    with pytest.raises(ValueError, match="`positive_log_q` is required for "
+                                         "correction='logq-tfrs'"):
+        sampled_softmax_loss(s_p, s_n, correction="logq-tfrs", negative_log_q=log_q)
+    with pytest.raises(ValueError, match="`positive_log_q` is only used by "
+                                         "correction='logq-tfrs'"):
+        sampled_softmax_loss(s_p, s_n, correction="logq-official", negative_log_q=log_q,
+                             positive_log_q=log_q_p)
+
+
 def test_logq_accepts_shared_log_q_vector():
     s_p, s_n, log_q, _, mask = _inputs(seed=2)
     shared = log_q[3]
-    loss, _, _ = _loss_and_grads("logq", s_p, s_n, negative_log_q=shared, is_negative=mask)
+    loss, _, _ = _loss_and_grads("logq-official", s_p, s_n, negative_log_q=shared,
+                                 is_negative=mask)
     ref, _, _ = loss_logq(s_p, s_n, np.broadcast_to(shared, s_n.shape), mask)
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
 
@@ -92,7 +127,7 @@ def test_corrected_positive_not_in_denominator():
     np.testing.assert_allclose(loss, [0.8 * np.log(16.0)], rtol=1e-6)
 
 
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-official", "corrected"])
 def test_extreme_logits_are_finite(correction):
     s_p = np.array([1e4, -1e4, 0.0, 1e4])
     s_n = np.array([[-1e4, 1e4, 0.0], [1e4, 1e4, -1e4], [0.0, 0.0, 1e4], [1e4, 1e4, 1e4]])
@@ -105,7 +140,7 @@ def test_extreme_logits_are_finite(correction):
     assert np.isfinite(loss).all() and np.isfinite(g_p).all() and np.isfinite(g_n).all()
     if correction == "none":
         ref = loss_none(s_p, s_n, mask)[0]
-    elif correction == "logq":
+    elif correction == "logq-official":
         ref = loss_logq(s_p, s_n, log_q, mask)[0]
     else:
         ref = loss_corrected(s_p, s_n, log_q, mask)[0]
@@ -127,7 +162,7 @@ def test_masked_entries_may_hold_inf_and_nan():
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-official", "corrected"])
 def test_half_precision_inputs_compute_in_float32(dtype, correction):
     s_p, s_n, log_q, _, mask = _inputs(seed=5, scale=2.0)
     kw = dict(is_negative=mask)
@@ -141,7 +176,7 @@ def test_half_precision_inputs_compute_in_float32(dtype, correction):
     lq = tf.cast(tf.constant(log_q, dtype), tf.float64).numpy()
     ref = {
         "none": lambda: loss_none(sp, sn, mask)[0],
-        "logq": lambda: loss_logq(sp, sn, lq, mask)[0],
+        "logq-official": lambda: loss_logq(sp, sn, lq, mask)[0],
         "corrected": lambda: loss_corrected(sp, sn, lq, mask)[0],
     }[correction]()
     np.testing.assert_allclose(loss, ref, rtol=1e-4, atol=1e-4)
@@ -179,7 +214,7 @@ def test_graph_mode_and_xla_match_eager(jit):
     np.testing.assert_allclose(grad.numpy(), ref_gn, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_logq_lowers_the_logit_of_a_popular_negative(correction):
     # Two negatives with equal scores; the popular one (higher Q) must receive a
     # smaller push-down gradient than the rare one: its effective logit is lower.
@@ -203,7 +238,7 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="negative_logits.*rows"):
         sampled_softmax_loss(s_p[:3], s_n, correction="none")
     with pytest.raises(ValueError, match="negative_log_q.*columns"):
-        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q[:, :2])
+        sampled_softmax_loss(s_p, s_n, correction="logq-official", negative_log_q=log_q[:, :2])
     with pytest.raises(ValueError, match="is_negative.*bool"):
         sampled_softmax_loss(s_p, s_n, correction="none", is_negative=np.ones_like(s_n))
     with pytest.raises(ValueError, match="positive_logits.*floating"):
@@ -300,7 +335,7 @@ def _above_one_inputs():
     return s_p, s_n, log_q
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_log_q_above_zero_is_refused_eagerly(correction):
     s_p, s_n, log_q = _above_one_inputs()
     with pytest.raises(ValueError, match=r"`negative_log_q` must be the log of a per-draw .*"
@@ -313,11 +348,12 @@ def test_log_q_above_zero_is_refused_eagerly(correction):
 def test_positive_log_q_above_zero_is_refused():
     s_p, s_n, log_q = _above_one_inputs()
     with pytest.raises(ValueError, match="`positive_log_q` must be the log of a per-draw"):
-        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q[:1].repeat(2, 0),
+        sampled_softmax_loss(s_p, s_n, correction="logq-tfrs",
+                             negative_log_q=log_q[:1].repeat(2, 0),
                              positive_log_q=np.array([-1.0, 0.5]))
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_log_q_above_zero_is_refused_in_a_tf_function(correction):
     s_p, s_n, log_q = _above_one_inputs()
     spec = tf.TensorSpec([None, 3], tf.float64)
@@ -332,7 +368,7 @@ def test_log_q_above_zero_is_refused_in_a_tf_function(correction):
         loss(s_p, s_n, log_q)
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_masked_entries_may_hold_log_q_above_zero(correction):
     s_p, s_n, log_q = _above_one_inputs()
     mask = np.ones((2, 3), bool)
@@ -341,7 +377,7 @@ def test_masked_entries_may_hold_log_q_above_zero(correction):
     clean[1, 1] = np.log(0.2)
     loss = sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=log_q,
                                 is_negative=mask)
-    ref = (loss_logq(s_p, s_n, clean, mask) if correction == "logq"
+    ref = (loss_logq(s_p, s_n, clean, mask) if correction == "logq-official"
            else loss_corrected(s_p, s_n, clean, mask))[0]
     np.testing.assert_allclose(loss.numpy(), ref, rtol=1e-6)
 
@@ -356,7 +392,7 @@ def test_masked_entries_may_hold_log_q_above_zero(correction):
 
 def test_validate_false_skips_the_log_q_check():
     s_p, s_n, log_q = _above_one_inputs()
-    loss = sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q,
+    loss = sampled_softmax_loss(s_p, s_n, correction="logq-official", negative_log_q=log_q,
                                 validate=False)
     np.testing.assert_allclose(loss.numpy(), loss_logq(s_p, s_n, log_q, np.ones((2, 3), bool))[0],
                                rtol=1e-6)

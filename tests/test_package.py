@@ -41,7 +41,7 @@ def test_public_api_names_import():
     from tfrs_logq._version import __version__
 
     assert tfrs_logq.__version__ == __version__ and __version__.count(".") >= 2
-    assert tfrs_logq.CORRECTIONS == ("none", "logq", "corrected")
+    assert tfrs_logq.CORRECTIONS == ("none", "logq-tfrs", "logq-official", "corrected")
     with pytest.raises(AttributeError):
         tfrs_logq.no_such_name  # noqa: B018
 

@@ -1,7 +1,7 @@
 """Specification of `tfrs_logq.tasks.CorrectedRetrieval`.
 
 References are computed here in numpy from the paper's formulas; stock
-`tfrs.tasks.Retrieval` is the reference for ``correction="none"``/``"logq"``.
+`tfrs.tasks.Retrieval` is the reference for ``correction="none"``/``"logq-tfrs"``.
 """
 
 import json
@@ -61,7 +61,7 @@ def reference_corrected(q, c, ids, prob, *, temperature=1.0, dedup=False, score_
     return loss
 
 
-# --- parity with stock TFRS for "none" and "logq" --------------------------------------------
+# --- parity with stock TFRS for "none" and "logq-tfrs" ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -75,12 +75,12 @@ def reference_corrected(q, c, ids, prob, *, temperature=1.0, dedup=False, score_
     ],
     ids=["plain", "temperature", "hits", "hard", "all"],
 )
-@pytest.mark.parametrize("correction", ["none", "logq"])
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs"])
 @pytest.mark.parametrize("num_extra", [0, 5])
 def test_matches_stock_tfrs(correction, options, num_extra):
     q, c, ids, prob, weight = _batch(seed=1, num_extra=num_extra)
     kwargs = dict(candidate_ids=ids, sample_weight=weight)
-    if correction == "logq":
+    if correction == "logq-tfrs":
         kwargs["candidate_sampling_probability"] = prob
     ours = _loss_and_grads(CorrectedRetrieval(correction=correction, **options), q, c, **kwargs)
     stock = _loss_and_grads(tfrs.tasks.Retrieval(**options), q, c, **kwargs)
@@ -321,7 +321,7 @@ def test_model_fit_under_mirrored_strategy_reduces_loss(mirrored_strategy):
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
 
 
-@pytest.mark.parametrize("correction", ["none", "logq"])
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs"])
 @pytest.mark.parametrize("hits", [False, True])
 def test_dedup_and_score_mask_for_none_and_logq_keep_the_positive(correction, hits):
     # Row i's positive id may occur earlier in the batch: its own column is then a
@@ -333,11 +333,11 @@ def test_dedup_and_score_mask_for_none_and_logq_keep_the_positive(correction, hi
     task = CorrectedRetrieval(correction=correction, deduplicate_candidates=True,
                               remove_accidental_hits=hits, reduction="none")
     kw = dict(candidate_ids=ids, score_mask=score_mask)
-    if correction == "logq":
+    if correction == "logq-tfrs":
         kw["candidate_sampling_probability"] = prob
     loss = task(q, c, **kw).numpy()
     scores = q.astype(np.float64) @ c.T.astype(np.float64)
-    log_q = np.log(prob.astype(np.float64)) if correction == "logq" else np.zeros(11)
+    log_q = np.log(prob.astype(np.float64)) if correction == "logq-tfrs" else np.zeros(11)
     first = np.array([list(ids).index(x) == j for j, x in enumerate(ids)])
     for i in range(8):
         neg = first & score_mask[i]
@@ -356,10 +356,12 @@ def test_dedup_and_score_mask_for_none_and_logq_keep_the_positive(correction, hi
 @pytest.mark.parametrize("options", [
     {"correction": "corrected"},
     {"correction": "none", "remove_accidental_hits": True},
-    {"correction": "logq", "remove_accidental_hits": True},
+    {"correction": "logq-tfrs", "remove_accidental_hits": True},
+    {"correction": "logq-official", "remove_accidental_hits": True},
     {"correction": "corrected", "deduplicate_candidates": True},
     {"correction": "corrected", "num_hard_negatives": 3},
-], ids=["corrected", "none-hits", "logq-hits", "corrected-dedup", "corrected-hard"])
+], ids=["corrected", "none-hits", "logq-tfrs-hits", "logq-official-hits", "corrected-dedup",
+     "corrected-hard"])
 def test_string_candidate_ids_equal_integer_ids(options):
     q, c, ids, prob, weight = _batch(seed=21, num_extra=4)
     names = np.array([f"movie-{i:03d}" for i in ids])
@@ -545,3 +547,113 @@ def test_in_batch_loss_with_given_positives_and_masked_diagonal_is_unchanged(num
     np.testing.assert_allclose(results[1][0], ref, rtol=1e-5)
     for slow, fast in zip(results[0], results[1]):
         np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-6)
+
+
+# --- the two standard forms: "logq-tfrs" (TFRS) and "logq-official" (the paper's code) -------
+
+
+def reference_standard(q, c, ids, prob, form, *, temperature=1.0, hits=False,
+                       num_hard=None, sample_weight=None):
+    """Per-row standard logQ loss and its gradients in q and c (numpy, float64):
+    ``logq-tfrs`` ``log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)}) - (s_p - log Q(p))``,
+    ``logq-official`` ``log(e^{s_p} + sum_i e^{s_i - log Q(d_i)}) - s_p``; ``num_hard``
+    keeps each row's largest ``s_i - log Q(d_i)`` among its negatives."""
+    q64, c64 = q.astype(np.float64), c.astype(np.float64)
+    scores = q64 @ c64.T / temperature
+    b, n = scores.shape
+    log_q = np.log(prob.astype(np.float64))
+    weight = np.ones(b) if sample_weight is None else sample_weight.astype(np.float64)
+    loss, d_scores = np.zeros(b), np.zeros((b, n))
+    for i in range(b):
+        neg = np.ones(n, bool)
+        neg[i] = False
+        if hits:
+            neg &= ids != ids[i]
+        cols = np.flatnonzero(neg)
+        adjusted = scores[i, cols] - log_q[cols]
+        if num_hard is not None:
+            keep = np.argsort(-adjusted)[:num_hard]
+            cols, adjusted = cols[keep], adjusted[keep]
+        positive = scores[i, i] - (log_q[i] if form == "logq-tfrs" else 0.0)
+        terms = np.concatenate([[positive], adjusted])
+        m = terms.max()
+        lse = m + np.log(np.exp(terms - m).sum())
+        loss[i] = weight[i] * (lse - positive)
+        soft = np.exp(terms - lse)
+        d_scores[i, i] = weight[i] * (soft[0] - 1.0)
+        d_scores[i, cols] = weight[i] * soft[1:]
+    d_scores /= temperature
+    return loss, d_scores @ c64, d_scores.T @ q64
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"temperature": 0.5},
+    {"remove_accidental_hits": True},
+    {"num_hard_negatives": 3},
+    {"temperature": 0.7, "remove_accidental_hits": True, "num_hard_negatives": 4},
+], ids=["plain", "temperature", "hits", "hard", "all"])
+@pytest.mark.parametrize("form", ["logq-tfrs", "logq-official"])
+@pytest.mark.parametrize("num_extra", [0, 5])
+def test_standard_forms_equal_numpy_references_values_and_gradients(form, options, num_extra):
+    q, c, ids, prob, weight = _batch(seed=31, num_extra=num_extra)
+    task = CorrectedRetrieval(correction=form, reduction="none", **options)
+    loss, gq, gc = _loss_and_grads(task, q, c, candidate_ids=ids,
+                                   candidate_sampling_probability=prob, sample_weight=weight)
+    ref, ref_gq, ref_gc = reference_standard(
+        q, c, ids, prob, form, temperature=options.get("temperature", 1.0),
+        hits=options.get("remove_accidental_hits", False),
+        num_hard=options.get("num_hard_negatives"), sample_weight=weight)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gq, ref_gq, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gc, ref_gc, rtol=1e-4, atol=1e-5)
+
+
+def test_logq_official_is_logq_tfrs_with_the_positives_log_q_zeroed():
+    """The form the paper's code trains: what the two-tower loop got before by passing
+    ``log Q(p) = 0`` for the positives' columns to ``logq-tfrs``, its score mask leaving
+    the other rows' positives out of a row's negatives (the loop's negatives are drawn
+    apart, after the positives)."""
+    q, c, ids, prob, _ = _batch(seed=32, num_extra=4, num_ids=40)
+    log_q = np.log(prob)
+    zeroed = log_q.copy()
+    zeroed[:len(q)] = 0.0
+    common = dict(candidate_ids=ids, score_mask=np.concatenate(
+        [np.eye(len(q), dtype=bool), np.ones((len(q), 4), bool)], axis=1))
+    official = _loss_and_grads(
+        CorrectedRetrieval(correction="logq-official", remove_accidental_hits=True), q, c,
+        candidate_log_sampling_probability=log_q, **common)
+    old_way = _loss_and_grads(
+        CorrectedRetrieval(correction="logq-tfrs", remove_accidental_hits=True), q, c,
+        candidate_log_sampling_probability=zeroed, **common)
+    assert not np.allclose(zeroed, log_q)
+    for a, b in zip(official, old_way):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_bare_logq_is_refused_by_the_task_and_the_in_batch_loss():
+    from tfrs_logq.losses import hard_negative_softmax_loss, in_batch_softmax_loss
+
+    message = (r"^correction 'logq' is ambiguous: use 'logq-tfrs' \(TFRS's Retrieval: the "
+               r"positive's logit corrected too\) or 'logq-official' \(the paper's code: the "
+               r"positive uncorrected\)\.$")
+    with pytest.raises(ValueError, match=message):
+        CorrectedRetrieval(correction="logq")
+    scores = tf.zeros([2, 3])
+    with pytest.raises(ValueError, match=message):
+        in_batch_softmax_loss(scores, correction="logq", log_q=tf.zeros([3]))
+    with pytest.raises(ValueError, match=message):
+        hard_negative_softmax_loss(scores, tf.zeros([3]), None, 1, "logq")
+    with pytest.raises(ValueError, match="`correction` must be one of none, logq-tfrs"):
+        CorrectedRetrieval(correction="logq-paper")
+
+
+@pytest.mark.parametrize("form", ["logq-tfrs", "logq-official"])
+def test_in_batch_loss_standard_forms_without_a_mask(form):
+    from tfrs_logq.losses import in_batch_softmax_loss
+
+    q, c, ids, prob, _ = _batch(seed=33, num_extra=3)
+    loss = in_batch_softmax_loss(tf.matmul(q, c, transpose_b=True), correction=form,
+                                 log_q=tf.math.log(tf.constant(prob)))
+    ref, _, _ = reference_standard(q, c, ids, prob, form)
+    np.testing.assert_allclose(loss.numpy(), ref, rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Sampled softmax losses with no, standard, or corrected logQ correction.
+"""Sampled softmax losses with no, standard (two forms), or corrected logQ correction.
 
 Pure functions: logits, log proposal probabilities and a validity mask in, one
 loss per example out. The Keras task in :mod:`tfrs_logq.tasks` is a thin wrapper.
@@ -10,11 +10,18 @@ Notation (Khrylchenko et al., RecSys 2025): ``s_p`` is the positive's logit,
 ``s_i`` the logit of negative ``d_i``, ``Q`` the proposal the negatives were
 drawn from and ``Q'`` the proposal with the positive excluded.
 
-- ``"none"``:      ``-s_p + log(e^{s_p} + sum_i e^{s_i})``
-- ``"logq"``:      ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``
-- ``"corrected"``: ``-w * (s_p - log sum_i e^{s_i - log Q'(d_i)})`` with
+- ``"none"``:          ``-s_p + log(e^{s_p} + sum_i e^{s_i})``
+- ``"logq-tfrs"``:     ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``,
+  standard logQ as TFRS's ``Retrieval`` computes it: the positive's logit corrected too
+  (`CorrectedRetrieval` and `in_batch_softmax_loss` also subtract the constant
+  ``log Q(p)`` in the numerator, as TFRS does: the same gradient)
+- ``"logq-official"``: ``-s_p + log(e^{s_p} + sum_i e^{s_i - log Q(d_i)})``, standard
+  logQ as the paper's official code computes it: the positive uncorrected
+- ``"corrected"``:     ``-w * (s_p - log sum_i e^{s_i - log Q'(d_i)})`` with
   ``w = sg(1 - P)`` and ``P = e^{s_p} / (e^{s_p} + (1/n) sum_i e^{s_i - log Q'(d_i)})``,
   ``n`` the number of valid negatives of the row and ``sg`` the stop-gradient.
+
+A bare ``"logq"`` names neither standard form and is refused (`check_correction`).
 """
 
 from __future__ import annotations
@@ -38,9 +45,8 @@ from tfrs_logq._losses_impl import (
     sampled_logq,
     sampled_none,
 )
+from tfrs_logq.corrections import CORRECTIONS, STANDARD_FORMS, check_correction
 from tfrs_logq.proposal import check_log_q, log_complement
-
-CORRECTIONS = ("none", "logq", "corrected")
 
 
 def compute_dtype_for(*tensors: Optional[tf.Tensor]) -> tf.DType:
@@ -93,14 +99,15 @@ def sampled_softmax_loss(
     Args:
       positive_logits: `[batch]` floating. ``s_p``, the positive's logit.
       negative_logits: `[batch, n]` floating. ``s_i``, the negatives' logits.
-      correction: str. One of ``"none"``, ``"logq"`` (standard, Yi et al. 2019)
+      correction: str. One of ``"none"``, ``"logq-tfrs"`` or ``"logq-official"``
+        (standard, Yi et al. 2019, as TFRS and as the paper's official code compute it)
         or ``"corrected"`` (Khrylchenko et al. 2025); see the module docstring.
-      negative_log_q: `[batch, n]` or `[n]` floating. ``log Q(d_i)`` for
-        ``"logq"`` and ``log Q'(d_i)`` (proposal without the positive) for
-        ``"corrected"``. Required for both; ignored for ``"none"``.
-      positive_log_q: `[batch]` floating. ``log Q(p)``; only for ``"logq"``.
-        When None the positive's denominator term is left uncorrected (the
-        variant of the paper's official code). Defaults to None.
+      negative_log_q: `[batch, n]` or `[n]` floating. ``log Q(d_i)`` for the
+        standard forms and ``log Q'(d_i)`` (proposal without the positive) for
+        ``"corrected"``. Required for all three; ignored for ``"none"``.
+      positive_log_q: `[batch]` floating. ``log Q(p)``: required for ``"logq-tfrs"``
+        (the positive's denominator term is corrected), refused by the others.
+        Defaults to None.
       is_negative: `[batch, n]` bool. False marks an entry that is not a
         negative (accidental hit, duplicate, padding). Defaults to all True.
       negative_mask: deprecated name of ``is_negative`` (same meaning: True =
@@ -120,24 +127,29 @@ def sampled_softmax_loss(
     Returns:
       `[batch]` loss in float32 (float64 if an input is float64). A row with
       no valid negative has loss 0 for ``"corrected"`` (finite gradients);
-      for ``"none"``/``"logq"`` such a row has loss 0 as well (the softmax over
-      the positive alone).
+      for ``"none"``/``"logq-official"`` such a row has loss 0 as well (the softmax
+      over the positive alone).
 
     Raises:
-      ValueError: on an unknown correction, a missing ``negative_log_q``, a
-        non-floating input, shapes that do not agree, or a ``log Q`` above 0
+      ValueError: on an unknown correction (a bare ``"logq"`` among them), a missing
+        ``negative_log_q``, ``positive_log_q`` missing for ``"logq-tfrs"`` or given to
+        another correction, a non-floating input, shapes that do not agree, or a ``log Q`` above 0
         (``Q > 1``) where ``is_negative`` is True or in ``positive_log_q``. In a
         `tf.function`, where the values are not known, the ``log Q`` check is a
         ``tf.debugging`` assertion (``InvalidArgumentError`` with the same message).
 
     Example: a positive scored ``s_p = 2`` and two negatives scored ``1`` and ``0``, drawn
-    with ``Q(d_i)`` (``Q'(d_i)`` for ``"corrected"``) ``0.5`` and ``0.25``:
+    with ``Q(d_i)`` (``Q'(d_i)`` for ``"corrected"``) ``0.5`` and ``0.25``, the positive
+    with ``Q(p) = 0.25``:
 
     >>> s_p, s_n = tf.constant([2.0]), tf.constant([[1.0, 0.0]])
-    >>> log_q = tf.math.log([[0.5, 0.25]])
-    >>> [round(float(sampled_softmax_loss(s_p, s_n, correction=c, negative_log_q=log_q)[0]), 4)
-    ...  for c in CORRECTIONS]
-    [0.4076, 0.8229, 0.0953]
+    >>> log_q, log_q_p = tf.math.log([[0.5, 0.25]]), tf.math.log([0.25])
+    >>> def loss(c, **kw):
+    ...     return round(float(sampled_softmax_loss(s_p, s_n, correction=c,
+    ...                                             negative_log_q=log_q, **kw)[0]), 4)
+    >>> [loss("none"), loss("logq-tfrs", positive_log_q=log_q_p), loss("logq-official"),
+    ...  loss("corrected")]
+    [0.4076, 1.6634, 0.8229, 0.0953]
     """
     if negative_mask is not None:
         if is_negative is not None:
@@ -152,8 +164,7 @@ def sampled_softmax_loss(
             stacklevel=2,
         )
         is_negative = negative_mask
-    if correction not in CORRECTIONS:
-        raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
+    check_correction(correction)
     check_proposal(proposal)
     positive_logits = tf.convert_to_tensor(positive_logits)
     negative_logits = tf.convert_to_tensor(negative_logits)
@@ -181,6 +192,14 @@ def sampled_softmax_loss(
         _check_dim(mask, "is_negative", 0, batch, "rows")
         _check_dim(mask, "is_negative", 1, num_neg, "columns (must match `negative_logits`)")
 
+    if positive_log_q is None and correction == "logq-tfrs":
+        raise ValueError("`positive_log_q` is required for correction='logq-tfrs' (the "
+                         "positive's logit is corrected too); correction='logq-official' "
+                         "leaves it uncorrected.")
+    if positive_log_q is not None and correction != "logq-tfrs":
+        raise ValueError(f"`positive_log_q` is only used by correction='logq-tfrs'; "
+                         f"correction={correction!r} leaves the positive uncorrected or, "
+                         "'corrected', out of the denominator: drop it.")
     if correction == "none":
         return sampled_none(s_p, s_n, mask)
 
@@ -199,21 +218,15 @@ def sampled_softmax_loss(
     if validate:
         log_q = check_log_q(log_q, "negative_log_q", is_valid=mask)
 
-    if correction == "logq":
-        pos_q = None
-        if positive_log_q is not None:
-            pos_q = _as_float(positive_log_q, "positive_log_q", dtype)
-            _check_rank(pos_q, "positive_log_q", (1,))
-            _check_dim(pos_q, "positive_log_q", 0, batch, "entries (must match batch)")
-            if validate:
-                pos_q = check_log_q(pos_q, "positive_log_q")
+    if correction == "logq-official":
+        return sampled_logq(s_p, s_n, log_q, mask, None)
+    if correction == "logq-tfrs":
+        pos_q = _as_float(positive_log_q, "positive_log_q", dtype)
+        _check_rank(pos_q, "positive_log_q", (1,))
+        _check_dim(pos_q, "positive_log_q", 0, batch, "entries (must match batch)")
+        if validate:
+            pos_q = check_log_q(pos_q, "positive_log_q")
         return sampled_logq(s_p, s_n, log_q, mask, pos_q)
-
-    if positive_log_q is not None:
-        raise ValueError(
-            "`positive_log_q` is only used by correction='logq'; the corrected loss "
-            "removes the positive from the denominator."
-        )
     return sampled_corrected(s_p, s_n, log_q, mask, proposal)
 
 
@@ -238,9 +251,9 @@ def in_batch_softmax_loss(
 
     Args:
       scores: `[batch, num_candidates]` float logits, ``num_candidates >= batch``.
-      correction: ``"none"``, ``"logq"`` or ``"corrected"``.
-      log_q: `[num_candidates]` ``log Q(d)`` of each candidate (``"logq"`` and
-        ``"corrected"``). For ``"corrected"`` ``log Q'(d) = log Q(d) - log(1 - Q(p))``
+      correction: ``"none"``, ``"logq-tfrs"``, ``"logq-official"`` or ``"corrected"``.
+      log_q: `[num_candidates]` ``log Q(d)`` of each candidate (all but ``"none"``;
+        ``"logq-official"`` reads only the negatives'). For ``"corrected"`` ``log Q'(d) = log Q(d) - log(1 - Q(p))``
         is applied per row here (`tfrs_logq.proposal.log_complement`: ``Q(p)``
         capped at ``1 - 1e-6``).
       is_negative: `[batch, num_candidates]` bool, True where the column counts
@@ -249,7 +262,7 @@ def in_batch_softmax_loss(
         to None: every other column is a negative.
       num_negatives: `[batch]` number of negatives per row, if known more
         cheaply than by counting ``is_negative`` (only used by ``"corrected"``).
-      numerator_log_q: bool. For ``"logq"``, subtract ``log Q(p)`` in the
+      numerator_log_q: bool. For ``"logq-tfrs"``, subtract ``log Q(p)`` in the
         numerator as well (TFRS does; a constant with zero gradient). Defaults to True.
       positive_logits: `[batch]` the diagonal ``scores[i, i]``, if the caller has it
         more cheaply (`tfrs_logq.tasks.positive_scores` computes it from the
@@ -269,8 +282,7 @@ def in_batch_softmax_loss(
     one ``where`` with ``is_negative`` and the log-sum-exp's passes (max, exp, sum;
     one multiply backward); its weight ``w`` and ``log(1 - Q(p))`` are `[batch]`.
     """
-    if correction not in CORRECTIONS:
-        raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
+    check_correction(correction)
     check_proposal(proposal)
     dtype = scores.dtype
     batch = tf.shape(scores)[0]
@@ -285,9 +297,10 @@ def in_batch_softmax_loss(
         if log_q is None:
             raise ValueError(f"`log_q` is required for correction={correction!r}.")
         logits = scores - tf.cast(log_q, dtype)[None, :]
-        diagonal = positive_logits - tf.cast(log_q, dtype)[:batch]
+        if correction == "logq-tfrs":
+            diagonal = positive_logits - tf.cast(log_q, dtype)[:batch]
 
-    if is_negative is None and correction != "corrected":
+    if is_negative is None and correction in ("none", "logq-tfrs"):
         # No mask: the diagonal already holds the positive's denominator term.
         lse = row_logsumexp(logits)
     else:
@@ -306,7 +319,7 @@ def in_batch_softmax_loss(
             return corrected_from_logsumexp(positive_logits, negative_lse, num_negatives,
                                             proposal)
         lse = logaddexp(negative_lse, diagonal)
-    if correction == "logq" and numerator_log_q:
+    if correction == "logq-tfrs" and numerator_log_q:
         return lse - diagonal
     return lse - positive_logits
 
@@ -317,7 +330,8 @@ def hard_negative_softmax_loss(
 ) -> tf.Tensor:
     """`in_batch_softmax_loss` over each row's ``num_hard_negatives`` largest
     ``s_i - log Q(d_i)`` among its negatives (column ``i`` of row ``i`` is the positive
-    and never one); ``"logq"`` corrects the positive too, as the paper writes it."""
+    and never one); ``"logq-tfrs"`` corrects the positive too, ``"logq-official"`` not."""
+    check_correction(correction)
     dtype = scores.dtype
     num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
     adjusted = scores if log_q is None else scores - log_q[None, :]
@@ -336,9 +350,9 @@ def hard_negative_softmax_loss(
             lse = lse + log_complement(log_q[:num_queries])
         num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
         return corrected_from_logsumexp(positive_logits, lse, num_valid, proposal)
-    diagonal = tf.linalg.diag_part(adjusted)
+    diagonal = tf.linalg.diag_part(adjusted) if correction == "logq-tfrs" else positive_logits
     lse = row_logsumexp(tf.concat([diagonal[:, None], top], axis=1))
-    return lse - (diagonal if correction == "logq" else positive_logits)
+    return lse - diagonal
 
 
 def gbce_loss(
@@ -400,7 +414,8 @@ def full_softmax_loss(logits, targets, *, exclude=None) -> tf.Tensor:
     return lse - target_logits
 
 
-__all__ = ["CORRECTIONS", "PROPOSALS", "check_proposal", "compute_dtype_for",
+__all__ = ["CORRECTIONS", "PROPOSALS", "STANDARD_FORMS", "check_correction",
+           "check_proposal", "compute_dtype_for",
            "corrected_from_logsumexp", "corrected_weight", "full_softmax_loss", "gbce_loss",
            "hard_negative_softmax_loss", "in_batch_softmax_loss", "logaddexp",
            "masked_row_logsumexp", "masked_value", "row_logsumexp", "sampled_softmax_loss"]

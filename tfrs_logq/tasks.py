@@ -25,8 +25,8 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 from tfrs_logq.losses import (
-    CORRECTIONS,
     PROPOSALS,
+    check_correction,
     check_proposal,
     compute_dtype_for,
     hard_negative_softmax_loss,
@@ -208,7 +208,7 @@ def proposal_log_q(
     num_candidates: Optional[int] = None,
     min_probability: float = MIN_PROBABILITY,
     dtype: tf.DType = tf.float32,
-    correction: str = "logq",
+    correction: str = "logq-tfrs",
 ) -> tf.Tensor:
     """`[num_candidates]` ``log Q(d)``: the log per-draw proposal probability of each candidate.
 
@@ -291,7 +291,7 @@ def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None) -> t
 
 
 class CorrectedRetrieval(tfrs.tasks.Retrieval):
-    """Retrieval task with no, standard, or corrected logQ correction.
+    """Retrieval task with no, standard (two forms), or corrected logQ correction.
 
     Same call signature and in-batch semantics as `tfrs.tasks.Retrieval`: row
     ``i`` of ``query_embeddings`` has candidate ``i`` as its positive; every
@@ -332,13 +332,17 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
     (meant for pure in-batch negatives; for extra candidates from another sampler
     pass their log probability yourself).
 
-    ``correction="none"`` and ``"logq"`` reproduce stock TFRS (``Retrieval``
+    ``correction="none"`` and ``"logq-tfrs"`` reproduce stock TFRS (``Retrieval``
     without / with ``candidate_sampling_probability``) to the last bit of the
     formula, including the constant ``log Q(p)`` TFRS subtracts in the numerator.
+    ``"logq-official"`` is standard logQ as the paper's official code computes it: the
+    negatives corrected, the positive's logit not (numerator and denominator).
 
     Args:
-      correction: str. ``"none"``, ``"logq"`` or ``"corrected"``. Defaults to
-        ``"corrected"``.
+      correction: str. ``"none"``, ``"logq-tfrs"`` (TFRS's standard logQ: the positive's
+        logit corrected too), ``"logq-official"`` (the paper's code: the positive
+        uncorrected) or ``"corrected"`` (`tfrs_logq.corrections`; a bare ``"logq"`` is
+        refused). Defaults to ``"corrected"``.
       deduplicate_candidates: bool. When True a candidate id that occurs more
         than once counts once as a negative (needs ``candidate_ids``).
         Defaults to False.
@@ -351,8 +355,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
       temperature: float. Logits are divided by it. Defaults to None.
       num_hard_negatives: int. Keep only the ``num_hard_negatives`` negatives
         with the largest corrected logits in each row. Defaults to None.
-      remove_accidental_hits: bool. Mask accidental hits for ``"none"`` and
-        ``"logq"`` (always on for ``"corrected"``). Defaults to False.
+      remove_accidental_hits: bool. Mask accidental hits for ``"none"`` and the
+        standard forms (always on for ``"corrected"``). Defaults to False.
       min_sampling_probability: float. ``candidate_sampling_probability`` is
         clipped to ``[min_sampling_probability, 1]`` before the log, as TFRS
         does with 1e-6. Lower it for catalogs with rarer items, or pass
@@ -383,10 +387,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         sampling_probability: str = "per_draw",
         name: Optional[str] = None,
     ) -> None:
-        if correction not in CORRECTIONS:
-            raise ValueError(
-                f"`correction` must be one of {CORRECTIONS}, received {correction!r}."
-            )
+        check_correction(correction)
         if reduction not in REDUCTIONS:
             raise ValueError(f"`reduction` must be one of {REDUCTIONS}, received {reduction!r}.")
         if temperature is not None and not temperature > 0:

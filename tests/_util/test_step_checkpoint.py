@@ -82,10 +82,10 @@ def test_without_a_save_the_run_starts_from_step_0(tmp_path, world):
 def test_a_state_of_another_key_is_refused_both_ways_and_the_message_names_the_field(tmp_path):
     var = tf.Variable(1.0)
     a = "num_items=5|correction=corrected|code=abc"
-    b = "num_items=5|correction=logq-paper|code=abc"
+    b = "num_items=5|correction=logq-tfrs|code=abc"
     StepCheckpoint(str(tmp_path), a, var=var).save(3)
     with pytest.raises(ValueError, match="'correction=corrected' where this run has "
-                                         "'correction=logq-paper'"):
+                                         "'correction=logq-tfrs'"):
         StepCheckpoint(str(tmp_path), b, var=var).restore()
     with pytest.raises(ValueError, match="belongs to another run or code"):
         StepCheckpoint(str(tmp_path), b, var=var).save(4)  # saving into it is refused too
@@ -177,7 +177,7 @@ def test_the_grid_goes_on_from_a_killed_runs_checkpoint_and_removes_it(tmp_path,
 
 
 def test_the_grid_removes_checkpoints_no_unfinished_run_resumes(tmp_path):
-    runs = [study.Run(**TINY), study.Run(**{**TINY, "correction": "logq-paper"})]
+    runs = [study.Run(**TINY), study.Run(**{**TINY, "correction": "logq-tfrs"})]
     out = str(tmp_path)
     keep = study_grid.checkpoint_directory(out, runs[1])
     finished = study_grid.checkpoint_directory(out, runs[0])

@@ -711,7 +711,7 @@ def test_demo_cli_writes_table_csv_and_png(capsys, tmp_path):
     assert code == 0, err[-3000:]
     result = json.loads(stdout.strip().splitlines()[-1])
     methods = [r["method"] for r in result["results"]]
-    assert methods == ["oracle (true P(d|u))", "in-batch, none", "in-batch, logq",
+    assert methods == ["oracle (true P(d|u))", "in-batch, none", "in-batch, logq-tfrs",
                        "in-batch, corrected"]
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
@@ -733,7 +733,7 @@ def test_demo_says_what_it_is_doing_in_a_log(capsys, tmp_path):
     assert "3,000 items, 500 users, 40 topics (sharpness 3.5)" in lines[0]
     every = -(-steps // 10)
     expected = [f"step {n}/{steps}:" for n in range(every, steps + 1, every)]
-    for correction in ("none", "logq", "corrected"):
+    for correction in ("none", "logq-tfrs", "corrected"):
         start = next(i for i, line in enumerate(lines) if f"correction={correction!r}" in line)
         done = next(i for i, line in enumerate(lines) if f": {correction}: Recall@10 " in line)
         steps_seen = [line.split()[0] + " " + line.split()[1] for line in lines[start + 1:done]]

@@ -71,7 +71,6 @@ def test_train_two_tower_on_a_log_then_export_in_its_ids(log_csv, tmp_path, caps
     (("--model", "two-tower", "--num-blocks", "3"), "--num-blocks is a SASRec flag"),
     (("--model", "two-tower", "--loss", "gbce"), "`loss` must be one of"),
     (("--steps", "5"), "--steps is a two-tower flag"),
-    (("--loss", "inbatch-logq-tfrs", "--preset", "smoke"), "loss"),
 ])
 def test_the_other_familys_flags_are_one_line_errors(log_csv, tmp_path, capsys, flags,
                                                      message):

@@ -49,7 +49,7 @@ def _batch(seed=0, batch=3, length=5, dim=4, num_items=12):
     return queries, table, targets, is_target, counts
 
 
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs", "logq-official", "corrected"])
 def test_in_batch_objective_matches_the_paper_formulas(correction):
     queries, table, targets, is_target, counts = _batch()
     objective = make_objective(f"inbatch-{correction}", 12, counts, num_negatives=64)
@@ -65,10 +65,13 @@ def test_in_batch_objective_matches_the_paper_formulas(correction):
     if correction == "none":
         per = [logsumexp(np.concatenate([[s_p[i]], s_n[i][mask[i]]])) - s_p[i]
                for i in range(len(t))]
-    elif correction == "logq":  # official-code variant: positive uncorrected
+    elif correction in ("logq-tfrs", "logq-official"):
+        # official: the positive uncorrected; tfrs: its term e^{s_p - log Q(p)}
         lq = np.log(counts[negatives] / total_count)
-        per = [logsumexp(np.concatenate([[s_p[i]], (s_n[i] - lq)[mask[i]]])) - s_p[i]
-               for i in range(len(t))]
+        lq_p = (np.log(np.maximum(counts[t], 1) / total_count) if correction == "logq-tfrs"
+                else np.zeros(len(t)))
+        per = [logsumexp(np.concatenate([[s_p[i] - lq_p[i]], (s_n[i] - lq)[mask[i]]]))
+               - s_p[i] for i in range(len(t))]
     else:  # Q'(d) = #d / (N - #p)
         lq = np.log(counts[negatives][None, :] / (total_count - counts[t])[:, None])
         per = loss_corrected(s_p, s_n, lq, mask)[0]
@@ -170,7 +173,7 @@ def _set_scoring(objective, scoring, monkeypatch):
     objective._dense_uniform = scoring == "dense"
 
 
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs", "logq-official", "corrected"])
 @pytest.mark.parametrize("compact", [True, False])
 @pytest.mark.parametrize("scoring", SCORINGS)
 def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correction, compact,
@@ -202,9 +205,10 @@ def test_mns_objective_with_given_negatives_matches_the_paper_formulas(correctio
         s_p, s_n = q[i] @ table[t[i]], table[ids] @ q[i]
         if correction == "none":
             per.append(logsumexp(np.concatenate([[s_p], s_n])) - s_p)
-        elif correction == "logq":
-            per.append(logsumexp(np.concatenate([[s_p], s_n - np.log(counts[ids] / total)]))
-                       - s_p)
+        elif correction in ("logq-tfrs", "logq-official"):
+            lq_p = np.log(counts[t[i]] / total) if correction == "logq-tfrs" else 0.0
+            per.append(logsumexp(np.concatenate([[s_p - lq_p],
+                                                 s_n - np.log(counts[ids] / total)])) - s_p)
         else:
             log_q = np.log(counts[ids] / (total - counts[t[i]]))
             per.append(loss_corrected(np.array([s_p]), s_n[None], log_q[None],

@@ -285,7 +285,7 @@ def test_a_run_killed_after_its_last_epoch_says_it_has_nothing_left_to_train(dat
     assert again["best_epoch"] == whole["best_epoch"]
 
 
-@pytest.mark.parametrize("loss", ["inbatch-corrected", "mns-logq", "gbce"])
+@pytest.mark.parametrize("loss", ["inbatch-corrected", "mns-logq-official", "gbce"])
 def test_xla_training_runs(data_dir, tmp_path, loss):
     config = resolve_config("smoke", loss=loss, split="loo", data_dir=data_dir, max_epochs=1,
                             steps_per_epoch=3, jit_compile=True)

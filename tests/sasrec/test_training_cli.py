@@ -81,7 +81,7 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     # about 20 s of the suite.
     out = tmp_path / "exp"
     proc = cli_in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
-                           "--data-dir", data_dir, "--losses", "inbatch-logq,inbatch-corrected",
+                           "--data-dir", data_dir, "--losses", "inbatch-logq-official,inbatch-corrected",
                            "--seeds", "0,1", "--max-epochs", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (out / "table.md").read_text()
@@ -96,7 +96,7 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # A finished grid is not run again.
     again = cli_in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
-                            "--data-dir", data_dir, "--losses", "inbatch-logq", "--seeds", "0",
+                            "--data-dir", data_dir, "--losses", "inbatch-logq-official", "--seeds", "0",
                             "--max-epochs", "1", "--json")
     assert again.returncode == 0 and "Epoch" not in again.stdout
     # A later grid in the same directory keeps the earlier rows and curves in its table.
@@ -110,7 +110,7 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     assert "MNS, without logQ" in (out / "table.md").read_text()
     # A grid asking for another config never relabels the finished runs.
     other = cli_in_process(capsys, "experiment", "--output-dir", str(out), "--preset", "smoke",
-                            "--data-dir", data_dir, "--losses", "inbatch-logq", "--seeds", "0",
+                            "--data-dir", data_dir, "--losses", "inbatch-logq-official", "--seeds", "0",
                             "--max-epochs", "2", "--json")
     assert other.returncode != 0 and "another config" in other.stderr
 

@@ -177,7 +177,7 @@ def test_bad_plans_are_one_line_errors(kwargs, match):
 
 
 def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(split, tmp_path):
-    plan = compare.Plan(losses=("inbatch-logq", "inbatch-corrected"), seeds=(0,),
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
                         config=dataclasses.replace(CONFIG, steps=4, eval_every=2), window=2,
                         model="sasrec", sasrec_preset="smoke", source="toy")
     config = plan.sasrec_config("inbatch-corrected", 0)
@@ -185,7 +185,7 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     assert config.patience > config.max_epochs  # no early stopping
     out = str(tmp_path / "sasrec")
     rows = compare.run_compare(plan, split, out, say=lambda m: None)
-    assert [r["loss"] for r in rows] == ["inbatch-logq", "inbatch-corrected"]
+    assert [r["loss"] for r in rows] == ["inbatch-logq-official", "inbatch-corrected"]
     assert all(r["window_steps"] == "2 4" and 0 <= float(r["recall@10"]) <= 1 for r in rows)
     assert "recall@20" in rows[0]  # SASRec's cut-offs
     with pytest.raises(compare.CompareError, match="sasrec losses"):

@@ -36,9 +36,11 @@ def reference_gradient(correction, u, items, p, negatives, log_q):
         lse = z.max() + np.log(np.exp(z - z.max()).sum())
         w = 1.0 - 1.0 / (1.0 + np.exp(lse - np.log(len(valid)) - s[p]))
         return w * (-items[p] + pi @ items[valid])
-    shift = log_q if correction == "logq" else np.zeros_like(log_q)
+    shift = np.zeros_like(log_q) if correction == "none" else log_q
     rows = [p] + valid
     z = s[rows] - shift[rows]
+    if correction == "logq-official":
+        z[0] = s[p]  # the positive uncorrected
     pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
     return -items[p] + pi @ items[rows]
 
@@ -106,7 +108,7 @@ def test_corrected_bias_is_below_standard_logq_and_shrinks_with_k():
     result = diagnose(*_zipf_model(), num_negatives=[8, 64], num_draws=60, seed=2)
     bias = {(r["k"], r["correction"]): r["bias"] for r in result["rows"]}
     for k in (8, 64):
-        assert bias[(k, "corrected")] < 0.5 * bias[(k, "logq")] < bias[(k, "none")]
+        assert bias[(k, "corrected")] < 0.5 * bias[(k, "logq-tfrs")] < bias[(k, "none")]
     assert bias[(64, "corrected")] < 0.5 * bias[(8, "corrected")]
     decile_rows = [r for r in result["rows"] if r["k"] == 64][0]["by_decile"]
     assert sum(d["num_queries"] for d in decile_rows) == 96
@@ -136,7 +138,7 @@ def test_cli_on_the_synthetic_stream_writes_table_json_and_png(tmp_path, capsys)
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     saved = json.loads((out / "diagnose.json").read_text())
-    assert printed == saved and len(saved["rows"]) == 2 * 3
+    assert printed == saved and len(saved["rows"]) == 2 * 4  # every correction by default
     assert (out / "diagnose.png").stat().st_size > 1000
     assert "| in-batch | 16 | corrected |" in (out / "diagnose.md").read_text()
     assert not list(out.glob(".*tmp*"))
@@ -222,7 +224,7 @@ def test_plot_writes_the_png_whole_and_leaves_no_temporary(tmp_path):
 def test_the_regime_is_the_positives_share_of_the_standard_denominator():
     q, items, pos, unigram = _toy(num_items=40, num_queries=64, seed=3)
     result = diagnose(q, items, pos, unigram, samplers=["in-batch", "uniform", "mixed"],
-                      num_negatives=[4, 32], corrections=["logq"], num_draws=2)
+                      num_negatives=[4, 32], corrections=["logq-tfrs"], num_draws=2)
     s = q @ items.T
     prob = np.exp(s - s.max(1, keepdims=True))
     prob /= prob.sum(1, keepdims=True)
@@ -251,7 +253,7 @@ def test_the_regimes_share_is_the_mean_share_in_sampled_standard_denominators():
     unigram = rng.uniform(0.1, 1.0, num_items)
     unigram /= unigram.sum()
     regime = diagnose(queries, items, positives, unigram, samplers=["in-batch"],
-                      num_negatives=[k], corrections=["logq"], num_draws=2)["regime"]
+                      num_negatives=[k], corrections=["logq-tfrs"], num_draws=2)["regime"]
     s = queries @ items.T
     shares = []
     for _ in range(200):

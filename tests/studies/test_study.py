@@ -26,13 +26,13 @@ def world():
 
 def test_common_random_numbers_two_corrections_see_the_same_batches_and_negatives(world):
     records = {}
-    for correction in ("logq-paper", "corrected"):
+    for correction in ("logq-tfrs", "corrected"):
         run = study.Run(**{**TINY, "sampler": "mixed", "correction": correction, "steps": 3})
         record: list = []
         model, _ = study.train(run, world.stream, study.proposal_log_q_table(run, world.log_q),
                                record)
         records[correction] = record
-    a, b = records["logq-paper"], records["corrected"]
+    a, b = records["logq-tfrs"], records["corrected"]
     assert len(a) == len(b) == 3
     for (batch_a, ids_a, valid_a), (batch_b, ids_b, valid_b) in zip(a, b):
         for key in batch_a:
@@ -129,8 +129,8 @@ def test_popularity_bands_split_the_interaction_mass_in_thirds(world):
 def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world):
     runs = study.grid({**TINY, "steps": 8},
                       {"negatives": [("mixed", 64, 32)], "proposal": ["unigram"],
-                       "correction": ["logq-paper", "corrected"]}, seeds=[0])
-    assert [r.correction for r in runs] == ["logq-paper", "corrected"]
+                       "correction": ["logq-tfrs", "corrected"]}, seeds=[0])
+    assert [r.correction for r in runs] == ["logq-tfrs", "corrected"]
     out = str(tmp_path / "study")
     said: list = []
     study_grid.run_grid(runs, out, max_runs=1, say=said.append)  # "killed" after one run
@@ -140,7 +140,7 @@ def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world)
     rows = study_grid.run_grid(runs, out, say=said.append)
     assert said[0].startswith("study: 1 of 2 runs already")
     assert sum(line.startswith("run ") for line in said) == 1  # the finished one is skipped
-    assert [r["correction"] for r in rows] == ["logq-paper", "corrected"]
+    assert [r["correction"] for r in rows] == ["logq-tfrs", "corrected"]
     assert rows[0] == first
     for name in ("results.csv", "table.md", "paired.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0
@@ -152,8 +152,8 @@ def test_tiny_grid_runs_end_to_end_writes_its_files_and_resumes(tmp_path, world)
             f"{kind}_recall@{k}" for kind in ("exact", "observed") for k in study.KS]:
         assert column in header, column
     table = open(os.path.join(out, "table.md")).read()
-    assert "corrected (unigram) − logq-paper (unigram)" in table
-    assert "## Where the correction matters" in table and "| logq-paper (unigram) | 1 |" in table
+    assert "corrected (unigram) − logq-tfrs (unigram)" in table
+    assert "## Where the correction matters" in table and "| logq-tfrs (unigram) | 1 |" in table
     assert study_grid.run_grid(runs, out, say=said.append) and not study_grid.pending(runs, out)
     # The truth columns were computed once and cached for the next process.
     with open(os.path.join(out, "truth.json")) as f:
@@ -252,10 +252,35 @@ def test_proposals_and_the_positive_column():
                                1 - (1 - np.array([0.5, 0.3, 0.2])) ** 4)
     table = tf.constant([0.0, -1.0, -2.0, -3.0])
     positives = tf.constant([1, 3], tf.int64)
-    for correction, expected in (("logq-paper", [-1.0, -3.0]), ("corrected", [-1.0, -3.0]),
-                                 ("logq-official", [0.0, 0.0])):
+    for correction in ("logq-tfrs", "logq-official", "corrected"):
         run = study.Run(**{**TINY, "correction": correction})
-        np.testing.assert_array_equal(study.positive_log_q(run, table, positives), expected)
+        np.testing.assert_array_equal(study.positive_log_q(run, table, positives),
+                                      [-1.0, -3.0])
+
+
+@pytest.mark.parametrize("sampler", ["mixed", "in-batch"])
+def test_logq_official_trains_as_logq_tfrs_with_the_positives_log_q_zeroed(world, monkeypatch,
+                                                                          sampler):
+    """The loop passes the task ``logq-official``; before, it passed ``logq-tfrs`` with
+    ``log Q(p) = 0`` in the positives' columns. The trained weights are the same."""
+    from tfrs_logq.tasks import CorrectedRetrieval
+    from tfrs_logq.towers import loop
+
+    run = study.Run(**{**TINY, "sampler": sampler, "correction": "logq-official", "steps": 4})
+    table = study.proposal_log_q_table(run, world.log_q)
+    new, _ = study.train(run, world.stream, table)
+    monkeypatch.setattr(loop, "positive_log_q",
+                        lambda run, table, positives: tf.zeros(tf.shape(positives)))
+    monkeypatch.setattr(loop, "make_task", lambda run: CorrectedRetrieval(
+        correction="logq-tfrs", remove_accidental_hits=True))
+    old, _ = study.train(run, world.stream, table)
+    for a, b in zip(new.weights, old.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+    monkeypatch.undo()
+    other, _ = study.train(study.Run(**{**TINY, "sampler": sampler, "steps": 4,
+                                        "correction": "logq-tfrs"}), world.stream, table)
+    assert not all(np.allclose(a.numpy(), b.numpy())
+                   for a, b in zip(new.weights, other.weights))  # the test can fail
 
 
 def test_eval_at_rows_equal_shorter_runs_and_survive_a_kill(tmp_path, world, monkeypatch):
@@ -307,5 +332,5 @@ def test_budget_and_curve_presets():
     assert {r.num_in_batch + r.num_uniform for r in budget} == {256, 1024, 4096}
     assert all(r.num_in_batch <= r.batch_size for r in budget)
     curve = study.preset_runs("curve")
-    assert [r.correction for r in curve] == ["logq-paper", "logq-official", "corrected"]
+    assert [r.correction for r in curve] == ["logq-tfrs", "logq-official", "corrected"]
     assert curve[0].eval_at == (3000, 10_000, 30_000) and curve[0].steps == 100_000

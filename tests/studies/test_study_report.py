@@ -17,7 +17,7 @@ def _rows():
              **{f"exact_recall@{k}": 0.01 * k ** 0.5 + 0.001 * seed + (0.002 if correction ==
                                                                        "corrected" else 0)
                 for k in study_report.KS}}
-            for correction in ("logq-paper", "corrected") for seed in (0, 1, 2)]
+            for correction in ("logq-tfrs", "corrected") for seed in (0, 1, 2)]
 
 
 def test_the_chart_is_written_whole_as_a_png(tmp_path):
@@ -30,10 +30,10 @@ def test_the_chart_is_written_whole_as_a_png(tmp_path):
 def test_regime_points_pair_the_same_proposal_at_the_truths_positive_share(tmp_path):
     rows = [{**row, "truth_p_over_q_q50": "24.0"} for row in _rows()]
     rows += [{**row, "proposal": "mixture", "run_id": "m" + row["run_id"]}
-             for row in rows if row["correction"] == "logq-paper"]
+             for row in rows if row["correction"] == "logq-tfrs"]
     points = study_report.regime_points(rows, "exact_recall@10")
     # corrected (unigram) has one standard variant of its own proposal; the
-    # mixture logq-paper rows are another proposal and are not a regime point.
+    # mixture logq-tfrs rows are another proposal and are not a regime point.
     assert len(points) == 1
     assert points[0]["share"] == 24.0 / (24.0 + 8)  # mixed 4 + 4 negatives
     assert points[0]["mean"] == pytest.approx(0.002)
@@ -63,7 +63,7 @@ def test_a_resumed_run_stays_in_its_scenario():
     scenarios = study_report.scenarios(rows)
     assert len(scenarios) == 1
     (variants,) = scenarios.values()
-    assert sorted(variants[("unigram", "logq-paper")]) == [0, 1, 2]
+    assert sorted(variants[("unigram", "logq-tfrs")]) == [0, 1, 2]
 
 
 def test_the_summary_lists_every_scenario_by_share_with_its_paired_differences():
@@ -83,21 +83,21 @@ def test_the_summary_lists_every_scenario_by_share_with_its_paired_differences()
     # truth 8 / (8 + 8 negatives); model 4 / (4 + 8)
     assert body[0].startswith("| 0.500 | 0.333 | V=1,000, C=8,")
     assert body[1].startswith("| 0.900 | 0.333 | V=1,000, C=80,")
-    assert "| logq-paper (unigram) | 3 | +0.0020 ± 0.0000" in body[0]
+    assert "| logq-tfrs (unigram) | 3 | +0.0020 ± 0.0000" in body[0]
     assert study_report.format_summary([]) == []
 
 
 def test_each_proposal_is_compared_with_the_unigram_one_under_the_same_correction():
-    # inclusion = unigram + 0.003 under logq-paper and + (0.001 * seed) under corrected.
+    # inclusion = unigram + 0.003 under logq-tfrs and + (0.001 * seed) under corrected.
     rows = _rows()
     rows += [{**row, "proposal": "inclusion", "run_id": "i" + row["run_id"],
               "exact_recall@10": row["exact_recall@10"]
-              + (0.003 if row["correction"] == "logq-paper" else 0.001 * row["seed"])}
+              + (0.003 if row["correction"] == "logq-tfrs" else 0.001 * row["seed"])}
              for row in _rows()]
     (variants,) = study_report.scenarios(rows).values()
     diffs = study_report.proposal_comparisons(variants, "exact_recall@10")
     assert [(c, p) for c, p, _ in diffs] == [("corrected", "inclusion"),
-                                             ("logq-paper", "inclusion")]
+                                             ("logq-tfrs", "inclusion")]
     corrected, paper = diffs[0][2], diffs[1][2]
     assert corrected["mean"] == pytest.approx(0.001)
     assert corrected["within_noise"]  # 0, 0.001, 0.002: the t(2) interval holds 0
@@ -119,7 +119,7 @@ def test_the_table_lists_each_proposal_against_the_unigram_one():
                  for k in study_report.KS}}
              for row in rows]
     lines = study_report.format_table(rows).splitlines()
-    (paper,) = [line for line in lines if line.startswith("| mixture − unigram (logq-paper)")]
+    (paper,) = [line for line in lines if line.startswith("| mixture − unigram (logq-tfrs)")]
     # +0.001 sqrt(k) at k = 10, 100, 1000, the same in every seed; observed unchanged.
     assert paper.split(" | ")[1:] == ["+0.0032 ± 0.0000", "+0.0100 ± 0.0000",
                                       "+0.0316 ± 0.0000", "+0.0000 ± 0.0000 (within noise) |"]

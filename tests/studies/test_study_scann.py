@@ -28,11 +28,11 @@ def test_quick_mode_compares_scann_indexes_with_brute_force_and_resumes(tmp_path
     text = _run(tmp_path, 0)
     assert text.startswith("machine: ")
     number = r"([0-9.]+)"
-    row = (r"^\| (\d) \| (corrected|logq-paper) \(mixture\) \| ([^|]+) \| "
+    row = (r"^\| (\d) \| (corrected|logq-tfrs) \(mixture\) \| ([^|]+) \| "
            + r" \| ".join([number] * 6) + r" \| ([0-9. /]+) \| [0-9.]+ \|$")
     rows = re.findall(row, text, re.M)
     indexes = ["brute force", "export --k 100", "export --k 1000", "k 1000, 1/5 leaves"]
-    assert [(r[1], r[2].strip()) for r in rows] == [(c, i) for c in ("logq-paper", "corrected")
+    assert [(r[1], r[2].strip()) for r in rows] == [(c, i) for c in ("logq-tfrs", "corrected")
                                             for i in indexes]
     for r in rows:
         exact = [float(x) for x in r[3:6]]
@@ -43,7 +43,7 @@ def test_quick_mode_compares_scann_indexes_with_brute_force_and_resumes(tmp_path
             # only the range and the head of the list are checked, not the index's quality.
             assert all(0.0 < o <= 1.0 for o in overlaps) and overlaps[0] > 0.5, overlaps
     # One seed: differences without an interval, one per index.
-    diffs = re.findall(r"^\| logq-paper \| ([^|]+) \| 1 \| ([-+0-9.]+) \| ", text, re.M)
+    diffs = re.findall(r"^\| logq-tfrs \| ([^|]+) \| 1 \| ([-+0-9.]+) \| ", text, re.M)
     assert [d[0].strip() for d in diffs] == indexes
     saved = json.loads((tmp_path / "scann.json").read_text())
     assert [r["run"]["seed"] for r in saved] == [0, 0]
@@ -56,14 +56,14 @@ def test_quick_mode_compares_scann_indexes_with_brute_force_and_resumes(tmp_path
     text = _run(tmp_path, 0, 1)
     saved2 = json.loads((tmp_path / "scann.json").read_text())
     assert saved2[:2] == saved and [r["run"]["seed"] for r in saved2] == [0, 0, 1, 1]
-    diffs = re.findall(r"^\| logq-paper \| ([^|]+) \| 2 \| ([-+0-9.]+) ± ([0-9.]+)",
+    diffs = re.findall(r"^\| logq-tfrs \| ([^|]+) \| 2 \| ([-+0-9.]+) ± ([0-9.]+)",
                        text, re.M)
     assert [d[0].strip() for d in diffs] == indexes
     by = {(r["run"]["correction"], r["run"]["seed"]): r["indexes"] for r in saved2}
     for index, mean, _ in diffs:
         index = index.strip()
         expected = sum(by[("corrected", s)][index]["exact_recall@10"]
-                       - by[("logq-paper", s)][index]["exact_recall@10"] for s in (0, 1)) / 2
+                       - by[("logq-tfrs", s)][index]["exact_recall@10"] for s in (0, 1)) / 2
         assert abs(float(mean) - expected) < 6e-5, (index, mean, expected)
     assert (tmp_path / "scann.md").read_text() == text
 

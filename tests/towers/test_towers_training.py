@@ -53,7 +53,7 @@ def test_examples_are_every_training_target_but_the_first_with_the_items_before_
 def test_losses_map_to_the_studys_forms():
     spec = training._Spec(TwoTowerConfig(loss="mns-logq-tfrs", batch_size=64,
                                          num_negatives=32), num_items=100)
-    assert (spec.sampler, spec.proposal, spec.correction) == ("mixed", "mixture", "logq-paper")
+    assert (spec.sampler, spec.proposal, spec.correction) == ("mixed", "mixture", "logq-tfrs")
     assert (spec.num_in_batch_negatives, spec.num_uniform_negatives) == (64, 32)
     spec = training._Spec(TwoTowerConfig(loss="inbatch-logq-official"), num_items=100)
     assert (spec.sampler, spec.correction, spec.num_uniform_negatives) == (

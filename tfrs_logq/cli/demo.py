@@ -1,4 +1,5 @@
-"""``tfrs-logq demo``: none/logq/corrected on the synthetic stream (`tfrs_logq.studies.demo`)."""
+"""``tfrs-logq demo``: none/logq-tfrs/corrected on the synthetic stream
+(`tfrs_logq.studies.demo`)."""
 
 from __future__ import annotations
 

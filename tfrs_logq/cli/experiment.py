@@ -23,8 +23,8 @@ class ExperimentFlags:
         None, choices=SPLITS, default_text="temporal, gsasrec with --data-format sasrec")
     """splits"""
     losses: tuple[str, ...] = flag(
-        ("inbatch-none", "inbatch-logq", "inbatch-corrected", "mns-none", "mns-logq",
-         "mns-corrected", "full-softmax"), choices=OBJECTIVES)
+        ("inbatch-none", "inbatch-logq-official", "inbatch-corrected", "mns-none",
+         "mns-logq-official", "mns-corrected", "full-softmax"), choices=OBJECTIVES)
     """losses"""
     seeds: tuple[int, ...] = flag((0, 1, 2), at_least=0)
     """non-negative seeds"""

@@ -30,6 +30,7 @@ import numbers
 import typing
 from typing import Any, Mapping, Optional
 
+from tfrs_logq.corrections import CORRECTIONS, check_loss_name
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
 from tfrs_logq.pipelines.splits import SPLITS
 
@@ -39,8 +40,9 @@ STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
 MIXED_PRECISION_POLICIES = ("none", "bfloat16", "float16")
 MONITOR = "val_ndcg@10"
 # The training objectives (`tfrs_logq.sasrec.objectives`), named here so that the command
-# line lists them without importing TensorFlow.
-CORRECTED_NAMES = ("none", "logq", "corrected")
+# line lists them without importing TensorFlow; the sampled softmax ones take every
+# correction of `tfrs_logq.corrections`.
+CORRECTED_NAMES = CORRECTIONS
 OBJECTIVES = (
     "bce", "gbce", "uniform",
     *(f"inbatch-{c}" for c in CORRECTED_NAMES),
@@ -181,6 +183,12 @@ class TrainConfig:
         self._check_types()
         names = {"loss": OBJECTIVES, "strategy": STRATEGIES, "split": SPLITS,
                  "mixed_precision": MIXED_PRECISION_POLICIES}
+        if isinstance(self.loss, str) and self.loss.endswith("-logq"):
+            try:
+                check_loss_name(self.loss, OBJECTIVES)
+            except ValueError as error:
+                # the ambiguity, after the field and its flag
+                raise ConfigError("loss", str(error).split(" ", 1)[1]) from None
         for name, allowed in names.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"must be one of {allowed}, received "

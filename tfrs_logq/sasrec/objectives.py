@@ -9,15 +9,19 @@ table to one scalar loss: the mean over target positions. Names:
 | ``bce`` | BCE (SASRec) | 1 uniform per position |
 | ``gbce`` | gBCE, t = 0.75 (gSASRec) | 256 uniform per position |
 | ``uniform`` | sampled softmax | 256 uniform per position |
-| ``inbatch-{none,logq,corrected}`` | sampled softmax | 256 distinct in-batch items |
-| ``mns-{none,logq,corrected}`` | sampled softmax | 128 uniform per position + 128 in-batch |
+| ``inbatch-<correction>`` | sampled softmax | 256 distinct in-batch items |
+| ``mns-<correction>`` | sampled softmax | 128 uniform per position + 128 in-batch |
 | ``full-softmax`` | softmax over the catalog | all items |
+
+``<correction>``: ``none``, ``logq-tfrs``, ``logq-official`` or ``corrected``
+(`tfrs_logq.corrections`).
 
 In-batch negatives follow the paper's official code: the distinct targets of the
 batch, shuffled, first k, shared by every position; ``log Q`` is the exact
 unigram frequency of the training data, ``log Q'(d) = log(#d / (N - #p))`` for
-``corrected`` (`tfrs_logq.proposal.unigram_log_tables`); ``logq`` leaves the
-positive's denominator term uncorrected, as the official code does. For MNS every
+``corrected`` (`tfrs_logq.proposal.unigram_log_tables`); ``logq-official`` leaves the
+positive's denominator term uncorrected, as the official code does, and ``logq-tfrs``
+corrects it with ``log Q(p)``, as TFRS's ``Retrieval`` does. For MNS every
 negative, uniform ones too, is corrected with the unigram ``log Q`` (the paper).
 Accidental hits are always masked (the official gBCE/BCE scripts do not mask them;
 a uniform negative equals the positive with probability ``1/|I|``). Uniform
@@ -33,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq import native
+from tfrs_logq.corrections import STANDARD_FORMS
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, sampled_softmax_loss
 from tfrs_logq.proposal import unigram_log_tables
 from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
@@ -126,7 +131,7 @@ def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) ->
         return ObjectiveSpec(name, "softmax", num_uniform=num_negatives)
     if name == "full-softmax":
         return ObjectiveSpec(name, "full")
-    sampling, correction = name.split("-")
+    sampling, correction = name.split("-", 1)
     if sampling == "inbatch":
         return ObjectiveSpec(name, "softmax", num_in_batch=num_negatives, correction=correction)
     half = num_negatives // 2
@@ -304,6 +309,7 @@ class SequenceObjective(tf.Module):
             per_position = sampled_softmax_loss(
                 positive, logits, correction=self.spec.correction,
                 negative_log_q=self._negative_log_q(flat_t, uniform, in_batch),
+                positive_log_q=self._positive_log_q(flat_t),
                 # log Q comes from this objective's own count tables (log of a share, at
                 # most 0 by construction): no per-step check on the training hot path.
                 is_negative=is_negative, validate=False)
@@ -356,7 +362,7 @@ class SequenceObjective(tf.Module):
 
     def _negative_log_q(self, flat_t, uniform, in_batch) -> Optional[tf.Tensor]:
         """The negatives' ``log Q`` for the spec's correction: None (``none``), the unigram
-        ``log Q`` (``logq``; `[k_b]` when in-batch only), or ``log Q'`` with the target
+        ``log Q`` (the standard forms; `[k_b]` when in-batch only), or ``log Q'`` with the target
         excluded (``corrected``). Masked entries need no care: the loss drops them, value
         and gradient."""
         if self.spec.correction == "none":
@@ -369,10 +375,17 @@ class SequenceObjective(tf.Module):
             log_counts.append(shared if uniform is None else
                               tf.broadcast_to(shared, [tf.size(flat_t), tf.size(in_batch)]))
         log_counts = _concat_columns(log_counts)
-        if self.spec.correction == "logq":
+        if self.spec.correction in STANDARD_FORMS:
             log_q = log_counts - self._log_total  # [1, k] when in-batch only
             return log_q[0] if uniform is None else log_q
         return log_counts - tf.gather(self._log_remaining, flat_t)[:, None]
+
+    def _positive_log_q(self, flat_t) -> Optional[tf.Tensor]:
+        """The targets' unigram ``log Q(p)`` `[n]` for ``logq-tfrs`` (the positive's
+        denominator term corrected too); None for the other corrections."""
+        if self.spec.correction != "logq-tfrs":
+            return None
+        return tf.gather(self._log_counts, flat_t) - self._log_total
 
     def _native_logits(self, queries, table, ids) -> tf.Tensor:
         if self.num_items + 1 <= NATIVE_DENSE_TABLE_ROWS:

@@ -66,14 +66,14 @@ class DemoConfig:
     topic_sharpness: float = 8.0
     batch_size: int = 1024
     # Measured (one seed, count-min log Q, Intel Xeon, 2 busy cores, about 90 s a run):
-    # Recall@10/100/1000 none 0.644/0.770/0.846, logq 0.673/0.778/0.868, corrected
+    # Recall@10/100/1000 none 0.644/0.770/0.846, logq-tfrs 0.673/0.778/0.868, corrected
     # 0.687/0.785/0.865 (oracle 0.821/0.992/1.000).
     steps: int = 1000
     embedding_dim: int = 32
     learning_rate: float = 1e-2
     num_eval: int = 8192
     frequency: str = "count-min"  # or "true"
-    corrections: Sequence[str] = ("none", "logq", "corrected")
+    corrections: Sequence[str] = ("none", "logq-tfrs", "corrected")
     seed: int = 0
 
 
@@ -191,7 +191,7 @@ def difference_lines(rows: list[dict]) -> list[str]:
     """What the table says about standard against corrected logQ, in words: the
     differences at each k, the trained model's regime, and what one seed cannot tell."""
     by = {row["method"]: row for row in rows}
-    standard, corrected = by.get("in-batch, logq"), by.get("in-batch, corrected")
+    standard, corrected = by.get("in-batch, logq-tfrs"), by.get("in-batch, corrected")
     if not standard or not corrected:
         return []
     diffs = ", ".join(f"{corrected[f'recall@{k}'] - standard[f'recall@{k}']:+.4f} at {k}"

@@ -14,7 +14,7 @@ embeddings, the synthetic stream's ground truth):
   ``queries x items`` in memory, so 10^6-item catalogs run on CPU);
 - the sampled gradient ``g`` of the library's own losses
   (`tfrs_logq.losses.sampled_softmax_loss`, by automatic differentiation) for
-  ``correction`` in none / logq / corrected, over many seeded draws of the
+  ``correction`` in none / logq-tfrs / logq-official / corrected, over many seeded draws of the
   negatives (Monte Carlo), or over every possible draw on tiny catalogs
   (``exact=True``);
 - per query: relative bias ``||E[g] - g*|| / ||g*||`` (its Monte Carlo noise
@@ -53,6 +53,7 @@ import tensorflow as tf
 from tfrs_logq._util.atomic import save_figure
 from tfrs_logq.losses import (
     CORRECTIONS,
+    check_correction,
     corrected_weight,
     masked_row_logsumexp,
     sampled_softmax_loss,
@@ -164,8 +165,10 @@ def _sampled_gradients(correction: str, queries, items, positives, negatives, lo
     negative_log_q = tf.gather(log_q, negatives)
     positive_log_q = tf.gather(log_q, positives)
     kwargs = {}
-    if correction == "logq":
+    if correction == "logq-tfrs":
         kwargs = dict(negative_log_q=negative_log_q, positive_log_q=positive_log_q)
+    elif correction == "logq-official":
+        kwargs = dict(negative_log_q=negative_log_q)
     elif correction == "corrected":
         # Q'(d) = Q(d) / (1 - Q(p)): the proposal with the positive excluded.
         kwargs = dict(negative_log_q=excluded_log_q(negative_log_q, positive_log_q))
@@ -213,7 +216,8 @@ def diagnose(
         in-batch proposal.
       samplers: names from `SAMPLERS`.
       num_negatives: values of ``k``.
-      corrections: from ``("none", "logq", "corrected")``.
+      corrections: from `CORRECTIONS` (``none``, ``logq-tfrs``, ``logq-official``,
+        ``corrected``).
       num_draws: Monte Carlo draws per (sampler, k).
       seed: seed of the draws.
       exact: enumerate every draw instead (catalogs with ``N^k`` <= 200k).
@@ -268,8 +272,7 @@ def _checked_inputs(queries, items, positives, unigram, corrections):
     if unigram.shape != (num_items,) or (unigram < 0).any() or unigram.sum() <= 0:
         raise ValueError(f"unigram must be [N] = [{num_items}] non-negative frequencies.")
     for c in corrections:
-        if c not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {CORRECTIONS}, received {c!r}.")
+        check_correction(c)
     return queries, items, positives, unigram / unigram.sum()
 
 

@@ -32,10 +32,12 @@ ROW_LABELS = {
     "full-softmax": "Full softmax",
     "uniform": "Sampled softmax, uniform",
     "inbatch-none": "In-batch, without logQ",
-    "inbatch-logq": "In-batch, standard logQ",
+    "inbatch-logq-tfrs": "In-batch, standard logQ (TFRS)",
+    "inbatch-logq-official": "In-batch, standard logQ",
     "inbatch-corrected": "In-batch, improved logQ",
     "mns-none": "MNS, without logQ",
-    "mns-logq": "MNS, standard logQ",
+    "mns-logq-tfrs": "MNS, standard logQ (TFRS)",
+    "mns-logq-official": "MNS, standard logQ",
     "mns-corrected": "MNS, improved logQ",
 }
 METRICS = ("recall@20", "ndcg@20")

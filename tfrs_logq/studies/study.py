@@ -7,7 +7,7 @@ known) once per *run*: a cell of the grid
     world (catalog size, topics, sharpness, Zipf exponent, history length)
     x sampler (in-batch deduplicated / uniform / mixed = uniform + in-batch, with counts)
     x proposal (unigram per draw / mixture / inclusion)
-    x correction (none / logq-paper / logq-official / corrected)
+    x correction (none / logq-tfrs / logq-official / corrected)
     x seed.
 
 What each option means (``Q`` is the stream's *true* unigram ``Q(d) = E_u P(d|u)``,
@@ -21,11 +21,12 @@ so no frequency estimate enters the comparison):
   ``inclusion``: ``1 - (1 - Q(d))^B``, the probability that the ``B`` draws of
   the batch include ``d`` (`proposal.inclusion_log_q`): the proposal of
   deduplicated in-batch negatives; in-batch sampler only.
-- correction ``none``: plain sampled softmax. ``logq-paper``: standard logQ as
-  the paper writes it, ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``
-  (the positive corrected too; TFRS's ``Retrieval``). ``logq-official``: the
-  official code's form, the positive uncorrected (``log Q(p) = 0`` in the same
-  formula). ``corrected``: the paper's corrected loss (`CorrectedRetrieval`).
+- correction (`tfrs_logq.corrections`) ``none``: plain sampled softmax. ``logq-tfrs``:
+  standard logQ as TFRS's ``Retrieval`` computes it (and the paper writes it),
+  ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``, the positive corrected
+  too. ``logq-official``: the paper's official code's form, the positive uncorrected
+  (``log Q(p) = 0`` in the same formula). ``corrected``: the paper's corrected loss
+  (`CorrectedRetrieval`).
   Every correction masks accidental hits, so the four differ only in the loss.
 
 Common random numbers: the world (the users' topic preferences) is drawn from
@@ -69,6 +70,7 @@ import tensorflow as tf
 
 from tfrs_logq._util.atomic import write_text
 from tfrs_logq._util.hostinfo import machine_description
+from tfrs_logq.corrections import check_correction
 from tfrs_logq.metrics import ranks_from_scores, recall_ndcg_from_ranks
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
 from tfrs_logq.towers.loop import (  # noqa: F401  (the study's names for the shared step)
@@ -122,8 +124,9 @@ class Run:
     eval_at: tuple = ()  # earlier steps also evaluated (the learning curve), one row each
 
     def __post_init__(self) -> None:
+        check_correction(self.correction)
         for name, allowed in (("sampler", SAMPLERS), ("proposal", PROPOSALS),
-                              ("correction", CORRECTIONS), ("optimizer", OPTIMIZERS)):
+                              ("optimizer", OPTIMIZERS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}` must be one of {allowed}, "
                                  f"received {getattr(self, name)!r}.")
@@ -222,7 +225,7 @@ PRESETS = {
         base=dict(num_items=50_000, num_users=50_000, num_topics=100, topic_sharpness=4.0,
                   steps=500, batch_size=512, embedding_dim=32, num_eval_users=4096),
         axes=dict(negatives=[("in-batch", 512, 0), ("mixed", 512, 512)],
-                  proposal=["unigram", "mixture"], correction=["logq-paper", "corrected"]),
+                  proposal=["unigram", "mixture"], correction=["logq-tfrs", "corrected"]),
         seeds=[0, 1, 2]),
     # Table 2's analogue at a CPU budget: 1M items, thousands of uniform + in-batch
     # negatives, and a world (10,000 topics, sigma 8) whose truth has P/Q median about
@@ -248,31 +251,31 @@ PRESETS = {
         axes=dict(num_topics=[10_000, 1_000, 100],
                   negatives=[("mixed", 1024, 1024), ("in-batch", 1024, 0)],
                   proposal=["mixture"],
-                  correction=["logq-paper", "logq-official", "corrected"]),
+                  correction=["logq-tfrs", "logq-official", "corrected"]),
         seeds=[0, 1, 2]),
     # What the sampler and its proposal do where the correction can matter (the sweep's
     # C = 10,000 world): deduplicated in-batch with the unigram or the inclusion proposal,
     # uniform-only with the unigram convention or its own (constant) log Q, and fewer
     # mixed negatives (256 + 256, a larger share of the positive) with both proposals.
     # Last, the sweep's C = 1,000 in-batch cell (where corrected lost 0.03 Recall@10 to
-    # logq-paper) with both proposals: is the per-draw unigram log Q of deduplicated
+    # logq-tfrs) with both proposals: is the per-draw unigram log Q of deduplicated
     # draws what costs it? (`parts`: further grids over the preset's base.)
     "samplers": dict(
         base=_SAMPLERS_BASE,
         axes=dict(negatives=[("in-batch", 1024, 0), ("uniform", 0, 1024), ("mixed", 256, 256)],
                   proposal=["unigram", "mixture", "inclusion"],
-                  correction=["logq-paper", "corrected"]),
+                  correction=["logq-tfrs", "corrected"]),
         seeds=[0, 1, 2],
         parts=[dict(base=dict(num_topics=1_000),
                     axes=dict(negatives=[("in-batch", 1024, 0)],
                               proposal=["unigram", "inclusion"],
-                              correction=["logq-paper", "corrected"]))]),
+                              correction=["logq-tfrs", "corrected"]))]),
     # The number of negatives, on the samplers' world and pin: mixed 256 + 256 (its cell)
     # against 1,024 + 1,024 with the mixture proposal, paired by seed within each count.
     "negatives": dict(
         base=_SAMPLERS_BASE,
         axes=dict(negatives=[("mixed", 256, 256), ("mixed", 1024, 1024)],
-                  proposal=["mixture"], correction=["logq-paper", "corrected"]),
+                  proposal=["mixture"], correction=["logq-tfrs", "corrected"]),
         seeds=[0, 1, 2]),
     # How the gap moves with the catalog and the sharpness, one knob at a time from the
     # sweep's C = 10,000 in-batch cell (its largest share, 0.81): the same budget at
@@ -283,11 +286,11 @@ PRESETS = {
                   batch_size=1024, embedding_dim=32, learning_rate=1e-2,
                   num_eval_users=4096),
         axes=dict(num_items=[100_000, 1_000_000], negatives=[("in-batch", 1024, 0)],
-                  correction=["logq-paper", "logq-official", "corrected"]),
+                  correction=["logq-tfrs", "logq-official", "corrected"]),
         seeds=[0, 1, 2],
         parts=[dict(base=dict(num_items=100_000, topic_sharpness=4.0),
                     axes=dict(negatives=[("in-batch", 1024, 0)],
-                              correction=["logq-paper", "logq-official", "corrected"]))]),
+                              correction=["logq-tfrs", "logq-official", "corrected"]))]),
     # Issue 38's budget map: where does the sign of corrected minus each standard form
     # settle as the model approaches the truth? The sweep's C = 10,000 world at 100,000
     # items, one run of 16,000 steps of 2,048 evaluated at 1,000 and 4,000 steps too
@@ -300,7 +303,7 @@ PRESETS = {
                   proposal="mixture"),
         axes=dict(negatives=[("mixed", 128, 128), ("mixed", 512, 512), ("mixed", 2048, 2048)],
                   proposal=["mixture"],
-                  correction=["logq-paper", "logq-official", "corrected"]),
+                  correction=["logq-tfrs", "logq-official", "corrected"]),
         seeds=[0, 1, 2]),
     # Issue 38's learning curve at the headline's scale on CPU (the accelerator study's
     # 1M-item curve, in TensorFlow): 10,000 topics, sigma 8, mixed 4,096 + 4,096, batch
@@ -311,7 +314,7 @@ PRESETS = {
                   batch_size=4096, embedding_dim=32, learning_rate=1e-2,
                   num_eval_users=8192, proposal="mixture"),
         axes=dict(negatives=[("mixed", 4096, 4096)], proposal=["mixture"],
-                  correction=["logq-paper", "logq-official", "corrected"]),
+                  correction=["logq-tfrs", "logq-official", "corrected"]),
         seeds=[0]),
 }
 

@@ -3,7 +3,7 @@
 Reads the rows of `tfrs_logq.studies.study`'s results.csv. A *scenario* is every field of
 a run but its proposal, correction and seed; within a scenario, each ``corrected``
 variant (one per proposal) is compared with each standard variant (``none``,
-``logq-paper``, ``logq-official``, any proposal) seed by seed:
+``logq-tfrs``, ``logq-official``, any proposal) seed by seed:
 `tfrs_logq.stats.paired_difference` gives the mean difference and its 95 % t
 interval. "within noise" means the interval holds 0. Where a correction ran with more
 than one proposal, each other proposal is compared with the unigram one (the paper's
@@ -267,7 +267,7 @@ SHARE_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 def write_regime_chart(rows: list[dict], path: str) -> None:
     """Where does the correction matter: paired difference of exact Recall@k
-    (corrected minus logq-paper / logq-official, same proposal) against the truth's
+    (corrected minus logq-tfrs / logq-official, same proposal) against the truth's
     median positive share of the standard loss's denominator, one panel per k."""
     import matplotlib
     import matplotlib.ticker
@@ -276,7 +276,7 @@ def write_regime_chart(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(KS), figsize=(5.0 * len(KS), 3.8), squeeze=False)
-    colours = {"logq-paper": "tab:blue", "logq-official": "tab:orange", "none": "tab:grey"}
+    colours = {"logq-tfrs": "tab:blue", "logq-official": "tab:orange", "none": "tab:grey"}
     markers = {"mixed": "o", "in-batch": "s", "uniform": "^"}
     for ax, k in zip(axes.flat, KS):
         seen = set()

@@ -5,7 +5,8 @@ Losses (`LOSSES`), each ``<negatives>-<correction>``: negatives ``inbatch`` (the
 distinct targets) or ``mns`` (those plus uniform ones shared by the batch); correction
 ``none``, ``logq-tfrs`` (standard logQ as TFRS's ``Retrieval`` computes it: the positive's
 logit corrected too), ``logq-official`` (as the paper's official code computes it: the
-positive uncorrected) or ``corrected`` (`FORMS`: the study's name of each).
+positive uncorrected) or ``corrected``: the names of `tfrs_logq.corrections`, which the
+study and the task take too (a bare ``<negatives>-logq`` is refused).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import dataclasses
 
 import numpy as np
 
+from tfrs_logq.corrections import CORRECTIONS, check_loss_name
+
 OPTIMIZERS = ("adam", "lazy-adam")
 NEGATIVES = ("inbatch", "mns")
-FORMS = {"none": "none", "logq-tfrs": "logq-paper", "logq-official": "logq-official",
-         "corrected": "corrected"}
-LOSSES = tuple(f"{n}-{f}" for n in NEGATIVES for f in FORMS)
+LOSSES = tuple(f"{n}-{c}" for n in NEGATIVES for c in CORRECTIONS)
 MAX_EMBEDDING_DIM = 4096
 MAX_HISTORY_LENGTH = 10_000
 
@@ -51,9 +52,7 @@ class TwoTowerConfig:
     """leave the user's history out of the ranking (the gSASRec protocol)"""
 
     def __post_init__(self) -> None:
-        if self.loss not in LOSSES:
-            raise ValueError(f"`loss` must be one of {', '.join(LOSSES)}; received "
-                             f"{str(self.loss)[:60]!r}.")
+        check_loss_name(self.loss, LOSSES)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}, received "
                              f"{str(self.optimizer)[:40]!r}.")
@@ -79,5 +78,5 @@ class TwoTowerConfig:
         return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
 
 
-__all__ = ["FORMS", "LOSSES", "MAX_EMBEDDING_DIM", "MAX_HISTORY_LENGTH", "NEGATIVES",
+__all__ = ["LOSSES", "MAX_EMBEDDING_DIM", "MAX_HISTORY_LENGTH", "NEGATIVES",
            "OPTIMIZERS", "TwoTowerConfig"]

@@ -4,7 +4,8 @@ A *spec* is any object with the fields this module reads (the study's `Run`, the
 log trainer's `TwoTowerConfig`): ``num_items``, ``embedding_dim``, ``history_length``,
 ``sampler`` (in-batch / uniform / mixed), ``num_in_batch_negatives``,
 ``num_uniform_negatives``, ``proposal`` (unigram / mixture / inclusion), ``correction``
-(none / logq-paper / logq-official / corrected), ``batch_size``, ``learning_rate``,
+(`tfrs_logq.corrections`: none / logq-tfrs / logq-official / corrected), ``batch_size``,
+``learning_rate``,
 ``optimizer``, ``seed``, ``steps``, ``eval_at`` and ``run_id``.
 
 Common random numbers: the initial weights come from ``seed`` alone
@@ -23,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.step_checkpoint import StepCheckpoint, source_fingerprint
+from tfrs_logq.corrections import CORRECTIONS
 from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.proposal import inclusion_log_q, mixture_probability
 from tfrs_logq.sampling import SampledNegatives, distinct_in_random_order, uniform_ids
@@ -32,7 +34,6 @@ from tfrs_logq.two_tower import HistoryQueryTower
 
 SAMPLERS = ("in-batch", "uniform", "mixed")
 PROPOSALS = ("unigram", "mixture", "inclusion")
-CORRECTIONS = ("none", "logq-paper", "logq-official", "corrected")
 
 
 def proposal_log_q_table(run, log_q_unigram: np.ndarray) -> np.ndarray:
@@ -48,9 +49,8 @@ def proposal_log_q_table(run, log_q_unigram: np.ndarray) -> np.ndarray:
 
 
 def positive_log_q(run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
-    """``log Q(p)`` of the positive's column: 0 for ``logq-official`` (uncorrected)."""
-    if run.correction == "logq-official":
-        return tf.zeros(tf.shape(positives), tf.float32)
+    """``log Q(p)`` of the positives' columns (``logq-official`` reads it for no term of
+    the loss: the task leaves the positive uncorrected)."""
     return tf.gather(table, positives)
 
 
@@ -102,11 +102,10 @@ class TowerModel(tf.Module):
 
 
 def make_task(run) -> CorrectedRetrieval:
-    correction = {"none": "none", "corrected": "corrected"}.get(run.correction, "logq")
     # The inclusion table holds pi(d), the chance d is in the deduplicated batch: the
     # corrected weight's normaliser is then the Horvitz-Thompson sum (`losses`).
     probability = "inclusion" if run.proposal == "inclusion" else "per_draw"
-    return CorrectedRetrieval(correction=correction, remove_accidental_hits=True,
+    return CorrectedRetrieval(correction=run.correction, remove_accidental_hits=True,
                               sampling_probability=probability)
 
 

@@ -24,10 +24,10 @@ Losses (`LOSSES`), each ``<negatives>-<correction>``:
   ``num_negatives`` uniform ones shared by the batch (mixed negative sampling), each
   corrected with the mixture's own ``log Q`` (``a / V + (1 - a) Q(d)``, ``a`` the
   uniform share), which the study found better than the unigram convention.
-- correction ``none``; ``logq``, standard logQ as the paper's official code computes it
-  (the positive's denominator term uncorrected: what ``tfrs-logq train``'s SASRec
-  ``*-logq`` losses train); ``logq-tfrs``, standard logQ as TFRS's ``Retrieval`` computes
-  it (the positive corrected too); ``corrected``, the paper's corrected loss.
+- correction ``none``; ``logq-tfrs``, standard logQ as TFRS's ``Retrieval`` computes it
+  (the positive corrected too); ``logq-official``, standard logQ as the paper's official
+  code computes it (the positive's term uncorrected, as ``tfrs-logq train``'s SASRec
+  ``*-logq-official`` losses train); ``corrected``, the paper's corrected loss.
 
 ``Q`` is the unigram frequency of the training interactions. Test metrics are
 computed over the full catalog (`tfrs_logq.pipelines.sequential.evaluate`) at every
@@ -47,7 +47,7 @@ from tfrs_logq.metrics import popularity_bands, recall_ndcg_by_band
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
 from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
 from tfrs_logq.proposal import standard_positive_share
-from tfrs_logq.towers.config import FORMS, TwoTowerConfig
+from tfrs_logq.towers.config import TwoTowerConfig
 from tfrs_logq.towers.loop import TowerModel, proposal_log_q_table, train_loop
 
 BATCH_SALT = 0x6261746368  # "batch": keeps the batches' key apart from the negatives'
@@ -69,7 +69,7 @@ class _Spec:
 
     @property
     def correction(self) -> str:
-        return FORMS[self.config.loss.split("-", 1)[1]]
+        return self.config.loss.split("-", 1)[1]
 
     @property
     def sampler(self) -> str:
