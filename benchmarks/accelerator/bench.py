@@ -8,7 +8,7 @@ For each catalog size and each correction the jitted training step of
 row-sparse LazyAdam) runs ``--rounds`` blocks of ``--steps`` steps after compilation, the
 configurations interleaved round by round (so that a change of load hits all alike); the
 median block (or with ``--statistic min`` the fastest, on a shared machine) gives ms/step.
-Printed: the table, then the ratios corrected / logq-paper at every size and largest /
+Printed: the table, then the ratios corrected / logq-tfrs at every size and largest /
 smallest catalog for every correction, and the machine.
 The world has ``--users`` users (the step reads one row of the `[users, C]` table per
 draw; the size does not enter the step's cost beyond cache effects).
@@ -52,7 +52,7 @@ def log_q_check(enabled: bool):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--items", default="100000,1000000")
-    p.add_argument("--corrections", default="logq-paper,corrected")
+    p.add_argument("--corrections", default="logq-tfrs,corrected")
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--negatives", type=int, default=1024, help="uniform and in-batch, each")
     p.add_argument("--dim", type=int, default=32)
@@ -110,14 +110,14 @@ def main(argv=None) -> int:
     print("|---|" + "---|" * len(corrections))
     for v in sizes:
         print(f"| {v:,} | " + " | ".join(f"{ms[(v, c)]:.2f}" for c in corrections) + " |")
-    if "corrected" in corrections and "logq-paper" in corrections:
+    if "corrected" in corrections and "logq-tfrs" in corrections:
         for v in sizes:
-            print(f"corrected / logq-paper at {v:,} items: "
-                  f"{ms[(v, 'corrected')] / ms[(v, 'logq-paper')]:.3f}")
-    if "corrected (no check)" in corrections and "logq-paper (no check)" in corrections:
+            print(f"corrected / logq-tfrs at {v:,} items: "
+                  f"{ms[(v, 'corrected')] / ms[(v, 'logq-tfrs')]:.3f}")
+    if "corrected (no check)" in corrections and "logq-tfrs (no check)" in corrections:
         for v in sizes:
-            print(f"without the check, corrected / logq-paper at {v:,} items: "
-                  f"{ms[(v, 'corrected (no check)')] / ms[(v, 'logq-paper (no check)')]:.3f}")
+            print(f"without the check, corrected / logq-tfrs at {v:,} items: "
+                  f"{ms[(v, 'corrected (no check)')] / ms[(v, 'logq-tfrs (no check)')]:.3f}")
     if len(sizes) > 1:
         for c in corrections:
             print(f"{c}: {sizes[-1]:,} / {sizes[0]:,} items: "

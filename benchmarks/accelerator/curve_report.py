@@ -20,7 +20,7 @@ import sys
 from tfrs_logq.stats import paired_difference
 
 KS = (10, 100, 1000)
-ORDER = ("corrected", "logq-paper", "logq-official", "none", "corrected-w1")
+ORDER = ("corrected", "logq-tfrs", "logq-official", "none", "corrected-w1")
 
 
 def _order(correction: str) -> tuple:

@@ -6,15 +6,16 @@ not an accidental hit). ``log Q`` is the run's proposal (`tfrs_logq.studies.stud
 ``unigram``, ``mixture`` or ``inclusion`` table):
 
 - ``none``: ``-s_p + log(e^{s_p} + sum_j e^{s_ij})``, keras-logq ``"none"``;
-- ``logq-paper``: ``-s_p + log(e^{s_p - log Q(p)} + sum_j e^{s_ij - log Q(d_j)})``,
-  keras-logq ``"logq"`` with ``positive_log_q``;
-- ``logq-official``: the same with the positive uncorrected, ``"logq"`` without it;
+- ``logq-tfrs``: ``-s_p + log(e^{s_p - log Q(p)} + sum_j e^{s_ij - log Q(d_j)})`` (TFRS's
+  form: the positive corrected too), keras-logq ``"logq-tfrs"`` with ``positive_log_q``;
+- ``logq-official``: the same with the positive uncorrected (the paper's code's form),
+  keras-logq ``"logq-official"``;
 - ``corrected``: ``-w (s_p - log sum_j e^{s_ij - log Q'(d_j)})``, ``w = sg(1 - P)``,
   keras-logq ``"corrected"``;
 - ``corrected-w1``: ``-(s_p - log sum_j e^{s_ij - log Q'(d_j)})`` (``w = 1``), on
   keras-logq's `losses.row_logsumexp`.
 
-``log Q'(d) = log Q(d) - log(1 - Q(p))``. ``logq-paper``'s value is ``log Q(p)`` below
+``log Q'(d) = log Q(d) - log(1 - Q(p))``. ``logq-tfrs``'s value is ``log Q(p)`` below
 TFRS's (which subtracts it in the numerator too); the gradient is the same. With the
 ``inclusion`` proposal (deduplicated in-batch draws, ``log pi(d)``) the corrected loss
 has no ``Q(p)`` to exclude and its weight is the Horvitz-Thompson one, ``1 - P =
@@ -37,7 +38,7 @@ from keras import ops  # noqa: E402
 
 from keras_logq import losses as klq  # noqa: E402
 
-CORRECTIONS = ("none", "logq-paper", "logq-official", "corrected", "corrected-w1")
+CORRECTIONS = (*klq.CORRECTIONS, "corrected-w1")
 # A probability q in log(1 - q) is capped at 1 - 1e-6 (tfrs_logq.proposal.COMPLEMENT_EPSILON).
 COMPLEMENT_EPSILON = 1e-6
 
@@ -68,16 +69,15 @@ def study_loss(correction: str, positive_logits, negative_logits, *, positive_lo
       is_negative: `[B, k]` bool.
       inclusion: bool. ``log Q`` holds inclusion probabilities ``log pi``.
     """
-    if correction not in CORRECTIONS:
-        raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
+    klq.check_correction(correction, allowed=CORRECTIONS)
     if correction == "none":
         return klq.sampled_softmax_loss(positive_logits, negative_logits, correction="none",
                                         is_negative=is_negative, validate=False)
-    if correction in ("logq-paper", "logq-official"):
+    if correction in ("logq-tfrs", "logq-official"):
         return klq.sampled_softmax_loss(
-            positive_logits, negative_logits, correction="logq",
+            positive_logits, negative_logits, correction=correction,
             negative_log_q=negative_log_q, is_negative=is_negative, validate=False,
-            positive_log_q=positive_log_q if correction == "logq-paper" else None)
+            positive_log_q=positive_log_q if correction == "logq-tfrs" else None)
     log_q = (ops.broadcast_to(negative_log_q[None, :], ops.shape(negative_logits)) if inclusion
              else excluded_log_q(negative_log_q, positive_log_q))
     if correction == "corrected" and not inclusion:

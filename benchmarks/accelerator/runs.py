@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .loss import CORRECTIONS
+from .loss import CORRECTIONS, klq
 from .world import WorldConfig
 
 SAMPLERS = ("in-batch", "uniform", "mixed")
@@ -47,8 +47,9 @@ class Run:
     world_seed: int = 0
 
     def __post_init__(self) -> None:
+        klq.check_correction(self.correction, allowed=CORRECTIONS)
         for name, allowed in (("sampler", SAMPLERS), ("proposal", PROPOSALS),
-                              ("correction", CORRECTIONS), ("optimizer", ("lazy-adam",))):
+                              ("optimizer", ("lazy-adam",))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}` must be one of {allowed}, "
                                  f"received {getattr(self, name)!r}.")
@@ -149,7 +150,7 @@ PRESETS = {
     "crosscheck": dict(
         base=_SWEEP_CELL,
         axes=dict(negatives=[("mixed", 1024, 1024)], proposal=["mixture"],
-                  correction=["corrected", "logq-paper"]),
+                  correction=["corrected", "logq-tfrs"]),
         seeds=[0, 1, 2]),
     # The learning curve at 1,000,000 items (issue 38): 10,000 topics, sigma 8, mixed
     # 4,096 + 4,096, both proposals, five corrections, evaluated at 3k-100k steps.
@@ -159,7 +160,7 @@ PRESETS = {
                   learning_rate=1e-2, num_eval_users=8192,
                   eval_at=(3000, 10_000, 30_000, 100_000)),
         axes=dict(negatives=[("mixed", 4096, 4096)], proposal=["mixture", "unigram"],
-                  correction=["corrected", "logq-paper", "logq-official", "corrected-w1",
+                  correction=["corrected", "logq-tfrs", "logq-official", "corrected-w1",
                               "none"]),
         seeds=[0, 1, 2]),
 }

@@ -1,4 +1,4 @@
-"""What keras-logq's loss does on PyTorch for ``"corrected"`` and not for ``"logq"``.
+"""What keras-logq's loss does on PyTorch for ``"corrected"`` and not for ``"logq-tfrs"``.
 
     KERAS_BACKEND=torch python -m benchmarks.accelerator.torch_loss_ops
 
@@ -91,24 +91,24 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     scores, ids, log_q = inputs(args.batch, args.extra, args.items)
-    found = {c: profile_one(c, scores, ids, log_q) for c in ("logq", "corrected")}
+    found = {c: profile_one(c, scores, ids, log_q) for c in ("logq-tfrs", "corrected")}
     print(f"scores [{args.batch}, {args.batch + args.extra}], forward + backward, "
           f"torch {torch.__version__} on CPU, keras-logq {keras_logq.__version__}")
     for c, f in found.items():
         print(f"\n{c}: {sum(f['ops'].values())} ATen ops, "
               f"{sum(f['big'].values())} on a full [B, B + k] tensor; "
               f"host-made tensors / syncs: {dict(f['host']) or 'none'}")
-    a, b = found["logq"]["big"], found["corrected"]["big"]
-    print("\n[B, B + k] ops, corrected minus logq:")
+    a, b = found["logq-tfrs"]["big"], found["corrected"]["big"]
+    print("\n[B, B + k] ops, corrected minus logq-tfrs:")
     for name in sorted(set(a) | set(b)):
         if a[name] != b[name]:
             print(f"  {name}: {a[name]} -> {b[name]}")
-    ta, tb = found["logq"]["self_ms"], found["corrected"]["self_ms"]
+    ta, tb = found["logq-tfrs"]["self_ms"], found["corrected"]["self_ms"]
     diff = sorted(set(ta) | set(tb), key=lambda n: -(tb[n] - ta[n]))
-    print("\nself CPU ms under the profiler, the largest increases (logq -> corrected):")
+    print("\nself CPU ms under the profiler, the largest increases (logq-tfrs -> corrected):")
     for name in diff[:8]:
         print(f"  {name}: {ta[name]:.1f} -> {tb[name]:.1f} ms "
-              f"({found['logq']['ops'][name]} -> {found['corrected']['ops'][name]} calls)")
+              f"({found['logq-tfrs']['ops'][name]} -> {found['corrected']['ops'][name]} calls)")
     times = {c: [] for c in found}
     for _ in range(args.repeats):
         for c, f in found.items():
@@ -117,8 +117,8 @@ def main(argv=None) -> int:
             step(f["layer"], scores, ids, log_q)
             times[c].append(time.perf_counter() - t0)
     ms = {c: 1e3 * float(np.median(t)) for c, t in times.items()}
-    print(f"\nmedian ms ({torch.get_num_threads()} thread): logq {ms['logq']:.2f}, "
-          f"corrected {ms['corrected']:.2f} (x{ms['corrected'] / ms['logq']:.3f})")
+    print(f"\nmedian ms ({torch.get_num_threads()} thread): logq-tfrs {ms['logq-tfrs']:.2f}, "
+          f"corrected {ms['corrected']:.2f} (x{ms['corrected'] / ms['logq-tfrs']:.3f})")
     return 0
 
 

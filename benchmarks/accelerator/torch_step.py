@@ -21,7 +21,7 @@ For each correction, interleaved round by round (so a change of load hits both):
   backend makes them with ``torch.as_tensor(x, device=...)``: on a GPU a blocking
   host-to-device copy).
 
-Then the ratio corrected / logq and the machine. Runs on CPU too (small sizes: the test).
+Then the ratio corrected / logq-tfrs and the machine. Runs on CPU too (small sizes: the test).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import torch  # noqa: E402
 
 import keras_logq  # noqa: E402
 
-CORRECTIONS = ("logq", "corrected")
+CORRECTIONS = ("logq-tfrs", "corrected")
 
 
 class Step:
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         print(f"{c:>10}: {ms[c]:8.3f} ms/step; blocking syncs/step "
               f"{'n/a (not CUDA)' if syncs is None else syncs}; tensors from Python "
               f"numbers/step {found[c]['python']}")
-    print(f"corrected / logq: {ms['corrected'] / ms['logq']:.3f}")
+    print(f"corrected / logq-tfrs: {ms['corrected'] / ms['logq-tfrs']:.3f}")
     return 0
 
 

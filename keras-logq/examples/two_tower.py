@@ -72,7 +72,7 @@ class TwoTower(keras.Model):
         num_users: int. Users ``0 .. num_users - 1``.
         num_items: int. Items ``1 .. num_items`` (0 is padding).
         dim: int. Embedding size.
-        correction: str. ``"none"``, ``"logq"`` or ``"corrected"``.
+        correction: str. ``"none"``, ``"logq-tfrs"``, ``"logq-official"`` or ``"corrected"``.
         num_uniform: int. Uniform negatives added to the in-batch ones (0: in-batch only).
         temperature: float. Scores are divided by it.
     """

@@ -1,4 +1,5 @@
-"""Sampled softmax losses with no, standard, or corrected logQ correction, in `keras.ops`.
+"""Sampled softmax losses with no, standard (two forms), or corrected logQ correction, in
+`keras.ops`.
 
 Pure functions: logits, log proposal probabilities and a validity mask in, one
 loss per example out. They run and differentiate on every Keras 3 backend (JAX,
@@ -10,11 +11,18 @@ Notation (Khrylchenko et al., RecSys 2025): ``s_p`` is the positive's logit,
 drawn from and ``Q'`` the proposal with the positive excluded,
 ``log Q'(d) = log Q(d) - log(1 - Q(p))``.
 
-- ``"none"``:      ``-s_p + log(e^{s_p} + sum_i e^{s_i})``
-- ``"logq"``:      ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``
-- ``"corrected"``: ``-w * (s_p - log sum_i e^{s_i - log Q'(d_i)})`` with
+- ``"none"``:          ``-s_p + log(e^{s_p} + sum_i e^{s_i})``
+- ``"logq-tfrs"``:     ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``,
+  standard logQ as TFRS's ``Retrieval`` computes it: the positive's logit corrected too
+  (the retrieval layer and loss also subtract the constant ``log Q(p)`` in the numerator,
+  as TFRS does: the same gradient)
+- ``"logq-official"``: ``-s_p + log(e^{s_p} + sum_i e^{s_i - log Q(d_i)})``, standard
+  logQ as the paper's official code computes it: the positive uncorrected
+- ``"corrected"``:     ``-w * (s_p - log sum_i e^{s_i - log Q'(d_i)})`` with
   ``w = sg(1 - P)`` and ``P = e^{s_p} / (e^{s_p} + (1/n) sum_i e^{s_i - log Q'(d_i)})``,
   ``n`` the number of valid negatives of the row and ``sg`` the stop-gradient.
+
+A bare ``"logq"`` names neither standard form and is refused (`check_correction`).
 
 The same semantics as `tfrs_logq.losses.sampled_softmax_loss` (TensorFlow only).
 
@@ -43,7 +51,22 @@ from keras import ops
 
 from keras_logq.masks import accidental_hit_mask, first_occurrence_mask
 
-CORRECTIONS = ("none", "logq", "corrected")
+CORRECTIONS = ("none", "logq-tfrs", "logq-official", "corrected")
+
+
+def check_correction(correction, allowed: tuple = CORRECTIONS) -> str:
+    """Returns ``correction`` if it is one of ``allowed`` (`CORRECTIONS` by default), else
+    raises a one-line `ValueError`; a bare ``"logq"`` is refused with the two standard
+    forms."""
+    if correction == "logq":
+        raise ValueError(
+            "correction 'logq' is ambiguous: use 'logq-tfrs' (TFRS's Retrieval: the positive's "
+            "logit corrected too) or 'logq-official' (the paper's code: the positive "
+            "uncorrected).")
+    if correction not in allowed:
+        raise ValueError(f"`correction` must be one of {', '.join(allowed)}; received "
+                         f"{str(correction)[:60]!r}.")
+    return correction
 _HALF = ("float16", "bfloat16")
 # Tolerance on Q <= 1, as in tfrs_logq (float32 rounding of probabilities from counts).
 Q_TOLERANCE = 1e-5
@@ -307,17 +330,17 @@ def sampled_softmax_loss(
         positive_logits: float tensor, `[batch]`. ``s_p``, the positive's logit.
         negative_logits: float tensor, `[batch, n]`. ``s_i``, the negatives'
             logits.
-        correction: str. One of ``"none"``, ``"logq"`` (standard, Yi et al.
-            2019) or ``"corrected"`` (Khrylchenko et al. 2025); see the module
-            docstring.
+        correction: str. One of ``"none"``, ``"logq-tfrs"`` or
+            ``"logq-official"`` (standard, Yi et al. 2019, as TFRS and as the
+            paper's official code compute it) or ``"corrected"`` (Khrylchenko
+            et al. 2025); see the module docstring.
         negative_log_q: float tensor, `[batch, n]` or `[n]`. ``log Q(d_i)`` for
-            ``"logq"`` and ``log Q'(d_i)`` (the proposal without the positive)
-            for ``"corrected"``. Required for both; ignored for ``"none"``.
-            Defaults to `None`.
-        positive_log_q: float tensor, `[batch]`. ``log Q(p)``; only for
-            ``"logq"``. When `None` the positive's denominator term is left
-            uncorrected (the variant of the paper's official code). Defaults
-            to `None`.
+            the standard forms and ``log Q'(d_i)`` (the proposal without the
+            positive) for ``"corrected"``. Required for all three; ignored for
+            ``"none"``. Defaults to `None`.
+        positive_log_q: float tensor, `[batch]`. ``log Q(p)``: required for
+            ``"logq-tfrs"`` (the positive's denominator term corrected), refused
+            by the others. Defaults to `None`.
         is_negative: bool tensor, `[batch, n]`. `False` marks an entry that is
             not a negative (accidental hit, duplicate, padding); such entries
             may hold anything, inf and NaN included, and get zero gradient.
@@ -331,10 +354,12 @@ def sampled_softmax_loss(
         `[batch]` loss in float32 (float64 if an input is float64; float16 and
         bfloat16 inputs are computed in float32). A row with no valid negative
         has loss 0: for ``"corrected"`` with zero gradients, for ``"none"`` and
-        ``"logq"`` it is the softmax over the positive alone.
+        ``"logq-official"`` it is the softmax over the positive alone.
 
     Raises:
-        ValueError: on an unknown correction, a missing ``negative_log_q``, a
+        ValueError: on an unknown correction (a bare ``"logq"`` among them), a
+            missing ``negative_log_q``, ``positive_log_q`` missing for
+            ``"logq-tfrs"`` or given to another correction, a
             non-floating input, shapes that do not agree, or a ``log Q``
             above 0 (``negative_log_q`` where ``is_negative`` is True, and
             ``positive_log_q``; `check_log_q` says how each backend reports
@@ -371,8 +396,15 @@ def _sampled_softmax_loss(
     derives). ``lse_offset`` (`[batch]`, corrected only) is added to each row's
     log-sum-exp: ``log(1 - Q(p))`` turns ``lse(s - log Q)`` into ``lse(s - log Q')``
     without a `[batch, n]` ``log Q'``."""
-    if correction not in CORRECTIONS:
-        raise ValueError(f"`correction` must be one of {CORRECTIONS}, received {correction!r}.")
+    check_correction(correction)
+    if positive_log_q is None and correction == "logq-tfrs":
+        raise ValueError("`positive_log_q` is required for correction='logq-tfrs' (the "
+                         "positive's logit is corrected too); correction='logq-official' "
+                         "leaves it uncorrected.")
+    if positive_log_q is not None and correction != "logq-tfrs":
+        raise ValueError(f"`positive_log_q` is only used by correction='logq-tfrs'; "
+                         f"correction={correction!r} leaves the positive uncorrected or, "
+                         "'corrected', out of the denominator: drop it.")
     positive_logits = ops.convert_to_tensor(positive_logits)
     negative_logits = ops.convert_to_tensor(negative_logits)
     if negative_log_q is not None:
@@ -418,9 +450,9 @@ def _sampled_softmax_loss(
     # Masked entries may hold anything (inf, NaN): `where` drops them, value and gradient.
     adjusted = ops.where(mask, s_n - log_q, masked)
 
-    if correction == "logq":
+    if correction in ("logq-tfrs", "logq-official"):
         positive_term = s_p
-        if positive_log_q is not None:
+        if correction == "logq-tfrs":
             pos_q = _as_float(positive_log_q, "positive_log_q", dtype)
             _check_rank(pos_q, "positive_log_q", (1,))
             _check_dim(pos_q, "positive_log_q", 0, batch, "entries (must match batch)")
@@ -429,11 +461,6 @@ def _sampled_softmax_loss(
             positive_term = s_p - pos_q
         return row_logsumexp(ops.concatenate([positive_term[:, None], adjusted], axis=1)) - s_p
 
-    if positive_log_q is not None:
-        raise ValueError(
-            "`positive_log_q` is only used by correction='logq'; the corrected loss "
-            "removes the positive from the denominator."
-        )
     num_valid = _count_true(mask)
     lse = row_logsumexp(adjusted)
     if lse_offset is not None:
@@ -527,7 +554,8 @@ def retrieval_loss(
     Args:
         scores: float tensor, `[batch_size, num_candidates]`, already divided by the
             temperature.
-        correction: str. ``"none"``, ``"logq"`` or ``"corrected"``.
+        correction: str. ``"none"``, ``"logq-tfrs"``, ``"logq-official"`` or
+            ``"corrected"``.
         log_q: float tensor, `[num_candidates]` or `[batch_size, num_candidates]`.
             ``log Q(d)``, already checked (`resolve_log_q`). Required unless
             ``"none"``.
@@ -606,13 +634,19 @@ def retrieval_loss(
         )
     log_q = ops.cast(log_q, dtype)
     positive_log_q = at_positive(log_q)
-    if correction == "logq":
+    if correction == "logq-tfrs":
         # TFRS's form: -log softmax(s - log Q)[p], i.e. log Q(p) in the numerator
         # too (a constant: the gradient is that of sampled_softmax_loss).
         return _sampled_softmax_loss(
-            positive_logits, scores, correction="logq", negative_log_q=log_q,
+            positive_logits, scores, correction="logq-tfrs", negative_log_q=log_q,
             positive_log_q=positive_log_q, is_negative=negatives, check=False,
         ) + positive_log_q
+    if correction == "logq-official":
+        # The paper's code: the positive's logit uncorrected, numerator and denominator.
+        return _sampled_softmax_loss(
+            positive_logits, scores, correction="logq-official", negative_log_q=log_q,
+            positive_log_q=None, is_negative=negatives, check=False,
+        )
     # Q is checked (<= 1); Q' = Q / (1 - Q(p)) is not: with proposals of different
     # sources (mixed negatives) a negative's Q' may exceed 1, as in tfrs_logq.
     # log Q'(d) = log Q(d) - log(1 - Q(p)) is constant along a row, so

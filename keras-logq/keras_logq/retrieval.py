@@ -24,10 +24,7 @@ from keras_logq import losses
 
 REDUCTIONS = ("sum_over_batch_size", "sum", "none")
 def _check_options(correction, temperature, min_sampling_probability) -> None:
-    if correction not in losses.CORRECTIONS:
-        raise ValueError(
-            f"`correction` must be one of {losses.CORRECTIONS}, received {correction!r}."
-        )
+    losses.check_correction(correction)
     if temperature is not None and not temperature > 0:
         raise ValueError(f"`temperature` must be positive, received {temperature!r}.")
     if not 0 < min_sampling_probability <= 1:
@@ -65,9 +62,11 @@ class CorrectedRetrieval(keras.layers.Layer):
     w = stop_gradient(1 - P),  P = e^{s_p} / (e^{s_p} + (1/n) sum_j exp(s_j - log Q'(d_j)))
     ```
 
-    the sum over the row's ``n`` negatives. ``"logq"`` is the standard
-    correction, ``-log softmax(s - log Q)[p]`` (TFRS's), and ``"none"`` the plain
-    sampled softmax.
+    the sum over the row's ``n`` negatives. ``"logq-tfrs"`` is the standard
+    correction as TFRS computes it, ``-log softmax(s - log Q)[p]`` (the positive's
+    logit corrected too), ``"logq-official"`` the standard correction as the paper's
+    official code computes it (the positive's logit uncorrected), and ``"none"`` the
+    plain sampled softmax.
 
     Accidental hits (candidates with the row's positive id) are removed from
     the row's negatives, value and gradient (always for ``"corrected"``); with
@@ -75,7 +74,8 @@ class CorrectedRetrieval(keras.layers.Layer):
     negative.
 
     Args:
-        correction: str. ``"none"``, ``"logq"`` or ``"corrected"``. Defaults to
+        correction: str. ``"none"``, ``"logq-tfrs"``, ``"logq-official"`` or
+            ``"corrected"`` (a bare ``"logq"`` is refused). Defaults to
             ``"corrected"``.
         remove_accidental_hits: bool. Drop the negatives whose id equals the
             row's positive id (needs ``candidate_ids``). Always on for
@@ -101,8 +101,8 @@ class CorrectedRetrieval(keras.layers.Layer):
             probability that the sampler returns the candidate (so at most 0;
             larger values are refused, `losses.check_log_q`); column ``i``
             gives ``Q(p)`` of row ``i``. tfrs_logq's name. This or
-            ``candidate_sampling_probability`` is required for ``"logq"`` and
-            ``"corrected"``.
+            ``candidate_sampling_probability`` is required for all corrections
+            but ``"none"``.
         is_negative: bool tensor, `[batch_size, num_candidates]`. `False` drops
             that candidate from the row's negatives (e.g. the other rows'
             positives when only sampled negatives should count). The diagonal
@@ -269,11 +269,12 @@ class CorrectedRetrievalLoss(keras.losses.Loss):
 
     Without a sampling probability in ``y_true``, ``log Q`` of each candidate is
     looked up by id in ``item_log_sampling_probability`` (a fixed table, e.g. the
-    training counts' ``log(count / total)``); ``"logq"`` and ``"corrected"`` need
+    training counts' ``log(count / total)``); every correction but ``"none"`` needs
     one of the two. ``Q > 1`` (``log Q > 0``) is refused (`losses.check_log_q`).
 
     Args:
-        correction: str. ``"none"``, ``"logq"`` or ``"corrected"``. Defaults to
+        correction: str. ``"none"``, ``"logq-tfrs"``, ``"logq-official"`` or
+            ``"corrected"`` (a bare ``"logq"`` is refused). Defaults to
             ``"corrected"``.
         remove_accidental_hits: bool. Always on for ``"corrected"``. Defaults to
             `True`.

@@ -18,8 +18,8 @@ SMALL = ["--num-items", "300", "--num-users", "300", "--num-topics", "10", "--ba
          "--steps", "60", "--num-test", "600", "--k", "20"]
 
 
-@pytest.mark.parametrize("extra", [[], ["--num-uniform", "16"], ["--correction", "logq"]],
-                         ids=["in-batch-corrected", "mns-corrected", "in-batch-logq"])
+@pytest.mark.parametrize("extra", [[], ["--num-uniform", "16"], ["--correction", "logq-tfrs"]],
+                         ids=["in-batch-corrected", "mns-corrected", "in-batch-logq-tfrs"])
 def test_example_trains_on_this_backend(extra):
     result = two_tower.main(SMALL + extra)
     chance = 20 / 300

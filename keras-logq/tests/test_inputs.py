@@ -26,7 +26,7 @@ def _plain_case(rng, b=4, n=5):
     return s_p, s_n, log_q
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_plain_loss_refuses_log_q_above_zero(rng, correction):
     s_p, s_n, log_q = _plain_case(rng)
     log_q[1, 2] = 0.7  # Q = 2.0
@@ -35,7 +35,7 @@ def test_plain_loss_refuses_log_q_above_zero(rng, correction):
         sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=log_q)
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_plain_loss_ignores_masked_entries_and_the_tolerance(rng, correction):
     s_p, s_n, log_q = _plain_case(rng)
     mask = np.ones(s_n.shape, bool)
@@ -43,7 +43,7 @@ def test_plain_loss_ignores_masked_entries_and_the_tolerance(rng, correction):
     log_q[0, 0] = 5e-6  # float32 rounding of Q = 1 computed from counts
     loss = to_numpy(sampled_softmax_loss(s_p, s_n, correction=correction,
                                          negative_log_q=log_q, is_negative=mask))
-    ref_fn = reference.loss_logq if correction == "logq" else reference.loss_corrected
+    ref_fn = reference.loss_logq if correction == "logq-official" else reference.loss_corrected
     np.testing.assert_allclose(loss, ref_fn(s_p, s_n, log_q.astype(float), mask)[0],
                                rtol=1e-5, atol=1e-6)
 
@@ -51,7 +51,7 @@ def test_plain_loss_ignores_masked_entries_and_the_tolerance(rng, correction):
 def test_plain_loss_refuses_positive_log_q_above_zero(rng):
     s_p, s_n, log_q = _plain_case(rng)
     with pytest.raises(ValueError, match=f"`positive_log_q` must be .*{REFUSED}"):
-        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=log_q,
+        sampled_softmax_loss(s_p, s_n, correction="logq-tfrs", negative_log_q=log_q,
                              positive_log_q=np.array([0.0, 0.1, -1.0, -2.0], "float32"))
 
 
@@ -96,7 +96,7 @@ def _layer_case(rng, b=5):
     return scores, ids, q
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_layer_refuses_probability_above_one(rng, correction):
     scores, ids, q = _layer_case(rng)
     layer = CorrectedRetrieval(correction=correction, reduction="none")
@@ -128,7 +128,7 @@ def test_check_log_q_names_the_argument_and_passes_valid_values():
         check_log_q(np.array([2.0, -1.0]), "my_log_q")
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_three_names_give_identical_losses_and_gradients(rng, correction):
     scores, ids, q = _layer_case(rng)
     q = np.clip(q, 1e-3, 1.0)
@@ -211,6 +211,6 @@ def test_validate_false_skips_the_log_q_check_and_changes_nothing_else():
     assert np.isfinite(np.asarray(skipped)).all()
     good = np.log(np.array([[0.2, 0.4], [0.2, 0.3]], "float32"))
     np.testing.assert_allclose(
-        np.asarray(sampled_softmax_loss(*args, correction="logq", negative_log_q=good)),
-        np.asarray(sampled_softmax_loss(*args, correction="logq", negative_log_q=good,
+        np.asarray(sampled_softmax_loss(*args, correction="logq-official", negative_log_q=good)),
+        np.asarray(sampled_softmax_loss(*args, correction="logq-official", negative_log_q=good,
                                         validate=False)))

@@ -26,7 +26,7 @@ def _inputs(rng):
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the spy is on torch.as_tensor")
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs", "logq-official", "corrected"])
 @pytest.mark.parametrize("reduction", ["sum", "sum_over_batch_size"])
 @pytest.mark.parametrize("given", ["probability", "log_probability"])
 def test_no_tensor_from_a_python_number(rng, monkeypatch, correction, reduction, given):

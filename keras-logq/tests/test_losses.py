@@ -54,16 +54,57 @@ def test_none_matches_reference(rng):
     assert loss[-1] == 0.0 and g_p[-1] == 0.0
 
 
-@pytest.mark.parametrize("with_positive_log_q", [False, True])
-def test_logq_matches_reference(rng, with_positive_log_q):
+@pytest.mark.parametrize("correction", ["logq-official", "logq-tfrs"])
+def test_logq_matches_reference(rng, correction):
+    """``logq-official``: the positive's term e^{s_p}; ``logq-tfrs``: e^{s_p - log Q(p)}."""
     s_p, s_n, log_q, log_q_p, mask, s_n_in, log_q_in = _case(rng)
-    lqp = log_q_p if with_positive_log_q else None
-    loss, (g_p, g_n) = _run("logq", s_p, s_n_in, mask, log_q_in, lqp)
+    lqp = log_q_p if correction == "logq-tfrs" else None
+    loss, (g_p, g_n) = _run(correction, s_p, s_n_in, mask, log_q_in, lqp)
     ref, ref_p, ref_n = reference.loss_logq(s_p, s_n, log_q, mask, lqp)
     np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(g_p, ref_p, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(g_n, ref_n, rtol=1e-5, atol=1e-6)
     assert np.isfinite(g_n).all()
+
+
+def test_the_two_standard_forms_on_a_worked_example():
+    # s_p = 0, negatives 0, 0 with Q = 0.5, 0.25, Q(p) = 0.5: official log(1 + 2 + 4),
+    # tfrs log(2 + 2 + 4).
+    args = (np.zeros(1, "float32"), np.zeros((1, 2), "float32"))
+    log_q = np.log([[0.5, 0.25]]).astype("float32")
+    official = sampled_softmax_loss(*args, correction="logq-official", negative_log_q=log_q)
+    tfrs = sampled_softmax_loss(*args, correction="logq-tfrs", negative_log_q=log_q,
+                                positive_log_q=np.log([0.5]).astype("float32"))
+    np.testing.assert_allclose(to_numpy(official), [np.log(7.0)], rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(tfrs), [np.log(8.0)], rtol=1e-6)
+
+
+def test_a_bare_logq_is_refused_naming_both_forms():
+    args = (np.zeros(1, "float32"), np.zeros((1, 2), "float32"))
+    message = (r"^correction 'logq' is ambiguous: use 'logq-tfrs' \(TFRS's Retrieval: the "
+               r"positive's logit corrected too\) or 'logq-official' \(the paper's code: the "
+               r"positive uncorrected\)\.$")
+    with pytest.raises(ValueError, match=message):
+        sampled_softmax_loss(*args, correction="logq", negative_log_q=np.zeros((1, 2)))
+    from keras_logq import CorrectedRetrieval, CorrectedRetrievalLoss
+
+    with pytest.raises(ValueError, match=message):
+        CorrectedRetrieval(correction="logq")
+    with pytest.raises(ValueError, match=message):
+        CorrectedRetrievalLoss(correction="logq")
+
+
+def test_positive_log_q_is_required_by_logq_tfrs_and_refused_by_the_others():
+    args = (np.zeros(2, "float32"), np.zeros((2, 3), "float32"))
+    log_q = np.full((2, 3), -1.0, "float32")
+    with pytest.raises(ValueError, match="`positive_log_q` is required for "
+                                         "correction='logq-tfrs'"):
+        sampled_softmax_loss(*args, correction="logq-tfrs", negative_log_q=log_q)
+    for correction in ("logq-official", "corrected"):
+        with pytest.raises(ValueError, match="`positive_log_q` is only used by "
+                                             "correction='logq-tfrs'"):
+            sampled_softmax_loss(*args, correction=correction, negative_log_q=log_q,
+                                 positive_log_q=np.zeros(2, "float32"))
 
 
 def test_corrected_matches_reference_with_stop_gradient_weight(rng):
@@ -94,7 +135,7 @@ def test_one_dimensional_log_q_is_shared_by_rows(rng):
     s_p, s_n = rng.normal(size=B), rng.normal(size=(B, N))
     log_q = np.log(rng.uniform(0.01, 0.3, size=N))
     mask = np.ones((B, N), bool)
-    for correction, ref_fn in (("logq", reference.loss_logq),
+    for correction, ref_fn in (("logq-official", reference.loss_logq),
                                ("corrected", reference.loss_corrected)):
         loss = sampled_softmax_loss(s_p.astype("float32"), s_n.astype("float32"),
                                     correction=correction,
@@ -104,7 +145,7 @@ def test_one_dimensional_log_q_is_shared_by_rows(rng):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-official", "corrected"])
 def test_half_precision_inputs_computed_in_float32(rng, dtype, correction):
     import keras
 
@@ -118,14 +159,14 @@ def test_half_precision_inputs_computed_in_float32(rng, dtype, correction):
     # Exactly the float32 loss of the rounded inputs (no half-precision arithmetic inside).
     if correction == "none":
         ref = reference.loss_none(rounded(s_p), rounded(s_n), mask)[0]
-    elif correction == "logq":
+    elif correction == "logq-official":
         ref = reference.loss_logq(rounded(s_p), rounded(s_n), rounded(log_q), mask)[0]
     else:
         ref = reference.loss_corrected(rounded(s_p), rounded(s_n), rounded(log_q), mask)[0]
     np.testing.assert_allclose(to_numpy(loss), ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-official", "corrected"])
 def test_jit_compiled_equals_reference(rng, correction):
     s_p, s_n, log_q, _, mask, s_n_in, log_q_in = _case(rng)
 
@@ -141,7 +182,7 @@ def test_jit_compiled_equals_reference(rng, correction):
     out = to_numpy(compiled(*args))
     if correction == "none":
         ref = reference.loss_none(s_p, s_n, mask)[0]
-    elif correction == "logq":
+    elif correction == "logq-official":
         ref = reference.loss_logq(s_p, s_n, log_q, mask)[0]
     else:
         ref = reference.loss_corrected(s_p, s_n, log_q, mask)[0]
@@ -164,4 +205,5 @@ def test_bad_input_raises_value_error_naming_the_argument():
     with pytest.raises(ValueError, match="is_negative.*bool"):
         sampled_softmax_loss(s_p, s_n, correction="none", is_negative=np.ones((3, 4), "int32"))
     with pytest.raises(ValueError, match="negative_log_q.*entries"):
-        sampled_softmax_loss(s_p, s_n, correction="logq", negative_log_q=np.zeros(5, "float32"))
+        sampled_softmax_loss(s_p, s_n, correction="logq-official",
+                             negative_log_q=np.zeros(5, "float32"))

@@ -33,9 +33,11 @@ def reference_layer(scores, ids, log_q, correction, *, remove_hits=True, dedup=F
     else:
         log_q2 = np.broadcast_to(log_q, (b, c))
         log_q_p = log_q2[np.arange(b), np.arange(b)]
-        if correction == "logq":
+        if correction == "logq-tfrs":
             loss, g_p, g_n = reference.loss_logq(s_p, scores, log_q2, mask, log_q_p)
             loss = loss + log_q_p  # -log softmax(s - log Q)[p]: TFRS's numerator
+        elif correction == "logq-official":  # the positive's logit uncorrected
+            loss, g_p, g_n = reference.loss_logq(s_p, scores, log_q2, mask, None)
         else:
             log_q_prime = log_q2 - np.log1p(-np.exp(log_q_p))[:, None]
             loss, g_p, g_n, _ = reference.loss_corrected(s_p, scores, log_q_prime, mask)
@@ -48,7 +50,7 @@ def _layer_grads(layer, scores, *rest):
     return value_and_grads(lambda s, *r: layer(s, *r), [scores, *rest], wrt=[0])
 
 
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs", "logq-official", "corrected"])
 def test_in_batch_with_hits_matches_reference(rng, correction):
     b = 6
     scores = rng.normal(size=(b, b)).astype("float32") * 2
@@ -100,7 +102,7 @@ def test_keras_rs_remove_accidental_hits_would_fail_this_check(rng):
     np.testing.assert_allclose(ours, ref, rtol=1e-5)
 
 
-@pytest.mark.parametrize("correction", ["none", "logq", "corrected"])
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs", "logq-official", "corrected"])
 def test_two_dimensional_ids_are_per_row(rng, correction):
     """`[batch, num_candidates]` ids: row r's hits are judged by row r's positive
     (Keras-RS 0.4 compares every row with row 0's positive id)."""
@@ -121,7 +123,7 @@ def test_two_dimensional_ids_are_per_row(rng, correction):
     assert grad[1, 3] == 0.0 and grad[2, 4] == 0.0 and not np.allclose(loss[1:], row0_rule[1:])
 
 
-@pytest.mark.parametrize("correction", ["logq", "corrected"])
+@pytest.mark.parametrize("correction", ["logq-tfrs", "logq-official", "corrected"])
 def test_deduplicate_counts_each_id_once(rng, correction):
     b, c = 4, 7
     scores = rng.normal(size=(b, c)).astype("float32")
@@ -203,7 +205,7 @@ def test_jit_compiled_layer(rng):
 
 
 def test_get_config_json_round_trip(rng):
-    layer = CorrectedRetrieval(correction="logq", remove_accidental_hits=False,
+    layer = CorrectedRetrieval(correction="logq-tfrs", remove_accidental_hits=False,
                                deduplicate=True, temperature=0.5, reduction="sum", name="ret")
     config = json.loads(json.dumps(layer.get_config()))
     clone = CorrectedRetrieval.from_config(config)

@@ -147,7 +147,7 @@ def test_get_config_json_round_trip(rng):
     b = 5
     scores, ids, q = _case(rng, b)
     table = np.log(np.full(12, 1 / 12)).astype("float32")
-    loss_fn = CorrectedRetrievalLoss(correction="logq", temperature=0.5, deduplicate=True,
+    loss_fn = CorrectedRetrievalLoss(correction="logq-tfrs", temperature=0.5, deduplicate=True,
                                      item_log_sampling_probability=table, reduction="sum",
                                      name="retrieval")
     clone = CorrectedRetrievalLoss.from_config(json.loads(json.dumps(loss_fn.get_config())))

@@ -43,7 +43,7 @@ def reference_loss(correction, s_p, s_n, log_q_p, log_q_n, mask, inclusion=False
         sn, lq = s_n[i, keep], log_q_n[keep]
         if correction == "none":
             out.append(_lse(np.concatenate([[s_p[i]], sn])) - s_p[i])
-        elif correction == "logq-paper":
+        elif correction == "logq-tfrs":
             out.append(_lse(np.concatenate([[s_p[i] - log_q_p[i]], sn - lq])) - s_p[i])
         elif correction == "logq-official":
             out.append(_lse(np.concatenate([[s_p[i]], sn - lq])) - s_p[i])
@@ -77,7 +77,7 @@ def _loss_inputs(seed=0, batch=6, k=9):
 
 
 @pytest.mark.parametrize("correction,inclusion", [
-    ("none", False), ("logq-paper", False), ("logq-official", False), ("corrected", False),
+    ("none", False), ("logq-tfrs", False), ("logq-official", False), ("corrected", False),
     ("corrected-w1", False), ("corrected", True), ("corrected-w1", True)])
 def test_loss_matches_numpy_reference(correction, inclusion):
     s_p, s_n, log_q_p, log_q_n, mask = _loss_inputs()
@@ -87,6 +87,16 @@ def test_loss_matches_numpy_reference(correction, inclusion):
                      negative_log_q=f32(log_q_n), is_negative=jnp.asarray(mask),
                      inclusion=inclusion)
     np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_bare_logq_is_refused_naming_both_forms():
+    s_p, s_n, log_q_p, log_q_n, mask = _loss_inputs()
+    with pytest.raises(ValueError, match=r"^correction 'logq' is ambiguous: use 'logq-tfrs' "
+                                         r"\(TFRS's .*'logq-official' \(the paper's code"):
+        study_loss("logq", jnp.asarray(s_p, jnp.float32), jnp.asarray(s_n, jnp.float32),
+                   positive_log_q=jnp.asarray(log_q_p, jnp.float32),
+                   negative_log_q=jnp.asarray(log_q_n, jnp.float32),
+                   is_negative=jnp.asarray(mask))
 
 
 def test_corrected_gradient_holds_the_weight_constant():
@@ -116,7 +126,7 @@ def test_corrected_gradient_holds_the_weight_constant():
 
 def test_common_random_numbers_across_corrections_and_proposals():
     a = runs.Run(**TINY, correction="corrected", eval_at=(5,))
-    b = dataclasses.replace(a, correction="logq-paper", proposal="unigram")
+    b = dataclasses.replace(a, correction="logq-tfrs", proposal="unigram")
     c = dataclasses.replace(a, seed=1)
     ca, cb, cc = (driver.step_config(r) for r in (a, b, c))
     w = world.World(a.world(), a.num_eval_users)
@@ -284,7 +294,7 @@ def test_presets_have_the_grid_of_the_issue():
     curve = runs.preset_runs("curve", seeds=[0])
     assert {(r.proposal, r.correction) for r in curve} == {
         (p, c) for p in ("mixture", "unigram")
-        for c in ("corrected", "logq-paper", "logq-official", "corrected-w1")} | {
+        for c in ("corrected", "logq-tfrs", "logq-official", "corrected-w1")} | {
         ("mixture", "none")}
     assert all(r.eval_at == (3000, 10_000, 30_000, 100_000) and r.num_items == 1_000_000
                and r.num_uniform == r.num_in_batch == 4096 for r in curve)

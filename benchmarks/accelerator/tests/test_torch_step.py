@@ -24,10 +24,10 @@ def test_torch_step_runs_both_corrections_on_cpu():
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = {m.group(1): m.group(0) for m in
-             re.finditer(r"^\s*(logq|corrected): .*$", proc.stdout, re.MULTILINE)}
-    assert set(lines) == {"logq", "corrected"}, proc.stdout
+             re.finditer(r"^\s*(logq-tfrs|corrected): .*$", proc.stdout, re.MULTILINE)}
+    assert set(lines) == {"logq-tfrs", "corrected"}, proc.stdout
     for line in lines.values():
         assert "tensors from Python numbers/step 0" in line, line
         assert "n/a (not CUDA)" in line, line
-    ratio = float(re.search(r"corrected / logq: ([0-9.]+)", proc.stdout).group(1))
+    ratio = float(re.search(r"corrected / logq-tfrs: ([0-9.]+)", proc.stdout).group(1))
     assert 0.1 < ratio < 10, proc.stdout
