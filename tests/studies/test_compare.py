@@ -166,6 +166,8 @@ def test_report_only_rebuilds_the_report_from_results_csv(tmp_path):
     (dict(losses=("inbatch-logq-official",)), "two or more two-tower losses"),
     (dict(losses=("inbatch-logq-official", "softmax")), "two or more two-tower losses"),
     (dict(seeds=()), "at least one seed"),
+    (dict(losses=("inbatch-logq", "inbatch-corrected")), "'inbatch-logq' is ambiguous: use "
+     "'inbatch-logq-tfrs'"),
     (dict(baseline="mns-none"), "baseline"),
     (dict(window=4), "window"),
     (dict(model="sasrec2"), "model"),

@@ -33,6 +33,7 @@ import numpy as np
 
 from tfrs_logq._util.atomic import write_json
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
+from tfrs_logq.corrections import check_loss_name
 from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
 from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
 from tfrs_logq.towers import training as towers
@@ -71,6 +72,12 @@ class Plan:
             raise CompareError(f"`model` must be one of {MODELS}, received "
                                f"{str(self.model)[:40]!r}.")
         known = LOSSES if self.model == "two-tower" else _sasrec_losses()
+        for loss in self.losses:  # a bare logq names two losses: say which two
+            if isinstance(loss, str) and loss.endswith("-logq"):
+                try:
+                    check_loss_name(loss, known)
+                except ValueError as error:
+                    raise CompareError(str(error)) from None
         unknown = [loss for loss in self.losses if loss not in known]
         if unknown or len(self.losses) < 2:
             raise CompareError(f"compare needs two or more {self.model} losses of "
