@@ -3,10 +3,10 @@
 For batches of the world's training stream: the share of distinct targets in a batch, the
 share of batch positions whose target repeats, and, over the distinct targets, the gap
 ``log pi(d) - log(B Q(d))`` between the inclusion probability (`proposal.inclusion_log_q`,
-what `deduplicated_proposal="inclusion"` corrects with) and ``B`` times the per-draw unigram
-``Q(d)`` (the item's true marginal, `SyntheticStream.item_log_marginal`). A constant gap
-cancels in a softmax over the batch; only where ``B Q(d)`` nears 1 do the two proposals
-differ. The study's `samplers` preset compares them on quality (docs/study.md).
+what `sampling_probability="per_draw_to_inclusion"` corrects with) and ``B`` times the
+per-draw unigram ``Q(d)`` (the item's true marginal, `SyntheticStream.item_log_marginal`).
+A constant gap cancels in a softmax over the batch; only where ``B Q(d)`` nears 1 do the
+two proposals differ. The study's `samplers` preset compares them on quality (docs/study.md).
 
     python benchmarks/inclusion_gap.py --num-topics 10000 1000 --batches 30
 """

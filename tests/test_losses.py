@@ -249,24 +249,6 @@ def test_errors_name_the_argument():
         )
 
 
-def test_negative_mask_is_a_deprecated_name_of_is_negative():
-    """The keyword before `is_negative` keeps working for one release, with a warning."""
-    rng = np.random.default_rng(7)
-    s_p, s_n = rng.normal(size=3), rng.normal(size=(3, 4))
-    log_q = np.log(rng.uniform(0.01, 0.3, size=(3, 4)))
-    mask = rng.uniform(size=(3, 4)) > 0.4
-    expected = sampled_softmax_loss(s_p, s_n, correction="corrected", negative_log_q=log_q,
-                                    is_negative=mask).numpy()
-    with pytest.warns(DeprecationWarning, match="`negative_mask` is deprecated.*is_negative"):
-        got = sampled_softmax_loss(s_p, s_n, correction="corrected", negative_log_q=log_q,
-                                   negative_mask=mask).numpy()
-    np.testing.assert_array_equal(got, expected)
-    assert not np.array_equal(got, sampled_softmax_loss(
-        s_p, s_n, correction="corrected", negative_log_q=log_q).numpy())  # the mask is used
-    with pytest.raises(ValueError, match="`is_negative` only.*`negative_mask`"):
-        sampled_softmax_loss(s_p, s_n, correction="none", is_negative=mask, negative_mask=mask)
-
-
 def test_inclusion_proposal_matches_the_horvitz_thompson_formula():
     """``proposal="inclusion"``: log_q holds log pi(d) (deduplicated draws); the weight's
     P(p|u) is e^{s_p} / (e^{s_p} + sum_i e^{s_i} / pi_i), no 1/n (tests/reference.py)."""

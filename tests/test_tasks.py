@@ -429,12 +429,12 @@ def test_probabilities_above_one_are_rejected(bad):
         graph(tf.constant(value))
 
 
-def test_deduplicated_proposal_inclusion_matches_reference():
+def test_per_draw_to_inclusion_matches_reference():
     q, c, ids, prob, _ = _batch(seed=25, num_queries=8, num_ids=5)
     b = len(q)
     inclusion = 1.0 - (1.0 - prob.astype(np.float64)) ** b
-    got = CorrectedRetrieval(deduplicate_candidates=True, deduplicated_proposal="inclusion",
-                             reduction="none")(
+    got = CorrectedRetrieval(deduplicate_candidates=True,
+                             sampling_probability="per_draw_to_inclusion", reduction="none")(
         q, c, candidate_ids=ids, candidate_sampling_probability=prob).numpy()
     expected = reference_corrected(q, c, ids, inclusion.astype(np.float32), dedup=True,
                                    inclusion=True)
@@ -450,12 +450,12 @@ def test_deduplicated_proposal_inclusion_matches_reference():
     np.testing.assert_allclose(per_draw, reference_corrected(q, c, ids, prob, dedup=True),
                                rtol=1e-5)
     assert not np.allclose(got, per_draw)
-    with pytest.raises(ValueError, match="deduplicated_proposal"):
-        CorrectedRetrieval(deduplicated_proposal="batch")
     with pytest.raises(ValueError, match="sampling_probability"):
         CorrectedRetrieval(sampling_probability="batch")
-    with pytest.raises(ValueError, match="per-draw probabilities"):
-        CorrectedRetrieval(deduplicated_proposal="inclusion", sampling_probability="inclusion")
+    with pytest.raises(ValueError, match="pass deduplicate_candidates=True"):
+        CorrectedRetrieval(sampling_probability="per_draw_to_inclusion")
+    with pytest.raises(TypeError):  # one argument per concept: the old second name is gone
+        CorrectedRetrieval(deduplicated_proposal="inclusion")
 
 
 def test_docstring_examples_figure_is_the_papers_formula():

@@ -26,7 +26,6 @@ A bare ``"logq"`` names neither standard form and is refused (`check_correction`
 
 from __future__ import annotations
 
-import warnings
 from typing import Optional
 
 import tensorflow as tf
@@ -90,7 +89,6 @@ def sampled_softmax_loss(
     negative_log_q=None,
     positive_log_q=None,
     is_negative=None,
-    negative_mask=None,
     proposal: str = "per_draw",
     validate: bool = True,
 ) -> tf.Tensor:
@@ -110,9 +108,6 @@ def sampled_softmax_loss(
         Defaults to None.
       is_negative: `[batch, n]` bool. False marks an entry that is not a
         negative (accidental hit, duplicate, padding). Defaults to all True.
-      negative_mask: deprecated name of ``is_negative`` (same meaning: True =
-        counts as a negative); it warns with a `DeprecationWarning` and will be
-        removed in the next release. Passing both is an error.
       proposal: str. What ``negative_log_q`` is the log of, for ``"corrected"``'s
         weight: ``"per_draw"`` (default; ``Q'(d)`` of one of ``n`` draws, the paper)
         or ``"inclusion"`` (``pi(d)``, the chance that ``d`` is in the row's set of
@@ -151,19 +146,6 @@ def sampled_softmax_loss(
     ...  loss("corrected")]
     [0.4076, 1.6634, 0.8229, 0.0953]
     """
-    if negative_mask is not None:
-        if is_negative is not None:
-            raise ValueError(
-                "Pass `is_negative` only: `negative_mask` is its deprecated name, and both "
-                "were given."
-            )
-        warnings.warn(
-            "`negative_mask` is deprecated and will be removed in the next release: pass "
-            "`is_negative` (same meaning: True = counts as a negative).",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        is_negative = negative_mask
     check_correction(correction)
     check_proposal(proposal)
     positive_logits = tf.convert_to_tensor(positive_logits)
@@ -253,9 +235,9 @@ def in_batch_softmax_loss(
       scores: `[batch, num_candidates]` float logits, ``num_candidates >= batch``.
       correction: ``"none"``, ``"logq-tfrs"``, ``"logq-official"`` or ``"corrected"``.
       log_q: `[num_candidates]` ``log Q(d)`` of each candidate (all but ``"none"``;
-        ``"logq-official"`` reads only the negatives'). For ``"corrected"`` ``log Q'(d) = log Q(d) - log(1 - Q(p))``
-        is applied per row here (`tfrs_logq.proposal.log_complement`: ``Q(p)``
-        capped at ``1 - 1e-6``).
+        ``"logq-official"`` reads only the negatives'). For ``"corrected"``
+        ``log Q'(d) = log Q(d) - log(1 - Q(p))`` is applied per row here
+        (`tfrs_logq.proposal.log_complement`: ``Q(p)`` capped at ``1 - 1e-6``).
       is_negative: `[batch, num_candidates]` bool, True where the column counts
         as a negative of the row (False: accidental hit, duplicate, masked).
         The diagonal (the positive) never counts, whatever it holds. Defaults

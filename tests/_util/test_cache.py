@@ -1,5 +1,4 @@
-"""Specification of `tfrs_logq._util.cache`: one variable for the cache location, the old name
-honoured with a DeprecationWarning."""
+"""Specification of `tfrs_logq._util.cache`: one variable for the cache location."""
 
 import os
 import warnings
@@ -23,18 +22,10 @@ def test_tfrs_logq_cache_dir_chooses_it(clean_env, tmp_path):
         assert cache_dir() == str(tmp_path)
 
 
-def test_the_old_name_is_honoured_with_a_deprecation_warning(clean_env, tmp_path):
-    clean_env.setenv("TFRS_LOGQ_CACHE", str(tmp_path))
-    with pytest.warns(DeprecationWarning, match="TFRS_LOGQ_CACHE is deprecated.*"
-                                                "set TFRS_LOGQ_CACHE_DIR instead"):
-        assert cache_dir() == str(tmp_path)
-
-
-def test_the_new_name_wins_and_the_old_one_is_reported_ignored(clean_env, tmp_path):
-    clean_env.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "new"))
+def test_the_old_name_is_not_read(clean_env, tmp_path):
+    clean_env.setenv("HOME", str(tmp_path / "home"))
     clean_env.setenv("TFRS_LOGQ_CACHE", str(tmp_path / "old"))
-    with pytest.warns(DeprecationWarning, match="ignored because TFRS_LOGQ_CACHE_DIR is set"):
-        assert cache_dir() == str(tmp_path / "new")
+    assert cache_dir() == os.path.join(str(tmp_path / "home"), ".cache", "tfrs_logq")
 
 
 def test_defaults_to_xdg_cache_home_then_home(clean_env, tmp_path):
@@ -50,6 +41,5 @@ def test_the_data_loaders_use_this_one_function(clean_env, tmp_path):
     from tfrs_logq.pipelines import datasets
 
     assert datasets.cache_dir is cache_dir
-    clean_env.setenv("TFRS_LOGQ_CACHE", str(tmp_path))
-    with pytest.warns(DeprecationWarning):
-        assert datasets.data_root()[0] == str(tmp_path)
+    clean_env.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path))
+    assert datasets.data_root()[0] == str(tmp_path)

@@ -168,10 +168,9 @@ def test_sampled_dot_rejects_bad_inputs_by_name():
 
 @pytest.fixture
 def package_cache(monkeypatch):
-    """No kernel-cache override (conftest sets one for the session) and no deprecated
-    variable: the kernels follow the package's cache directory."""
+    """No kernel-cache override (conftest sets one for the session): the kernels follow
+    the package's cache directory."""
     monkeypatch.delenv(native.CACHE_ENV, raising=False)
-    monkeypatch.delenv("TFRS_LOGQ_CACHE", raising=False)
     return monkeypatch
 
 
@@ -204,21 +203,6 @@ def test_the_kernel_cache_override_wins_and_empty_counts_as_unset(tmp_path, pack
     assert native.cache_dir() == tmp_path / "kernels"
     package_cache.setenv(native.CACHE_ENV, " ")
     assert native.cache_dir() == tmp_path / "data" / "native"
-
-
-def test_the_old_cache_variable_still_works_for_the_kernels_with_a_warning(tmp_path,
-                                                                           package_cache):
-    package_cache.delenv("TFRS_LOGQ_CACHE_DIR", raising=False)
-    package_cache.setenv("TFRS_LOGQ_CACHE", str(tmp_path / "old"))
-    package_cache.setenv("CXX", _fake_compiler(tmp_path))
-    with pytest.warns(DeprecationWarning, match="TFRS_LOGQ_CACHE is deprecated.*"
-                                                "set TFRS_LOGQ_CACHE_DIR instead"):
-        path = native.build()
-    assert path.parent == tmp_path / "old" / "native" and path.read_text() == "lib\n"
-    # Both set: the new one wins, and the old one is reported ignored.
-    package_cache.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "new"))
-    with pytest.warns(DeprecationWarning, match="ignored because TFRS_LOGQ_CACHE_DIR is set"):
-        assert native.cache_dir() == tmp_path / "new" / "native"
 
 
 def test_the_test_session_shares_one_kernel_cache():

@@ -508,8 +508,7 @@ def test_training_load_config_split_gives_the_data_layer_split(tmp_path, split_n
                          temporal_fraction=fraction)
     ours = ds_mod.load_split("ml-1m", split_name, str(data), temporal_fraction=fraction)
     theirs = training.load_config_split(config)
-    with pytest.warns(DeprecationWarning, match="load_config_split"):
-        assert training.load_split(config).name == split_name  # the old name, deprecated
+    assert not hasattr(training, "load_split")  # one name: load_config_split
     assert ours.name == theirs.name == split_name
     np.testing.assert_array_equal(ours.train_lengths, theirs.train_lengths)
     for part in ("validation", "test"):

@@ -89,8 +89,8 @@ def _mode() -> str:
 
 def cache_dir() -> Path:
     """Where the compiled kernels live: ``$TFRS_LOGQ_NATIVE_CACHE_DIR`` when set (not
-    empty), else ``native/`` in the package's cache directory (`tfrs_logq._util.cache.cache_dir`,
-    which honours the deprecated ``TFRS_LOGQ_CACHE`` with a `DeprecationWarning`)."""
+    empty), else ``native/`` in the package's cache directory
+    (`tfrs_logq._util.cache.cache_dir`)."""
     root = os.environ.get(CACHE_ENV, "").strip()
     if root:
         return Path(root)

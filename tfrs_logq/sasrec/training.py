@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import warnings
 from typing import Optional
 
 import numpy as np
@@ -239,14 +238,6 @@ def load_recorded_split(config: TrainConfig, record: dict):
     return split
 
 
-def load_split(config: TrainConfig) -> Split:
-    """Deprecated: `load_config_split` (this name is also
-    `tfrs_logq.pipelines.datasets.load_split`'s, which takes a dataset and a split)."""
-    warnings.warn("tfrs_logq.sasrec.training.load_split is deprecated: use "
-                  "load_config_split(config).", DeprecationWarning, stacklevel=2)
-    return load_config_split(config)
-
-
 def _stopped_early(keeper: BestEpochKeeper, initial_epoch: int) -> bool:
     """Whether the saved epochs before ``initial_epoch`` already met the patience
     stop (a run killed after its stopping epoch was checkpointed)."""
@@ -395,4 +386,4 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
 
 
 __all__ = ["build_encoder", "build_model", "load_config_split", "load_recorded_split",
-           "load_split", "make_strategy", "train", "training_item_counts"]
+           "make_strategy", "train", "training_item_counts"]
