@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next piece of the 1,000,000-item learning curve (issue 38), sized for one
+# The next piece of the 1,000,000-item learning curve, sized for one
 # 10-minute accelerator job: 10,000 topics, sigma 8, mixed 4,096 + 4,096, mixture
 # and unigram proposals, corrections corrected / logq-tfrs / logq-official /
 # corrected-w1 / none, evaluated at 3k, 10k, 30k and 100k steps, seeds 0, 1, 2 in

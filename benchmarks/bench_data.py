@@ -3,7 +3,7 @@
 Prints training sequences/s of `training_dataset` (one example = one user's
 window of L positions; positions/s also shown) and evaluation users/s over the
 full catalog with seen items excluded. The comparison with a SASRec training
-step belongs with the SASRec model (issue 4); the query tower here is a mean of
+step belongs with the SASRec model; the query tower here is a mean of
 embeddings, so the evaluation figure is the ranking cost, not a model's.
 
     python benchmarks/bench_data.py [--data-dir ../shared/data/ml-1m-sasrec]

@@ -1,5 +1,5 @@
 """How many of the synthetic study's corrected-vs-standard intervals survive a
-false-discovery correction (issue 38, part 3).
+false-discovery correction.
 
 Recomputes, from each study's committed results.csv, every interval of its table.md
 summary ("Where the correction matters"): within a scenario (every field of a run but

@@ -218,7 +218,7 @@ class RestApi:
             "model_spec": {"name": name, "signature_name": "",
                            "version": str(servable.version)},
             "metadata": {"signature_def": {"signature_def": signatures},
-                         # Not TF Serving's: the index and its measured recall (issue 37).
+                         # Not TF Serving's: the index and its measured recall.
                          "index": servable.index_summary()}})
 
     async def predict(self, request):

@@ -308,7 +308,7 @@ def test_inclusion_weight_estimates_one_minus_p_on_deduplicated_draws():
     assert weight(lse_misread, num_valid) < truth - 0.3
 
 
-# log Q > 0 is a probability above 1: refused as CorrectedRetrieval refuses it (issue 37).
+# log Q > 0 is a probability above 1: refused as CorrectedRetrieval refuses it.
 # The old function returned a negative loss for it.
 def _above_one_inputs():
     s_p = np.array([2.0, 1.0])

@@ -350,7 +350,7 @@ def test_dedup_and_score_mask_for_none_and_logq_keep_the_positive(correction, hi
         assert loss[i] == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
-# --- issue 8: string ids, replicas, Q <= 1, deduplicated proposal, named steps ---------------
+# --- string ids, replicas, Q <= 1, deduplicated proposal, named steps ---------------
 
 
 @pytest.mark.parametrize("options", [

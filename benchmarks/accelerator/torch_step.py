@@ -3,7 +3,7 @@
     KERAS_BACKEND=torch python -m benchmarks.accelerator.torch_step \
         --items 1000000 --batch 4096 --negatives 4096 --dim 64
 
-Issue 38 measured keras-logq on PyTorch at 14.7 ms a step corrected against 11.4 ms
+An H100 measured keras-logq on PyTorch at 14.7 ms a step corrected against 11.4 ms
 standard logQ on an H100 (1M items, batch 4,096 with 4,096 uniform negatives, d = 64,
 dense Adam). This script runs that step: a user table and an item table
 (`torch.nn.Embedding`, dense `torch.optim.Adam`), each batch's users and positives drawn on

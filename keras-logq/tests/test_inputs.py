@@ -1,4 +1,4 @@
-"""Input checks and argument names shared with TFRS and Keras-RS (issue 37).
+"""Input checks and argument names shared with TFRS and Keras-RS.
 
 ``log Q > 0`` (a probability above 1: a batch-level probability or a count) is
 refused, eagerly with a `ValueError` and, while traced, the way each backend can

@@ -1,5 +1,5 @@
 """The install line of every page that runs the example installs what the example imports
-(issue 37: ``pip install -e keras-logq`` then the example failed with ``No module named
+(``pip install -e keras-logq`` then the example failed with ``No module named
 'keras_rs'``). Reads the files only: no backend, no network."""
 
 import ast

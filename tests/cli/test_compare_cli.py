@@ -1,4 +1,4 @@
-"""`tfrs-logq data stats --interactions` and `tfrs-logq compare` (issue 36): what a user
+"""`tfrs-logq data stats --interactions` and `tfrs-logq compare`: what a user
 types and sees."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
 
 
 def test_train_on_a_log_through_the_cli_with_a_line_per_epoch_in_a_pipe(log_csv, tmp_path):
-    # Issue 36: `train --interactions`; issue 37: Keras' \r progress bar in piped logs.
+    # `train --interactions`; Keras' \r progress bar in piped logs.
     proc = _cli("train", "--interactions", log_csv, "--user-column", "user", "--item-column",
                 "item", "--preset", "smoke", "--max-epochs", "1", "--steps-per-epoch", "2",
                 "--model-dir", str(tmp_path / "run"))

@@ -1,4 +1,4 @@
-"""TensorFlow's start-up lines: absent without --verbose, on TF 2.20 and on TF 2.21 (issue 37).
+"""TensorFlow's start-up lines: absent without --verbose, on TF 2.20 and on TF 2.21.
 
 TF 2.21 writes them through absl before ``TF_CPP_MIN_LOG_LEVEL`` is read; the old CLI,
 which only set that variable, printed ``port.cc`` (oneDNN) and ``cudart_stub.cc`` lines

@@ -279,7 +279,7 @@ def _picky_compiler(directory, refuse):
 
 def test_the_build_falls_back_to_no_avx512fp16_then_remembers_a_failure(tmp_path, package_cache,
                                                                        caplog):
-    # Issue 37: on an Intel host with AVX512-FP16, TF 2.21's Eigen does not compile with
+    # On an Intel host with AVX512-FP16, TF 2.21's Eigen does not compile with
     # -march=native: the kernels must still build (without FP16), and a build that
     # cannot succeed must not be retried (30 s) by every process.
     import logging
@@ -334,7 +334,7 @@ def test_a_killed_builds_temporary_is_removed_by_the_next_build(tmp_path, packag
 
 def test_a_compile_says_so_once_per_process_and_a_cache_hit_says_nothing(tmp_path, package_cache,
                                                                          caplog):
-    # Issue 23: the first training compiled for about 50 s without a word. A stand-in
+    # The first training compiled for about 50 s without a word. A stand-in
     # compiler (writes its -o file) keeps this test fast.
     monkeypatch = package_cache
     monkeypatch.setenv("CXX", _fake_compiler(tmp_path))

@@ -727,7 +727,7 @@ def test_an_unblessed_model_is_not_pushed(built, tmp_path, capsys):
 
 def test_a_run_whose_model_is_not_blessed_exits_non_zero_with_one_line(built, tmp_path,
                                                                          capsys):
-    """Issue 23: `pipeline run` exited 0 when the Evaluator withheld the blessing, so a
+    """`pipeline run` exited 0 when the Evaluator withheld the blessing, so a
     scheduler saw a good run. It exits 3 (2 is an error), also when the run is repeated
     and every component is current, and also with --json."""
     root = tmp_path / "root"

@@ -275,7 +275,7 @@ def test_download_verifies_checksum_over_loopback_http(tmp_path):
     assert "\n" not in str(e.value) and not (tmp_path / "cache" / "ml-1m.zip").exists()
 
 
-# ------------------------------------------------------ resolution, errors and the cache (#12)
+# ------------------------------------------------------ resolution, errors and the cache
 
 
 def _sasrec_dir(root, name="sasrec"):
@@ -380,7 +380,7 @@ def test_a_damaged_gzip_is_a_data_error_naming_the_file(tmp_path, damage):
 
 
 def test_a_gz_file_that_is_not_gzip_is_a_one_line_error_naming_the_file(tmp_path, capsys):
-    # Issue 23: random bytes named .gz were read as latin-1 text and the parse error
+    # Random bytes named .gz were read as latin-1 text and the parse error
     # quoted them.
     from tfrs_logq import cli
 

@@ -42,7 +42,7 @@ def _one_line_error(excinfo, *fragments):
     ({"seed": -1}, ("`seed`", "--seed")),
     ({"length_buckets": 0}, ("`length_buckets`", "--length-buckets")),
     ({"test_window": 5, "max_epochs": 4}, ("`test_window`", "--test-window")),
-    # Issue 37: the upper bounds (`LIMITS`), checked before any work.
+    # The upper bounds (`LIMITS`), checked before any work.
     ({"max_length": 100_000_000}, ("`max_length`", "--max-length", "10,000", "100,000,000")),
     ({"embedding_dim": 4_097}, ("`embedding_dim`", "--embedding-dim", "4,096")),
     ({"num_negatives": 1_000_001}, ("`num_negatives`", "--num-negatives", "1,000,000")),
@@ -70,7 +70,7 @@ def test_train_config_rejects_what_the_command_line_rejects(bad, fragments):
 
 
 def test_resolve_config_rejects_a_bad_loss_name_in_one_line():
-    """Issue 24: a bad loss name was accepted from Python and failed only in the CLI."""
+    """A bad loss name was accepted from Python and failed only in the CLI."""
     with pytest.raises(ValueError) as excinfo:
         resolve_config(None, loss="corrected")
     _one_line_error(excinfo, "`loss`", "'corrected'", *OBJECTIVES)

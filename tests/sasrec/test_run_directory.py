@@ -89,7 +89,7 @@ def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_p
 
 def test_a_run_that_stopped_before_its_first_epoch_does_not_block_a_retry(data_dir, tmp_path,
                                                                           caplog):
-    # Issue 37: a run that failed before training anything left a config.json that
+    # A run that failed before training anything left a config.json that
     # refused every retry with other flags ("holds a run with another config").
     import logging
 

@@ -273,7 +273,7 @@ def test_config_rejects_what_the_command_line_rejects():
 
 def test_a_run_killed_after_its_last_epoch_says_it_has_nothing_left_to_train(data_dir, tmp_path,
                                                                               caplog):
-    # Issue 37: it read "resuming runs/B from epoch 5 of 4".
+    # It read "resuming runs/B from epoch 5 of 4".
     import logging
 
     config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,

@@ -1,4 +1,4 @@
-"""`TrainConfig(interactions=...)`: SASRec on a user's own log (issue 36)."""
+"""`TrainConfig(interactions=...)`: SASRec on a user's own log."""
 
 from __future__ import annotations
 

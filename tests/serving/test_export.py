@@ -1,5 +1,5 @@
 """Export: TF Serving's base-path layout, name checks, stale temporaries, run fingerprints,
-and `evaluate` refusing a served model that is not the run it is given (issue 12)."""
+and `evaluate` refusing a served model that is not the run it is given."""
 
 import json
 import logging
@@ -87,7 +87,7 @@ def test_cli_export_base_path_is_the_version_directory(runs, tmp_path, capsys):
 
 def test_an_existing_version_is_refused_before_the_model_is_loaded(runs, tmp_path, monkeypatch,
                                                                     capsys):
-    # Issue 23: `export --version N` over an existing N built the (ScaNN) index first.
+    # `export --version N` over an existing N built the (ScaNN) index first.
     from tfrs_logq.serving import export as export_module
 
     base = tmp_path / "ml1m"
@@ -131,7 +131,7 @@ def test_evaluate_refuses_a_server_that_serves_another_run(runs, tmp_path, capsy
         srv.stop()
 
 
-# --- the server's batch waits are bounded (issue 12) ----------------------------------------
+# --- the server's batch waits are bounded ----------------------------------------
 
 
 def _servable(runs, tmp_path, **options):
@@ -186,7 +186,7 @@ def test_a_dead_batch_worker_fails_its_requests_and_is_replaced(runs, tmp_path, 
     servable.close()
 
 
-# --- the ScaNN index measures itself (issue 37): its queries and the command's flags --------
+# --- the ScaNN index measures itself: its queries and the command's flags --------
 
 
 def test_tuning_queries_are_validation_users_of_the_run_or_random_histories_with_a_warning(

@@ -149,7 +149,7 @@ def test_export_loads_in_fresh_process_with_only_tensorflow_and_scann(exports, i
     assert len(json.loads(proc.stdout.strip().splitlines()[-1])[0]) == 10
 
 
-# --- the index measures itself (issue 37) ----------------------------------------------------
+# --- the index measures itself ----------------------------------------------------
 
 
 def _hard_catalog(n=20_000, d=16, queries=400, seed=0):

@@ -1,4 +1,4 @@
-"""Bounds at the door (issue 37): declared shapes checked before anything is built, the
+"""Bounds at the door: declared shapes checked before anything is built, the
 dtype rule on a tensor's value fields, rows x k per request and per batch, reply sizes,
 versions within int64, and client strings cut short in errors."""
 

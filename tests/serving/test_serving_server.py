@@ -75,7 +75,7 @@ def test_status_and_metadata(server):
     assert code == 200 and body["model_version_status"][0]["state"] == "AVAILABLE"
     code, body = _http(server, "GET", "/v1/models/ml/metadata")
     assert code == 200 and "serving_default" in body["metadata"]["signature_def"]["signature_def"]
-    # The export's index and what it measured, from its assets/export.json (issue 37).
+    # The export's index and what it measured, from its assets/export.json.
     index = body["metadata"]["index"]
     assert set(index) == {"kind", "scann", "scann_tuning"}
     assert index["kind"] in ("scann", "brute-force")  # read from the export, not defaulted

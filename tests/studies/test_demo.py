@@ -58,7 +58,7 @@ def test_regime_line_says_how_to_move_a_world_where_the_losses_coincide():
 
 
 def test_the_table_has_no_timing_column_and_the_difference_is_spelled_out():
-    # Issue 37: a "train s" column of single runs on a shared machine read as "corrected
+    # A "train s" column of single runs on a shared machine read as "corrected
     # is 2x slower"; equal recalls read as "the correction does nothing".
     rows = [{"method": "in-batch, logq-tfrs", "recall@10": 0.6729, "recall@100": 0.7783,
              "recall@1000": 0.8678, "model_positive_share": 0.3},

@@ -177,7 +177,7 @@ def test_mixed_sampler_offers_both_proposals_on_the_same_draws_and_labels_mns():
 
 
 def test_cli_model_dir_logs_the_data_loading_line_once(tmp_path, capsys, monkeypatch):
-    """Issue 23: `diagnose --model-dir` printed its data-loading line twice."""
+    """`diagnose --model-dir` printed its data-loading line twice."""
     from tfrs_logq import cli
     from tfrs_logq.sasrec import trained
     monkeypatch.setenv("TFRS_LOGQ_CACHE_DIR", str(tmp_path / "cache"))

@@ -391,7 +391,7 @@ PRESETS = {
     "paper": {},
     "long": {"split": "gsasrec", "max_epochs": 80, "patience": 10},
     # The long preset run to its end (no early stop), scored by the mean test metrics
-    # of all users over its last 20 epochs (issue 26's powered comparison).
+    # of all users over its last 20 epochs (the powered comparison).
     "fixed": {"split": "gsasrec", "max_epochs": 80, "patience": 10_000, "test_window": 20},
     "cpu": {"max_length": 200, "embedding_dim": 64, "batch_size": 64, "steps_per_epoch": 50,
             "max_epochs": 12, "patience": 12, "max_validation_users": 2048},

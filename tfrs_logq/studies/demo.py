@@ -54,7 +54,7 @@ class StepLines(tf.keras.callbacks.Callback):
 
 @dataclasses.dataclass
 class DemoConfig:
-    # A world where the losses can differ (issue 37: the earlier 50 topics at sharpness 2.5
+    # A world where the losses can differ (the earlier 50 topics at sharpness 2.5
     # put the positive's share of the standard denominator at about 0.01, where standard
     # and corrected logQ coincide by construction). The regime knob: P(d|u)/Q(d) is about
     # num_topics * P(c|u), so many sharp topics put the share high: here the truth's median
