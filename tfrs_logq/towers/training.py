@@ -188,7 +188,7 @@ def estimated_peak_bytes(config: TwoTowerConfig, num_items: int, num_examples: i
     a step's score matrix and what its loss and gradient keep (about 6 floats per
     score), an evaluation chunk's scores against the catalog (about 4 per score), the
     examples' positions, and TensorFlow with the data (`TENSORFLOW_BYTES`). Measured
-    peaks (VmHWM, 2-core AMD EPYC, 2026-11-28): ML-1M (3,416 items, batch 512) 862 MiB
+    peaks (VmHWM, 2-core AMD EPYC, 2026-11-27): ML-1M (3,416 items, batch 512) 862 MiB
     against 1,082 estimated; 155k items, batch 4,096 + 4,096 uniform, 2,067 against 3,124;
     50k items, batch 8,192, 2,086 against 2,992."""
     rows = num_items + 1
