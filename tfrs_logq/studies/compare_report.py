@@ -35,10 +35,16 @@ from tfrs_logq.studies.compare import Plan, metric_names
 DEFAULT_MARGIN = "2%"
 POWER = 0.8
 FORM_WORDS = {
-    "logq-tfrs": "TFRS's logQ (the positive corrected too)",
-    "logq-official": "the official code's logQ (the positive uncorrected)",
+    "logq-tfrs": "TFRS's logQ",
+    "logq-official": "the official code's logQ",
     "corrected": "corrected logQ",
     "none": "no correction",
+}
+FORM_NOTES = {
+    "logq-tfrs": "the positive's logit corrected too, as TFRS's Retrieval computes it",
+    "logq-official": "the positive uncorrected, as the paper's official code computes it",
+    "corrected": "the positive out of the denominator, weighted by 1 - P",
+    "none": "plain sampled softmax",
 }
 
 
@@ -147,9 +153,8 @@ def sentence(subject: str, reference: str, metric: str, diff: dict,
         return f"{s} against {r}, {name}: no finished pair to compare"
     mean = diff["mean"]
     if kind == "direction only":
-        return (f"{s} {'above' if mean > 0 else 'below'} {r} by {abs(mean):.4f} {name} over "
-                f"{diff['n']} pair(s): a direction, not a verdict (an interval needs "
-                f"{MIN_PAIRS} pairs or more)")
+        return (f"{s} {mean:+.4f} {name} against {r} over {diff['n']} pair(s): a direction, "
+                f"not a verdict (an interval needs {MIN_PAIRS} pairs or more)")
     if kind == "zero spread":
         return (f"{s} against {r}, {name}: every pair differs by exactly {mean:+.4f}; zero "
                 f"spread gives no interval (runs that do not vary with the seed cannot be "
@@ -242,7 +247,8 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
               else "No metric was recorded.", "",
               f"Intervals: paired 95 % t over the seeds; equivalence margin "
               f"{margin.describe()} (--margin). Losses: " + "; ".join(
-                  describe(x) for x in plan.losses) + ".", "", "## Run facts", ""]
+                  f"{describe(x)}: {FORM_NOTES[form_of(x)]}" if form_of(x) in FORM_NOTES
+                  else x for x in plan.losses) + ".", "", "## Run facts", ""]
     lines += _facts(plan, rows, diverged)
     lines += [
         "", f"Source: {plan.source or '(not recorded)'}. Model: {plan.model}, "
