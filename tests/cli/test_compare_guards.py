@@ -95,8 +95,12 @@ def test_a_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, capsys,
 
 
 def test_few_steps_take_a_window_of_the_evaluations_there_are(clicks, tmp_path, capsys):
+    from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
+    from tfrs_logq.studies._grid import read_rows
+
     out = str(tmp_path / "out")
-    proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
+    proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--time-column",
+                          "ts", "--split", "temporal", "--temporal-fraction", "0.3",
                           "--min-item-interactions", "1", "--losses",
                           "inbatch-logq-tfrs,inbatch-corrected", "--seeds", "0", "--steps",
                           "6", "--batch-size", "16", "--embedding-dim", "4",
@@ -105,6 +109,11 @@ def test_few_steps_take_a_window_of_the_evaluations_there_are(clicks, tmp_path, 
     report = open(os.path.join(out, "report.md")).read()
     assert "a direction, not a verdict" in report  # one pair
     assert "estimated peak memory of a run" in proc.stdout
+    # --temporal-fraction reaches the split, as in train and data stats.
+    split = load_user_log_split(UserLogSource(clicks, "user", "item", time_column="ts"),
+                                "temporal", temporal_fraction=0.3, min_item_interactions=1)
+    rows = read_rows(os.path.join(out, "results.csv"))
+    assert {int(float(r["num_targets"])) for r in rows} == {len(split.test)}
 
 
 def test_an_output_dir_that_is_a_file_is_named_so(clicks, tmp_path, capsys):
