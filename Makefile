@@ -143,7 +143,7 @@ bench: $(STAMP) $(KERAS_STAMP)
 # out as installed (pipelines/ and serving/ are tfrs_logq.pipelines and .serving).
 lint: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev]"
-	$(VENV)/bin/ruff check tfrs_logq pipelines serving tests benchmarks tools
+	$(VENV)/bin/ruff check tfrs_logq pipelines serving lab tests benchmarks tools
 	rm -rf build/layout && $(PY) tools/installed_layout.py build/layout
 	cd build/layout && PYTHONPATH=. $(abspath $(VENV))/bin/lint-imports $(CURDIR)/pyproject.toml
 

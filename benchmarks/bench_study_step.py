@@ -1,4 +1,4 @@
-"""The training step of `tfrs_logq.studies.study` against stock TFRS, and against the catalog size.
+"""The training step of `lab.study` against stock TFRS, and against the catalog size.
 
 Part 1, the task inside the step: the study's two-tower step (`study.TowerModel`,
 mixed negatives from `study.draw_negatives`, `LazyAdam`, `CorrectedRetrieval`
@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders as tfrs  # noqa: E402
 
-from tfrs_logq.studies import study  # noqa: E402
+from lab import study  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = ("ours corrected", "stock TFRS logQ", "stock TFRS logQ + hits + mask")
@@ -50,7 +50,7 @@ _HEADLINE = study.PRESETS["headline"]["base"]
 _HEADLINE_NEGATIVES = dict((s, (k_in, k_uni)) for s, k_in, k_uni
                            in study.PRESETS["headline"]["axes"]["negatives"])["mixed"]
 SHAPES = {
-    # The headline preset's shapes (tfrs_logq/studies/study.py), whatever they are now.
+    # The headline preset's shapes (lab/study.py), whatever they are now.
     "headline": dict(batch=_HEADLINE["batch_size"], in_batch=_HEADLINE_NEGATIVES[0],
                      uniform=_HEADLINE_NEGATIVES[1], dim=_HEADLINE["embedding_dim"],
                      ratio_items=_HEADLINE["num_items"], rounds=5, steps=2, catalog_steps=4,

@@ -1,10 +1,15 @@
-"""Shared helpers for the benchmark scripts (timing and machine description)."""
+"""Shared helpers for the benchmark scripts (timing and machine description); importing it
+also puts this checkout's lab (lab/: the study, the SASRec grid; not installed) in reach."""
 
 import os
 import statistics
+import sys
 import time
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRS needs Keras 2 (tf-keras)
+# The repository's root, appended: `import lab` finds the checkout's lab, and an installed
+# tfrs_logq still comes first.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 

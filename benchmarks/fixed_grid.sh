@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 26's powered ML-1M comparison of standard vs improved logQ: fixed-length runs
-# (`--preset fixed`: the long preset's model and data, 80 epochs, no early stop), each
-# scored by the mean test Recall@20 / NDCG@20 of all 6,040 users over its last 20 epochs.
+# The powered ML-1M comparison of standard vs improved logQ (`python -m lab experiment`):
+# fixed-length runs (`--preset fixed`: the long preset's model and data, 80 epochs, no early
+# stop), each scored by the mean test Recall@20 / NDCG@20 of all 6,040 users over its last
+# 20 epochs.
 # Pairs share the seed, so the two corrections of a pair see the same batches, initial
 # weights, dropout masks and negatives (every random draw is a function of the seed and
 # a counter). Pair-major order: seed s of in-batch logq, in-batch corrected, MNS logq,
@@ -38,7 +39,7 @@ run() {  # loss seed
   local snap rc; snap=$(mktemp -d)
   trap 'rm -rf "${snap:-}"' EXIT  # snap is local: unset when the script exits
   grid_snapshot "$PIN" "$snap" || return 1
-  grid_python "$snap" -m tfrs_logq.cli experiment \
+  grid_python "$snap" -m "$(grid_lab "$snap")" experiment \
     --output-dir "$ROOT/$OUT" --preset fixed --datasets ml-1m --splits gsasrec \
     --losses "$loss" --seeds "$seed" "${DATA[@]}"
   rc=$?

@@ -9,6 +9,9 @@
 #
 #   bash benchmarks/gpu_table.sh [DATA_DIR] [OUTPUT_DIR]
 #
+# The grid is the lab's (`python -m lab experiment`, lab/experiment.py: run from a checkout,
+# not installed); PY is the Python with tfrs-logq installed.
+#
 # Resumable: rerun the same command and finished runs are reused, interrupted ones resume from
 # their last epoch. Step times go to OUTPUT_DIR/runs/*/epochs.json ("seconds" per epoch).
 set -euo pipefail
@@ -19,11 +22,11 @@ PARALLEL=${PARALLEL:-5}
 MAX_EPOCHS=${MAX_EPOCHS:-300}
 SEEDS=${SEEDS:-0}
 LOSSES=${LOSSES:-bce,gbce,uniform,inbatch-none,inbatch-logq-official,inbatch-corrected,mns-none,mns-logq-official,mns-corrected,full-softmax}
-TFRS_LOGQ=${TFRS_LOGQ:-.venv/bin/tfrs-logq}
+PY=${PY:-.venv/bin/python}
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || echo "no nvidia-smi"
 start=$(date +%s)
-"$TFRS_LOGQ" experiment --output-dir "$OUTPUT_DIR" --datasets ml-1m --splits gsasrec \
+"$PY" -m lab experiment --output-dir "$OUTPUT_DIR" --datasets ml-1m --splits gsasrec \
     --data-dir "$DATA_DIR" --data-format sasrec --preset paper --losses "$LOSSES" \
     --seeds "$SEEDS" --parallel "$PARALLEL" --xla --mixed-precision float16 \
     --max-epochs "$MAX_EPOCHS" --json

@@ -26,9 +26,14 @@ grid_pin() {  # out: sets PIN to the commit every run of the grid in out trains 
 }
 
 grid_snapshot() {  # commit dir: the package's code at commit, laid out as installed, in dir
-  # (pyproject.toml's package-dir at that commit says where each part goes)
-  python3 "$(dirname "${BASH_SOURCE[0]}")/../tools/installed_layout.py" --commit "$1" "$2" ||
-    { echo "no snapshot of $1" >&2; return 1; }
+  # (pyproject.toml's package-dir at that commit says where each part goes), and the lab
+  # (lab/: the study and the SASRec grid, not installed) beside it where the commit has one
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../tools/installed_layout.py" --commit "$1" --lab \
+    "$2" || { echo "no snapshot of $1" >&2; return 1; }
+}
+grid_lab() {  # snap: the module that runs the lab's commands (study, experiment) in snap:
+  # `lab`, or `tfrs_logq.cli` at a commit from before the lab left the package
+  if [ -f "$1/lab/__main__.py" ]; then echo lab; else echo tfrs_logq.cli; fi
 }
 grid_python() {  # snap args...: $PY args... from inside the snapshot snap, with -P:
   # neither the work tree nor the current directory is on sys.path, so the snapshot runs.

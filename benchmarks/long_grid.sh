@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The ML-1M leave-one-out column of the paper's table at the `long` preset (issue 10),
+# The ML-1M leave-one-out column of the paper's table at the `long` preset
+# (`python -m lab experiment`),
 # on the CPU: seed 0 of every row first (the logQ rows first), then seeds 1 and 2 of
 # in-batch and MNS standard vs improved logQ, and gBCE once more with a longer patience
 # (GBCE_OUT, below), then with the paper's patience (GBCE200_OUT). Resumable: run it again
@@ -43,7 +44,7 @@ run() {  # out loss seed [flags...]
   trap 'rm -rf "${snap:-}"' EXIT  # snap is local: unset when the script exits
   grid_snapshot HEAD "$snap" || return 1
   # From inside the snapshot: the committed code trains, not the work tree.
-  grid_python "$snap" -m tfrs_logq.cli experiment \
+  grid_python "$snap" -m "$(grid_lab "$snap")" experiment \
     --output-dir "$ROOT/$out" --preset long --datasets ml-1m --splits gsasrec \
     --losses "$loss" --seeds "$seed" "${DATA[@]}" "$@"
   rc=$?

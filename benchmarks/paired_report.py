@@ -1,6 +1,6 @@
-"""Paired standard-vs-improved logQ report of a results directory (issue 26).
+"""Paired standard-vs-improved logQ report of a results directory.
 
-Reads OUT/results.csv (rows of `tfrs-logq experiment`), pairs the runs of each
+Reads OUT/results.csv (rows of `python -m lab experiment`), pairs the runs of each
 (standard, improved) loss pair by seed, and writes OUT/paired.md: per pair of
 losses and metric, the paired mean difference improved - standard, its standard
 error and 95% t interval, whether it is within noise, and how many pairs a paired

@@ -238,7 +238,7 @@ def _ours_config(data_dir: str, loss: str, seed: int, budget: str):
 
 
 def import_ours(grid_dir: str, data_dir: str, loss: str, seed: int, budget: str):
-    """Our record from a finished `tfrs-logq experiment` run of exactly the config
+    """Our record from a finished `python -m lab experiment` run of exactly the config
     `run_ours` trains, or None when there is none."""
     from tfrs_logq.sasrec.training import same_run
 
@@ -369,7 +369,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads per run")
     parser.add_argument("--output", default="results/parity-cpu")
     parser.add_argument("--import-ours", metavar="DIR",
-                        help="take our side from the finished runs of a `tfrs-logq experiment "
+                        help="take our side from the finished runs of a `python -m lab experiment "
                              "--preset BUDGET --splits gsasrec` directory instead of training "
                              "(only runs whose saved config is the one this harness trains)")
     parser.add_argument("--report-only", action="store_true",

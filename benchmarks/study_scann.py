@@ -1,6 +1,6 @@
 """Recall@k of the study's trained models through ScaNN indexes, beside brute force.
 
-Trains runs of a `tfrs_logq.studies.study` preset (by default the headline's `corrected` and
+Trains runs of a `lab.study` preset (by default the headline's `corrected` and
 `logq-tfrs` with the mixture proposal) for each seed with `study.train`, then scores the
 same held-out examples by brute force (`study.model_top_k`) and through ScaNN searchers
 built as `tfrs-logq export --index scann` built them before it tuned its search (issue 37;
@@ -44,6 +44,7 @@ from common import machine  # first: sets TF_USE_LEGACY_KERAS before TFRS
 # isort: split
 import numpy as np  # noqa: E402
 
+from lab import study  # noqa: E402
 from tfrs_logq._util.atomic import write_text  # noqa: E402
 from tfrs_logq.metrics import recall_ndcg_from_ranks  # noqa: E402
 from tfrs_logq.serving.export import (  # noqa: E402
@@ -55,7 +56,6 @@ from tfrs_logq.serving.export import (  # noqa: E402
     tune_scann,
 )
 from tfrs_logq.stats import paired_difference  # noqa: E402
-from tfrs_logq.studies import study  # noqa: E402
 
 KS = study.KS
 

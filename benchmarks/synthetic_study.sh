@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 26 part 1: the large-catalog study (`tfrs-logq study`, tfrs_logq/study.py) run by
-# run, resumable, optionally committed after every run.
+# The large-catalog study (`python -m lab study`, lab/study.py) run by run, resumable,
+# optionally committed after every run.
 #
 #   PRESET=pilot|headline|sweep|samplers|scale COMMIT=1 benchmarks/synthetic_study.sh [extra study flags]
 #
-# Presets (tfrs_logq/study.py PRESETS; docs/study.md says what each holds and how long it
+# Presets (lab/study.py PRESETS; docs/study.md says what each holds and how long it
 # takes): `headline` is Table 2's analogue (1,000,000 items, 10,000 topics, 2,048 uniform +
 # 2,048 in-batch negatives, unigram and mixture proposals, every correction, 3 seeds);
 # `sweep` maps the regime (topics 10,000 / 1,000 / 100 at 100,000 items, mixed and
@@ -40,8 +40,9 @@ echo "synthetic_study.sh: preset $PRESET into $OUT, every run from commit $PIN"
 snap=$(mktemp -d)
 trap 'rm -rf "$snap"' EXIT
 grid_snapshot "$PIN" "$snap" || exit 1
+LAB=$(grid_lab "$snap")
 study() {  # from inside the snapshot: the pinned code runs, not the work tree
-  grid_python "$snap" -m tfrs_logq.cli study --preset "$PRESET" --output-dir "$ROOT/$OUT" "$@"
+  grid_python "$snap" -m "$LAB" study --preset "$PRESET" --output-dir "$ROOT/$OUT" "$@"
 }
 while :; do
   left=$(study --pending "$@" | tail -n 1) || exit 1

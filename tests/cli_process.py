@@ -4,9 +4,11 @@ interpreter importing TensorFlow costs about 7 s of the suite."""
 import subprocess
 
 
-def cli_in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """``main(args)`` here: the exit code (argparse's `SystemExit` too), stdout, stderr."""
-    from tfrs_logq.cli import main
+def cli_in_process(capsys, *args, main=None) -> subprocess.CompletedProcess:
+    """``main(args)`` here (`tfrs_logq.cli.main` unless given, e.g. ``lab.cli.main``): the
+    exit code (argparse's `SystemExit` too), stdout, stderr."""
+    if main is None:
+        from tfrs_logq.cli import main
 
     capsys.readouterr()
     try:

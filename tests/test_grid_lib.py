@@ -24,7 +24,8 @@ def _git(repo, *args):
 @pytest.fixture
 def repo(tmp_path):
     """A repository with the package's three code directories, committed twice (the
-    first commit's code says "v1", the second's "v2") and then edited, uncommitted."""
+    first commit's code says "v1", the second's "v2", which adds the lab, lab/) and then
+    edited, uncommitted."""
     repo = tmp_path / "repo"
     for d in ("tfrs_logq", "pipelines", "serving", "benchmarks", "results"):
         (repo / d).mkdir(parents=True)
@@ -36,6 +37,10 @@ def repo(tmp_path):
     for version in ("v1", "v2"):
         for d in ("tfrs_logq", "pipelines", "serving"):
             (repo / d / "__init__.py").write_text(f"VERSION = {version!r}\n")
+        if version == "v2":
+            (repo / "lab").mkdir()
+            (repo / "lab" / "__init__.py").write_text(f"VERSION = {version!r}\n")
+            (repo / "lab" / "__main__.py").write_text("import lab\nprint('lab', lab.VERSION)\n")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", version)
     for d in ("tfrs_logq", "pipelines", "serving"):
@@ -86,6 +91,21 @@ def test_the_snapshot_is_the_pinned_code_laid_out_as_installed(repo, tmp_path):
     assert sorted(os.listdir(snap)) == ["tfrs_logq"]
     missing = _lib(repo, f'grid_snapshot {"0" * 40} "{tmp_path}"')
     assert missing.returncode != 0 and f"no snapshot of {'0' * 40}" in missing.stderr
+
+
+def test_the_snapshot_holds_the_lab_where_the_commit_has_one(repo, tmp_path):
+    """The lab (lab/, not installed) runs from the snapshot as ``python -m lab``; a pin from
+    before the lab left the package runs its commands as ``-m tfrs_logq.cli``."""
+    for commit, module in (("HEAD", "lab"), ("HEAD~1", "tfrs_logq.cli")):
+        snap = tmp_path / commit
+        snap.mkdir()
+        result = _lib(repo, f'PY="{sys.executable}"; grid_snapshot {commit} "{snap}" && '
+                            f'grid_lab "{snap}"')
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [module]
+        assert sorted(os.listdir(snap)) == sorted({"tfrs_logq", module.split(".")[0]})
+    result = _lib(repo, f'PY="{sys.executable}"; grid_python "{tmp_path / "HEAD"}" -m lab')
+    assert result.returncode == 0 and result.stdout.split() == ["lab", "v2"], result.stderr
 
 
 def test_check_out_accepts_results_name_only(repo):
@@ -218,7 +238,11 @@ echo "run$done_runs,0.5" >> "$out/results.csv"
 """
 
 
-def test_synthetic_study_runs_one_at_a_time_from_the_pin_and_commits_each(repo, tmp_path):
+@pytest.mark.parametrize("pinned, version, module", [("HEAD~1", "v1", "tfrs_logq.cli"),
+                                                     ("HEAD", "v2", "lab")])
+def test_synthetic_study_runs_one_at_a_time_from_the_pin_and_commits_each(repo, tmp_path,
+                                                                          pinned, version,
+                                                                          module):
     for name in ("synthetic_study.sh", "grid_lib.sh"):
         shutil.copy(os.path.join(ROOT, "benchmarks", name), repo / "benchmarks" / name)
     (repo / "tools").mkdir(exist_ok=True)
@@ -226,7 +250,7 @@ def test_synthetic_study_runs_one_at_a_time_from_the_pin_and_commits_each(repo, 
     python = tmp_path / "python"
     python.write_text(_FAKE_STUDY)
     python.chmod(0o755)
-    pin = _git(repo, "rev-parse", "HEAD~1")
+    pin = _git(repo, "rev-parse", pinned)
     calls = tmp_path / "calls"
     env = {**os.environ, "COMMIT": "1", "PIN": pin, "OUT": "results/s", "PRESET": "pilot",
            "PY": str(python), "CALLS": str(calls)}
@@ -238,7 +262,7 @@ def test_synthetic_study_runs_one_at_a_time_from_the_pin_and_commits_each(repo, 
         "synthetic_study.sh: 2 run(s) left", "synthetic_study.sh: 1 run(s) left",
         "synthetic_study.sh: results/s complete"]
     runs = calls.read_text().splitlines()
-    assert all("code=VERSION = 'v1'" in r and "-P -m tfrs_logq.cli study --preset pilot" in r
+    assert all(f"code=VERSION = '{version}'" in r and f"-P -m {module} study --preset pilot" in r
                for r in runs)
     assert sum("--max-runs 1" in r for r in runs) == 2
     assert _git(repo, "log", "--format=%s", "-2").splitlines() == [

@@ -77,6 +77,35 @@ def test_every_package_directory_is_installed():
     assert sorted(set(listed) - found) == [], "packages listed without a directory"
 
 
+# The lab's modules (lab/: the experiments behind the findings), which were in tfrs_logq.
+LAB_MODULES = ("study", "study_grid", "study_report", "experiment")
+
+
+def test_the_lab_is_not_installed(tmp_path):
+    """pyproject's packages hold the library and the commands a user runs, not the lab: no
+    ``lab`` package, and the package laid out as installed (tools/installed_layout.py, what
+    pyproject's package-dir maps) has no study or experiment module and no lab commands."""
+    import os
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        setuptools = tomllib.load(f)["tool"]["setuptools"]
+    assert [p for p in setuptools["packages"] if not p.startswith("tfrs_logq")] == []
+    assert all(not d.startswith("lab") for d in setuptools.get("package-dir", {}).values())
+    subprocess.run([sys.executable, os.path.join(root, "tools", "installed_layout.py"),
+                    str(tmp_path)], check=True)
+    assert sorted(os.listdir(tmp_path)) == ["tfrs_logq"]
+    modules = {os.path.relpath(os.path.join(path, name), tmp_path)
+               for path, _, files in os.walk(tmp_path) for name in files
+               if name.endswith(".py")}
+    assert len(modules) > 50, modules  # the whole package was laid out
+    assert sorted(m for m in modules if os.path.basename(m)[:-3] in LAB_MODULES) == []
+    from tfrs_logq.cli.app import COMMANDS
+
+    assert [c for c in COMMANDS if c[0][0] in ("study", "experiment")] == []
+
+
 def _fresh_python(code: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in __import__("os").environ.items() if k != "TF_USE_LEGACY_KERAS"}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

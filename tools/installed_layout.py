@@ -8,7 +8,11 @@ directory tree (import-linter; a pinned snapshot a grid trains from).
 (at a commit of the current directory's repository with ``--commit``, else from the
 work tree this script is in).
 
-    tools/installed_layout.py DEST [--commit COMMIT]    # -> DEST/tfrs_logq/...
+``--lab`` lays the lab out beside it (``lab/``: the study and the SASRec grid, run from a
+checkout with ``python -m lab``, never installed), where the tree has one: the grid
+scripts train from such a snapshot (benchmarks/grid_lib.sh).
+
+    tools/installed_layout.py DEST [--commit COMMIT] [--lab]  # -> DEST/tfrs_logq/..., DEST/lab/...
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import tempfile
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB = "lab"  # the lab's directory and package, at the repository's root
 
 
 def package_dirs(pyproject: bytes) -> dict[str, str]:
@@ -48,17 +53,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dest")
     parser.add_argument("--commit", help="lay out this commit (git archive), not the work tree")
+    parser.add_argument("--lab", action="store_true",
+                        help="also the lab (lab/, not installed), where the tree has one")
     args = parser.parse_args(argv)
     os.makedirs(args.dest, exist_ok=True)
+    lab = {LAB: LAB} if args.lab else {}
     if args.commit is None:
         with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
             dirs = package_dirs(f.read())
-        lay_out(ROOT, args.dest, dirs)
+        lay_out(ROOT, args.dest, {**dirs, **lab})
         return 0
     try:
         pyproject = subprocess.run(["git", "show", f"{args.commit}:pyproject.toml"],
                                    capture_output=True, check=True).stdout
         dirs = package_dirs(pyproject)
+        if lab and subprocess.run(["git", "cat-file", "-e", f"{args.commit}:{LAB}"],
+                                  capture_output=True).returncode == 0:
+            dirs = {**dirs, **lab}  # a commit from before the lab has none
         roots = sorted({d.split("/")[0] for d in dirs.values()})
         archive = subprocess.run(["git", "archive", args.commit, *roots],
                                  capture_output=True, check=True).stdout

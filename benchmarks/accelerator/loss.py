@@ -2,7 +2,7 @@
 
 Row ``i`` of a batch has its positive ``p_i`` (logit ``s_p``) and the batch's ``k``
 shared negatives ``d_j`` (logits ``s_ij``), of which ``is_negative[i, j]`` count (valid,
-not an accidental hit). ``log Q`` is the run's proposal (`tfrs_logq.studies.study`'s
+not an accidental hit). ``log Q`` is the run's proposal (`lab.study`'s
 ``unigram``, ``mixture`` or ``inclusion`` table):
 
 - ``none``: ``-s_p + log(e^{s_p} + sum_j e^{s_ij})``, keras-logq ``"none"``;

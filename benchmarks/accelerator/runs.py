@@ -1,6 +1,6 @@
 """Runs of the accelerator study: the grid, the presets, the proposals' ``log Q`` tables.
 
-A `Run` has `tfrs_logq.studies.study.Run`'s fields (so that a row of either study names its cell
+A `Run` has `lab.study.Run`'s fields (so that a row of either study names its cell
 the same way) and the step counts to evaluate at, ``eval_at``; ``steps`` is the last of
 them. Corrections are the TF study's four plus ``corrected-w1`` (the corrected loss with
 ``w = 1``: the positive out of the denominator and ``log Q'``, without the weight).
@@ -74,7 +74,7 @@ class Run:
         return self.num_uniform if self.sampler in ("uniform", "mixed") else 0
 
     def fields(self, steps: int) -> dict:
-        """`tfrs_logq.studies.study.Run`'s fields, in its order, with ``steps``."""
+        """`lab.study.Run`'s fields, in its order, with ``steps``."""
         out = {}
         for f in dataclasses.fields(self):
             if f.name == "eval_at":
@@ -101,7 +101,7 @@ class Run:
 
 
 def grid(base: dict, axes: dict, seeds: Sequence[int]) -> list[Run]:
-    """`tfrs_logq.studies.study.grid`'s runs and skips (``none`` once per scenario and seed,
+    """`lab.study.grid`'s runs and skips (``none`` once per scenario and seed,
     ``inclusion`` only with in-batch, ``mixture`` with in-batch runs as ``unigram``),
     ordered scenario, seed, proposal, correction: a seed's runs of one proposal together."""
     axes = dict(axes)
@@ -185,7 +185,7 @@ def preset_runs(name: str, seeds: Optional[Sequence[int]] = None,
 
 
 def proposal_log_q(run: Run, log_q_unigram: np.ndarray) -> np.ndarray:
-    """`[V + 1]` float64 ``log Q(d)`` of the run's proposal (`tfrs_logq.studies.study`'s
+    """`[V + 1]` float64 ``log Q(d)`` of the run's proposal (`lab.study`'s
     `proposal_log_q_table`; entry 0, padding, is -inf)."""
     if run.proposal == "unigram":
         return log_q_unigram

@@ -166,7 +166,7 @@ class World:
 
 
 def popularity_bands(log_q: np.ndarray) -> np.ndarray:
-    """`[V + 1]` band of every id (`tfrs_logq.studies.study.popularity_bands`): items by ``Q``
+    """`[V + 1]` band of every id (`lab.study.popularity_bands`): items by ``Q``
     descending; head holds the first third of the mass, torso the next, tail the rest."""
     q = np.exp(log_q[1:])
     order = np.argsort(-q, kind="stable")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from lab import study, study_grid
 from tfrs_logq._util.step_checkpoint import StepCheckpoint
 from tfrs_logq.lazy_adam import LazyAdam
-from tfrs_logq.studies import study, study_grid
 
 TINY = dict(num_items=1500, num_users=600, num_topics=20, topic_sharpness=3.0,
             history_length=5, steps=7, batch_size=32, num_in_batch=32, num_uniform=16,
@@ -110,7 +110,11 @@ def test_other_code_resumes_nothing(tmp_path, world, monkeypatch):
 
     monkeypatch.setattr(loop, "source_fingerprint", lambda *dirs: "other-code")
     assert study.checkpoint_key(run) == run.run_id + "|code=other-code"
-    assert study_grid.checkpoint_directory(out, run) != before
+    other_package = study_grid.checkpoint_directory(out, run)
+    assert other_package != before
+    # The lab's code (lab/, not installed) is the study's too.
+    monkeypatch.setattr(study_grid, "source_fingerprint", lambda *dirs: "other-lab")
+    assert study_grid.checkpoint_directory(out, run) not in (before, other_package)
 
 
 def test_a_run_killed_while_evaluating_does_not_train_again(tmp_path, world):

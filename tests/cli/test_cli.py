@@ -128,9 +128,9 @@ def entries(help_text):
     return found
 
 
-COMMANDS = [("demo",), ("study",), ("data", "stats"), ("train",), ("compare",), ("experiment",),
-            ("diagnose",), ("export",), ("serve",), ("evaluate",), ("pipeline", "run")]
-REQUIRED = {("train",): {"--model-dir"}, ("experiment",): {"--output-dir"},
+COMMANDS = [("demo",), ("data", "stats"), ("train",), ("compare",), ("diagnose",), ("export",),
+            ("serve",), ("evaluate",), ("pipeline", "run")]
+REQUIRED = {("train",): {"--model-dir"},
             ("export",): {"--model-dir", "--model_base_path", "--model_name"},
             ("serve",): {"--model_name", "--model_base_path"},
             ("evaluate",): {"--server", "--model_name", "--model-dir"},
@@ -212,26 +212,30 @@ def test_data_stats_without_split_takes_gsasrec_for_sasrecs_file(capsys, monkeyp
     assert args[1] == "gsasrec" and kwargs["data_format"] == "sasrec"
 
 
-@pytest.mark.parametrize("seeds", [["0,1,2"], ["0", "1", "2"], ["0,1", "2"]])
-def test_lists_take_commas_or_spaces_in_every_command(capsys, tmp_path, monkeypatch, seeds):
-    import tfrs_logq.studies.experiment as experiment
-    from tfrs_logq.studies import study
+def test_the_installed_commands_are_the_users_and_the_lab_is_not_among_them(capsys):
+    """The studies behind the findings are the repository's ``python -m lab`` (tests/lab)."""
+    listed = help_of(capsys)
+    for path in COMMANDS:
+        assert f"    {path[0]} " in listed, path
+    for lab_command in ("study", "experiment"):
+        code, _, err = run(capsys, lab_command, "--help")
+        assert_one_line_error(code, err, f"invalid choice: {lab_command!r}")
 
-    args, _ = reached(monkeypatch, experiment, "run_grid", "experiment", "--output-dir",
-                      tmp_path / "e", "--seeds", *seeds, "--losses", "bce", "gbce")
-    assert args[3] == ["bce", "gbce"] and args[4] == [0, 1, 2]
-    args, _ = reached(monkeypatch, study, "preset_runs", "study", "--seeds", *seeds)
-    assert args == ("pilot", [0, 1, 2])
+
+@pytest.mark.parametrize("values", [["1,2,3"], ["1", "2", "3"], ["1,2", "3"]])
+def test_lists_take_commas_or_spaces(values):
+    args = cli.build_parser().parse_args(["diagnose", "--num-negatives", *values,
+                                          "--corrections", "none", "corrected"])
+    assert args.num_negatives == [1, 2, 3] and args.corrections == ["none", "corrected"]
 
 
 def test_a_list_is_checked_item_by_item(capsys, tmp_path):
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--losses",
-                       "bce,nope")
-    assert_one_line_error(code, err, "argument --losses", "'nope'", "gbce")
+    code, _, err = run(capsys, "diagnose", "--corrections", "none,nope")
+    assert_one_line_error(code, err, "argument --corrections", "'nope'", "corrected")
     code, _, err = run(capsys, "diagnose", "--synthetic-items", "10", "--num-negatives", "4", "0")
     assert_one_line_error(code, err, "argument --num-negatives", ">= 1, got 0")
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--seeds", ",")
-    assert_one_line_error(code, err, "argument --seeds", "at least one")
+    code, _, err = run(capsys, "diagnose", "--num-negatives", ",")
+    assert_one_line_error(code, err, "argument --num-negatives", "at least one")
 
 
 def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_presets(capsys):
@@ -254,8 +258,6 @@ def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_preset
     assert choices[:len(OBJECTIVES)] == list(OBJECTIVES) and set(LOSSES) <= set(choices)
     assert f"(default: {TrainConfig.max_length}; " in shown["--max-length"]
     assert f"smoke: {PRESETS['smoke']['max_length']}" in shown["--max-length"]
-    experiment = entries(help_of(capsys, "experiment"))
-    assert "--max-length" in experiment and "--loss" not in experiment  # --losses instead
 
 
 def test_every_server_option_is_a_serve_flag(capsys):
@@ -267,19 +269,6 @@ def test_every_server_option_is_a_serve_flag(capsys):
         assert len(shown[f"--{field.name}"].split()) > 4, field.name  # it has help
 
 
-@pytest.mark.parametrize("flag", ["--skip-bad-lines", "--no-cache", "--no-download"])
-def test_experiment_neither_shows_nor_takes_the_load_flags(capsys, tmp_path, flag,
-                                                            monkeypatch):
-    """`run_grid` loads its data with the defaults: a flag it would refuse is not in help,
-    and given anyway it is a one-line usage error before anything runs."""
-    import tfrs_logq.studies.experiment as experiment
-
-    monkeypatch.setattr(experiment, "run_grid", lambda *a, **kw: pytest.fail("ran"))
-    assert flag not in help_of(capsys, "experiment")
-    assert flag in help_of(capsys, "train")
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", flag)
-    assert_one_line_error(code, err, flag)
-    assert not (tmp_path / "e").exists()
 
 
 def test_a_bad_flag_is_one_line_naming_it_and_the_help(capsys, tmp_path):
@@ -345,35 +334,17 @@ def test_compare_checks_window_against_the_evaluations_before_reading_the_log(ca
     assert_one_line_error(code, err, "--window", "[1, 2]", "received 3")
 
 
-def test_study_takes_json_and_verbose_and_its_help_names_no_issue(capsys, tmp_path):
-    from tfrs_logq.studies import study
-
-    code, out, err = run(capsys, "study", "--preset", "samplers", "--pending", "--json",
-                         "--verbose", "--output-dir", tmp_path, "--seeds", "0", "1")
-    assert code == 0, err
-    runs = len(study.preset_runs("samplers", [0, 1]))
-    assert json.loads(out) == {"runs": runs, "pending": runs}
-    assert "issue" not in help_of(capsys) + help_of(capsys, "study")
 
 
 def test_seed_must_be_non_negative_and_the_error_names_the_flag(capsys, tmp_path):
     code, _, err = run(capsys, "train", "--model-dir", tmp_path / "m", "--seed", "-1")
     assert_one_line_error(code, err, "argument --seed", "-1")
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--seeds", "0,-1")
+    code, _, err = run(capsys, "compare", "--seeds", "0,-1")
     assert_one_line_error(code, err, "argument --seeds", "-1")
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--seeds", "0", "-1")
+    code, _, err = run(capsys, "compare", "--seeds", "0", "-1")
     assert_one_line_error(code, err, "argument --seeds", "-1")
 
 
-def test_experiment_parallel_reaches_run_grid(capsys, tmp_path, monkeypatch):
-    import tfrs_logq.studies.experiment as experiment
-
-    _, kwargs = reached(monkeypatch, experiment, "run_grid", "experiment", "--output-dir",
-                        tmp_path / "e", "--parallel", "3", "--losses", "inbatch-none",
-                        "--seeds", "0")
-    assert kwargs["parallel"] == 3
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--parallel", "0")
-    assert_one_line_error(code, err, "argument --parallel", "0")
 
 
 @pytest.mark.parametrize("flag, value", [
@@ -421,13 +392,13 @@ def _skip_if_package_imports_tensorflow():
 
 
 def test_building_the_parser_and_the_help_of_commands_import_no_tensorflow():
-    """`train --help` and the others answer at once (demo, study, diagnose and export
+    """`train --help` and the others answer at once (demo, diagnose and export
     read constants of modules that import TensorFlow)."""
     _skip_if_package_imports_tensorflow()
     proc = _fresh("import sys\nfrom tfrs_logq import cli\n"
                   "p = cli.build_parser()\nhelp_text = p.format_help()\n"
                   "p.parse_args(['data', 'stats', '--split', 'loo'])\n"
-                  "for path in ([], ['data', 'stats'], ['train'], ['experiment'], ['serve'],\n"
+                  "for path in ([], ['data', 'stats'], ['train'], ['compare'], ['serve'],\n"
                   "             ['evaluate'], ['pipeline', 'run']):\n"
                   "    try:\n        cli.main(path + ['--help'])\n"
                   "    except SystemExit:\n        pass\n"
@@ -526,7 +497,7 @@ SMOKE_LINE = ("tfrs-logq: warning: smoke preset: a plumbing check, not a usable 
               "--preset cpu for a useful one")
 
 
-def test_a_smoke_run_ends_saying_it_is_not_a_usable_model(capsys, tmp_path, monkeypatch):
+def test_a_smoke_run_ends_saying_it_is_not_a_usable_model(capsys, tmp_path):
     # Issue 23: the README's walkthrough trained a smoke model at random-level recall
     # (test Recall@10 0.0023 on ML-1M, 10/3,416 = 0.0029 for a random list) and said
     # nothing. Another preset, cut as small, trains as little and says nothing.
@@ -548,13 +519,6 @@ def test_a_smoke_run_ends_saying_it_is_not_a_usable_model(capsys, tmp_path, monk
             assert lines[-1] == SMOKE_LINE and err.count("smoke preset") == 1, err
         else:
             assert "smoke preset" not in err, err
-    import tfrs_logq.studies.experiment as experiment
-
-    monkeypatch.setattr(experiment, "run_grid", lambda *a, **kw: None)
-    for preset in ("smoke", "cpu"):
-        code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--preset",
-                           preset, "--losses", "inbatch-none", "--seeds", "0")
-        assert code == 0 and (SMOKE_LINE in err) == (preset == "smoke"), err
 
 
 def test_a_cache_directory_that_is_a_file_is_a_one_line_error(capsys, tmp_path, monkeypatch):
@@ -749,27 +713,3 @@ def test_demo_says_what_it_is_doing_in_a_log(capsys, tmp_path):
 def test_demo_cli_rejects_bad_corrections(capsys):
     code, _, err = run(capsys, "demo", "--corrections", "none,bogus")
     assert code == 2 and "bogus" in err
-
-
-def test_study_counts_a_presets_pending_runs_and_takes_both_spellings(capsys, tmp_path):
-    from tfrs_logq.studies import study
-
-    code, out, err = run(capsys, "study", "--preset", "samplers", "--pending", "--output_dir",
-                         tmp_path, "--max_runs", "1", "--seeds", "0,1")
-    assert code == 0, err[-2000:]
-    assert out.split()[-1] == str(len(study.preset_runs("samplers", [0, 1])))
-    code, _, err = run(capsys, "study", "--preset", "x")
-    assert code == 2 and "argument --preset: invalid choice: 'x'" in err
-
-
-def test_experiment_takes_no_users_log(capsys, tmp_path):
-    """The grid labels each row by --datasets: a log would train under each name."""
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--interactions",
-                       "log.csv")
-    assert_one_line_error(code, err, "--interactions")
-    config = tmp_path / "c.json"
-    config.write_text('{"interactions": "log.csv", "user_column": "u"}')
-    code, _, err = run(capsys, "experiment", "--output-dir", tmp_path / "e", "--config",
-                       config)
-    assert_one_line_error(code, err, "--config sets 'interactions'", "tfrs-logq compare")
-    assert not (tmp_path / "e").exists()

@@ -1,7 +1,7 @@
 """`StepCheckpoint`: a custom training loop's state every few minutes, for an exact resume.
 
 `EpochCheckpoint` (`tfrs_logq.sasrec.callbacks`) does this for `model.fit` at epoch ends;
-a loop that runs thousands of steps with no epochs (`tfrs-logq study`) needs it by
+a loop that runs thousands of steps with no epochs (the large-catalog study) needs it by
 time instead. One `tf.train.CheckpointManager` checkpoint (the last only) holds
 the objects given (a model, an optimizer: anything trackable) and the number of
 finished steps. TensorFlow writes the data and index files first and the

@@ -7,8 +7,10 @@ added by ``populate``) and its handler (``run``); the work itself is done by the
 - `_flags`: flags from dataclasses (the layer over argparse), `TrainConfig`'s flags and
   ``--config`` files.
 - `_common`: what several commands share (data loading flags, the default split, ...).
-- ``demo``, ``study``, ``data``, ``train``, ``compare``, ``experiment``, ``diagnose``, ``export``,
-  ``serve``, ``evaluate``, ``pipeline``: the commands.
+- ``demo``, ``data``, ``train``, ``compare``, ``diagnose``, ``export``, ``serve``,
+  ``evaluate``, ``pipeline``: the commands. (The experiments behind the project's findings,
+  ``study`` and ``experiment``, are the repository's ``python -m lab``, not installed; it
+  builds its parser with `build_parser` and runs through `main`.)
 
 `main` and `build_parser` are the public entry points (the ``tfrs-logq`` console
 script is ``tfrs_logq.cli:main``; ``python -m tfrs_logq.cli`` runs it too).

@@ -41,10 +41,11 @@ class Parser(argparse.ArgumentParser):
     """An `ArgumentParser` whose flags ``populate`` adds on first use (building the tree
     imports nothing they need), taking both spellings and aliases, erring on one line."""
 
-    def __init__(self, *args, populate=None, **kwargs) -> None:
+    def __init__(self, *args, populate=None, root=PROG, **kwargs) -> None:
         super().__init__(*args, allow_abbrev=False, formatter_class=functools.partial(
             argparse.HelpFormatter, max_help_position=34, width=100), **kwargs)
         self._populate, self.groups, self.aliases = populate, {}, {}
+        self.root = root  # the command's name in errors: ``tfrs-logq: error: ...``
 
     def _built(self) -> Parser:
         if self._populate is not None:
@@ -70,7 +71,8 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args([spelt(str(a)) for a in args], namespace)
 
     def error(self, message: str):
-        self.exit(USER_ERROR_EXIT, f"{PROG}: error: {cut(message)} (see {self.prog} --help)\n")
+        self.exit(USER_ERROR_EXIT,
+                  f"{self.root}: error: {cut(message)} (see {self.prog} --help)\n")
 
 
 class _List(argparse.Action):

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from tfrs_logq.cli._common import log_handler
 from tfrs_logq.cli._flags import PROG, USER_ERROR_EXIT, Parser, add_flags, cut
@@ -28,14 +28,11 @@ from tfrs_logq.cli._flags import PROG, USER_ERROR_EXIT, Parser, add_flags, cut
 COMMANDS = (
     (("demo",), "demo",
      "train none/logq/corrected on the synthetic stream; compare Recall@k"),
-    (("study",), "study",
-     "the large-catalog study on the synthetic stream: a preset's grid of runs, resumable"),
     (("data", "stats"), "data",
      "the file used, users, items, interactions and split sizes"),
     (("train",), "train", "train SASRec with one of the paper's losses"),
     (("compare",), "compare",
      "standard against corrected logQ on your own log: paired seeds, intervals, a verdict"),
-    (("experiment",), "experiment", "run the paper's grid and write its Table 1"),
     (("diagnose",), "diagnose", "gradient bias of none/logq/corrected against the full softmax"),
     (("export",), "export", "export a trained model as a TF Serving SavedModel"),
     (("serve",), "serve", "serve exports with TF Serving's gRPC and REST APIs"),
@@ -59,7 +56,7 @@ class Verbose:
 
 def _populate_from(module_name: str):
     def populate(parser) -> None:
-        module = importlib.import_module(f"tfrs_logq.cli.{module_name}")
+        module = importlib.import_module(module_name)
         module.populate(parser)
         add_flags(parser, Verbose)
         parser.set_defaults(run=module.run)
@@ -67,28 +64,34 @@ def _populate_from(module_name: str):
     return populate
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `tfrs-logq` parser; each command's flags are added when first used."""
+def build_parser(commands=COMMANDS, *, package: str = "tfrs_logq.cli", prog: str = PROG,
+                 description: str = "Corrected logQ correction of sampled softmax for TFRS "
+                                    "retrieval.") -> argparse.ArgumentParser:
+    """The `tfrs-logq` parser; each command's flags are added when first used.
+
+    ``commands`` (``(path, module, help)``, modules of ``package``) under ``prog``: the
+    repository's ``python -m lab`` builds its own commands' parser with it."""
     from tfrs_logq._version import __version__
 
     parser = Parser(
-        prog=PROG,
-        description="Corrected logQ correction of sampled softmax for TFRS retrieval.",
+        prog=prog, root=prog, description=description,
         epilog="Every flag also takes its other spelling (--data-dir or --data_dir). "
-               "`tfrs-logq COMMAND --help` lists a command's flags and their defaults.")
+               f"`{prog} COMMAND --help` lists a command's flags and their defaults.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_flags(parser, Verbose)
     dests = {(): "command", ("data",): "data_command", ("pipeline",): "pipeline_command"}
     subparsers = {(): parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                             parser_class=Parser)}
-    for path, module, help_text in COMMANDS:
+    for path, module, help_text in commands:
         parent = path[:-1]
         if parent not in subparsers:  # a group: `data`, `pipeline`
-            group = subparsers[parent[:-1]].add_parser(parent[-1], help=GROUPS[parent[-1]])
+            group = subparsers[parent[:-1]].add_parser(parent[-1], help=GROUPS[parent[-1]],
+                                                       root=prog)
             add_flags(group, Verbose)
             subparsers[parent] = group.add_subparsers(
                 dest=dests[parent], required=True, metavar="COMMAND", parser_class=Parser)
-        subparsers[parent].add_parser(path[-1], populate=_populate_from(module), help=help_text)
+        subparsers[parent].add_parser(path[-1], populate=_populate_from(f"{package}.{module}"),
+                                      help=help_text, root=prog)
     return parser
 
 
@@ -102,8 +105,8 @@ def _quiet_tensorflow(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _configure_logging(verbose: bool) -> None:
-    log_handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+def _configure_logging(verbose: bool, prog: str = PROG) -> None:
+    log_handler.setFormatter(logging.Formatter(f"{prog}: %(message)s"))
     logger = logging.getLogger("tfrs_logq")
     if log_handler not in logger.handlers:
         logger.addHandler(log_handler)
@@ -141,7 +144,9 @@ def _one_line(exc: BaseException) -> str:
     return cut(" ".join(text.split("\n")).strip())
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, *,
+         build: Callable[[], Parser] = build_parser) -> int:
+    """Runs the command ``argv`` names (`sys.argv` by default) in ``build()``'s tree."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
     _quiet_tensorflow(verbose)  # before any command imports TensorFlow
@@ -149,23 +154,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "--" in argv:  # `pipeline run ... -- BEAM FLAGS`: Beam's own pipeline options
         cut = argv.index("--")
         argv, beam_args = argv[:cut], argv[cut + 1:]
-    parser = build_parser()
+    parser = build()
     args = parser.parse_args(argv)
     if beam_args:
         if getattr(args, "pipeline_command", None) != "run":
             parser.error("only `pipeline run` takes Beam pipeline options after --")
         args.beam_args = beam_args
-    _configure_logging(verbose)
+    _configure_logging(verbose, parser.root)
     try:
         return args.run(args)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{parser.root}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         if not _is_user_error(exc):
             raise
         if verbose:
             traceback.print_exc()
-        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{parser.root}: error: {_one_line(exc)}", file=sys.stderr)
         return USER_ERROR_EXIT
 

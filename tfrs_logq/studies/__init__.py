@@ -1,3 +1,4 @@
-"""The project's experiments on top of the library and the SASRec trainer: the demo,
-the gradient-bias diagnostic (`diagnose`), the SASRec grid (`experiment`) and the
-large-catalog study on the synthetic stream (`study`, `study_grid`, `study_report`)."""
+"""What a user runs on top of the library and the trainers: the demo, the gradient-bias
+diagnostic (`diagnose`) and the comparison of standard against corrected logQ on a user's
+log (`compare`, `compare_report`). The experiments behind the project's findings (the
+large-catalog study, the SASRec grid) live in the repository's ``lab/``, not installed."""

@@ -1,12 +1,13 @@
 """What the resumable drivers share: a results table appended to row by row, the runs
 still missing a row, and one driver per output directory.
 
-`tfrs_logq.studies.study_grid` (the study) and `tfrs_logq.studies.compare` (``tfrs-logq
-compare``) append a row to ``results.csv`` (or ``curves.csv``) the moment a run (or an
-evaluation) finishes, rewriting the whole file atomically (`append_row`), so a killed
-driver leaves every finished run's row and a rerun trains only the runs `missing` one;
-`exclusive_output_dir` refuses a second driver on the same directory.
-`tfrs_logq.studies.experiment` reads its tables with `read_rows`.
+`tfrs_logq.studies.compare` (``tfrs-logq compare``) and the lab's study driver
+(``lab/study_grid.py`` in the repository, not installed) append a row to ``results.csv``
+(or ``curves.csv``) the moment a run (or an evaluation) finishes, rewriting the whole
+file atomically (`append_row`), so a killed driver leaves every finished run's row and a
+rerun trains only the runs `missing` one; `exclusive_output_dir` refuses a second driver
+on the same directory.
+The lab's SASRec grid (``lab/experiment.py``) reads its tables with `read_rows`.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "results.csv")

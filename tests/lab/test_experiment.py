@@ -1,4 +1,4 @@
-"""`tfrs_logq.studies.experiment`'s outputs that need no training (the grid itself runs end to end
+"""`lab.experiment`'s outputs that need no training (the grid itself runs end to end
 in test_training.py)."""
 
 import matplotlib
@@ -9,7 +9,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 
-from tfrs_logq.studies import experiment  # noqa: E402
+from lab import experiment  # noqa: E402
 
 
 def _rows(datasets, low, high, seeds=(0, 1, 2)):

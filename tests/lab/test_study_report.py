@@ -1,11 +1,11 @@
-"""`tfrs_logq.studies.study_report`'s chart without a study (the report of a real tiny grid is
+"""`lab.study_report`'s chart without a study (the report of a real tiny grid is
 checked end to end in test_study.py)."""
 
 import os
 
 import pytest
 
-from tfrs_logq.studies import study_report
+from lab import study_report
 
 
 def _rows():

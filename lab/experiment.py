@@ -1,4 +1,4 @@
-"""`tfrs-logq experiment`: a grid of datasets x splits x losses x seeds, as the paper's Table 1.
+"""`python -m lab experiment`: a grid of datasets x splits x losses x seeds, as the paper's Table 1.
 
 Each run is `tfrs_logq.sasrec.training.train` in its own model directory. A finished
 run (its ``metrics.json`` exists) is reused only when its saved ``config.json``

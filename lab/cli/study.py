@@ -1,4 +1,4 @@
-"""``tfrs-logq study``: the large-catalog study on the synthetic stream (`studies.study`)."""
+"""``python -m lab study``: the large-catalog study on the synthetic stream (`lab.study`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 import sys
 from typing import Optional
 
+from lab.study import OPTIMIZERS, PRESETS
 from tfrs_logq.cli._flags import add_flags, flag
-from tfrs_logq.studies.study import OPTIMIZERS, PRESETS
 
 
 @dataclasses.dataclass
 class StudyFlags:
     preset: str = flag("pilot", choices=tuple(PRESETS))
-    """the grid (PRESETS in tfrs_logq/studies/study.py)"""
+    """the grid (PRESETS in lab/study.py)"""
     output_dir: str = flag("study_output", metavar="DIR")
     """results.csv, table.md and paired.png go here"""
     seeds: Optional[tuple[int, ...]] = flag(None, at_least=0, default_text="the preset's")
@@ -41,8 +41,8 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq.studies.study import preset_runs
-    from tfrs_logq.studies.study_grid import pending, run_grid
+    from lab.study import preset_runs
+    from lab.study_grid import pending, run_grid
 
     overrides = {k: getattr(args, k) for k in ("steps", "optimizer") if getattr(args, k)}
     if args.eval_at:

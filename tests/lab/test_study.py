@@ -1,4 +1,4 @@
-"""The large-catalog study (`tfrs_logq.studies.study`): a tiny grid end to end, exact expected
+"""The large-catalog study (`lab.study`): a tiny grid end to end, exact expected
 recall against numpy, common random numbers, resume (`LazyAdam` is in test_lazy_adam.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfrs_logq.studies import study, study_grid
+from lab import study, study_grid
 
 TINY = dict(num_items=2000, num_users=1000, num_topics=20, topic_sharpness=3.0,
             history_length=5, steps=12, batch_size=64, num_in_batch=64, num_uniform=32,

@@ -1,6 +1,6 @@
 """The study's report: table.md (means and paired differences), paired.png and regime.png.
 
-Reads the rows of `tfrs_logq.studies.study`'s results.csv. A *scenario* is every field of
+Reads the rows of `lab.study`'s results.csv. A *scenario* is every field of
 a run but its proposal, correction and seed; within a scenario, each ``corrected``
 variant (one per proposal) is compared with each standard variant (``none``,
 ``logq-tfrs``, ``logq-official``, any proposal) seed by seed:

@@ -1,4 +1,4 @@
-"""`tfrs-logq study`: the large-catalog study (issue 26 part 1, the paper's Table 2 setting).
+"""`python -m lab study`: the large-catalog study (the paper's Table 2 setting).
 
 A two-tower model (`HistoryQueryTower` + an item embedding table) is trained on
 the synthetic stream (`tfrs_logq.pipelines.synthetic`, whose true ``P(d|u)`` is

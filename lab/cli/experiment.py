@@ -1,4 +1,4 @@
-"""``tfrs-logq experiment``: the paper's grid and its Table 1 (`tfrs_logq.studies.experiment`)."""
+"""``python -m lab experiment``: the paper's grid and its Table 1 (`lab.experiment`)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 import os
 from typing import Optional
 
+from lab.cli import PROG
 from tfrs_logq.cli._common import default_split, warn_if_smoke
 from tfrs_logq.cli._flags import add_flags, add_train_flags, flag, training_overrides
 from tfrs_logq.pipelines.datasets import DATASETS
@@ -51,7 +52,7 @@ def populate(p) -> None:
 
 
 def run(args) -> int:
-    from tfrs_logq.studies.experiment import run_grid
+    from lab.experiment import run_grid
 
     overrides = training_overrides(args)
     given = [k for k in _OTHER_DATA if overrides.get(k)]
@@ -65,5 +66,5 @@ def run(args) -> int:
              data_dir=data_dir, verbose=0 if args.json else 2, parallel=args.parallel,
              **overrides)
     print(f"wrote {os.path.join(args.output_dir, 'results.csv')}, table.md and table.png")
-    warn_if_smoke(preset)
+    warn_if_smoke(preset, PROG)
     return 0

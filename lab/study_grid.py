@@ -1,11 +1,11 @@
 """The study's resumable driver: results.csv row by row, checkpoints, one driver at a time.
 
-`run_grid` runs the unfinished runs of a grid (`tfrs_logq.studies.study.preset_runs`) into an
+`run_grid` runs the unfinished runs of a grid (`lab.study.preset_runs`) into an
 output directory: a row is appended to ``results.csv`` when a run finishes (a run
 whose ``run_id`` is there is skipped), a run killed while training goes on from its
 `StepCheckpoint` in ``runs/`` (`checkpoint_directory`; deleted once its row is
 written), and ``table.md`` and the charts are rewritten at the end
-(`tfrs_logq.studies.study_report`). ``benchmarks/synthetic_study.sh`` calls it run by run
+(`lab.study_report`). ``benchmarks/synthetic_study.sh`` calls it run by run
 from a pinned commit and commits the directory after each.
 """
 
@@ -16,15 +16,17 @@ import os
 import shutil
 from typing import Iterable, Optional, Sequence
 
-from tfrs_logq._util.step_checkpoint import StepCheckpoint
+from lab.study import Run, World, checkpoint_key, execute
+from tfrs_logq._util.step_checkpoint import StepCheckpoint, source_fingerprint
 from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
-from tfrs_logq.studies.study import Run, World, checkpoint_key, execute
 
 
 def checkpoint_directory(output_dir: str, run: Run) -> str:
     """Where a grid keeps a run's `StepCheckpoint` while it trains (``runs/`` is not
-    committed): named by its `checkpoint_key`, so other code writes elsewhere."""
-    digest = hashlib.sha256(checkpoint_key(run).encode()).hexdigest()[:16]
+    committed): named by its `checkpoint_key` (the package's code) and the lab's own code
+    (this directory's `source_fingerprint`), so other code writes elsewhere."""
+    lab = source_fingerprint(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256(f"{checkpoint_key(run)}|lab={lab}".encode()).hexdigest()[:16]
     return os.path.join(output_dir, "runs", digest)
 
 
@@ -66,7 +68,7 @@ def run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int] = Non
 
 
 def _run_grid(runs: Sequence[Run], output_dir: str, max_runs: Optional[int], say) -> list[dict]:
-    from tfrs_logq.studies.study_report import write_report
+    from lab.study_report import write_report
 
     todo = pending(runs, output_dir)
     say(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in {output_dir}")
