@@ -290,12 +290,19 @@ def test_a_run_killed_after_its_last_epoch_says_it_has_nothing_left_to_train(dat
     assert again["best_epoch"] == whole["best_epoch"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["inbatch-corrected", "mns-logq-official", "gbce"])
-def test_xla_training_runs(data_dir, tmp_path, loss):
-    config = resolve_config("smoke", loss=loss, split="loo", data_dir=data_dir, max_epochs=1,
-                            steps_per_epoch=3, jit_compile=True)
-    result = train(config, str(tmp_path / "m"), verbose=0)
-    assert np.isfinite(result["validation"]["ndcg@10"])
+def test_xla_training_equals_the_traced_graphs(data_dir, tmp_path, loss):
+    """XLA-compiled training reaches the validation metric the plain graph does, from the
+    same seed and batches (within 0.01 NDCG@10: gBCE's, 0.046 against 0.050 on a 2-core
+    AMD EPYC, differs most; the two softmax losses within 0.002)."""
+    results = {}
+    for jit in (True, False):
+        config = resolve_config("smoke", loss=loss, split="loo", data_dir=data_dir,
+                                max_epochs=1, steps_per_epoch=3, jit_compile=jit)
+        results[jit] = train(config, str(tmp_path / f"m{jit}"), verbose=0)
+    assert results[True]["validation"]["ndcg@10"] == pytest.approx(
+        results[False]["validation"]["ndcg@10"], abs=1e-2)
 
 
 @pytest.mark.parametrize("policy", ["bfloat16", "float16"])
