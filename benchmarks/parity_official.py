@@ -362,7 +362,8 @@ def main(argv=None) -> int:
                         "(default: git clone into a temporary directory)")
     parser.add_argument("--official-python", help="a Python with torch, ir_measures, tqdm, "
                         "torchinfo (default: a new virtual environment)")
-    parser.add_argument("--losses", default="inbatch-none,inbatch-logq-official,mns-logq-official,mns-corrected")
+    parser.add_argument("--losses", default="inbatch-none,inbatch-logq-official,"
+                                            "mns-logq-official,mns-corrected")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--budget", default="cpu", choices=BUDGETS)
     parser.add_argument("--sides", default="official,ours")
