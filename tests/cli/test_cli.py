@@ -330,7 +330,7 @@ def test_serve_and_evaluate_name_the_missing_serving_extra_before_any_work(
 def test_compare_checks_window_against_the_evaluations_before_reading_the_log(capsys, tmp_path):
     code, _, err = run(capsys, "compare", "--interactions", tmp_path / "absent.csv",
                        "--user-column", "u", "--item-column", "i", "--steps", "4",
-                       "--eval-every", "2", "--output-dir", tmp_path / "out")
+                       "--eval-every", "2", "--window", "3", "--output-dir", tmp_path / "out")
     assert_one_line_error(code, err, "--window", "[1, 2]", "received 3")
 
 
