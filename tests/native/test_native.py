@@ -168,7 +168,7 @@ def test_sampled_dot_rejects_bad_inputs_by_name():
 
 @pytest.fixture
 def package_cache(monkeypatch):
-    """No kernel-cache override (conftest sets one for the session): the kernels follow
+    """No kernel-cache override (conftest sets one for the test run): the kernels follow
     the package's cache directory."""
     monkeypatch.delenv(native.CACHE_ENV, raising=False)
     return monkeypatch
