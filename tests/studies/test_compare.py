@@ -122,7 +122,7 @@ def test_a_diverged_run_is_named_and_left_out_of_the_pairs():
     ([0.21, 0.22], "a direction, not a verdict"),  # 2 pairs
     ([0.21, 0.22, 0.20], "zero spread gives no interval"),  # +0.01 in every pair
     ([0.2002, 0.2098, 0.1904], "no difference larger than 0.0040"),  # 2% of 0.20
-    ([0.195, 0.225, 0.18], "within noise"),
+    ([0.195, 0.225, 0.18], "a gain or a loss as large as the margin (0.0040) is not ruled out"),
 ])
 def test_the_first_paragraph_reads_each_case_in_words(corrected, expected):
     plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"),

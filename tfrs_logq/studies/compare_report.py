@@ -167,10 +167,14 @@ def sentence(subject: str, reference: str, metric: str, diff: dict,
     if kind == "equivalent":
         return (f"no difference larger than {margin:.4f} {name} between {s} and {r} "
                 f"({mean:+.4f} {interval})")
+    open_sides = [] if margin is None else (
+        (["a gain"] if diff["high"] >= margin else []) + (["a loss"] if -diff["low"] >= margin
+                                                           else []))
     return (f"{s} against {r}, {name}: within noise, {mean:+.4f} {interval}: the interval "
-            f"rules out a gain above {diff['high']:.4f} and a loss above {-diff['low']:.4f}, "
-            f"but not one as large as the margin"
-            + (f" ({margin:.4f})" if margin is not None else ""))
+            f"rules out a gain above {max(diff['high'], 0.0):.4f} and a loss above "
+            f"{max(-diff['low'], 0.0):.4f}"
+            + (f"; {' or '.join(open_sides)} as large as the margin ({margin:.4f}) is not ruled "
+               f"out" if open_sides else ""))
 
 
 def _power_cell(diff: dict, margin: Optional[float]) -> str:
