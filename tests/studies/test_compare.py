@@ -189,6 +189,13 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     assert [r["loss"] for r in rows] == ["inbatch-logq-official", "inbatch-corrected"]
     assert all(r["window_steps"] == "2 4" and 0 <= float(r["recall@10"]) <= 1 for r in rows)
     assert "recall@20" in rows[0]  # SASRec's cut-offs
+    # By popularity band too: the shares add up to 1, and the bands' hits to the whole's.
+    for row in rows:
+        shares = [float(row[f"{band}:share"]) for band in ("head", "torso", "tail")]
+        assert sum(shares) == pytest.approx(1.0)
+        assert sum(s * float(row[f"{band}:recall@10"]) for s, band in zip(
+            shares, ("head", "torso", "tail")) if s > 0) == pytest.approx(float(row["recall@10"]))
+    assert "## By popularity of the target" in open(os.path.join(out, "report.md")).read()
     with pytest.raises(compare.CompareError, match="sasrec losses"):
         compare.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
                      config=CONFIG)

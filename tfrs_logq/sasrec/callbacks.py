@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.atomic import atomic_write, write_json
+from tfrs_logq.metrics import recall_ndcg_by_band
 from tfrs_logq.pipelines.sequential import evaluate
 from tfrs_logq.sasrec.config import MONITOR
 
@@ -235,18 +236,27 @@ class WindowedTestCallback(tf.keras.callbacks.Callback):
       arrays: `evaluation_arrays` of the test part.
       first_epoch: int. 0-based first epoch scored.
       ks: cut-offs. Defaults to ``(10, 20)``.
+      target_bands: optional `[m]` popularity band of each test target
+        (`tfrs_logq.metrics.popularity_bands`): the same metrics by band are added too,
+        as ``test_head_recall@10``, ..., ``test_tail_share`` (no ``:`` in a log name).
     """
 
-    def __init__(self, model_ref, arrays: dict, first_epoch: int, ks=(10, 20)) -> None:
+    def __init__(self, model_ref, arrays: dict, first_epoch: int, ks=(10, 20),
+                 target_bands=None) -> None:
         super().__init__()
         self._model_ref, self.arrays = model_ref, arrays
         self.first_epoch, self.ks = int(first_epoch), tuple(ks)
+        self.target_bands = target_bands
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch < self.first_epoch or logs is None:
             return
+        ranks: list = []
         metrics = evaluate(self._model_ref.query, self._model_ref.encoder.item_embeddings(),
-                           self.arrays, ks=self.ks)
+                           self.arrays, ks=self.ks, per_target=ranks)
+        if self.target_bands is not None:
+            by_band = recall_ndcg_by_band(ranks, self.target_bands, self.ks)
+            metrics.update({name.replace(":", "_", 1): v for name, v in by_band.items()})
         logs.update({f"test_{name}": value for name, value in metrics.items()})
 
 

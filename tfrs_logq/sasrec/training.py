@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.atomic import write_json
+from tfrs_logq.metrics import popularity_bands
 from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
 from tfrs_logq.pipelines.splits import Split
@@ -337,9 +338,10 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
                             config.max_validation_users, config.seed)
     test_callbacks = []
     if config.test_window:
+        test_arrays = evaluation_arrays(split, split.test, config.max_length)
         test_callbacks.append(WindowedTestCallback(
-            model, evaluation_arrays(split, split.test, config.max_length),
-            first_epoch=config.max_epochs - config.test_window))
+            model, test_arrays, first_epoch=config.max_epochs - config.test_window,
+            target_bands=popularity_bands(split.train_item_counts())[test_arrays["targets"]]))
     # Order matters at the end of an epoch: validation (and windowed test metrics),
     # then the caller's callbacks (they see them), then the run state, then the
     # checkpoint that marks the epoch finished.

@@ -34,6 +34,7 @@ import numpy as np
 from tfrs_logq._util.atomic import write_json
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
 from tfrs_logq.corrections import check_loss_name
+from tfrs_logq.metrics import BANDS
 from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
 from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
 from tfrs_logq.towers import training as towers
@@ -327,7 +328,9 @@ def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
         on_eval({"steps": epoch * config.steps_per_epoch, "validation_monitor": value})
     row = {"loss": loss, "seed": seed, "steps": result["steps"], "window": len(epochs),
            "window_steps": " ".join(str(e * config.steps_per_epoch) for e in epochs),
-           **{k: float(v) for k, v in window.items()},
+           # The test window's band metrics are logged as head_recall@10: head:recall@10 here.
+           **{(k.replace("_", ":", 1) if k.split("_", 1)[0] in BANDS else k): float(v)
+              for k, v in window.items()},
            "seconds_per_step": round(result["train_seconds"] / max(result["steps"], 1), 5),
            **target_facts(split, split.test, config.max_length),
            "machine": machine_description()}
