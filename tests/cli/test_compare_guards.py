@@ -133,3 +133,15 @@ def test_millisecond_times_are_shown_as_dates_and_named(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "time range: 2023-11-14 22:13:20 .. 2023-11-14 23:51:49 UTC (the times are epoch " \
            "milliseconds)" in proc.stdout
+
+
+def test_a_sasrec_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, capsys,
+                                                               monkeypatch):
+    import tfrs_logq.studies.compare as compare
+
+    monkeypatch.setattr(compare, "available_memory_bytes", lambda: 2**20)
+    proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
+                          "--model", "sasrec", "--steps", "4", "--eval-every", "2",
+                          "--output-dir", str(tmp_path / "out"))
+    _one_error(proc, "GiB available: lower --sasrec-preset")
+    assert not os.path.exists(tmp_path / "out")

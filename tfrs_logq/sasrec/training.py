@@ -239,6 +239,28 @@ def load_recorded_split(config: TrainConfig, record: dict):
     return split
 
 
+BASE_BYTES = 2**30  # the process before any tensor: TensorFlow, the data
+
+
+def estimated_peak_bytes(config: TrainConfig, num_items: int) -> int:
+    """An upper estimate of a SASRec run's peak memory: the item table with Adam's two
+    moments; a step's activations (about 30 floats per position and dimension per block,
+    and the attention maps) and its logits against the negatives (the whole catalog for
+    ``full-softmax``), about 4 floats each with the gradient; an evaluation chunk's scores
+    against the catalog; and TensorFlow with the data (`BASE_BYTES`). Measured peaks
+    (VmHWM, 2-core AMD EPYC, 2026-11-28, ML-1M, the cpu preset): mns-corrected 1,100 MiB
+    against 1,369 estimated; full-softmax 1,279 against 1,986."""
+    rows, dim = num_items + 1, config.embedding_dim
+    positions = config.batch_size * config.max_length
+    table = 3 * rows * dim * 4
+    activations = config.num_blocks * (30 * positions * dim * 4 + 4 * config.batch_size
+                                       * config.num_heads * config.max_length ** 2 * 4)
+    negatives = rows if config.loss == "full-softmax" else config.num_negatives
+    logits = 4 * positions * negatives * 4
+    evaluation = 4 * 512 * rows * 4
+    return BASE_BYTES + table + activations + logits + evaluation
+
+
 def _stopped_early(keeper: BestEpochKeeper, initial_epoch: int) -> bool:
     """Whether the saved epochs before ``initial_epoch`` already met the patience
     stop (a run killed after its stopping epoch was checkpointed)."""
@@ -387,5 +409,5 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
     return result
 
 
-__all__ = ["build_encoder", "build_model", "load_config_split", "load_recorded_split",
-           "make_strategy", "train", "training_item_counts"]
+__all__ = ["build_encoder", "build_model", "estimated_peak_bytes", "load_config_split",
+           "load_recorded_split", "make_strategy", "train", "training_item_counts"]

@@ -238,16 +238,21 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
                                f"(at most {len(examples):,}; 512 is the default).")
         need = towers.estimated_peak_bytes(plan.config, split.num_items, len(examples),
                                            len(split.test))
-        have = available_memory_bytes()
-        if need > have:
-            raise CompareError(
-                f"a run needs about {need / 2**30:.1f} GiB at its peak and this machine has "
-                f"{have / 2**30:.1f} GiB available: lower --batch-size (a step's scores grow "
-                f"with its square), --num-negatives or --embedding-dim.")
-        say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB "
-            f"({have / 2**30:.1f} GiB available)")
+        lower = "--batch-size (a step's scores grow with its square), --num-negatives or " \
+                "--embedding-dim"
     else:
+        from tfrs_logq.sasrec.training import estimated_peak_bytes
+
         examples = None
+        need = max(estimated_peak_bytes(plan.sasrec_config(loss, plan.seeds[0]),
+                                        split.num_items) for loss in plan.losses)
+        lower = "--sasrec-preset (its batch, history length and negatives)"
+    have = available_memory_bytes()
+    if need > have:
+        raise CompareError(f"a run needs about {need / 2**30:.1f} GiB at its peak and this "
+                           f"machine has {have / 2**30:.1f} GiB available: lower {lower}.")
+    say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB "
+        f"({have / 2**30:.1f} GiB available)")
     with exclusive_output_dir(output_dir):
         _check_plan(plan, output_dir)
         _run_all(plan, split, output_dir, say, max_runs, examples)
