@@ -43,6 +43,8 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert said[1].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[1]
     assert sum(line.startswith("run ") for line in said) == 3
     assert any("ms/step here: about" in line for line in said)  # the estimate
+    assert any(line.startswith("  run 1 took ") and "for the 2 run(s) left" in line
+               for line in said)  # each finished run updates it, evaluations included
     assert [(r["loss"], r["seed"]) for r in rows] == [
         ("inbatch-logq-official", "0"), ("inbatch-corrected", "0"), ("inbatch-logq-official", "1"),
         ("inbatch-corrected", "1")]

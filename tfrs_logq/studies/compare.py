@@ -284,6 +284,7 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
         + (f", {len(examples):,} training examples" if examples else ""))
     pace: dict = {}
     for number, (loss, seed) in enumerate(todo, 1):
+        run_start = time.perf_counter()
         if plan.model == "sasrec":
             config, key = None, repr(plan.sasrec_config(loss, seed))
         else:
@@ -316,6 +317,10 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
             row = window_row(plan, loss, seed, evaluations, last)
         append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
+        if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
+            took = (time.perf_counter() - run_start) / 60
+            say(f"  run {number} took {took:.1f} min: about {took * (len(todo) - number):.1f} "
+                f"min for the {len(todo) - number} run(s) left")
 
 
 def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
