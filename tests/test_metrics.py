@@ -70,6 +70,12 @@ def test_a_diverged_model_scores_no_hit():
     assert recall_ndcg_from_ranks(ranks, (1, 4))["recall@4"] == 0.0
 
 
+def test_a_padding_target_is_never_returned():
+    q = np.ones((1, 2), np.float32)
+    items = np.ones((4, 2), np.float32)
+    assert target_ranks(q, items, [0], exclude=[[0, 0]])[0] == NOT_RETURNED
+
+
 def test_ties_count_against_the_target():
     ranks = target_ranks(np.zeros((2, 3), np.float32), np.ones((5, 3), np.float32), [1, 4])
     np.testing.assert_array_equal(ranks, [3, 3])  # 4 real items, all tied

@@ -105,8 +105,9 @@ def _chunk_ranks(q, items, targets, exclude, padding_id, num_ids):
         seen = tf.scatter_nd(idx, tf.ones([tf.shape(idx)[0]], tf.bool), tf.shape(scores, tf.int64))
         valid = tf.logical_and(valid, tf.logical_not(seen))
         # The served top_k never returns a seen item: a seen target is a miss.
-        target_seen = tf.reduce_any(tf.logical_and(keep, tf.equal(exclude, targets[:, None])),
-                                    axis=1)
+        target_seen = tf.logical_or(
+            tf.reduce_any(tf.logical_and(keep, tf.equal(exclude, targets[:, None])), axis=1),
+            tf.equal(targets, padding_id))  # padding is no item: never returned
         ranks = ranks_from_scores(scores, targets, valid)
         return tf.where(target_seen, tf.constant(NOT_RETURNED, tf.int64), ranks)
     return ranks_from_scores(scores, targets, valid)

@@ -145,3 +145,25 @@ def test_a_sasrec_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, 
                           "--output-dir", str(tmp_path / "out"))
     _one_error(proc, "GiB available: lower --sasrec-preset")
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_report_only_takes_the_margin_only_and_data_stats_filters_only_a_log(tmp_path, capsys):
+    proc = cli_in_process(capsys, "compare", "--report-only", "--output-dir", str(tmp_path),
+                          "--seeds", "0,1")
+    _one_error(proc, "--report-only rebuilds the report")
+    proc = cli_in_process(capsys, "data", "stats", "--dataset", "ml-1m", "--deduplicate")
+    _one_error(proc, "--deduplicate filters --interactions")
+
+
+def test_a_log_whose_every_target_is_a_sent_repeat_is_refused_under_exclude_seen(tmp_path,
+                                                                                 capsys):
+    # Every user's last click repeats the one before it: a miss for every model, served.
+    rows = []
+    for u in range(40):
+        items = [f"sku-{(u + t) % 30}" for t in range(6)]
+        rows += [(f"u{u}", item, u * 100 + t) for t, item in enumerate(items + [items[-1]])]
+    log = _write(tmp_path / "repeats.csv", rows)
+    common = ("compare", "--interactions", log, *LOG, "--split", "loo",
+              "--min-item-interactions", "1", "--steps", "4", "--eval-every", "2")
+    proc = cli_in_process(capsys, *common, "--output-dir", str(tmp_path / "a"))
+    _one_error(proc, "compare with --no-exclude-seen")

@@ -29,6 +29,17 @@ def test_training_improves_over_untrained_and_restores_best(data_dir, tmp_path):
     assert result["test"]["ndcg@20"] > untrained["test"]["ndcg@20"] + 0.015
 
 
+def test_a_diverged_run_says_so(data_dir, tmp_path):
+    """A learning rate that sends the loss to NaN: the result says diverged (its metrics read
+    0, as a NaN score ranks last, and compare leaves the run out of its pairs)."""
+    config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data_dir,
+                            max_epochs=2, steps_per_epoch=3, learning_rate=1e30)
+    result = train(config, str(tmp_path / "m"), verbose=0)
+    assert result["diverged"] and result["test"]["recall@10"] == 0.0
+    sane = train(dataclasses.replace(config, learning_rate=1e-3), str(tmp_path / "s"), verbose=0)
+    assert not sane["diverged"]
+
+
 def test_mirrored_strategy_training_with_cross_replica_negatives(data_dir, mirrored_strategy):
     from tfrs_logq.pipelines.datasets import load_movielens_1m
     from tfrs_logq.pipelines.sequential import training_dataset

@@ -59,7 +59,8 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
         assert os.path.getsize(os.path.join(out, name)) > 0
     report = open(os.path.join(out, "report.md")).read()
     assert "- inbatch-corrected against inbatch-logq-official, recall@10:" in report
-    assert "repeat targets" in report and "Evaluation policy: exclude-seen" in report
+    assert "repeats (the user had the item before)" in report
+    assert "Evaluation policy: exclude-seen" in report and "repeat an earlier row" in report
     assert not os.listdir(os.path.join(out, "runs"))  # finished runs' checkpoints removed
     said.clear()
     compare.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
@@ -201,3 +202,28 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     with pytest.raises(compare.CompareError, match="sasrec losses"):
         compare.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
                      config=CONFIG)
+
+
+def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():
+    """A band with no test target has NaN metrics in a healthy run: its cells stay empty,
+    the run is not called diverged, and the report is written."""
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=CONFIG, window=1)
+    rows = _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
+                  "inbatch-corrected": [0.21, 0.22, 0.20]},
+                 **{"head:recall@10": "0.3", "torso:recall@10": "nan", "tail:recall@10": "0.1",
+                    "head:share": "0.6", "torso:share": "0.0", "tail:share": "0.4"})
+    assert compare_report.diverged_runs(rows) == []
+    text = compare_report.format_report(plan, rows, [])
+    assert "Diverged runs: none." in text and "## By popularity of the target" in text
+    assert compare_report.paired(rows, plan, "inbatch-corrected", "torso:recall@10") == {"n": 0}
+
+
+def test_a_gain_inside_the_margin_says_so():
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=CONFIG, window=1)
+    rows = _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
+                  "inbatch-corrected": [0.2005, 0.2106, 0.1905]})
+    first = compare_report.format_report(plan, rows, []).split("## Run facts")[0]
+    assert "corrected gains 0.0005 Recall@10" in first
+    assert "less than the margin (0.0040)" in first

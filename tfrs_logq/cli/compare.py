@@ -120,7 +120,16 @@ def run(args) -> int:
     if args.report_only:
         from tfrs_logq.studies.compare import report_only
 
-        report_only(args.output_dir, say=say, margin=margin)
+        ignored = [n for n in ("interactions", "dataset", "losses", "seeds", "model", "steps",
+                               "baseline", "window", "exclude_seen")
+                   if getattr(args, n) != _default(n)]
+        if ignored:
+            raise ValueError(f"--report-only rebuilds the report of --output-dir from its "
+                             f"results.csv and plan.json, and takes --margin only; "
+                             f"--{ignored[0].replace('_', '-')} belongs to a comparison run.")
+        text = report_only(args.output_dir, say=say, margin=margin)
+        if args.json:
+            print(json.dumps({"output_dir": args.output_dir, "report": text}))
         return 0
     if args.model == "sasrec" and not args.exclude_seen:
         raise ValueError("--no-exclude-seen is a two-tower flag: SASRec is evaluated "
@@ -164,6 +173,16 @@ _LOG_ONLY = ("user_column", "item_column", "time_column", "weight_column", "log_
              "min_item_interactions", "min_user_interactions", "deduplicate")
 _TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "num_negatives",
                    "learning_rate")
+
+
+def _default(name: str):
+    """The default of a flag of `UserLogFlags` or `CompareFlags`."""
+    for flags_class in (UserLogFlags, CompareFlags):
+        if name in flags_class.__dataclass_fields__:
+            field = flags_class.__dataclass_fields__[name]
+            return (field.default_factory() if field.default is dataclasses.MISSING
+                    else field.default)
+    raise KeyError(name)
 
 
 def _refuse_unused(args) -> None:

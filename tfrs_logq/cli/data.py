@@ -101,6 +101,13 @@ def _time_range(first: int, last: int) -> str:
 def run(args) -> int:
     from tfrs_logq.pipelines.splits import data_stats
 
+    if not getattr(args, "interactions", None):
+        given = [n for n in ("min_item_interactions", "min_user_interactions", "deduplicate")
+                 if getattr(args, n) != StatsFlags.__dataclass_fields__[n].default]
+        if given:
+            raise ValueError(f"--{given[0].replace('_', '-')} filters --interactions (your "
+                             f"log); a built-in dataset is preprocessed as its papers do.")
+
     split, dataset = load_any_split(args)
     inter = split.interactions
     result = data_stats(split, dataset)  # the same keys for a built-in dataset and a log

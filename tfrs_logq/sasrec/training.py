@@ -402,6 +402,10 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         # its dropout masks differ from TensorFlow's ops', so a seed reproduces a run
         # only on the same path).
         "native_kernels": uses_native_kernels(model),
+        # A non-finite training loss in the last epoch: the weights are NaN from then on,
+        # and the metrics (a NaN score ranks last) read 0, not a result.
+        "diverged": bool(keeper.history) and not np.isfinite(
+            float(keeper.history[-1].get("loss", 0.0))),
     }
     if backup.kernels_changed:
         result["native_kernels_changed_on_resume"] = True

@@ -35,7 +35,7 @@ from tfrs_logq._util.atomic import write_json
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
 from tfrs_logq.corrections import check_loss_name
 from tfrs_logq.metrics import BANDS
-from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
+from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
 from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
 from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
@@ -220,6 +220,13 @@ def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: 
     return row
 
 
+def _duplicates(split: Split) -> dict:
+    """The log's duplicate rows and repeated (user, item) pairs after preprocessing, for
+    the report's run facts."""
+    counts = duplicate_counts(split.interactions)
+    return {"duplicate_rows": counts["rows"], "repeated_pairs": counts["pairs"]}
+
+
 def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], None] = print,
                 max_runs: Optional[int] = None, margin=None) -> list[dict]:
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
@@ -230,6 +237,13 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
                            "SASRec trains unweighted: leave out --weight-column.")
     # Checked and built (weights too) before the output directory is touched.
     check_evaluable(split, split.test)
+    sent = (plan.config.history_length if plan.model == "two-tower"
+            else plan.sasrec_config(plan.losses[0], plan.seeds[0]).max_length)
+    if plan.config.exclude_seen and target_facts(split, split.test, sent)[
+            "sent_repeat_share"] == 1.0:
+        raise CompareError("every test target is among the items its request sends, which "
+                           "the served top_k leaves out: every model scores 0; compare with "
+                           "--no-exclude-seen (and serve with exclude_history false).")
     if plan.model == "two-tower":
         examples = Examples(split, plan.config.history_length)
         if plan.config.batch_size > len(examples):
@@ -314,7 +328,7 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
             last = towers.train(config, split, checkpoint_dir=run_dir, on_eval=on_eval,
                                 done=tuple(int(r["steps"]) for r in old), on_step=on_step,
                                 examples=examples)
-            row = window_row(plan, loss, seed, evaluations, last)
+            row = {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split)}
         append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
         if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
@@ -343,6 +357,7 @@ def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
               for k, v in window.items()},
            "seconds_per_step": round(result["train_seconds"] / max(result["steps"], 1), 5),
            **target_facts(split, split.test, config.max_length),
+           **_duplicates(split), "diverged": int(bool(result.get("diverged"))),
            "machine": machine_description()}
     return row
 
@@ -357,7 +372,8 @@ def _evaluation_pace(plan: Plan, number: int, runs: int, pace: dict, say) -> Non
     steps, evaluations = plan.config.steps, len(plan.config.eval_steps)
     done = pace["last_index"] + 2  # the step before this evaluation finished too
     left_steps = steps - done + (runs - number) * steps
-    left_evaluations = evaluations - 1 + (runs - number) * evaluations
+    left_evaluations = (sum(1 for e in plan.config.eval_steps if e > done)
+                        + (runs - number) * evaluations)
     left = left_steps * pace["per_step"] + left_evaluations * pace["evaluation"]
     say(f"  an evaluation takes {pace['evaluation']:.1f} s here: about {left / 60:.1f} min "
         f"left in all ({left_evaluations} evaluations counted)")

@@ -119,8 +119,9 @@ def paired(rows: list[dict], plan: Plan, loss: str, metric: str, confidence: flo
     seeds both have finished without diverging. Adds ``reference_mean``."""
     reference = reference or plan.baseline
     bad = set(diverged_runs(rows))
+    # A non-finite value of a healthy run (a popularity band with no target) pairs nothing.
     by = {(r["loss"], int(r["seed"])): float(r[metric]) for r in rows
-          if r.get(metric) not in (None, "") and (r["loss"], int(r["seed"])) not in bad}
+          if _finite(r.get(metric)) and (r["loss"], int(r["seed"])) not in bad}
     seeds = [s for s in plan.seeds if (loss, s) in by and (reference, s) in by]
     if not seeds:
         return {"n": 0}
@@ -160,10 +161,12 @@ def sentence(subject: str, reference: str, metric: str, diff: dict,
                 f"spread gives no interval (runs that do not vary with the seed cannot be "
                 f"tested), not a significant difference")
     interval = _interval(diff)
+    small = (f", less than the margin ({margin:.4f})" if margin is not None
+             and -margin < diff["low"] and diff["high"] < margin else "")
     if kind == "better":
-        return f"{s} gains {mean:.4f} {name} over {r} {interval}"
+        return f"{s} gains {mean:.4f} {name} over {r} {interval}{small}"
     if kind == "worse":
-        return f"{s} loses {-mean:.4f} {name} to {r} {interval}"
+        return f"{s} loses {-mean:.4f} {name} to {r} {interval}{small}"
     if kind == "equivalent":
         return (f"no difference larger than {margin:.4f} {name} between {s} and {r} "
                 f"({mean:+.4f} {interval})")
@@ -174,7 +177,9 @@ def sentence(subject: str, reference: str, metric: str, diff: dict,
             f"rules out a gain above {max(diff['high'], 0.0):.4f} and a loss above "
             f"{max(-diff['low'], 0.0):.4f}"
             + (f"; {' or '.join(open_sides)} as large as the margin ({margin:.4f}) is not ruled "
-               f"out" if open_sides else ""))
+               f"out" if open_sides else "")
+            + ("; no relative margin applies to a reference of 0 (give --margin as an "
+               "absolute difference)" if margin is None else ""))
 
 
 def _power_cell(diff: dict, margin: Optional[float]) -> str:
@@ -196,14 +201,17 @@ def _facts(plan: Plan, rows: list[dict], diverged: list[tuple]) -> list[str]:
 
         lines.append(
             f"- Test split: {int(float(first['num_targets'])):,} targets of "
-            f"{int(float(first.get('num_users') or 0)):,} users; repeat targets (the user "
-            f"had the item before) {share('repeat_share')}, of which in the history a "
-            f"request sends (misses under the exclude-seen policy) "
-            f"{share('sent_repeat_share')}; cold targets (no training interaction) "
+            f"{int(float(first.get('num_users') or 0)):,} users. Shares of the test targets: "
+            f"repeats (the user had the item before) {share('repeat_share')}; in the history "
+            f"a request sends (misses under the exclude-seen policy) "
+            f"{share('sent_repeat_share')}; cold (no training interaction) "
             f"{share('cold_share')}.")
-    data = plan.data or {}
-    if data.get("duplicates_dropped") is not None:
-        lines.append(f"- Duplicate (user, item) rows dropped: {int(data['duplicates_dropped']):,}.")
+        if first.get("duplicate_rows") not in (None, ""):
+            lines.append(
+                f"- After preprocessing: {int(float(first['duplicate_rows'])):,} rows repeat an "
+                f"earlier row exactly, {int(float(first['repeated_pairs'])):,} repeat an earlier "
+                f"(user, item) pair" + (" (--deduplicate kept the first of each)"
+                                        if (plan.data or {}).get("deduplicate") else "") + ".")
     policy = "exclude-seen" if plan.config.exclude_seen else "keep-seen"
     lines.append(f"- Evaluation policy: {policy} (the served `top_k` "
                  f"{'leaves out' if plan.config.exclude_seen else 'keeps'} the items of "
@@ -272,7 +280,9 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
         mine = [r for r in rows if r["loss"] == loss and (loss, int(r["seed"])) not in bad]
         if not mine:
             continue
-        cells = [f"{np.mean([float(r[m]) for r in mine]):.4f}" for m in metrics]
+        cells = [f"{np.mean(values):.4f}" if (values := [float(r[m]) for r in mine
+                                                         if _finite(r.get(m))]) else ""
+                 for m in metrics]
         share = np.median([float(r.get("positive_share_q50") or "nan") for r in mine])
         sps = np.mean([float(r.get("seconds_per_step") or "nan") for r in mine])
         lines.append(f"| {loss} | {len(mine)} | " + " | ".join(cells)
