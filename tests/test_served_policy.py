@@ -91,3 +91,19 @@ def test_served_recall_equals_the_offline_one_example_by_example(served_run):
     assert result["recall@10"] == pytest.approx(offline.mean(), abs=1e-12)
     assert result["repeat_share"] >= result["sent_repeat_share"] == pytest.approx(
         facts["sent_repeat_share"])
+
+
+def test_train_no_exclude_seen_reports_the_keep_seen_recall(served_run, tmp_path):
+    """The policy is a flag of train too: --no-exclude-seen reports what top_k serves with
+    exclude_history false."""
+    log = write_log(tmp_path / "clicks.csv")
+    model_dir, saved, result = _train_and_export(tmp_path, log, [
+        "--model", "two-tower", "--steps", "40", "--eval-every", "40", "--batch-size", "32",
+        "--embedding-dim", "8", "--history-length", "4", "--no-exclude-seen"])
+    encoder, config, raw_ids = load_trained(model_dir)
+    split = load_run_split(model_dir)
+    arrays = evaluation_arrays(split, split.test, config["max_length"], exclude_seen=False)
+    kept = target_ranks(encoder.last_query(arrays["history"]), encoder.item_embeddings(),
+                        arrays["targets"]) < 10
+    assert result["recall@10"] == pytest.approx(kept.mean(), abs=1e-12)
+    assert result["recall@10"] > served_run[2]["recall@10"]  # the repeats are hits now

@@ -55,6 +55,10 @@ class TwoTowerFlags:
     """lazy-adam updates only the table rows a batch touches"""
     eval_every: Optional[int] = flag(None, at_least=1, default_text="500")
     """evaluate the test split every this many steps (and at the last)"""
+    exclude_seen: Optional[bool] = flag(None, default_text="on, as the served top_k")
+    """the evaluation policy: leave the items of the history a request sends out of the
+    ranking (a repeat target is then a miss); --no-exclude-seen ranks them, as top_k does
+    with exclude_history false"""
     weight_column: Optional[str] = flag(None, metavar="C", default_text="none: every "
                                         "example weighs 1")
     """a column of --interactions weighting each example's loss by its target's weight
