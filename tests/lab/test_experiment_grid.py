@@ -14,6 +14,7 @@ def experiment(capsys, *args):
     return cli_in_process(capsys, "experiment", *args, main=main)
 
 
+@pytest.mark.slow  # a grid of smoke trainings: 51 s on 2 cores; make test-slow runs it
 def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     # In this process (lab.cli.main): four interpreters importing TensorFlow cost about
     # 20 s of the suite.

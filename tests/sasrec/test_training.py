@@ -33,7 +33,7 @@ def test_a_diverged_run_says_so(data_dir, tmp_path):
     """A learning rate that sends the loss to NaN: the result says diverged (its metrics read
     0, as a NaN score ranks last, and compare leaves the run out of its pairs)."""
     config = resolve_config("smoke", loss="inbatch-corrected", split="loo", data_dir=data_dir,
-                            max_epochs=2, steps_per_epoch=3, learning_rate=1e30)
+                            max_epochs=1, steps_per_epoch=2, learning_rate=1e30)
     result = train(config, str(tmp_path / "m"), verbose=0)
     assert result["diverged"] and result["test"]["recall@10"] == 0.0
     sane = train(dataclasses.replace(config, learning_rate=1e-3), str(tmp_path / "s"), verbose=0)
@@ -80,6 +80,7 @@ print("RESULT", json.dumps(result["test"]))
 """
 
 
+@pytest.mark.slow  # two TensorFlow processes: 42 s on 2 cores; make test-slow runs it
 def test_multi_worker_mirrored_strategy_two_processes_on_loopback(data_dir, tmp_path):
     ports = [_free_port(), _free_port()]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
