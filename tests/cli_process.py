@@ -1,6 +1,7 @@
 """`tfrs_logq.cli.main` run in the test's process, reported as a process would be: an
 interpreter importing TensorFlow costs about 7 s of the suite."""
 
+import re
 import subprocess
 
 
@@ -17,3 +18,15 @@ def cli_in_process(capsys, *args, main=None) -> subprocess.CompletedProcess:
         code = exc.code
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(list(args), code, out, err)
+
+
+def entries(help_text):
+    """``{flag: its help entry}`` of a command's help (one entry per flag shown)."""
+    found, flag = {}, None
+    for line in help_text.splitlines():
+        match = re.match(r"  (-[\w-]+)", line)
+        if match:
+            flag = match.group(1)
+        if flag and line.strip():
+            found[flag] = found.get(flag, "") + " " + line.strip()
+    return found

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from cli_process import entries
 from pipeline_data import SHARED, isolated_cache, needs_shared  # noqa: F401  (autouse fixture)
 
 from tfrs_logq import cli
@@ -114,18 +115,6 @@ def help_of(capsys, *path):
     code, out, err = run(capsys, *path, "--help")
     assert code == 0, err
     return out
-
-
-def entries(help_text):
-    """``{flag: its help entry}`` of a command's help (one entry per flag shown)."""
-    found, flag = {}, None
-    for line in help_text.splitlines():
-        match = re.match(r"  (-[\w-]+)", line)
-        if match:
-            flag = match.group(1)
-        if flag and line.strip():
-            found[flag] = found.get(flag, "") + " " + line.strip()
-    return found
 
 
 COMMANDS = [("demo",), ("data", "stats"), ("train",), ("compare",), ("diagnose",), ("export",),

@@ -4,11 +4,11 @@ command, and nothing run before the flags are checked."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
+from cli_process import entries
 
 from lab import cli
 
@@ -58,18 +58,6 @@ def help_of(capsys, *path):
     code, out, err = run(capsys, *path, "--help")
     assert code == 0, err
     return out
-
-
-def entries(help_text):
-    """``{flag: its help entry}`` of a command's help (one entry per flag shown)."""
-    found, flag = {}, None
-    for line in help_text.splitlines():
-        match = re.match(r"  (-[\w-]+)", line)
-        if match:
-            flag = match.group(1)
-        if flag and line.strip():
-            found[flag] = found.get(flag, "") + " " + line.strip()
-    return found
 
 
 @pytest.mark.parametrize("command", ["study", "experiment"])
