@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The large-catalog study (`python -m lab study`) on Keras 3 / JAX, without TensorFlow.
+"""The synthetic study (docs/study.md) on Keras 3 / JAX, without TensorFlow.
 
     python benchmarks/accelerator_study.py --preset smoke --output-dir /tmp/acc
     python benchmarks/accelerator_study.py --preset curve --output-dir OUT --max-seconds 540

@@ -77,7 +77,8 @@ def test_every_package_directory_is_installed():
     assert sorted(set(listed) - found) == [], "packages listed without a directory"
 
 
-# The lab's modules (lab/: the experiments behind the findings), which were in tfrs_logq.
+# The lab's modules (lab/: the experiments behind the findings), which were in tfrs_logq,
+# and the retired TensorFlow synthetic study's.
 LAB_MODULES = ("study", "study_grid", "study_report", "experiment")
 
 

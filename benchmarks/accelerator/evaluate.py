@@ -1,7 +1,7 @@
 """Evaluation on the device, in chunks of queries: top-k, the model's softmax, ranks.
 
-The same measures as `lab.study.evaluate` and `truth_columns`, on the held-out
-examples (`world.World.eval_batch`, the TF study's to the bit):
+The same measures as the TensorFlow study's `evaluate` and `truth_columns` (d9f8357), on
+the held-out examples (`world.World.eval_batch`, the TF study's to the bit):
 
 - exact expected Recall@k = mean over users of ``sum_{d in model top-k} P(d|u)``: the
   top-k is brute force over ids ``1..V`` on the device (``chunk x V`` scores at a time);
@@ -84,7 +84,7 @@ def recall_from_ranks(ranks: np.ndarray, k: int) -> float:
 
 
 def evaluate(params: dict, world: World, chunk_floats: int = DEFAULT_CHUNK_FLOATS) -> dict:
-    """The run's metric columns (`lab.study.evaluate`'s names)."""
+    """The run's metric columns (the results.csv names of every recorded run)."""
     batch = world.eval_batch
     targets = batch["target"]
     queries = np.asarray(query_embeddings(params, jnp.asarray(batch["history"], jnp.int32)))
@@ -102,7 +102,7 @@ def evaluate(params: dict, world: World, chunk_floats: int = DEFAULT_CHUNK_FLOAT
 
 
 def truth_columns(world: World, chunk_floats: int = DEFAULT_CHUNK_FLOATS) -> dict:
-    """The run-independent columns (`lab.study.truth_columns`'s names)."""
+    """The run-independent columns (the results.csv names of every recorded run)."""
     cfg = world.config
     targets = world.eval_batch["target"]
     n = len(targets)

@@ -1,8 +1,9 @@
 """The study's two-tower model, its negatives and one training step, in JAX.
 
-The model is `lab.study.TowerModel`: a query tower that averages the history's
-item embeddings (`HistoryQueryTower`: masked mean, ``Dense(2d, relu)``, ``Dense(d)``)
-and an item embedding table, both tables ``[V + 1, d]`` (row 0 is padding), with tf-keras's
+The model is the retired TensorFlow study's `TowerModel` (`lab/study.py` at d9f8357): a
+query tower that averages the history's item embeddings (`HistoryQueryTower`: masked mean,
+``Dense(2d, relu)``, ``Dense(d)``) and an item embedding table, both tables ``[V + 1, d]``
+(row 0 is padding), with tf-keras's
 initialisers (embeddings uniform in [-0.05, 0.05], Dense kernels Glorot uniform, biases 0)
 drawn from ``jax.random`` (the TF study's initial weights come from TensorFlow's stateful
 RNG, which is not reproduced: same distribution, other draws).

@@ -1,9 +1,10 @@
 """Runs of the accelerator study: the grid, the presets, the proposals' ``log Q`` tables.
 
-A `Run` has `lab.study.Run`'s fields (so that a row of either study names its cell
-the same way) and the step counts to evaluate at, ``eval_at``; ``steps`` is the last of
-them. Corrections are the TF study's four plus ``corrected-w1`` (the corrected loss with
-``w = 1``: the positive out of the denominator and ``log Q'``, without the weight).
+A `Run` has the retired TensorFlow study's `Run` fields (`lab/study.py` at d9f8357, so
+that a row of either study names its cell the same way) and the step counts to evaluate
+at, ``eval_at``; ``steps`` is the last of them. Corrections are the TF study's four plus
+``corrected-w1`` (the corrected loss with ``w = 1``: the positive out of the denominator
+and ``log Q'``, without the weight).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Run:
         return self.num_uniform if self.sampler in ("uniform", "mixed") else 0
 
     def fields(self, steps: int) -> dict:
-        """`lab.study.Run`'s fields, in its order, with ``steps``."""
+        """The TensorFlow study's `Run` fields, in its order, with ``steps``."""
         out = {}
         for f in dataclasses.fields(self):
             if f.name == "eval_at":
@@ -101,7 +102,7 @@ class Run:
 
 
 def grid(base: dict, axes: dict, seeds: Sequence[int]) -> list[Run]:
-    """`lab.study.grid`'s runs and skips (``none`` once per scenario and seed,
+    """The TensorFlow study's grid: its runs and skips (``none`` once per scenario and seed,
     ``inclusion`` only with in-batch, ``mixture`` with in-batch runs as ``unigram``),
     ordered scenario, seed, proposal, correction: a seed's runs of one proposal together."""
     axes = dict(axes)
@@ -185,8 +186,8 @@ def preset_runs(name: str, seeds: Optional[Sequence[int]] = None,
 
 
 def proposal_log_q(run: Run, log_q_unigram: np.ndarray) -> np.ndarray:
-    """`[V + 1]` float64 ``log Q(d)`` of the run's proposal (`lab.study`'s
-    `proposal_log_q_table`; entry 0, padding, is -inf)."""
+    """`[V + 1]` float64 ``log Q(d)`` of the run's proposal (as the TensorFlow
+    study's `proposal_log_q_table`; entry 0, padding, is -inf)."""
     if run.proposal == "unigram":
         return log_q_unigram
     with np.errstate(divide="ignore"):

@@ -166,8 +166,9 @@ class World:
 
 
 def popularity_bands(log_q: np.ndarray) -> np.ndarray:
-    """`[V + 1]` band of every id (`lab.study.popularity_bands`): items by ``Q``
-    descending; head holds the first third of the mass, torso the next, tail the rest."""
+    """`[V + 1]` band of every id, the bands of `tfrs_logq.metrics.popularity_bands` by ``Q``:
+    items by ``Q`` descending; head holds the first third of the mass, torso the next, tail
+    the rest."""
     q = np.exp(log_q[1:])
     order = np.argsort(-q, kind="stable")
     before = np.cumsum(q[order]) - q[order]

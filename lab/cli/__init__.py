@@ -1,4 +1,4 @@
-"""``python -m lab``: the lab's commands, ``study`` and ``experiment``, with the flags,
+"""``python -m lab``: the lab's command, ``experiment``, with the flags,
 help, one-line errors and exit statuses of ``tfrs-logq`` (`tfrs_logq.cli.app`): one module
 per command, each with its flags (``populate``) and its handler (``run``)."""
 
@@ -12,8 +12,6 @@ PROG = "python -m lab"
 
 # (path, module, help): one module of `lab.cli` per command, as `tfrs_logq.cli.app.COMMANDS`.
 COMMANDS = (
-    (("study",), "study",
-     "the large-catalog study on the synthetic stream: a preset's grid of runs, resumable"),
     (("experiment",), "experiment", "run the paper's grid and write its Table 1"),
 )
 

@@ -1,8 +1,7 @@
-"""Specification of ``python -m lab``, the lab's commands (``study``, ``experiment``) on the
+"""Specification of ``python -m lab``, the lab's command (``experiment``) on the
 flags machinery of ``tfrs-logq``: flags and their defaults, lists, one-line errors naming the
 command, and nothing run before the flags are checked."""
 
-import json
 import os
 import subprocess
 import sys
@@ -60,7 +59,7 @@ def help_of(capsys, *path):
     return out
 
 
-@pytest.mark.parametrize("command", ["study", "experiment"])
+@pytest.mark.parametrize("command", ["experiment"])
 def test_help_shows_every_flags_default_and_names_no_issue(capsys, command):
     shown = entries(help_of(capsys, command))
     assert "--verbose" in shown
@@ -76,19 +75,16 @@ def test_a_missing_required_flag_or_an_unknown_command_is_one_line_naming_the_la
     code, _, err = run(capsys, "experiment")
     assert_one_line_error(code, err, "the following arguments are required", "--output-dir")
     code, _, err = run(capsys, "train")  # a library command: `tfrs-logq train`
-    assert_one_line_error(code, err, "invalid choice: 'train'", "study", "experiment")
+    assert_one_line_error(code, err, "invalid choice: 'train'", "experiment")
 
 
 @pytest.mark.parametrize("seeds", [["0,1,2"], ["0", "1", "2"], ["0,1", "2"]])
-def test_lists_take_commas_or_spaces_in_both_commands(capsys, tmp_path, monkeypatch, seeds):
+def test_lists_take_commas_or_spaces(capsys, tmp_path, monkeypatch, seeds):
     import lab.experiment as experiment
-    from lab import study
 
     args, _ = reached(monkeypatch, experiment, "run_grid", "experiment", "--output-dir",
                       tmp_path / "e", "--seeds", *seeds, "--losses", "bce", "gbce")
     assert args[3] == ["bce", "gbce"] and args[4] == [0, 1, 2]
-    args, _ = reached(monkeypatch, study, "preset_runs", "study", "--seeds", *seeds)
-    assert args == ("pilot", [0, 1, 2])
 
 
 def test_a_list_is_checked_item_by_item(capsys, tmp_path):
@@ -156,27 +152,6 @@ def test_a_smoke_grid_ends_saying_it_is_not_a_usable_model(capsys, tmp_path, mon
         assert code == 0 and (SMOKE_LINE in err) == (preset == "smoke"), err
 
 
-def test_study_takes_json_and_verbose(capsys, tmp_path):
-    from lab import study
-
-    code, out, err = run(capsys, "study", "--preset", "samplers", "--pending", "--json",
-                         "--verbose", "--output-dir", tmp_path, "--seeds", "0", "1")
-    assert code == 0, err
-    runs = len(study.preset_runs("samplers", [0, 1]))
-    assert json.loads(out) == {"runs": runs, "pending": runs}
-
-
-def test_study_counts_a_presets_pending_runs_and_takes_both_spellings(capsys, tmp_path):
-    from lab import study
-
-    code, out, err = run(capsys, "study", "--preset", "samplers", "--pending", "--output_dir",
-                         tmp_path, "--max_runs", "1", "--seeds", "0,1")
-    assert code == 0, err[-2000:]
-    assert out.split()[-1] == str(len(study.preset_runs("samplers", [0, 1])))
-    code, _, err = run(capsys, "study", "--preset", "x")
-    assert_one_line_error(code, err, "argument --preset: invalid choice: 'x'")
-
-
 def _fresh(*args):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
@@ -185,14 +160,13 @@ def _fresh(*args):
 
 def test_python_m_lab_runs_from_the_checkout():
     """The lab is not installed: ``python -m lab`` runs from the repository's root."""
-    proc = _fresh("-m", "lab", "study", "--help")
+    proc = _fresh("-m", "lab", "experiment", "--help")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith("usage: python -m lab study"), proc.stdout[:300]
+    assert proc.stdout.startswith("usage: python -m lab experiment"), proc.stdout[:300]
 
 
 def test_the_lab_parser_and_experiments_help_import_no_tensorflow():
-    """As ``tfrs-logq``'s (``study --help`` reads the presets of a module that imports
-    TensorFlow)."""
+    """As ``tfrs-logq``'s: the parser and ``experiment --help`` load no TensorFlow."""
     if _fresh("-c", "import sys, tfrs_logq; print('tensorflow' in sys.modules)").stdout.strip() \
             != "False":
         pytest.skip("`import tfrs_logq` imports TensorFlow itself (tfrs_logq/__init__.py)")

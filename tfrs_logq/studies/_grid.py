@@ -1,8 +1,7 @@
 """What the resumable drivers share: a results table appended to row by row, the runs
 still missing a row, and one driver per output directory.
 
-`tfrs_logq.studies.compare` (``tfrs-logq compare``) and the lab's study driver
-(``lab/study_grid.py`` in the repository, not installed) append a row to ``results.csv``
+`tfrs_logq.studies.compare` (``tfrs-logq compare``) appends a row to ``results.csv``
 (or ``curves.csv``) the moment a run (or an evaluation) finishes, rewriting the whole
 file atomically (`append_row`), so a killed driver leaves every finished run's row and a
 rerun trains only the runs `missing` one; `exclusive_output_dir` refuses a second driver
