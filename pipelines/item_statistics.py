@@ -3,9 +3,8 @@
 ``Statistics/item_counts.npz`` holds ``counts`` (`[num_items + 1]` int64, exact
 counts over the training split; entry 0, padding, is 0), ``sketch`` (`[depth,
 width]` int64 count-min counters over the same ids) and the sketch's ``depth``,
-``width`` and ``seed``. The sketch hashes as `tfrs_logq.frequency.CountMinSketch`
-does, ``h_r(d) = ((a_r (d mod p) + b_r) mod p) mod width`` with ``p = 2^31 - 1``
-and ``a, b`` drawn by ``numpy.random.default_rng(seed)``, so its counters equal
+``width`` and ``seed``. The sketch hashes with `tfrs_logq.frequency.CountMinSketch`'s
+hashes (`tfrs_logq._util.universal_hash`, numpy, no TensorFlow), so its counters equal
 that class's after ``update`` with the same ids and the same depth, width and
 seed (tested), and `ItemStatistics.count_min_sketch` loads them into one. A
 count-min only artifact (``--statistics count-min``, synthetic data) has no
@@ -25,30 +24,12 @@ from typing import Optional
 
 import numpy as np
 
+from tfrs_logq._util.universal_hash import flat_cells, hash_coefficients
 from tfrs_logq.pipelines.manifest import verified_manifest
 
-# `tfrs_logq.frequency._PRIME`, repeated so that the pipeline needs no TensorFlow
-# (tests check the counters equal CountMinSketch's).
-_PRIME = (1 << 31) - 1
 FILENAME = "item_counts.npz"
 COMPONENT = "Statistics"
 ESTIMATORS = ("exact", "count-min")
-
-
-def hash_coefficients(depth: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(a, b)``, `[depth]` int64 each: `CountMinSketch`'s universal hashes for ``seed``."""
-    rng = np.random.default_rng(seed)
-    return rng.integers(1, _PRIME, size=depth), rng.integers(0, _PRIME, size=depth)
-
-
-def sketch_cells(ids: np.ndarray, a: np.ndarray, b: np.ndarray, width: int) -> np.ndarray:
-    """`[depth, n]` flat counter indices ``r * width + h_r(id)`` of `[n]` int64 ids.
-
-    Example: ``depth=1``, ``a=[3]``, ``b=[5]``, ``width=4``: id 2 -> ``(3*2 + 5) mod p
-    mod 4 = 3``."""
-    x = np.mod(np.asarray(ids, np.int64).reshape(-1), _PRIME)[None, :]
-    h = np.mod(np.mod(a[:, None] * x + b[:, None], _PRIME), width)
-    return h + (np.arange(len(a), dtype=np.int64) * width)[:, None]
 
 
 @dataclasses.dataclass
@@ -96,9 +77,10 @@ class ItemStatistics:
     def sketch_counts(self, ids=None) -> np.ndarray:
         """Count-min estimates (``min`` over rows; never below the exact count) of
         ``ids`` (default: every id ``0..num_items``)."""
-        ids = np.arange(self.num_items + 1) if ids is None else np.asarray(ids, np.int64)
+        ids = np.arange(self.num_items + 1) if ids is None else ids
+        ids = np.asarray(ids, np.int64).reshape(-1)
         a, b = hash_coefficients(self.depth, self.seed)
-        cells = sketch_cells(ids, a, b, self.width)
+        cells = flat_cells(ids, a, b, self.width)
         return self.sketch.reshape(-1)[cells].min(axis=0)
 
     def sketch_log_q(self, ids=None) -> np.ndarray:

@@ -61,3 +61,17 @@ def loss_corrected(s_p, s_n, log_q_prime, mask, inclusion=False):
         g_p.append(-w)
         g_n[r, mask[r]] = w * softmax(adj)
     return np.array(out), np.array(g_p), g_n, np.array(weights)
+
+
+COUNT_MIN_PRIME = 2**31 - 1
+
+
+def count_min_cells(ids, depth, width, seed):
+    """`[depth, n]` flat counter indices ``r * width + ((a_r (d mod p) + b_r) mod p) mod
+    width`` of a count-min sketch (``p = 2^31 - 1``, ``a, b`` drawn by
+    ``numpy.random.default_rng(seed)``), with Python integers: no overflow."""
+    rng = np.random.default_rng(seed)
+    p = COUNT_MIN_PRIME
+    a, b = rng.integers(1, p, size=depth).tolist(), rng.integers(0, p, size=depth).tolist()
+    return np.array([[r * width + (a[r] * (int(d) % p) + b[r]) % p % width for d in ids]
+                     for r in range(depth)], np.int64).reshape(depth, len(ids))

@@ -1,10 +1,14 @@
 """Specification of the item-frequency estimators in `tfrs_logq.frequency`."""
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from reference import COUNT_MIN_PRIME as P
+from reference import count_min_cells
 
 from tfrs_logq.frequency import CountMinSketch, ExactFrequency, StreamingFrequency
 
@@ -66,6 +70,36 @@ def test_count_min_never_undercounts_and_respects_error_bound():
     np.testing.assert_allclose(
         sketch.log_q(top).numpy(), np.log(true[top] / len(ids)), atol=0.05
     )
+
+
+@pytest.mark.parametrize("depth,width,seed", [(1, 7, 0), (3, 50, 5), (4, 64, 7)])
+def test_count_min_counters_are_the_documented_hashes_and_numpy_computes_the_same(
+        depth, width, seed):
+    """The in-graph sketch and the batch pipeline's numpy hashes
+    (`tfrs_logq._util.universal_hash`) both match the formula, ids beyond p included."""
+    from tfrs_logq._util.universal_hash import flat_cells, hash_coefficients
+
+    ids = np.array([0, 1, 2, 41, 7, 7, P - 1, P, P + 3, 2**40 + 11, -5], np.int64)
+    expected = np.zeros(depth * width)
+    np.add.at(expected, count_min_cells(ids, depth, width, seed).reshape(-1), 1.0)
+    sketch = CountMinSketch(depth=depth, width=width, seed=seed)
+    tf.function(sketch.update)(tf.constant(ids))
+    np.testing.assert_array_equal(sketch.counters.numpy(), expected)
+    a, b = hash_coefficients(depth, seed)
+    np.testing.assert_array_equal(flat_cells(ids, a, b, width),
+                                  count_min_cells(ids, depth, width, seed))
+    # count: the minimum over the rows of each id's counters.
+    np.testing.assert_array_equal(
+        sketch.count(ids).numpy(), expected[count_min_cells(ids, depth, width, seed)].min(0))
+
+
+def test_the_shared_hashes_load_without_tensorflow():
+    code = ("import sys, tfrs_logq._util.universal_hash, tfrs_logq.pipelines.item_statistics; "
+            "print('tensorflow' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
 
 
 def test_count_min_from_error_bound_and_merge():

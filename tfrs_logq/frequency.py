@@ -26,7 +26,7 @@ from typing import Iterable
 import numpy as np
 import tensorflow as tf
 
-_PRIME = (1 << 31) - 1  # Mersenne prime for universal hashing of int64 ids.
+from tfrs_logq._util import universal_hash
 
 
 def _state_variable(initial, name: str) -> tf.Variable:
@@ -54,27 +54,21 @@ def _as_ids(ids) -> tf.Tensor:
 
 
 class _UniversalHashes(tf.Module):
-    """``depth`` hash functions ``((a x + b) mod p) mod width`` with fixed seeds."""
+    """``depth`` hashes ``((a x + b) mod p) mod width`` with fixed seeds
+    (`tfrs_logq._util.universal_hash`, shared with the batch pipeline's Statistics)."""
 
     def __init__(self, depth: int, width: int, seed: int, name: str = "hashes") -> None:
         super().__init__(name=name)
-        rng = np.random.default_rng(seed)
+        a, b = universal_hash.hash_coefficients(depth, seed)
         self.depth = int(depth)
         self.width = int(width)
-        self.a = tf.constant(rng.integers(1, _PRIME, size=depth), tf.int64)
-        self.b = tf.constant(rng.integers(0, _PRIME, size=depth), tf.int64)
+        self.a = tf.constant(a, tf.int64)
+        self.b = tf.constant(b, tf.int64)
 
     def __call__(self, ids: tf.Tensor) -> tf.Tensor:
-        """`[n]` int64 ids -> `[depth, n]` bucket indices in ``[0, width)``."""
-        x = tf.math.floormod(ids, _PRIME)[None, :]
-        h = tf.math.floormod(self.a[:, None] * x + self.b[:, None], _PRIME)
-        return tf.math.floormod(h, self.width)
-
-
-def _flat_indices(buckets: tf.Tensor, width: int) -> tf.Tensor:
-    """`[depth, n]` buckets -> `[depth * n]` indices into a flat `[depth * width]` array."""
-    rows = tf.range(tf.shape(buckets)[0], dtype=tf.int64)[:, None] * width
-    return tf.reshape(buckets + rows, [-1])
+        """`[n]` int64 ids -> `[depth, n]` indices ``r * width + h_r(id)`` into a flat
+        `[depth * width]` state array."""
+        return universal_hash.flat_cells(ids, self.a, self.b, self.width)
 
 
 class ExactFrequency(tf.Module):
@@ -208,15 +202,13 @@ class CountMinSketch(tf.Module):
             counts = tf.ones_like(ids, tf.float64)
         else:
             counts = _global_ids(tf.reshape(tf.cast(counts, tf.float64), [-1]))
-        flat = _flat_indices(self._hashes(ids), self.width)
+        flat = tf.reshape(self._hashes(ids), [-1])
         self.counters.scatter_add(tf.IndexedSlices(tf.tile(counts, [self.depth]), flat))
         self.total.assign_add(tf.reduce_sum(counts))
 
     def count(self, ids) -> tf.Tensor:
         """`[n]` float64 estimated counts (never below the true count)."""
-        buckets = self._hashes(_as_ids(ids))
-        gathered = tf.gather(self.counters, _flat_indices(buckets, self.width))
-        return tf.reduce_min(tf.reshape(gathered, tf.shape(buckets)), axis=0)
+        return tf.reduce_min(tf.gather(self.counters, self._hashes(_as_ids(ids))), axis=0)
 
     def log_q(self, ids) -> tf.Tensor:
         """`[n]` float32 ``log Q(d)``; an unseen id gets count 1."""
@@ -304,7 +296,7 @@ class StreamingFrequency(tf.Module):
         self.step.assign(t)
         self.num_ids.assign_add(tf.cast(tf.size(ids), tf.float64))
         # Distinct (hash, bucket) cells and how often each occurs in this step.
-        flat = _flat_indices(self._hashes(ids), self.num_buckets)
+        flat = tf.reshape(self._hashes(ids), [-1])
         indices, _, occurrences = tf.unique_with_counts(flat)
         c = tf.cast(occurrences, tf.float64)
         last = tf.gather(self.last_step, indices)
@@ -320,10 +312,9 @@ class StreamingFrequency(tf.Module):
 
     def estimated_gap(self, ids) -> tf.Tensor:
         """`[n]` float64 estimated steps between occurrences (max over hashes)."""
-        buckets = self._hashes(_as_ids(ids))
-        flat = _flat_indices(buckets, self.num_buckets)
-        gathered = tf.reshape(tf.gather(self.gap, flat), tf.shape(buckets))
-        seen = tf.reshape(tf.gather(self.last_step, flat) > 0, tf.shape(buckets))
+        cells = self._hashes(_as_ids(ids))
+        gathered = tf.gather(self.gap, cells)
+        seen = tf.gather(self.last_step, cells) > 0
         # A bucket never seen: at most once in all steps so far.
         gathered = tf.where(seen, gathered, tf.maximum(self.step, 1.0))
         return tf.reduce_max(gathered, axis=0)

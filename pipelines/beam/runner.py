@@ -8,9 +8,8 @@ The code a worker runs (the DoFns of `example_gen` and `statistics`, the parsers
 and split functions of `tfrs_logq.pipelines`) is shipped to the workers *by value*
 (cloudpickle's ``register_pickle_by_value``), not as references to import, so a
 worker imports only numpy, protobuf and Beam whatever the package's modules
-import at the top (`item_statistics` imports `tfrs_logq.frequency`, hence
-TensorFlow: about 10 s per worker process and pipeline on two busy cores, more
-than the whole ML-1M job). Worker code must refer to functions, classes and
+import (importing ``tfrs_logq.frequency``, hence TensorFlow, costs about 10 s per
+worker process and pipeline on two busy cores, more than the whole ML-1M job). Worker code must refer to functions, classes and
 constants, never to ``tfrs_logq`` module objects (a module is always pickled by
 reference).
 """
@@ -37,6 +36,7 @@ SHARED_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "fuse.gcsfuse", "lustre", "
 # same object"); a cluster's workers import them from the installed package.
 WORKER_MODULES = (
     "tfrs_logq.metrics",  # Recall/NDCG of the Evaluator (its functions use numpy only)
+    "tfrs_logq._util.universal_hash",  # the count-min sketch's hashes (numpy)
     "tfrs_logq.pipelines.interactions",
     "tfrs_logq.pipelines.splits",
     "tfrs_logq.pipelines.datasets",

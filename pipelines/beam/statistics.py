@@ -18,15 +18,11 @@ import os
 import apache_beam as beam
 import numpy as np
 
+from tfrs_logq._util.universal_hash import flat_cells, hash_coefficients
 from tfrs_logq.pipelines.beam.artifacts import verified_manifest
 from tfrs_logq.pipelines.beam.synthetic_source import ItemTable, chunk_training_ids
 from tfrs_logq.pipelines.examples import decode_user, example_class
-from tfrs_logq.pipelines.item_statistics import (
-    COMPONENT,
-    FILENAME,
-    hash_coefficients,
-    sketch_cells,
-)
+from tfrs_logq.pipelines.item_statistics import COMPONENT, FILENAME
 
 NAME = COMPONENT
 VERSION = 1
@@ -69,7 +65,7 @@ class ItemCountsFn(beam.CombineFn):
         counts = np.bincount(ids, minlength=self.num_items + 1)
         acc[0] = acc[0] + counts
         seen = np.flatnonzero(counts)
-        cells = sketch_cells(seen, self._a, self._b, self.width).reshape(-1)
+        cells = flat_cells(seen, self._a, self._b, self.width).reshape(-1)
         weights = np.tile(counts[seen], self.depth)
         acc[1], acc[2] = _sum_cells(np.concatenate([acc[1], cells]),
                                     np.concatenate([acc[2], weights]))
@@ -218,7 +214,7 @@ class ChunkCountsFn(beam.CombineFn):
         ids = chunk_training_ids(self.spec, int(chunk), self._table).reshape(-1)
         counts = np.bincount(ids, minlength=self.spec.num_items + 1)
         seen = np.flatnonzero(counts)
-        cells = sketch_cells(seen, self._a, self._b, self.width).reshape(-1)
+        cells = flat_cells(seen, self._a, self._b, self.width).reshape(-1)
         acc[1], acc[2] = _sum_cells(np.concatenate([acc[1], cells]),
                                     np.concatenate([acc[2], np.tile(counts[seen], self.depth)]))
         if self.exact:
