@@ -9,7 +9,7 @@
 # copy of the committed code (git archive HEAD), so editing the work tree meanwhile
 # does not touch it. With COMMIT=1 the results directory (results.csv, table.md,
 # table.png, curves.csv, curves.png) is committed each time a run finishes, so a
-# stopped session loses at most the running epoch. (Snapshots, commits: grid_lib.sh.)
+# stopped run loses at most the running epoch. (Snapshots, commits: grid_lib.sh.)
 #
 #   COMMIT=1 benchmarks/long_grid.sh [--data-dir ABSOLUTE_DIR --data-format sasrec]
 set -u -o pipefail

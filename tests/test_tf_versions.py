@@ -53,7 +53,7 @@ def test_scann_unavailable_gives_one_line_that_says_why_and_what_to_do(monkeypat
 @pytest.fixture
 def smoke_model(smoke_runs):
     """conftest's smoke run of seed 0 (inbatch-corrected, one epoch), trained once per
-    session: (a directory to export under, the model directory)."""
+    test run: (a directory to export under, the model directory)."""
     return smoke_runs["root"], smoke_runs[0]
 
 

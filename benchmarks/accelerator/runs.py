@@ -153,7 +153,7 @@ PRESETS = {
         axes=dict(negatives=[("mixed", 1024, 1024)], proposal=["mixture"],
                   correction=["corrected", "logq-tfrs"]),
         seeds=[0, 1, 2]),
-    # The learning curve at 1,000,000 items (issue 38): 10,000 topics, sigma 8, mixed
+    # The learning curve at 1,000,000 items: 10,000 topics, sigma 8, mixed
     # 4,096 + 4,096, both proposals, five corrections, evaluated at 3k-100k steps.
     "curve": dict(
         base=dict(num_items=1_000_000, num_users=20_000, num_topics=10_000,
