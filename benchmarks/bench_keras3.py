@@ -56,9 +56,15 @@ def _step_timer(base):
 
 
 def recall_at_k(queries, items, targets, k):
-    scores = queries @ items.T
-    top = np.argpartition(-scores, k, axis=1)[:, :k] + 1  # row 0 of the table is padding
-    return float(np.mean((top == targets[:, None]).any(axis=1)))
+    """Recall@k of 1-based ``targets`` over the whole catalog (``items`` row ``i`` is item
+    ``i + 1``; row 0 of the tables is padding), by `tfrs_logq.metrics`' ranks and
+    formulas. Computed in this process for every backend: a Keras 3 worker saves its
+    embeddings instead (its environment has no tfrs_logq, and importing it would select
+    tf-keras in a Keras-3-on-TensorFlow process)."""
+    from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
+
+    ranks = target_ranks(queries, items, np.asarray(targets, np.int64) - 1, padding_id=None)
+    return recall_ndcg_from_ranks(ranks, (k,))[f"recall@{k}"]
 
 
 def make_data(args, path):
@@ -135,11 +141,12 @@ def keras_worker(args):
     timer = _step_timer(keras.callbacks.Callback)
     model.fit({"user": data["user"], "item": data["item"]}, batch_size=args.batch_size,
               epochs=1, shuffle=False, verbose=0, callbacks=[timer])
-    queries = keras.ops.convert_to_numpy(model.query_embeddings(data["test_user"]))
-    items = keras.ops.convert_to_numpy(model.item_embeddings())
+    embeddings = f"{args.keras_worker}.{keras.backend.backend()}.npz"
+    np.savez(embeddings,
+             queries=keras.ops.convert_to_numpy(model.query_embeddings(data["test_user"])),
+             items=keras.ops.convert_to_numpy(model.item_embeddings()))
     print(json.dumps({"path": "Keras 3 (keras_logq)", "backend": keras.backend.backend(),
-                      "recall": recall_at_k(queries, items, data["test_item"], args.k),
-                      "step_s": float(np.median(timer.times[10:]))}))
+                      "embeddings": embeddings, "step_s": float(np.median(timer.times[10:]))}))
 
 
 def main(argv=None):
@@ -177,7 +184,11 @@ def main(argv=None):
         if proc.returncode != 0:
             print(f"{backend}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
             continue
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        with np.load(row.pop("embeddings")) as saved:
+            row["recall"] = recall_at_k(saved["queries"], saved["items"],
+                                        np.load(path)["test_item"], args.k)
+        rows.append(row)
     base = rows[0]["step_s"]
     print(f"{args.steps} steps of {args.batch_size}, V={args.num_items}, "
           f"correction={args.correction}, Recall@{args.k} on {args.num_test} held-out examples")
