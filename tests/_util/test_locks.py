@@ -70,12 +70,15 @@ def test_two_lock_objects_of_one_process_exclude_each_other(tmp_path):
 
 
 @pytest.mark.parametrize("wait", [False, True])
-def test_a_filesystem_without_flock_never_waits(tmp_path, monkeypatch, wait):
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP])
+def test_a_filesystem_without_flock_never_waits(tmp_path, monkeypatch, wait, code):
+    """NFS without locks (ENOLCK), no flock at all (ENOSYS: no soft marker file instead),
+    a FUSE mount (EOPNOTSUPP): `LockUnsupported` at once, never a wait or a held lock."""
     import fcntl
     import threading
 
     def no_flock(*args):
-        raise OSError(errno.ENOLCK, "No locks available")
+        raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(fcntl, "flock", no_flock)
     outcome = []
@@ -91,4 +94,5 @@ def test_a_filesystem_without_flock_never_waits(tmp_path, monkeypatch, wait):
     thread.join(20)
     assert not thread.is_alive(), "waited on a lock the filesystem cannot take"
     assert len(outcome) == 1 and isinstance(outcome[0], LockUnsupported)
-    assert outcome[0].errno == errno.ENOLCK and not isinstance(outcome[0], LockHeld)
+    assert outcome[0].errno == code and not isinstance(outcome[0], LockHeld)
+    assert os.listdir(tmp_path) in ([], [".lock"])  # no soft-lock marker beside it

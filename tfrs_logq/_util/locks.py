@@ -12,7 +12,10 @@ kernel when the process ends, however it ends). The package's three locks use it
   naming the holder's process id where the system tells it (Linux's ``/proc/locks``).
 
 A filesystem that cannot lock (NFS mounted ``nolock``, some FUSE mounts) raises
-`LockUnsupported`; each caller decides whether that is an error or a warning.
+`LockUnsupported`; each caller decides whether that is an error or a warning. (filelock
+would fall back to a marker file there, which a killed process leaves behind; it is
+told not to.) What this module adds to filelock is that distinction and the holder's
+name: filelock reports a held lock without saying who holds it.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), ".lock")
@@ -75,26 +78,6 @@ def lock_holder(path: str) -> Optional[int]:
     return None
 
 
-def _flock_error(path: str) -> Optional[int]:
-    """The errno of ``flock(2)`` on ``path`` when it means "this filesystem cannot lock"
-    (a probe: a free lock taken here is released at once by closing), else None."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        return e.errno if e.errno in _UNSUPPORTED_ERRNOS else None
-    finally:
-        os.close(fd)
-    return None
-
-
 class ExclusiveLock:
     """An exclusive lock on the file ``path`` for a ``with`` block (or `acquire` /
     `release`). Not re-entrant: a second lock object on the same path is refused (or
@@ -118,24 +101,14 @@ class ExclusiveLock:
         """Takes the lock (nothing to do if this object holds it already); returns self."""
         if self._lock is not None:
             return self
-        lock = filelock.FileLock(self.path)
+        # No soft fallback: a marker file outlives a killed process, a flock does not.
+        lock = filelock.FileLock(self.path, fallback_to_soft=False)
         try:
-            try:
-                lock.acquire(timeout=0)
-            except filelock.Timeout:
-                # filelock 3.x reports a filesystem that cannot lock as a held lock (and
-                # would wait on it for ever).
-                unsupported = _flock_error(self.path)
-                if unsupported is not None:
-                    raise LockUnsupported(unsupported, os.strerror(unsupported),
-                                          self.path) from None
-                if not self.wait:
-                    raise LockHeld(self.path, lock_holder(self.path)) from None
-                lock.acquire(timeout=-1)
-        except NotImplementedError as e:  # filelock 3.x: flock reports ENOSYS
-            raise LockUnsupported(errno.ENOSYS, str(e), self.path) from None
+            lock.acquire(timeout=-1 if self.wait else 0)
+        except filelock.Timeout:
+            raise LockHeld(self.path, lock_holder(self.path)) from None
         except OSError as e:
-            if isinstance(e, LockUnsupported) or e.errno not in _UNSUPPORTED_ERRNOS:
+            if e.errno not in _UNSUPPORTED_ERRNOS:
                 raise
             raise LockUnsupported(e.errno, os.strerror(e.errno), self.path) from None
         self._lock = lock
