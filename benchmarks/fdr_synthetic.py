@@ -5,7 +5,7 @@ Recomputes, from each study's committed results.csv, every interval of its table
 summary ("Where the correction matters"): within a scenario (every field of a run but
 its proposal, correction and seed), ``corrected`` minus ``logq-tfrs`` and minus
 ``logq-official`` with the same proposal, exact Recall@10/100/1000, paired by seed with
-`tfrs_logq.stats.paired_difference` (95 % t interval). The default studies (sweep,
+`tfrs_logq.stats.paired_by_seed` (95 % t interval). The default studies (sweep,
 headline, scale, samplers) hold 90 such intervals; `none` is not a standard form here,
 and the pilot and negatives presets are left out unless named with --studies.
 
@@ -34,9 +34,12 @@ from collections import defaultdict
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from scipy.stats import t as student_t  # noqa: E402
-
-from tfrs_logq.stats import paired_difference  # noqa: E402
+from tfrs_logq.stats import (  # noqa: E402
+    format_interval,
+    paired_by_seed,
+    paired_t_p_value,
+    values_by_seed,
+)
 
 STUDIES = {"sweep": "results/synthetic-study-sweep",
            "headline": "results/synthetic-study",
@@ -89,16 +92,14 @@ def intervals(study: str) -> list[dict]:
             if correction != "corrected":
                 continue
             for standard_form in STANDARD:
-                standard = variants.get((proposal, standard_form))
-                seeds = sorted(set(corrected) & set(standard or ()))
-                if len(seeds) < 2:
-                    continue
+                standard = variants.get((proposal, standard_form), {})
                 for k in KS:
                     metric = f"exact_recall@{k}"
-                    d = paired_difference([float(standard[s][metric]) for s in seeds],
-                                          [float(corrected[s][metric]) for s in seeds])
-                    t = d["mean"] / d["se"] if d["se"] else float("inf")
-                    p = 2.0 * float(student_t.sf(abs(t), d["n"] - 1)) if d["se"] else 0.0
+                    d = paired_by_seed(values_by_seed(corrected.values(), metric),
+                                       values_by_seed(standard.values(), metric))
+                    if d["n"] < 2:
+                        continue
+                    p = paired_t_p_value(d)
                     rerun = (study, scenario["num_items"], scenario["num_topics"],
                              scenario["topic_sharpness"], scenario["sampler"],
                              proposal) in RERUNS
@@ -172,11 +173,11 @@ def main() -> None:
               f"(largest p kept {largest:.4f}); {len(lost)} exclude 0 but do not survive")
         for r in lost:
             print(f"    lost: {r['study']}: {r['scenario']} | corrected - {r['standard']} | "
-                  f"R@{r['k']} {r['mean']:+.4f} ± {r['half_width']:.4f} (p = {r['p']:.4f})")
+                  f"R@{r['k']} {format_interval(r, plus_minus=True)} (p = {r['p']:.4f})")
 
     print(f"studies: {', '.join(args.studies)}; corrected minus {' / '.join(STANDARD)}, "
           "same proposal, exact Recall@10/100/1000, paired by seed (tfrs_logq.stats."
-          "paired_difference, two-sided t)")
+          "paired_by_seed, two-sided t)")
     print(f"checked against table.md: {checked} of {len(all_rows)} intervals, "
           f"{len(mismatches)} differ at 4 decimals")
     for m in mismatches:
@@ -191,7 +192,7 @@ def main() -> None:
     if args.list:
         for r in sorted(all_rows, key=lambda r: r["p"]):
             print(f"{r['p']:.5f} {r['study']:9s} {r['scenario']} | {r['standard']} | "
-                  f"R@{r['k']} {r['mean']:+.4f} ± {r['half_width']:.4f}")
+                  f"R@{r['k']} {format_interval(r, plus_minus=True)}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,13 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tfrs_logq.stats import paired_difference, pairs_for_power  # noqa: E402
+from tfrs_logq.stats import (  # noqa: E402
+    format_interval,
+    format_signed,
+    paired_by_seed,
+    pairs_for_power,
+    values_by_seed,
+)
 
 PAIRS = (("inbatch-logq-official", "inbatch-corrected"), ("mns-logq-official", "mns-corrected"))
 METRICS = ("window_test_recall@20", "window_test_ndcg@20")
@@ -28,24 +34,20 @@ def report(rows: list, target: float) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for standard, improved in PAIRS:
         for metric in METRICS:
-            a = {int(r["seed"]): float(r[metric]) for r in rows
-                 if r["loss"] == standard and r.get(metric) not in (None, "")}
-            b = {int(r["seed"]): float(r[metric]) for r in rows
-                 if r["loss"] == improved and r.get(metric) not in (None, "")}
-            seeds = sorted(set(a) & set(b))
-            if not seeds:
+            d = paired_by_seed(values_by_seed(rows, metric, loss=improved),
+                               values_by_seed(rows, metric, loss=standard))
+            if not d["n"]:
                 continue
-            d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
             if d["n"] < 2:
-                lines.append(f"| {improved} - {standard} | {metric} | 1 | {d['mean']:+.4f} "
-                             "| - | - | one pair: no interval | - |")
+                lines.append(f"| {improved} - {standard} | {metric} | 1 | "
+                             f"{format_signed(d['mean'])} | - | - | one pair: no interval | - |")
                 continue
             reading = "within noise" if d["within_noise"] else (
                 "improved better" if d["mean"] > 0 else "standard better")
             needed = pairs_for_power(target, d["sd"])  # 80 % power against +-target
-            lines.append(f"| {improved} - {standard} | {metric} | {d['n']} | {d['mean']:+.4f} "
-                         f"| {d['se']:.4f} | [{d['low']:+.4f}, {d['high']:+.4f}] | {reading} "
-                         f"| {needed} |")
+            lines.append(f"| {improved} - {standard} | {metric} | {d['n']} | "
+                         f"{format_signed(d['mean'])} | {d['se']:.4f} | {format_interval(d)} "
+                         f"| {reading} | {needed} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,10 +9,15 @@ from scipy import stats as sps
 from tfrs_logq.stats import (
     MIN_PAIRS,
     classify,
+    format_interval,
+    format_signed,
+    paired_by_seed,
     paired_difference,
+    paired_t_p_value,
     pairs_for_power,
     power,
     sd_upper_limit,
+    values_by_seed,
 )
 
 
@@ -117,3 +122,58 @@ def test_paired_report_pairs_runs_by_seed_and_prints_the_interval():
     assert f"| {pairs_for_power(0.003, d['sd'])} |" in line
     assert "| 3 |" in line and "+-0.003" in text.splitlines()[0]
     assert "mns" not in text
+
+
+def test_values_by_seed_keeps_the_finished_runs_that_match():
+    rows = [{"loss": "a", "steps": "100", "seed": "2", "r": "0.25"},
+            {"loss": "a", "steps": "100", "seed": "0", "r": "0.5"},
+            {"loss": "a", "steps": "100", "seed": "1", "r": ""},      # not finished
+            {"loss": "a", "steps": "100", "seed": "3", "r": "nan"},   # diverged
+            {"loss": "a", "steps": "300", "seed": "4", "r": "0.1"},   # other steps
+            {"loss": "b", "steps": "100", "seed": "0", "r": "0.75"},  # other loss
+            {"loss": "a", "steps": "100", "seed": "0", "r": "0.625"}]  # a rerun: counts
+    assert values_by_seed(rows, "r", loss="a", steps=100) == {2: 0.25, 0: 0.625}
+    assert values_by_seed(rows, "missing", loss="a") == {}
+
+
+def test_paired_by_seed_is_the_t_interval_over_the_common_seeds():
+    rng = np.random.default_rng(3)
+    subject = {s: float(v) for s, v in zip(range(6), rng.uniform(0.3, 0.4, 6))}
+    reference = {s: float(v) for s, v in zip(range(1, 8), rng.uniform(0.3, 0.4, 7))}
+    d = paired_by_seed(subject, reference)
+    common = [1, 2, 3, 4, 5]
+    b = np.array([subject[s] for s in common])
+    a = np.array([reference[s] for s in common])
+    low, high = sps.ttest_rel(b, a).confidence_interval(0.95)
+    assert d["seeds"] == common and d["n"] == 5
+    np.testing.assert_allclose(d["differences"], b - a, rtol=0, atol=1e-15)
+    assert d["mean"] == pytest.approx((b - a).mean())
+    assert (d["low"], d["high"]) == (pytest.approx(low), pytest.approx(high))
+    assert d["reference_mean"] == pytest.approx(a.mean())
+    assert paired_by_seed(subject, reference, seeds=[5, 1, 9])["seeds"] == [5, 1]
+    assert paired_by_seed({0: 0.1}, {1: 0.2}) == {"n": 0, "seeds": []}
+
+
+def test_paired_t_p_value_is_scipys_paired_t_test():
+    a = [0.30, 0.32, 0.31, 0.35]
+    b = [0.31, 0.335, 0.312, 0.36]
+    assert paired_t_p_value(paired_difference(a, b)) == pytest.approx(sps.ttest_rel(b, a).pvalue)
+    assert paired_t_p_value(paired_difference([0.3], [0.4])) is None
+    assert paired_t_p_value(paired_difference([0.1, 0.2], [0.1, 0.2])) == 1.0
+    assert paired_t_p_value({"n": 3, "mean": 0.01, "se": 0.0}) == 0.0
+
+
+def test_an_interval_prints_as_brackets_or_plus_minus_and_never_without_width():
+    d = paired_difference([0.30, 0.32, 0.31], [0.31, 0.335, 0.312])
+    t = sps.t.ppf(0.975, 2) * np.std([0.01, 0.015, 0.002], ddof=1) / np.sqrt(3)
+    mean = np.mean([0.01, 0.015, 0.002])
+    assert format_interval(d) == f"[{mean - t:+.4f}, {mean + t:+.4f}]"
+    assert format_interval(d, plus_minus=True) == f"{mean:+.4f} ± {t:.4f}"
+    assert format_interval(d, digits=2) == f"[{mean - t:+.2f}, {mean + t:+.2f}]"
+    one = paired_difference([0.3], [0.35])
+    zero = paired_difference([0.1, 0.2, 0.3], [0.11, 0.21, 0.31])
+    for no_interval in (one, zero):
+        assert format_interval(no_interval) == ""
+        assert format_interval(no_interval, plus_minus=True) == format_signed(
+            no_interval["mean"])
+    assert format_signed(0.0123) == "+0.0123" and format_signed(None) == ""

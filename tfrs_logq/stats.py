@@ -6,13 +6,27 @@ weights, dropout masks, negatives), so their difference is measured pair by pair
 error and a Student-t confidence interval; `classify` reads it against an
 equivalence margin; `pairs_for_power` gives the pairs a paired t-test needs to
 detect an effect with a given power. The distributions are SciPy's.
+
+The reports (``tfrs-logq compare``'s, ``benchmarks/paired_report.py``,
+``benchmarks/fdr_synthetic.py``, ``benchmarks/accelerator/curve_report.py``) pair their
+runs with `values_by_seed` and `paired_by_seed` and print a difference with
+`format_signed` and `format_interval`:
+
+    >>> rows = [{"loss": "a", "seed": "0", "r": "0.30"}, {"loss": "b", "seed": "0", "r": "0.31"},
+    ...         {"loss": "a", "seed": "1", "r": "0.32"}, {"loss": "b", "seed": "1", "r": "0.34"},
+    ...         {"loss": "a", "seed": "2", "r": "0.31"}, {"loss": "b", "seed": "2", "r": ""}]
+    >>> b, a = values_by_seed(rows, "r", loss="b"), values_by_seed(rows, "r", loss="a")
+    >>> d = paired_by_seed(b, a)
+    >>> d["seeds"], format_signed(d["mean"]), format_interval(d)
+    ([0, 1], '+0.0150', '[-0.0485, +0.0785]')
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
+import numpy as np
 from scipy import stats as _scipy_stats
 
 MIN_PAIRS = 3
@@ -121,5 +135,85 @@ def classify(diff: dict, margin: Optional[float]) -> str:
     return "within noise"
 
 
-__all__ = ["MIN_PAIRS", "classify", "paired_difference", "pairs_for_power", "power",
-           "sd_upper_limit"]
+def paired_t_p_value(diff: dict) -> Optional[float]:
+    """The two-sided p-value of the paired t-test of a `paired_difference`
+    (``t = mean / se`` on ``n - 1`` degrees of freedom): 0 for zero spread with a non-zero
+    mean, 1 for zero spread around 0, None for fewer than 2 pairs."""
+    if diff.get("se") is None:
+        return None
+    if diff["se"] == 0:
+        return 0.0 if diff["mean"] else 1.0
+    t = diff["mean"] / diff["se"]
+    return 2.0 * float(_scipy_stats.t.sf(abs(t), diff["n"] - 1))
+
+
+def _finite_float(value) -> Optional[float]:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def values_by_seed(rows: Iterable[Mapping], metric: str, **match) -> dict:
+    """``{seed: value}`` of ``metric`` in the ``rows`` (dicts such as `csv.DictReader`
+    gives) whose fields equal ``match`` (compared as text, so ``steps=1000`` matches
+    ``"1000"``); a run without a finite value (empty, missing, NaN: not finished or
+    diverged) is left out, and of two rows with one seed the later counts (a rerun
+    appends its row)."""
+    out: dict = {}
+    for row in rows:
+        if any(str(row.get(k)) != str(v) for k, v in match.items()):
+            continue
+        value = _finite_float(row.get(metric))
+        if value is None:
+            continue
+        out[int(row["seed"])] = value
+    return out
+
+
+def paired_by_seed(subject: Mapping[int, float], reference: Mapping[int, float],
+                   confidence: float = 0.95, seeds: Optional[Sequence[int]] = None) -> dict:
+    """``subject - reference``, paired by seed: `paired_difference` over the seeds both
+    hold, plus ``seeds`` (those used, in the order of ``seeds``, default ascending),
+    ``differences`` (per seed) and ``reference_mean``. ``{"n": 0, "seeds": []}`` when
+    no seed is common.
+
+    Args:
+      subject: ``{seed: value}``, e.g. from `values_by_seed`.
+      reference: ``{seed: value}``.
+      confidence: float. Of the t interval. Defaults to 0.95.
+      seeds: optional order (and choice) of the seeds to pair. Defaults to all, ascending.
+    """
+    order = sorted(subject) if seeds is None else list(seeds)
+    common = [s for s in order if s in subject and s in reference]
+    if not common:
+        return {"n": 0, "seeds": []}
+    out = paired_difference([reference[s] for s in common], [subject[s] for s in common],
+                            confidence)
+    out["seeds"] = common
+    out["differences"] = [float(subject[s]) - float(reference[s]) for s in common]
+    out["reference_mean"] = float(np.mean([reference[s] for s in common]))
+    return out
+
+
+def format_signed(x: Optional[float], digits: int = 4) -> str:
+    """``+0.0123``; ``""`` for None."""
+    return "" if x is None else f"{x:+.{digits}f}"
+
+
+def format_interval(diff: dict, digits: int = 4, plus_minus: bool = False) -> str:
+    """A `paired_difference`'s interval as a table prints it: ``[-0.0010, +0.0040]``, or
+    with ``plus_minus`` ``+0.0015 ± 0.0025`` (mean and half-width). Without an interval
+    (fewer than 2 pairs, or zero spread, whose interval has no width and says nothing of
+    the noise): ``""``, or with ``plus_minus`` the mean alone."""
+    if diff.get("half_width") is None or diff.get("zero_spread"):
+        return format_signed(diff.get("mean"), digits) if plus_minus else ""
+    if plus_minus:
+        return f"{diff['mean']:+.{digits}f} ± {diff['half_width']:.{digits}f}"
+    return f"[{diff['low']:+.{digits}f}, {diff['high']:+.{digits}f}]"
+
+
+__all__ = ["MIN_PAIRS", "classify", "format_interval", "format_signed", "paired_by_seed",
+           "paired_difference", "paired_t_p_value", "pairs_for_power", "power",
+           "sd_upper_limit", "values_by_seed"]

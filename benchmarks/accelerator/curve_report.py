@@ -7,7 +7,7 @@ Reads the rows of one world (``num_items``) and proposal from the study's ``resu
 and prints two markdown tables: every row's exact Recall@10/100/1000, model median ``P`` and
 ms per step, by step count, correction and seed; then, at each step count, corrected minus
 each other correction paired by seed (common random numbers), every seed's difference and,
-from two seeds on, the mean with its 95 % t interval (`tfrs_logq.stats.paired_difference`).
+from two seeds on, the mean with its 95 % t interval (`tfrs_logq.stats.paired_by_seed`).
 No TensorFlow, no JAX: the CSV and SciPy.
 """
 
@@ -17,7 +17,7 @@ import argparse
 import csv
 import sys
 
-from tfrs_logq.stats import paired_difference
+from tfrs_logq.stats import format_interval, format_signed, paired_by_seed, values_by_seed
 
 KS = (10, 100, 1000)
 ORDER = ("corrected", "logq-tfrs", "logq-official", "none", "corrected-w1")
@@ -50,27 +50,22 @@ def levels_table(rows: list) -> str:
 
 
 def paired_table(rows: list, reference: str = "corrected") -> str:
-    by = {(r["correction"], int(r["seed"]), int(r["steps"])): r for r in rows}
-    others = sorted({c for c, _, _ in by if c != reference}, key=_order)
     out = [f"| steps | {reference} minus | seeds | per seed (R@10 / R@100 / R@1000) "
            "| mean, 95 % interval R@10 | R@100 | R@1000 |", "|---|---|---|---|---|---|---|"]
-    for steps in sorted({s for _, _, s in by}):
+    others = sorted({r["correction"] for r in rows if r["correction"] != reference}, key=_order)
+    for steps in sorted({int(r["steps"]) for r in rows}):
         for other in others:
-            seeds = sorted(s for c, s, t in by if c == other and t == steps
-                           and (reference, s, steps) in by)
+            pairs = [(values_by_seed(rows, f"exact_recall@{k}", correction=reference,
+                                     steps=steps),
+                      values_by_seed(rows, f"exact_recall@{k}", correction=other, steps=steps))
+                     for k in KS]
+            seeds = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs)))
             if not seeds:
                 continue
-            per_seed = "; ".join(
-                " / ".join(f"{float(by[(reference, s, steps)][f'exact_recall@{k}']) - float(by[(other, s, steps)][f'exact_recall@{k}']):+.4f}"  # noqa: E501
-                           for k in KS) for s in seeds)
-            cells = []
-            for k in KS:
-                d = paired_difference([float(by[(other, s, steps)][f"exact_recall@{k}"])
-                                       for s in seeds],
-                                      [float(by[(reference, s, steps)][f"exact_recall@{k}"])
-                                       for s in seeds])
-                cells.append(f"{d['mean']:+.4f}" if d["half_width"] is None
-                             else f"{d['mean']:+.4f} ± {d['half_width']:.4f}")
+            diffs = [paired_by_seed(a, b, seeds=seeds) for a, b in pairs]
+            per_seed = "; ".join(" / ".join(format_signed(d["differences"][i]) for d in diffs)
+                                 for i in range(len(seeds)))
+            cells = [format_interval(d, plus_minus=True) for d in diffs]
             out.append(f"| {steps:,} | {other} | {','.join(map(str, seeds))} | {per_seed} "
                        f"| {' | '.join(cells)} |")
     return "\n".join(out)

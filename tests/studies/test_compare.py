@@ -216,7 +216,7 @@ def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():
     assert compare_report.diverged_runs(rows) == []
     text = compare_report.format_report(plan, rows, [])
     assert "Diverged runs: none." in text and "## By popularity of the target" in text
-    assert compare_report.paired(rows, plan, "inbatch-corrected", "torso:recall@10") == {"n": 0}
+    assert compare_report.paired(rows, plan, "inbatch-corrected", "torso:recall@10")["n"] == 0
 
 
 def test_a_gain_inside_the_margin_says_so():

@@ -29,7 +29,16 @@ import numpy as np
 
 from tfrs_logq._util.atomic import save_figure, write_text
 from tfrs_logq.metrics import BANDS
-from tfrs_logq.stats import MIN_PAIRS, classify, paired_difference, pairs_for_power, sd_upper_limit
+from tfrs_logq.stats import (
+    MIN_PAIRS,
+    classify,
+    format_interval,
+    format_signed,
+    paired_by_seed,
+    pairs_for_power,
+    sd_upper_limit,
+    values_by_seed,
+)
 from tfrs_logq.studies.compare import Plan, metric_names
 
 DEFAULT_MARGIN = "2%"
@@ -116,32 +125,21 @@ def comparisons(plan: Plan) -> list[tuple]:
 def paired(rows: list[dict], plan: Plan, loss: str, metric: str, confidence: float = 0.95,
            reference: Optional[str] = None) -> dict:
     """``loss - reference`` (default the baseline) of ``metric``, paired by seed over the
-    seeds both have finished without diverging. Adds ``reference_mean``."""
+    seeds both have finished without diverging (`tfrs_logq.stats.paired_by_seed`, in the
+    plan's order of seeds)."""
     reference = reference or plan.baseline
     bad = set(diverged_runs(rows))
-    # A non-finite value of a healthy run (a popularity band with no target) pairs nothing.
-    by = {(r["loss"], int(r["seed"])): float(r[metric]) for r in rows
-          if _finite(r.get(metric)) and (r["loss"], int(r["seed"])) not in bad}
-    seeds = [s for s in plan.seeds if (loss, s) in by and (reference, s) in by]
-    if not seeds:
-        return {"n": 0}
-    out = paired_difference([by[(reference, s)] for s in seeds],
-                            [by[(loss, s)] for s in seeds], confidence)
-    out["reference_mean"] = float(np.mean([by[(reference, s)] for s in seeds]))
-    return out
+
+    def healthy(name):
+        # A non-finite value of a healthy run (a popularity band with no target) pairs nothing.
+        return {s: v for s, v in values_by_seed(rows, metric, loss=name).items()
+                if (name, s) not in bad}
+
+    return paired_by_seed(healthy(loss), healthy(reference), confidence, seeds=plan.seeds)
 
 
 def verdict(diff: dict, margin: Optional[float] = None) -> str:
     return classify(diff, margin)
-
-
-def _num(x, digits=4) -> str:
-    return "" if x is None else f"{x:+.{digits}f}"
-
-
-def _interval(diff: dict) -> str:
-    return (f"[{diff['low']:+.4f}, {diff['high']:+.4f}]" if diff.get("low") is not None
-            and not diff.get("zero_spread") else "")
 
 
 def sentence(subject: str, reference: str, metric: str, diff: dict,
@@ -160,7 +158,7 @@ def sentence(subject: str, reference: str, metric: str, diff: dict,
         return (f"{s} against {r}, {name}: every pair differs by exactly {mean:+.4f}; zero "
                 f"spread gives no interval (runs that do not vary with the seed cannot be "
                 f"tested), not a significant difference")
-    interval = _interval(diff)
+    interval = format_interval(diff)
     small = (f", less than the margin ({margin:.4f})" if margin is not None
              and -margin < diff["low"] and diff["high"] < margin else "")
     if kind == "better":
@@ -301,7 +299,7 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
             diff, m = compared(subject, reference, metric)
             kind = classify(diff, m)
             lines.append(f"| {subject} − {reference} | {metric} | {diff.get('n', 0)} | "
-                         f"{_num(diff.get('mean'))} | {_interval(diff)} | "
+                         f"{format_signed(diff.get('mean'))} | {format_interval(diff)} | "
                          f"{'' if m is None else f'{m:.4f}'} | {_power_cell(diff, m)} | "
                          f"{kind} |")
             if kind in ("better", "worse", "equivalent", "within noise"):
@@ -336,7 +334,7 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                     shares = [float(r[f"{band}:share"]) for r in rows
                               if _finite(r.get(f"{band}:share"))]
                     share = f" ({np.mean(shares):.2f})" if shares else ""
-                    cells.append(f"{_num(diff.get('mean'))} {_interval(diff)}{share}"
+                    cells.append(f"{format_signed(diff.get('mean'))} {format_interval(diff)}{share}"
                                  if diff.get("n") else "")
                 lines.append(f"| {subject} − {reference} | {metric} | " + " | ".join(cells)
                              + " |")
@@ -344,7 +342,8 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
     for subject, reference in pairs:
         for metric in metrics:
             diff, m = compared(subject, reference, metric)
-            shown = f" {_num(diff['mean'])} {_interval(diff)}" if diff.get("n") else ""
+            shown = (f" {format_signed(diff['mean'])} {format_interval(diff)}"
+                     if diff.get("n") else "")
             lines.append(f"- {subject} against {reference}, {metric}: {classify(diff, m)}"
                          f"{shown.rstrip()}.")
     lines += ["", "Charts: [paired differences](paired.png), "
