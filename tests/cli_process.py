@@ -21,10 +21,14 @@ def cli_in_process(capsys, *args, main=None) -> subprocess.CompletedProcess:
 
 
 def entries(help_text):
-    """``{flag: its help entry}`` of a command's help (one entry per flag shown)."""
+    """``{flag: its help entry}`` of a command's help (one entry per flag shown): argparse's
+    (the command tree) or tyro's, whose groups are boxes."""
     found, flag = {}, None
     for line in help_text.splitlines():
-        match = re.match(r"  (-[\w-]+)", line)
+        if not line.startswith(("  ", "│")):  # a group's title or border, a usage line
+            continue
+        line = re.sub(r"^│ ?|^  |\s*│$", "", line)
+        match = re.match(r"(-[\w-]+)", line)
         if match:
             flag = match.group(1)
         if flag and line.strip():

@@ -120,9 +120,9 @@ def help_of(capsys, *path):
 COMMANDS = [("demo",), ("data", "stats"), ("train",), ("compare",), ("diagnose",), ("export",),
             ("serve",), ("evaluate",), ("pipeline", "run")]
 REQUIRED = {("train",): {"--model-dir"},
-            ("export",): {"--model-dir", "--model_base_path", "--model_name"},
-            ("serve",): {"--model_name", "--model_base_path"},
-            ("evaluate",): {"--server", "--model_name", "--model-dir"},
+            ("export",): {"--model-dir", "--model-base-path", "--model-name"},
+            ("serve",): {"--model_name", "--model_base_path"},  # TF Serving's own spelling
+            ("evaluate",): {"--server", "--model-name", "--model-dir"},
             ("pipeline", "run"): {"--pipeline-root"}}
 
 
@@ -138,21 +138,21 @@ def test_help_shows_every_flags_default_and_a_missing_required_flag_is_one_line(
             assert "default:" not in text, (flag, text)
         elif flag != "-h":
             assert "(default: " in text, (flag, text)
-        if "_" in flag:  # dashes, except TF Serving's own names
-            assert path == ("serve",) or flag in ("--model_name", "--model_base_path"), flag
+        if "_" in flag:  # dashes, except TF Serving's own names in serve
+            assert path == ("serve",), flag
     if path in REQUIRED:
         code, _, err = run(capsys, *path)
         assert_one_line_error(code, err, "the following arguments are required", *REQUIRED[path])
         assert len(err.strip().splitlines()) == 1, err
 
 
-def test_either_spelling_and_the_aliases_reach_the_command_and_help_shows_one(
+def test_either_spelling_reaches_the_command_help_shows_one_and_old_names_are_refused(
         capsys, monkeypatch):
     from tfrs_logq.pipelines import datasets
 
-    args, kwargs = reached(monkeypatch, datasets, "load_split", "data", "stats", "--format",
-                           "sasrec", "--data_dir", "d", "--fraction", "0.2", "--split=loo",
-                           "--no_cache", "--skip-bad-lines")
+    args, kwargs = reached(monkeypatch, datasets, "load_split", "data", "stats",
+                           "--data-format", "sasrec", "--data_dir", "d", "--temporal_fraction",
+                           "0.2", "--split=loo", "--no_cache", "--skip-bad-lines")
     assert args == ("ml-1m", "loo", "d")
     assert kwargs == {"data_format": "sasrec", "temporal_fraction": 0.2, "skip_bad_lines": True,
                       "use_cache": False, "download_ok": True}
@@ -162,6 +162,14 @@ def test_either_spelling_and_the_aliases_reach_the_command_and_help_shows_one(
     assert "--model_base_path" in serve and "--model-base-path" not in serve
     code, _, err = run(capsys, "serve", "--model-name", "m", "--model-base-path", "/nonexistent")
     assert_one_line_error(code, err, "--model_base_path /nonexistent does not exist")
+    # The old names of --data-format, --temporal-fraction, --log-format and --xla are gone.
+    for command, old in ((["data", "stats"], ["--format", "sasrec"]),
+                         (["train"], ["--fraction", "0.2"]), (["compare"], ["--format", "csv"]),
+                         (["pipeline", "run"], ["--format", "csv"]), (["train"], ["--jit-compile"]),
+                         (["train"], ["--no-jit-compile"])):
+        code, _, err = run(capsys, *command, *old)
+        assert_one_line_error(code, err, f"Unrecognized options: {old[0]}")
+        assert len(err.strip().splitlines()) == 1, err
 
 
 def test_train_flags_reach_the_config_and_flags_not_given_leave_the_preset_alone(
@@ -173,8 +181,8 @@ def test_train_flags_reach_the_config_and_flags_not_given_leave_the_preset_alone
                            "--no-share-item-embeddings", "--max_length", "7", "--dropout", "0")
     assert overrides == {"preset": "smoke", "jit_compile": True, "share_item_embeddings": False,
                          "max_length": 7, "dropout": 0.0, "split": "temporal"}
-    _, overrides = reached(monkeypatch, training, "resolve_config", *base, "--jit_compile",
-                           "--no-jit-compile")  # an alias of --xla; the last one given wins
+    _, overrides = reached(monkeypatch, training, "resolve_config", *base, "--xla",
+                           "--no-xla")  # the last one given wins
     assert overrides["jit_compile"] is False and "max_length" not in overrides
 
 
@@ -243,7 +251,7 @@ def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_preset
     # --loss takes SASRec's objectives and, with --model two-tower, the two-tower's losses
     from tfrs_logq.towers.config import LOSSES
 
-    choices = shown["--loss"].split("{", 1)[1].split("}", 1)[0].split(",")
+    choices = squeeze(shown["--loss"]).split("{", 1)[1].split("}", 1)[0].split(",")
     assert choices[:len(OBJECTIVES)] == list(OBJECTIVES) and set(LOSSES) <= set(choices)
     assert f"(default: {TrainConfig.max_length}; " in shown["--max-length"]
     assert f"smoke: {PRESETS['smoke']['max_length']}" in shown["--max-length"]
@@ -262,7 +270,7 @@ def test_every_server_option_is_a_serve_flag(capsys):
 
 def test_a_bad_flag_is_one_line_naming_it_and_the_help(capsys, tmp_path):
     for argv, fragments in [
-        (["train", "--model-dir", tmp_path, "--bogus"], ["unrecognized arguments: --bogus"]),
+        (["train", "--model-dir", tmp_path, "--bogus"], ["Unrecognized options: --bogus"]),
         (["train", "--model-dir", tmp_path, "--max-length", "x"],
          ["argument --max-length", "must be an integer, got 'x'"]),
         (["train", "--model-dir", tmp_path, "--loss", "nope"],

@@ -4,7 +4,7 @@ added by ``populate``) and its handler (``run``); the work itself is done by the
 - `app`: the command tree (`build_parser`), `main`, logging, one-line errors and exit
   codes (2 for an error a user can fix, 3 when ``pipeline run``'s Evaluator does not
   bless the model, 130 on Ctrl-C).
-- `_flags`: flags from dataclasses (the layer over argparse), `TrainConfig`'s flags and
+- `_flags`: flags from dataclasses (parsed by tyro), `TrainConfig`'s flags and
   ``--config`` files.
 - `_common`: what several commands share (data loading flags, the default split, ...).
 - ``demo``, ``data``, ``train``, ``compare``, ``diagnose``, ``export``, ``serve``,

@@ -1,6 +1,6 @@
 """What several commands share besides the flags' machinery (`_flags`): the flags of
-`TrainConfig`'s fields and of data loading, the default split, a training output's
-config, the smoke warning, the log handler and the exit statuses."""
+data loading, the default split, a training output's config, the smoke warning, the log
+handler and the exit statuses."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Optional
 
-from tfrs_logq.cli._flags import PROG, shown
+from tfrs_logq.cli._flags import PROG
 
 # `pipeline run`'s exit status when the Evaluator did not bless the model (2 is an error).
 NOT_BLESSED_EXIT = 3
@@ -37,49 +37,6 @@ class LoadOptions:
     """read and write the preprocessed-data cache ($TFRS_LOGQ_CACHE_DIR)"""
     download: bool = True
     """download the data when no local copy exists"""
-
-
-
-def train_flag_meta(more: dict, presets: bool) -> dict:
-    """`flag` metadata of `TrainConfig`'s fields (their flags, ``--xla``; the names each
-    takes; defaults that are no value, and with ``presets`` each preset's value; aliases),
-    updated with ``more``'s."""
-    from tfrs_logq.pipelines import datasets, splits
-    from tfrs_logq.sasrec import config
-
-    fraction = ", ".join(f"{v} for {k}" for k, v in datasets.DEFAULT_TEMPORAL_FRACTION.items())
-    data_fields = (*config.DATA_FIELDS, "log_q")
-    meta = {name: {"name": flag_name, **({"group": "data"} if name in data_fields else {})}
-            for name, flag_name in config.FLAGS.items()}
-    for name, extra in {
-            "dataset": {"choices": datasets.DATASETS}, "loss": {"choices": config.OBJECTIVES},
-            "split": {"choices": splits.SPLITS,
-                      "default_text": "temporal, gsasrec with --data-format sasrec"},
-            "data_dir": {"metavar": "DIR",
-                         "default_text": "$TFRS_LOGQ_DATA_DIR, else the download cache"},
-            "data_format": {"choices": datasets.ML1M_FORMATS, "aliases": ("--format",),
-                            "default_text": "whichever the data directory holds"},
-            "temporal_fraction": {"aliases": ("--fraction",), "default_text": fraction},
-            "strategy": {"choices": config.STRATEGIES},
-            "mixed_precision": {"choices": config.MIXED_PRECISION_POLICIES},
-            "jit_compile": {"aliases": ("--jit-compile",)},
-            "max_validation_users": {"default_text": "all"},
-            "preset": {"choices": tuple(config.PRESETS),
-                       "default_text": "none (the defaults shown)"},
-            "examples": {"metavar": "DIR", "default_text": "none: the data file, in memory"},
-            "log_q": {"metavar": "DIR", "default_text": "counted from the training split"},
-            "log_format": {"default_text": "each file's extension"},
-    }.items():
-        meta[name].update(extra)
-    for field in dataclasses.fields(config.TrainConfig) if presets else ():
-        by_preset = [f"{p}: {shown(v[field.name])}" for p, v in config.PRESETS.items()
-                     if field.name in v]
-        if by_preset:
-            text = meta[field.name].get("default_text", shown(field.default))
-            meta[field.name]["default_text"] = f"{text}; {', '.join(by_preset)}"
-    for name, extra in more.items():
-        meta[name].update(extra)
-    return meta
 
 
 def load_options(args) -> dict:

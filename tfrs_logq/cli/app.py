@@ -1,7 +1,8 @@
 """The `tfrs-logq` command tree and `main`: logging, one-line errors and exit codes.
 
-Building the parser imports no TensorFlow: a command's module (its flags and its
-handler) is imported when that command is parsed or its help printed, and
+Building the parser imports no TensorFlow: argparse takes the command's words, tyro its
+flags (`_flags`); a command's module (its flags and its handler) is imported when that
+command is parsed or its help printed, and
 TensorFlow's start-up logs are silenced before anything imports it (``--verbose``
 keeps them). Errors a user can fix (bad flags, data, files, ports, servers) end the
 command with one line, ``tfrs-logq: error: ...`` on stderr, and exit status 2;
@@ -21,7 +22,7 @@ import traceback
 from typing import Callable, Optional, Sequence
 
 from tfrs_logq.cli._common import log_handler
-from tfrs_logq.cli._flags import PROG, USER_ERROR_EXIT, Parser, add_flags, cut
+from tfrs_logq.cli._flags import PROG, USER_ERROR_EXIT, Parser, add_flags, cut, field_docs
 
 # (path, module, help): one module of `tfrs_logq.cli` per command, its flags (`populate`)
 # and its handler (`run`).
@@ -55,43 +56,51 @@ class Verbose:
 
 
 def _populate_from(module_name: str):
-    def populate(parser) -> None:
+    def populate(flags: list) -> None:
         module = importlib.import_module(module_name)
-        module.populate(parser)
-        add_flags(parser, Verbose)
-        parser.set_defaults(run=module.run)
+        module.populate(flags)
+        add_flags(flags, Verbose)
 
     return populate
+
+
+def _run_from(module_name: str):
+    return lambda args: importlib.import_module(module_name).run(args)
 
 
 def build_parser(commands=COMMANDS, *, package: str = "tfrs_logq.cli", prog: str = PROG,
                  description: str = "Corrected logQ correction of sampled softmax for TFRS "
                                     "retrieval.") -> argparse.ArgumentParser:
-    """The `tfrs-logq` parser; each command's flags are added when first used.
+    """The `tfrs-logq` parser: argparse takes the command's words, tyro its flags (a
+    command's module is imported when it is parsed or its help printed).
 
     ``commands`` (``(path, module, help)``, modules of ``package``) under ``prog``: the
     repository's ``python -m lab`` builds its own commands' parser with it."""
     from tfrs_logq._version import __version__
 
-    parser = Parser(
-        prog=prog, root=prog, description=description,
-        epilog="Every flag also takes its other spelling (--data-dir or --data_dir). "
-               f"`{prog} COMMAND --help` lists a command's flags and their defaults.")
+    verbose = field_docs(Verbose)["verbose"] + " (default: off)"
+    parser = Parser(prog=prog, root=prog, top=True, description=description,
+                    epilog=f"`{prog} COMMAND --help` lists a command's flags and their "
+                           "defaults.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    add_flags(parser, Verbose)
+    parser.add_argument("--verbose", action="store_true", help=verbose)
     dests = {(): "command", ("data",): "data_command", ("pipeline",): "pipeline_command"}
-    subparsers = {(): parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                            parser_class=Parser)}
+    subparsers = {(): (parser, parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=Parser))}
     for path, module, help_text in commands:
         parent = path[:-1]
         if parent not in subparsers:  # a group: `data`, `pipeline`
-            group = subparsers[parent[:-1]].add_parser(parent[-1], help=GROUPS[parent[-1]],
-                                                       root=prog)
-            add_flags(group, Verbose)
-            subparsers[parent] = group.add_subparsers(
-                dest=dests[parent], required=True, metavar="COMMAND", parser_class=Parser)
-        subparsers[parent].add_parser(path[-1], populate=_populate_from(f"{package}.{module}"),
-                                      help=help_text, root=prog)
+            above, actions = subparsers[parent[:-1]]
+            group = actions.add_parser(parent[-1], help=GROUPS[parent[-1]], root=prog)
+            group.add_argument("--verbose", action="store_true", help=verbose)
+            above.commands[parent[-1]] = group
+            subparsers[parent] = (group, group.add_subparsers(
+                dest=dests[parent], required=True, metavar="COMMAND", parser_class=Parser))
+        above, actions = subparsers[parent]
+        name = f"{package}.{module}"
+        above.commands[path[-1]] = actions.add_parser(
+            path[-1], populate=_populate_from(name), help=help_text, root=prog, add_help=False)
+        above.commands[path[-1]].set_defaults(run=_run_from(name))
     return parser
 
 

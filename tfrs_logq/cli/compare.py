@@ -31,9 +31,8 @@ class UserLogFlags:
     """a number per interaction (>= 0): the two-tower loss of each example is multiplied by
     its target's weight"""
     log_format: Optional[str] = flag(None, choices=("csv", "tsv", "parquet", "jsonl"),
-                                     group="data", aliases=("--format",),
-                                     default_text="each file's extension")
-    """the files' format (also --format)"""
+                                     group="data", default_text="each file's extension")
+    """the files' format"""
     skip_bad_lines: bool = flag(False, group="data")
     """skip malformed rows and count them (default: the first one is an error)"""
     min_item_interactions: int = flag(5, at_least=1, group="data")

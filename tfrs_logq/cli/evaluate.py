@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from typing import Optional
@@ -16,7 +15,7 @@ def host_port(text: str) -> str:
     """``HOST:PORT`` (``[::1]:8500`` for IPv6), checked before anything waits on it."""
     host, sep, port = text.rpartition(":")
     if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(
+        raise ValueError(
             f"expected HOST:PORT with a port in 1-65535 (like 127.0.0.1:8500), got {text!r}")
     return text
 

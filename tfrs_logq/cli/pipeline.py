@@ -4,7 +4,6 @@ Evaluator does not bless the model."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -36,13 +35,13 @@ def _thresholds(text: str) -> dict:
         except ValueError:
             sep = ""
         if not sep or name not in METRICS:
-            raise argparse.ArgumentTypeError(
+            raise ValueError(
                 f"{part!r} is not METRIC=MIN with METRIC one of {', '.join(METRICS)}")
         if not 0.0 <= out[name] <= 1.0:
-            raise argparse.ArgumentTypeError(f"{name}: must be at least 0 and at most 1, got "
+            raise ValueError(f"{name}: must be at least 0 and at most 1, got "
                                              f"{value}")
     if not out:
-        raise argparse.ArgumentTypeError("must name at least one METRIC=MIN")
+        raise ValueError("must name at least one METRIC=MIN")
     return out
 
 
@@ -66,8 +65,7 @@ class PipelineFlags:
     (--synthetic-*; ExampleGen and Statistics only)"""
     input: Optional[str] = flag(None, metavar="FILE", group=_DATA)
     """read this file instead of finding the dataset's (needs --data-format)"""
-    data_format: Optional[str] = flag(None, choices=SOURCE_FORMATS, aliases=("--format",),
-                                      group=_DATA,
+    data_format: Optional[str] = flag(None, choices=SOURCE_FORMATS, group=_DATA,
                                       default_text="for ml-1m whichever the data directory "
                                                    "holds")
     """the file's format: ratings (user::item::rating::ts), sasrec (user item), csv
