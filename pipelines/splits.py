@@ -33,6 +33,12 @@ class EvalPart:
 
 @dataclasses.dataclass
 class Split:
+    """A dataset split: the interactions, each user's training sequence (``sequences``,
+    the first ``train_lengths`` items of each are training) and the held-out validation and
+    test parts (`EvalPart`: the users, how much of their sequence is history, the targets).
+    `leave_one_out`, `gsasrec_split` and `temporal_split` make one; `load_split` and
+    `tfrs_logq.pipelines.load_user_log_split` load one."""
+
     name: str
     interactions: Interactions
     sequences: list

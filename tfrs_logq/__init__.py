@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tfrs_logq._version import __version__
+from tfrs_logq._version import __version__  # noqa: F401 (in __all__, through _api.exports)
 
 
 def _select_legacy_keras() -> None:
@@ -32,53 +32,8 @@ def _select_legacy_keras() -> None:
 
 _select_legacy_keras()
 
-# The public names are imported on first use (PEP 562), so that `import tfrs_logq`
-# and the command line's --help do not pay for importing TensorFlow.
-_LAZY = {
-    "CountMinSketch": "tfrs_logq.frequency",
-    "ExactFrequency": "tfrs_logq.frequency",
-    "StreamingFrequency": "tfrs_logq.frequency",
-    "CORRECTIONS": "tfrs_logq.losses",
-    "sampled_softmax_loss": "tfrs_logq.losses",
-    "InBatchSampler": "tfrs_logq.sampling",
-    "MixedSampler": "tfrs_logq.sampling",
-    "SampledNegatives": "tfrs_logq.sampling",
-    "UniformSampler": "tfrs_logq.sampling",
-    "CorrectedRetrieval": "tfrs_logq.tasks",
-}
-_SUBMODULES = ("frequency", "losses", "sampling", "tasks")
+# The public names (tfrs_logq._api.PUBLIC, docs/api.md) are imported on first use (PEP 562),
+# so that `import tfrs_logq` and the command line's --help do not pay for TensorFlow.
+from tfrs_logq import _api  # noqa: E402
 
-
-def __getattr__(name: str):
-    import importlib
-
-    if name in _SUBMODULES:
-        return importlib.import_module(f"tfrs_logq.{name}")
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tfrs_logq' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
-
-
-__all__ = [
-    "CORRECTIONS",
-    "CorrectedRetrieval",
-    "CountMinSketch",
-    "ExactFrequency",
-    "InBatchSampler",
-    "MixedSampler",
-    "SampledNegatives",
-    "StreamingFrequency",
-    "UniformSampler",
-    "__version__",
-    "frequency",
-    "losses",
-    "sampled_softmax_loss",
-    "sampling",
-    "tasks",
-]
+__all__, __getattr__, __dir__ = _api.exports(__name__, extra=("__version__",))

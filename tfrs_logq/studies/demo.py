@@ -1,4 +1,4 @@
-"""`tfrs-logq demo`: none vs logq vs corrected on the synthetic stream.
+"""`tfrs-logq demo`: none vs TFRS's logQ (`logq-tfrs`) vs corrected on the synthetic stream.
 
 Trains one two-tower model per correction with in-batch negatives on the same
 stream (same seed, same batches), then measures Recall@10/100/1000 of the
@@ -54,6 +54,9 @@ class StepLines(tf.keras.callbacks.Callback):
 
 @dataclasses.dataclass
 class DemoConfig:
+    """The demo's world, model and budget (``tfrs-logq demo``'s flags): every correction is
+    trained on the same synthetic stream and evaluated against its exact truth."""
+
     # A world where the losses can differ (the earlier 50 topics at sharpness 2.5
     # put the positive's share of the standard denominator at about 0.01, where standard
     # and corrected logQ coincide by construction). The regime knob: P(d|u)/Q(d) is about
