@@ -75,7 +75,7 @@ def format_of(path: str, explicit: Optional[str] = None) -> str:
     if fmt is None or (fmt == "parquet" and stem != name):
         raise ValueError(f"cannot tell the format of {path} from its name; name it "
                          "*.csv, *.tsv, *.parquet or *.jsonl (text ones optionally .gz), or pass "
-                         f"format= (--format) one of {', '.join(FORMATS)}.")
+                         f"format= (--log-format) one of {', '.join(FORMATS)}.")
     return fmt
 
 

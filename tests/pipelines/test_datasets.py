@@ -217,7 +217,7 @@ def test_cli_temporal_without_timestamps_is_a_clear_error(tmp_path):
     (tmp_path / "ml-1m.txt").write_text("1 1\n1 2\n1 3\n2 1\n2 2\n2 3\n")
     proc = subprocess.run(
         [sys.executable, "-m", "tfrs_logq.cli", "data", "stats", "--dataset", "ml-1m",
-         "--split", "temporal", "--format", "sasrec", "--data-dir", str(tmp_path),
+         "--split", "temporal", "--data-format", "sasrec", "--data-dir", str(tmp_path),
          "--no-download"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TFRS_LOGQ_CACHE_DIR": str(tmp_path / "c")},

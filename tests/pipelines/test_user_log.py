@@ -206,7 +206,7 @@ def test_explicit_format_and_extensions(tmp_path):
     assert_same_interactions(got, reference(rows, min_item_interactions=1))
     with pytest.raises(ValueError) as excinfo:
         load_user_log(source(tmp_path / "log.txt"))
-    one_line(excinfo, "cannot tell the format", "log.txt", "--format")
+    one_line(excinfo, "cannot tell the format", "log.txt", "--log-format")
     with pytest.raises(ValueError, match="`format` must be one of"):
         source(tmp_path / "log.txt", format="xlsx")
 
