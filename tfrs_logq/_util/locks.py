@@ -6,7 +6,7 @@ kernel when the process ends, however it ends). The package's three locks use it
 
 - the native kernels' build (``tfrs_logq.native``) *waits* (``wait=True``): a second
   process blocks until the first has built the library, then finds it built;
-- a training run's directory (``tfrs_logq.sasrec.run_directory.RunLock``) and a batch
+- a run directory (``tfrs_logq._util.run_directory.RunLock``) and a batch
   pipeline's root (``tfrs_logq.pipelines.beam.artifacts.locked``) *refuse*
   (``wait=False``): `LockHeld` at once, which the caller turns into its one-line error,
   naming the holder's process id where the system tells it (Linux's ``/proc/locks``).

@@ -14,53 +14,13 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 from typing import Optional
 
-from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
+from tfrs_logq._util import run_directory as _run_directory
+from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
 from tfrs_logq.sasrec.config import TrainConfig
 
 log = logging.getLogger("tfrs_logq.sasrec.training")
-
-
-class RunLock:
-    """An exclusive lock on a model directory (``.lock`` in it, `ExclusiveLock`), so two
-    processes never train into one directory; released when the process ends,
-    however it ends. On a filesystem that cannot lock, a warning, and the run goes on.
-
-    Raises:
-      RunDirectoryError: another process holds the lock (refused at once, naming it).
-    """
-
-    NAME = ".lock"
-
-    def __init__(self, model_dir: str, flag: str = "--model-dir") -> None:
-        self.path = os.path.join(model_dir, self.NAME)
-        self.flag = flag  # how the error names the directory
-        self._lock: Optional[ExclusiveLock] = None
-
-    def __enter__(self) -> "RunLock":
-        lock = ExclusiveLock(self.path, wait=False)
-        try:
-            lock.acquire()
-        except LockUnsupported as e:
-            # A filesystem without flock (NFS mounted nolock, some FUSE mounts).
-            log.warning("cannot lock %s (%s): this filesystem has no flock, so nothing "
-                        "stops a second process training into the same directory",
-                        self.path, e.strerror)
-            return self
-        except LockHeld as e:
-            raise RunDirectoryError(
-                f"{self.flag} {os.path.dirname(self.path)} is in use by another training "
-                f"process ({describe_holder(e.holder)}); wait for it or choose another "
-                f"directory.") from None
-        self._lock = lock
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
 
 
 # Options that change how fast a run trains, not what it computes.
@@ -93,10 +53,6 @@ def saved_config(config: TrainConfig, num_items: Optional[int] = None,
         saved["skipped_lines"] = int(skipped_lines)
     return saved
 
-
-
-class RunDirectoryError(ValueError):
-    """A model directory holds a different or a finished run."""
 
 
 def same_run(config: TrainConfig, model_dir: str) -> Optional[bool]:
@@ -140,48 +96,26 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
       RunDirectoryError: the directory holds another run, or this run finished
         (its ``metrics.json`` exists), and ``overwrite`` is False.
     """
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-        raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
-    if overwrite and os.path.isdir(model_dir):
-        # All but the lock this process holds and other workers' directories (each
-        # worker of a multi-worker run clears its own).
-        for name in os.listdir(model_dir):
-            path = os.path.join(model_dir, name)
-            if name == RunLock.NAME or name.startswith(WORKER_PREFIX):
-                continue
-            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
-                else os.remove(path)
+    _run_directory.check_not_a_file(model_dir)
+    other_workers = (lambda name: name.startswith(WORKER_PREFIX))
+    if overwrite:
+        # Not other workers' directories: each worker of a multi-worker run clears its own.
+        _run_directory.clear(model_dir, keep=other_workers)
     same = same_run(config, model_dir)
     if same is not None and not has_progress(model_dir):
         # Stopped before its first epoch ended: started again, with this config.
         log.info("%s holds a run that stopped before finishing an epoch; starting %s in "
                  "its place", model_dir, "it again" if same else "this config")
-        for name in _UNTRAINED_RUN_FILES:
-            path = os.path.join(model_dir, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            elif os.path.lexists(path):
-                os.remove(path)
+        _run_directory.clear(model_dir, _UNTRAINED_RUN_FILES)
         return "new"
     if same is None:
-        # A run killed while it was being created (before config.json, which is
-        # written last) holds at most its vocabulary and a temporary file: new.
-        left = {n for n in (os.listdir(model_dir) if os.path.isdir(model_dir) else [])
-                if n not in (RunLock.NAME, "vocabulary.json") and not n.startswith(WORKER_PREFIX)
-                and not (n.startswith(".") and n.endswith(".tmp"))}
-        if left:
-            raise RunDirectoryError(
-                f"--model-dir {model_dir} is not empty and holds no tfrs-logq run; choose "
-                f"another directory or pass --overwrite to clear it.")
+        # A run killed while it was being created holds at most its vocabulary: new.
+        _run_directory.check_new(
+            model_dir, lambda name: name == "vocabulary.json" or other_workers(name))
         return "new"
     if not same:
-        raise RunDirectoryError(
-            f"--model-dir {model_dir} holds a run with another config (its config.json); "
-            f"choose another directory, or pass --overwrite to replace it.")
-    if os.path.exists(os.path.join(model_dir, "metrics.json")):
-        raise RunDirectoryError(
-            f"--model-dir {model_dir} holds this run, finished (metrics.json); pass "
-            f"--overwrite to train it again.")
+        _run_directory.refuse_other_run(model_dir)
+    _run_directory.refuse_finished(model_dir)
     _check_resumable(model_dir)
     return "resume"
 

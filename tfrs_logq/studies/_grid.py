@@ -26,7 +26,7 @@ import os
 from typing import Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from tfrs_logq._util.atomic import write_csv
-from tfrs_logq.sasrec.run_directory import RunLock
+from tfrs_logq._util.run_directory import RunLock
 
 T = TypeVar("T")
 

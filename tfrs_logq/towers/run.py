@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
-import shutil
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq._util import run_directory as _run_directory
 from tfrs_logq._util.atomic import write_json
-from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
+from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
 from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.pipelines.vocabulary import RUN_ITEMS_FILE, read_run_items, write_run_items
 from tfrs_logq.towers import training
@@ -39,11 +38,6 @@ from tfrs_logq.towers.loop import TowerModel
 
 MODEL_KIND = "two-tower"
 WEIGHTS = "final.weights"
-_LOCK = ".lock"
-
-
-class RunDirectoryError(ValueError):
-    """A model directory holds another run, or this run finished."""
 
 
 def is_two_tower_run(model_dir: str) -> bool:
@@ -65,21 +59,11 @@ def _prepare(model_dir: str, record: dict, overwrite: bool) -> str:
     """``"new"`` or ``"resume"`` (see the module docstring), clearing the directory
     first with ``overwrite``."""
     if overwrite:
-        for name in os.listdir(model_dir):
-            if name == _LOCK:
-                continue
-            path = os.path.join(model_dir, name)
-            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
-                else os.remove(path)
-    config_path = os.path.join(model_dir, "config.json")
+        _run_directory.clear(model_dir)
+    config_path = os.path.join(model_dir, _run_directory.CONFIG)
     if not os.path.exists(config_path):
         # config.json is written last: without it, at most a vocabulary and temporaries.
-        left = [n for n in os.listdir(model_dir) if n not in (_LOCK, RUN_ITEMS_FILE)
-                and not (n.startswith(".") and n.endswith(".tmp"))]
-        if left:
-            raise RunDirectoryError(f"--model-dir {model_dir} is not empty and holds no "
-                                    "tfrs-logq run; choose another directory or pass "
-                                    "--overwrite to clear it.")
+        _run_directory.check_new(model_dir, lambda name: name == RUN_ITEMS_FILE)
         return "new"
     try:
         with open(config_path) as f:
@@ -87,13 +71,10 @@ def _prepare(model_dir: str, record: dict, overwrite: bool) -> str:
     except (OSError, ValueError):
         existing = None
     if existing != json.loads(json.dumps(record)):
-        what = ("a SASRec run" if isinstance(existing, dict) and "model" not in existing
-                else "a run with another config")
-        raise RunDirectoryError(f"--model-dir {model_dir} holds {what} (its config.json); "
-                                "choose another directory, or pass --overwrite to replace it.")
-    if os.path.exists(os.path.join(model_dir, "metrics.json")):
-        raise RunDirectoryError(f"--model-dir {model_dir} holds this run, finished "
-                                "(metrics.json); pass --overwrite to train it again.")
+        _run_directory.refuse_other_run(
+            model_dir, "a SASRec run" if isinstance(existing, dict) and "model" not in existing
+            else "a run with another config")
+    _run_directory.refuse_finished(model_dir)
     return "resume"
 
 
@@ -113,21 +94,9 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
       RunDirectoryError: the directory holds another run or this one finished (and not
         ``overwrite``), or another process is training into it.
     """
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-        raise RunDirectoryError(f"--model-dir {model_dir} is a file, not a directory.")
+    _run_directory.check_not_a_file(model_dir)
     os.makedirs(model_dir, exist_ok=True)
-    lock = ExclusiveLock(os.path.join(model_dir, _LOCK), wait=False)
-    try:
-        lock.acquire()
-    except LockHeld as e:
-        raise RunDirectoryError(
-            f"--model-dir {model_dir} is in use by another training process "
-            f"({describe_holder(e.holder)}); wait for it or choose another directory.") from None
-    except LockUnsupported as e:  # NFS without locks, some FUSE mounts: as SASRec's runs
-        logging.getLogger(__name__).warning(
-            "cannot lock %s (%s): nothing stops a second process training into the same "
-            "directory", lock.path, e.strerror)
-    try:
+    with RunLock(model_dir):
         record = run_record(config, split.num_items, data)
         if _prepare(model_dir, record, overwrite) == "new":
             write_run_items(model_dir, split.interactions.raw_items)
@@ -155,8 +124,6 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
                               checkpoint_seconds=checkpoint_seconds)
         write_json(os.path.join(model_dir, "metrics.json"), last)  # last: finished
         return {**last, "evaluations": evaluations}
-    finally:
-        lock.release()
 
 
 class TowerEncoder(tf.Module):
