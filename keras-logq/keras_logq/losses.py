@@ -24,6 +24,13 @@ drawn from and ``Q'`` the proposal with the positive excluded,
 
 A bare ``"logq"`` names neither standard form and is refused (`check_correction`).
 
+``proposal`` says what ``log Q`` holds (`PROPOSALS`): ``"per_draw"``, ``Q(d)`` of one
+draw (the paper), or ``"inclusion"``, ``pi(d)``, the chance that ``d`` is in the row's
+set of negatives (deduplicated draws). With inclusion probabilities ``"corrected"``
+excludes no ``Q(p)`` and its weight is the Horvitz-Thompson one,
+``P = e^{s_p} / (e^{s_p} + sum_i e^{s_i - log pi(d_i)})`` (no ``1/n``;
+`corrected_weight`).
+
 The same semantics as `tfrs_logq.losses.sampled_softmax_loss` (TensorFlow only).
 
 Input checks. ``Q`` is a per-draw probability, so ``log Q <= 0``; a larger value
@@ -67,11 +74,30 @@ def check_correction(correction, allowed: tuple = CORRECTIONS) -> str:
         raise ValueError(f"`correction` must be one of {', '.join(allowed)}; received "
                          f"{str(correction)[:60]!r}.")
     return correction
-_HALF = ("float16", "bfloat16")
+
+
+# What a negative's log Q is the log of, as in tfrs_logq: "per_draw", Q(d) of one draw (the
+# paper: n draws, the normaliser estimated by their mean); "inclusion", pi(d), the chance
+# that d is in the row's set of negatives (deduplicated draws: the normaliser estimated by
+# the Horvitz-Thompson sum over the set).
+PROPOSALS = ("per_draw", "inclusion")
+
+
+def check_proposal(proposal, name: str = "proposal") -> str:
+    """Returns ``proposal`` if it is one of `PROPOSALS`, else raises a one-line `ValueError`
+    naming ``name``."""
+    if proposal not in PROPOSALS:
+        raise ValueError(f"`{name}` must be one of {PROPOSALS}, received "
+                         f"{str(proposal)[:60]!r}.")
+    return proposal
+
+
 # Tolerance on Q <= 1, as in tfrs_logq (float32 rounding of probabilities from counts).
 Q_TOLERANCE = 1e-5
 # TFRS and Keras-RS clip a probability to [1e-6, 1] before the log.
 MIN_PROBABILITY = 1e-6
+# A probability q in log(1 - q) is capped at 1 - COMPLEMENT_EPSILON, as in tfrs_logq.
+COMPLEMENT_EPSILON = 1e-6
 
 
 def _dtype_name(x) -> str:
@@ -298,20 +324,121 @@ def _count_true(mask):
     return ops.count_nonzero(mask, axis=-1)
 
 
-def corrected_from_logsumexp(positive_logits, negative_lse, num_valid):
-    """``-w (s_p - lse)`` with ``w = sg(1 - P)``; rows with no valid negative give 0.
+def corrected_weight(positive_logits, negative_lse, num_valid, proposal: str = "per_draw"):
+    """The corrected loss's weight ``w = sg(1 - P(p|u))``, `[batch]`; 0 where ``n = 0``.
 
-    ``lse = log sum_i e^{s_i - log Q'(d_i)}`` over the ``num_valid`` negatives and
-    ``P = e^{s_p} / (e^{s_p} + e^{lse} / n) = sigmoid(s_p - lse + log n)``, so
-    ``1 - P = sigmoid(lse - log n - s_p)``.
+    ``negative_lse = log sum_i e^{s_i - log Q'(d_i)}`` over the row's ``num_valid``
+    (``n``) negatives. Per-draw proposals (the paper): ``P = e^{s_p} / (e^{s_p} +
+    (1/n) sum_i e^{s_i - log Q'(d_i)}) = sigmoid(s_p - lse + log n)``, so
+    ``1 - P = sigmoid(lse - log n - s_p)``. Inclusion probabilities ``pi`` (``lse``
+    over ``s_i - log pi(d_i)``): the sum itself estimates the normaliser without the
+    positive (Horvitz-Thompson), ``1 - P = sigmoid(lse - s_p)``. The same function as
+    `tfrs_logq.losses.corrected_weight`.
+
+    Args:
+        positive_logits: float tensor, `[batch]`. ``s_p``.
+        negative_lse: float tensor, `[batch]`. The negatives' log-sum-exp.
+        num_valid: int tensor, `[batch]`. ``n``, each row's number of valid negatives.
+        proposal: str. ``"per_draw"`` or ``"inclusion"`` (`PROPOSALS`). Defaults to
+            ``"per_draw"``.
+
+    Returns:
+        `[batch]` weights, with zero gradient (stop-gradient).
+
+    >>> w = corrected_weight(np.array([2.0]), np.log([11.7957]), np.array([2]))
+    >>> round(float(keras.ops.convert_to_numpy(w)[0]), 3)
+    0.444
     """
+    check_proposal(proposal)
+    positive_logits = ops.convert_to_tensor(positive_logits)
+    negative_lse = ops.cast(negative_lse, positive_logits.dtype)
     num_valid = ops.cast(num_valid, positive_logits.dtype)
     has_negative = num_valid > 0
     safe_lse = ops.where(has_negative, negative_lse, positive_logits)
-    log_n = ops.log(ops.where(has_negative, num_valid, ops.ones_like(num_valid)))
-    weight = ops.stop_gradient(ops.sigmoid(safe_lse - log_n - positive_logits))
+    if proposal == "per_draw":
+        safe_lse = safe_lse - ops.log(ops.where(has_negative, num_valid,
+                                                ops.ones_like(num_valid)))
+    weight = ops.stop_gradient(ops.sigmoid(safe_lse - positive_logits))
+    return ops.where(has_negative, weight, ops.zeros_like(weight))
+
+
+def corrected_from_logsumexp(positive_logits, negative_lse, num_valid,
+                             proposal: str = "per_draw"):
+    """``-w (s_p - lse)`` with ``w = sg(1 - P)`` (`corrected_weight`, with its
+    ``proposal``); rows with no valid negative give 0, with zero gradient.
+
+    ``lse = log sum_i e^{s_i - log Q'(d_i)}`` over the ``num_valid`` negatives.
+    """
+    has_negative = ops.cast(num_valid, positive_logits.dtype) > 0
+    safe_lse = ops.where(has_negative, negative_lse, positive_logits)
+    weight = corrected_weight(positive_logits, safe_lse, num_valid, proposal)
     loss = weight * (safe_lse - positive_logits)
     return ops.where(has_negative, loss, ops.zeros_like(loss))
+
+
+def log_complement(log_q):
+    """``log(1 - Q)`` from ``log Q``, with ``Q`` capped at ``1 - COMPLEMENT_EPSILON``.
+
+    The same function as `tfrs_logq.proposal.log_complement`.
+
+    >>> log_1_minus_q = keras.ops.convert_to_numpy(log_complement(np.log([0.5, 0.75])))
+    >>> np.round(log_1_minus_q.astype("float64"), 4).tolist()
+    [-0.6931, -1.3863]
+    """
+    log_q = ops.convert_to_tensor(log_q)
+    q_max = constant_like(1.0 - COMPLEMENT_EPSILON, log_q)
+    q = ops.exp(log_q)
+    # `where`, not `minimum`: Keras 3.15's PyTorch `minimum` returns float32 for two float64s.
+    return ops.log1p(-ops.where(q > q_max, q_max, q))
+
+
+def excluded_log_q(negative_log_q, positive_log_q):
+    """``log Q'(d) = log Q(d) - log(1 - Q(p))``: the proposal with the positive excluded.
+
+    What ``"corrected"`` takes as ``negative_log_q`` with per-draw proposals
+    (`tfrs_logq.proposal.excluded_log_q`); ``Q(p)`` is capped as in `log_complement`.
+
+    Args:
+        negative_log_q: float tensor, `[batch, n]` or `[n]` (shared by the rows).
+            ``log Q(d_i)`` of the negatives.
+        positive_log_q: float tensor, `[batch]`. ``log Q(p)`` of each row's positive.
+
+    Returns:
+        `[batch, n]` ``log Q'(d_i)``.
+
+    >>> log_q_prime = excluded_log_q(np.log([[0.1, 0.2]]), np.log([0.5]))
+    >>> np.round(keras.ops.convert_to_numpy(log_q_prime).astype("float64"), 4).tolist()
+    [[-1.6094, -0.9163]]
+    """
+    negative_log_q = ops.convert_to_tensor(negative_log_q)
+    positive_log_q = ops.convert_to_tensor(positive_log_q)
+    if len(ops.shape(positive_log_q)) != 1:
+        raise ValueError("`positive_log_q` must be `[batch]`, received shape "
+                         f"{_shape(positive_log_q)}.")
+    _check_rank(negative_log_q, "negative_log_q", (1, 2))
+    if len(ops.shape(negative_log_q)) == 1:
+        negative_log_q = negative_log_q[None, :]
+    return negative_log_q - ops.cast(log_complement(positive_log_q), negative_log_q.dtype)[:, None]
+
+
+def inclusion_log_q(log_q, num_draws):
+    """``log(1 - (1 - Q)^B)``: the log probability that ``B`` draws include ``d`` at least once.
+
+    The proposal behind deduplicated in-batch negatives: a batch of ``B`` draws
+    with ``Q = 0.01`` holds the item with probability ``1 - 0.99^B`` (0.634 at
+    ``B = 100``), not ``B * Q``. ``Q`` is capped as in `log_complement`. The same
+    function as `tfrs_logq.proposal.inclusion_log_q`.
+
+    >>> log_pi = keras.ops.convert_to_numpy(inclusion_log_q(np.log([0.01]), 100))
+    >>> round(float(np.exp(log_pi[0])), 3)
+    0.634
+    """
+    log_q = ops.convert_to_tensor(log_q)
+    if isinstance(num_draws, (int, float)):  # static: no tensor made from a Python number
+        num_draws = float(num_draws)
+    else:
+        num_draws = ops.cast(num_draws, log_q.dtype)
+    return ops.log(-ops.expm1(log_complement(log_q) * num_draws))
 
 
 def sampled_softmax_loss(
@@ -322,6 +449,7 @@ def sampled_softmax_loss(
     negative_log_q=None,
     positive_log_q=None,
     is_negative=None,
+    proposal: str = "per_draw",
     validate: bool = True,
 ):
     """Per-example sampled softmax loss with the chosen logQ correction.
@@ -336,8 +464,9 @@ def sampled_softmax_loss(
             et al. 2025); see the module docstring.
         negative_log_q: float tensor, `[batch, n]` or `[n]`. ``log Q(d_i)`` for
             the standard forms and ``log Q'(d_i)`` (the proposal without the
-            positive) for ``"corrected"``. Required for all three; ignored for
-            ``"none"``. Defaults to `None`.
+            positive, `excluded_log_q`) for ``"corrected"``; with
+            ``proposal="inclusion"`` ``log pi(d_i)``. Required for all three;
+            ignored for ``"none"``. Defaults to `None`.
         positive_log_q: float tensor, `[batch]`. ``log Q(p)``: required for
             ``"logq-tfrs"`` (the positive's denominator term corrected), refused
             by the others. Defaults to `None`.
@@ -345,6 +474,15 @@ def sampled_softmax_loss(
             not a negative (accidental hit, duplicate, padding); such entries
             may hold anything, inf and NaN included, and get zero gradient.
             Defaults to `None` (all `True`).
+        proposal: str. What ``negative_log_q`` is the log of, for
+            ``"corrected"``'s weight (`PROPOSALS`): ``"per_draw"`` (``Q'(d)`` of
+            one of ``n`` draws, the paper) or ``"inclusion"`` (``pi(d)``, the
+            chance that ``d`` is in the row's set of negatives, as for
+            deduplicated draws: no positive to exclude, and the weight's
+            normaliser is the Horvitz-Thompson sum, `corrected_weight`). The
+            standard forms read ``negative_log_q`` as given. The argument of
+            `tfrs_logq.losses.sampled_softmax_loss`. Defaults to
+            ``"per_draw"``.
         validate: bool. Refuse ``log Q > 0`` (`check_log_q`). `False` skips
             the check, for callers that checked their ``log Q`` tables once,
             on the host: under `jax.jit` the check is a host callback on every
@@ -357,8 +495,8 @@ def sampled_softmax_loss(
         ``"logq-official"`` it is the softmax over the positive alone.
 
     Raises:
-        ValueError: on an unknown correction (a bare ``"logq"`` among them), a
-            missing ``negative_log_q``, ``positive_log_q`` missing for
+        ValueError: on an unknown correction (a bare ``"logq"`` among them) or
+            proposal, a missing ``negative_log_q``, ``positive_log_q`` missing for
             ``"logq-tfrs"`` or given to another correction, a
             non-floating input, shapes that do not agree, or a ``log Q``
             above 0 (``negative_log_q`` where ``is_negative`` is True, and
@@ -384,12 +522,13 @@ def sampled_softmax_loss(
     return _sampled_softmax_loss(
         positive_logits, negative_logits, correction=correction, negative_log_q=negative_log_q,
         positive_log_q=positive_log_q, is_negative=is_negative, check=bool(validate),
+        proposal=proposal,
     )
 
 
 def _sampled_softmax_loss(
     positive_logits, negative_logits, *, correction, negative_log_q, positive_log_q,
-    is_negative, check: bool, lse_offset=None,
+    is_negative, check: bool, lse_offset=None, proposal: str = "per_draw",
 ):
     """`sampled_softmax_loss`; ``check=False`` skips the ``log Q <= 0`` checks (for callers
     that checked their own inputs: `CorrectedRetrieval` checks ``Q``, not the ``Q'`` it
@@ -397,6 +536,7 @@ def _sampled_softmax_loss(
     log-sum-exp: ``log(1 - Q(p))`` turns ``lse(s - log Q)`` into ``lse(s - log Q')``
     without a `[batch, n]` ``log Q'``."""
     check_correction(correction)
+    check_proposal(proposal)
     if positive_log_q is None and correction == "logq-tfrs":
         raise ValueError("`positive_log_q` is required for correction='logq-tfrs' (the "
                          "positive's logit is corrected too); correction='logq-official' "
@@ -465,11 +605,7 @@ def _sampled_softmax_loss(
     lse = row_logsumexp(adjusted)
     if lse_offset is not None:
         lse = lse + lse_offset
-    return corrected_from_logsumexp(s_p, lse, num_valid)
-
-
-# Q(p) is clipped below 1 before log(1 - Q(p)), as in tfrs_logq.
-_MAX_POSITIVE_Q = 1.0 - 1e-6
+    return corrected_from_logsumexp(s_p, lse, num_valid, proposal)
 
 
 def _on_diagonal(num_queries, num_candidates):
@@ -548,6 +684,7 @@ def retrieval_loss(
     is_positive=None,
     remove_accidental_hits: bool = True,
     deduplicate: bool = False,
+    proposal: str = "per_draw",
 ):
     """`[batch_size]` losses of a score matrix: the shared body of the layer and the loss.
 
@@ -567,7 +704,11 @@ def retrieval_loss(
             Defaults to `None` (the diagonal).
         remove_accidental_hits: bool. Always on for ``"corrected"``.
         deduplicate: bool. Count each id once as a negative (1-D ids).
+        proposal: str. What ``log_q`` holds (`PROPOSALS`): ``"per_draw"`` ``log Q(d)``,
+            from which ``"corrected"`` derives ``log Q'`` per row, or ``"inclusion"``
+            ``log pi(d)``, used as given with the Horvitz-Thompson weight.
     """
+    check_proposal(proposal)
     dtype = compute_dtype_for(scores)
     scores = ops.cast(scores, dtype)
     num_queries, num_candidates = ops.shape(scores)
@@ -647,16 +788,17 @@ def retrieval_loss(
             positive_logits, scores, correction="logq-official", negative_log_q=log_q,
             positive_log_q=None, is_negative=negatives, check=False,
         )
+    if proposal == "inclusion":  # pi(d): no positive to exclude
+        return _sampled_softmax_loss(
+            positive_logits, scores, correction="corrected", negative_log_q=log_q,
+            positive_log_q=None, is_negative=negatives, check=False, proposal="inclusion",
+        )
     # Q is checked (<= 1); Q' = Q / (1 - Q(p)) is not: with proposals of different
     # sources (mixed negatives) a negative's Q' may exceed 1, as in tfrs_logq.
     # log Q'(d) = log Q(d) - log(1 - Q(p)) is constant along a row, so
     # lse(s - log Q') = lse(s - log Q) + log(1 - Q(p)): the [batch, n] log Q' is not built.
-    q_max = constant_like(_MAX_POSITIVE_Q, positive_log_q)
-    q_positive = ops.exp(positive_log_q)
-    # `where`, not `minimum`: Keras 3.15's PyTorch `minimum` returns float32 for two float64s.
-    q_positive = ops.where(q_positive > q_max, q_max, q_positive)
     return _sampled_softmax_loss(
         positive_logits, scores, correction="corrected", negative_log_q=log_q,
         positive_log_q=None, is_negative=negatives, check=False,
-        lse_offset=ops.log1p(-q_positive),
+        lse_offset=log_complement(positive_log_q),
     )

@@ -11,10 +11,11 @@ the names of TFRS and Keras-RS: ``candidate_sampling_probability`` (``Q``, clipp
 to ``[min_sampling_probability, 1]`` before the log, as they do) or
 ``candidate_log_sampling_probability`` (``log Q``, tfrs_logq's name). One of
 them, never both; ``Q > 1`` (``log Q > 0``) is refused (`losses.check_log_q`).
+What that probability is, is ``sampling_probability`` (`SAMPLING_PROBABILITIES`,
+tfrs_logq's `CorrectedRetrieval` argument): per draw (the default), an inclusion
+probability, or per draw turned into the inclusion probability of the batch's draws.
 """
 from __future__ import annotations
-
-import warnings
 
 import keras
 import numpy as np
@@ -23,8 +24,19 @@ from keras import ops
 from keras_logq import losses
 
 REDUCTIONS = ("sum_over_batch_size", "sum", "none")
-def _check_options(correction, temperature, min_sampling_probability) -> None:
+# What the candidates' sampling probabilities are, as in tfrs_logq.tasks.
+SAMPLING_PROBABILITIES = ("per_draw", "inclusion", "per_draw_to_inclusion")
+
+
+def _check_options(correction, temperature, min_sampling_probability, sampling_probability,
+                   deduplicate) -> None:
     losses.check_correction(correction)
+    if sampling_probability not in SAMPLING_PROBABILITIES:
+        raise ValueError(f"`sampling_probability` must be one of {SAMPLING_PROBABILITIES}, "
+                         f"received {str(sampling_probability)[:60]!r}.")
+    if sampling_probability == "per_draw_to_inclusion" and not deduplicate:
+        raise ValueError("sampling_probability='per_draw_to_inclusion' is the chance a "
+                         "deduplicated batch holds the candidate: pass deduplicate=True.")
     if temperature is not None and not temperature > 0:
         raise ValueError(f"`temperature` must be positive, received {temperature!r}.")
     if not 0 < min_sampling_probability <= 1:
@@ -43,6 +55,19 @@ def _scores(scores, temperature):
         )
     scores = ops.cast(scores, losses.compute_dtype_for(scores))
     return scores if temperature is None else scores / temperature
+
+
+def _proposal(sampling_probability: str) -> str:
+    """What ``log Q`` holds when the loss reads it (`losses.PROPOSALS`)."""
+    return "per_draw" if sampling_probability == "per_draw" else "inclusion"
+
+
+def _as_proposal(log_q, sampling_probability: str, num_queries):
+    """``log Q`` as the loss reads it: ``per_draw_to_inclusion`` turns the per-draw ``Q``
+    into ``pi = 1 - (1 - Q)^B``, ``B`` the number of queries (the batch's draws)."""
+    if log_q is None or sampling_probability != "per_draw_to_inclusion":
+        return log_q
+    return losses.inclusion_log_q(log_q, num_queries)
 
 
 @keras.saving.register_keras_serializable(package="keras_logq")
@@ -89,6 +114,15 @@ class CorrectedRetrieval(keras.layers.Layer):
         min_sampling_probability: float. ``candidate_sampling_probability`` is
             clipped to ``[min_sampling_probability, 1]`` before the log (TFRS,
             Keras-RS). Defaults to 1e-6.
+        sampling_probability: str. What the candidates' probabilities are
+            (`SAMPLING_PROBABILITIES`, tfrs_logq's argument): ``"per_draw"``
+            (``Q(d)`` of one draw); ``"inclusion"`` (``pi(d)``, the chance ``d``
+            is among the row's candidates, e.g. your own deduplicated draws);
+            ``"per_draw_to_inclusion"`` (per-draw ``Q`` that the loss turns into
+            ``pi = 1 - (1 - Q)^B``, ``B = batch_size``; only with
+            ``deduplicate=True``). With inclusion probabilities ``"corrected"``
+            excludes no ``Q(p)`` and weights with the Horvitz-Thompson
+            ``P(p|u)`` (`losses.corrected_weight`). Defaults to ``"per_draw"``.
         **kwargs: other `keras.layers.Layer` arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -111,10 +145,6 @@ class CorrectedRetrieval(keras.layers.Layer):
         candidate_sampling_probability: float tensor, the shape of
             ``candidate_log_sampling_probability``. ``Q(d)`` itself, in
             ``[0, 1]`` (TFRS's and Keras-RS's name). Keyword only.
-        candidate_log_q: deprecated name of
-            ``candidate_log_sampling_probability`` (warns with a
-            `DeprecationWarning`; to be removed in the next release). Keyword
-            only.
 
     Returns:
         The reduced loss, or `[batch_size]` losses for ``reduction="none"``.
@@ -141,10 +171,12 @@ class CorrectedRetrieval(keras.layers.Layer):
         temperature: float | None = None,
         reduction: str = "sum_over_batch_size",
         min_sampling_probability: float = losses.MIN_PROBABILITY,
+        sampling_probability: str = "per_draw",
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        _check_options(correction, temperature, min_sampling_probability)
+        _check_options(correction, temperature, min_sampling_probability, sampling_probability,
+                       deduplicate)
         if reduction not in REDUCTIONS:
             raise ValueError(f"`reduction` must be one of {REDUCTIONS}, received {reduction!r}.")
         self.correction = correction
@@ -153,6 +185,12 @@ class CorrectedRetrieval(keras.layers.Layer):
         self.temperature = None if temperature is None else float(temperature)
         self.reduction = reduction
         self.min_sampling_probability = float(min_sampling_probability)
+        self.sampling_probability = sampling_probability
+
+    @property
+    def proposal(self) -> str:
+        """What ``log Q`` holds when the loss reads it (`losses.PROPOSALS`)."""
+        return _proposal(self.sampling_probability)
 
     def call(
         self,
@@ -163,22 +201,7 @@ class CorrectedRetrieval(keras.layers.Layer):
         sample_weight=None,
         *,
         candidate_sampling_probability=None,
-        candidate_log_q=None,
     ):
-        if candidate_log_q is not None:
-            if candidate_log_sampling_probability is not None:
-                raise ValueError(
-                    "Pass `candidate_log_sampling_probability` only: `candidate_log_q` is "
-                    "its deprecated name, and both were given."
-                )
-            warnings.warn(
-                "`candidate_log_q` is deprecated and will be removed in the next release: "
-                "pass `candidate_log_sampling_probability` (the same log Q, tfrs_logq's "
-                "name) or `candidate_sampling_probability` (Q, as TFRS and Keras-RS).",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            candidate_log_sampling_probability = candidate_log_q
         scores = _scores(scores, self.temperature)
         log_q = None
         if self.correction != "none":
@@ -187,10 +210,11 @@ class CorrectedRetrieval(keras.layers.Layer):
                 min_sampling_probability=self.min_sampling_probability,
                 dtype=losses.compute_dtype_for(scores),
             )
+            log_q = _as_proposal(log_q, self.sampling_probability, ops.shape(scores)[0])
         per_example = losses.retrieval_loss(
             scores, correction=self.correction, log_q=log_q, candidate_ids=candidate_ids,
             is_negative=is_negative, remove_accidental_hits=self.remove_accidental_hits,
-            deduplicate=self.deduplicate,
+            deduplicate=self.deduplicate, proposal=self.proposal,
         )
         return reduce_loss(per_example, self.reduction, sample_weight)
 
@@ -203,6 +227,7 @@ class CorrectedRetrieval(keras.layers.Layer):
             temperature=self.temperature,
             reduction=self.reduction,
             min_sampling_probability=self.min_sampling_probability,
+            sampling_probability=self.sampling_probability,
         )
         return config
 
@@ -286,6 +311,15 @@ class CorrectedRetrievalLoss(keras.losses.Loss):
         item_log_sampling_probability: float array, `[num_items]`. ``log Q`` of
             each item id, for ``y_true`` without a sampling probability. Saved
             in the config (a list). Defaults to `None`.
+        sampling_probability: str. What the candidates' probabilities are
+            (`SAMPLING_PROBABILITIES`, tfrs_logq's argument): ``"per_draw"``
+            (``Q(d)`` of one draw); ``"inclusion"`` (``pi(d)``, the chance ``d``
+            is among the row's candidates, e.g. your own deduplicated draws);
+            ``"per_draw_to_inclusion"`` (per-draw ``Q`` that the loss turns into
+            ``pi = 1 - (1 - Q)^B``, ``B = batch_size``; only with
+            ``deduplicate=True``). With inclusion probabilities ``"corrected"``
+            excludes no ``Q(p)`` and weights with the Horvitz-Thompson
+            ``P(p|u)`` (`losses.corrected_weight`). Defaults to ``"per_draw"``.
         reduction: str. Keras's: ``"sum_over_batch_size"``, ``"sum"``,
             ``"mean"``, ``"mean_with_sample_weight"`` or ``"none"``. Defaults to
             ``"sum_over_batch_size"``.
@@ -314,12 +348,14 @@ class CorrectedRetrievalLoss(keras.losses.Loss):
         temperature: float | None = None,
         min_sampling_probability: float = losses.MIN_PROBABILITY,
         item_log_sampling_probability=None,
+        sampling_probability: str = "per_draw",
         reduction: str | None = "sum_over_batch_size",
         name: str | None = None,
         dtype=None,
     ) -> None:
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        _check_options(correction, temperature, min_sampling_probability)
+        _check_options(correction, temperature, min_sampling_probability, sampling_probability,
+                       deduplicate)
         if reduction not in _KERAS_REDUCTIONS:
             raise ValueError(
                 f"`reduction` must be one of {_KERAS_REDUCTIONS}, received {reduction!r}."
@@ -329,6 +365,7 @@ class CorrectedRetrievalLoss(keras.losses.Loss):
         self.deduplicate = bool(deduplicate)
         self.temperature = None if temperature is None else float(temperature)
         self.min_sampling_probability = float(min_sampling_probability)
+        self.sampling_probability = sampling_probability
         self.item_log_sampling_probability = None
         if item_log_sampling_probability is not None:
             table = np.asarray(item_log_sampling_probability, np.float32)
@@ -337,6 +374,11 @@ class CorrectedRetrievalLoss(keras.losses.Loss):
                                  f"received shape {table.shape}.")
             losses.check_log_q(table, "item_log_sampling_probability")
             self.item_log_sampling_probability = table
+
+    @property
+    def proposal(self) -> str:
+        """What ``log Q`` holds when the loss reads it (`losses.PROPOSALS`)."""
+        return _proposal(self.sampling_probability)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Keras's Loss.__call__ casts every y_true entry to the loss's float dtype,
@@ -366,10 +408,12 @@ class CorrectedRetrievalLoss(keras.losses.Loss):
                                      "in `y_true`.")
                 log_q = ops.take(ops.convert_to_tensor(self.item_log_sampling_probability),
                                  ops.convert_to_tensor(ids), axis=0)
+            log_q = _as_proposal(log_q, self.sampling_probability, ops.shape(scores)[0])
         return losses.retrieval_loss(
             scores, correction=self.correction, log_q=log_q, candidate_ids=ids,
             is_negative=fields.get("mask"), is_positive=is_positive,
             remove_accidental_hits=self.remove_accidental_hits, deduplicate=self.deduplicate,
+            proposal=self.proposal,
         )
 
     @staticmethod
@@ -414,6 +458,7 @@ class CorrectedRetrievalLoss(keras.losses.Loss):
             temperature=self.temperature,
             min_sampling_probability=self.min_sampling_probability,
             item_log_sampling_probability=None if table is None else table.tolist(),
+            sampling_probability=self.sampling_probability,
         )
         return config
 

@@ -11,9 +11,9 @@ negatives are shared by every row of the batch:
 ```python
 negatives = sampler(positive_ids)
 candidate_ids = keras.ops.concatenate([positive_ids, negatives.ids])
-candidate_log_q = keras.ops.concatenate([positive_log_q, negatives.log_q])
+log_q = keras.ops.concatenate([positive_log_q, negatives.log_q])
 scores = query_embeddings @ item_tower(candidate_ids).T
-loss = CorrectedRetrieval()(scores, candidate_ids, candidate_log_q,
+loss = CorrectedRetrieval()(scores, candidate_ids, log_q,
                             is_negative=negatives.score_mask(batch_size))
 ```
 

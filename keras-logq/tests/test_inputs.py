@@ -4,10 +4,7 @@
 refused, eagerly with a `ValueError` and, while traced, the way each backend can
 (`keras_logq.losses.check_log_q`): before, it returned a negative loss. The sampling
 probability goes by tfrs_logq's ``candidate_log_sampling_probability`` or
-TFRS/Keras-RS's ``candidate_sampling_probability``; ``candidate_log_q`` still works,
-with a `DeprecationWarning`."""
-
-import warnings
+TFRS/Keras-RS's ``candidate_sampling_probability``, no other name."""
 
 import keras
 import numpy as np
@@ -129,7 +126,7 @@ def test_check_log_q_names_the_argument_and_passes_valid_values():
 
 
 @pytest.mark.parametrize("correction", ["logq-official", "corrected"])
-def test_three_names_give_identical_losses_and_gradients(rng, correction):
+def test_the_two_names_and_the_position_give_identical_losses_and_gradients(rng, correction):
     scores, ids, q = _layer_case(rng)
     q = np.clip(q, 1e-3, 1.0)
     log_q = np.log(q).astype("float32")
@@ -139,9 +136,6 @@ def test_three_names_give_identical_losses_and_gradients(rng, correction):
     by_q, (g_q,) = value_and_grads(
         lambda s: layer(s, ids, candidate_sampling_probability=q), [scores], [0])
     by_position, _ = value_and_grads(lambda s: layer(s, ids, log_q), [scores], [0])
-    with pytest.warns(DeprecationWarning, match="candidate_log_sampling_probability"):
-        by_old = to_numpy(layer(scores, ids, candidate_log_q=log_q))
-    np.testing.assert_array_equal(by_old, by_log)
     np.testing.assert_array_equal(by_position, by_log)
     # Q goes through log(clip(Q, 1e-6, 1)): equal to float32 rounding of exp/log.
     np.testing.assert_allclose(by_q, by_log, rtol=1e-6, atol=1e-6)
@@ -155,27 +149,10 @@ def test_three_names_give_identical_losses_and_gradients(rng, correction):
                                to_numpy(layer(scores, ids, log_q0)), rtol=1e-6)
 
 
-def test_the_new_names_do_not_warn(rng):
-    scores, ids, q = _layer_case(rng)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        CorrectedRetrieval()(scores, ids, candidate_sampling_probability=q)
-        CorrectedRetrieval()(scores, ids, candidate_log_sampling_probability=np.log(q))
-        CorrectedRetrieval()(scores, ids, candidate_log_q=np.log(q))  # the check can fail
-    ours = [w for w in caught if "candidate_log_q" in str(w.message)]
-    assert len(ours) == 1, [str(w.message) for w in caught]
-
-
 def test_two_names_at_once_is_an_error(rng):
     scores, ids, q = _layer_case(rng)
-    layer = CorrectedRetrieval()
-    log_q = np.log(q)
     with pytest.raises(ValueError, match="not both"):
-        layer(scores, ids, log_q, candidate_sampling_probability=q)
-    with pytest.raises(ValueError, match="deprecated name, and both were given"):
-        layer(scores, ids, log_q, candidate_log_q=log_q)
-    with pytest.raises(ValueError, match="not both"), pytest.warns(DeprecationWarning):
-        layer(scores, ids, candidate_log_q=log_q, candidate_sampling_probability=q)
+        CorrectedRetrieval()(scores, ids, np.log(q), candidate_sampling_probability=q)
 
 
 def test_missing_probability_names_both_arguments():

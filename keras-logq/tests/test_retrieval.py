@@ -14,8 +14,10 @@ from keras_logq import CorrectedRetrieval, SampledNegatives
 
 
 def reference_layer(scores, ids, log_q, correction, *, remove_hits=True, dedup=False,
-                    is_negative=None):
-    """numpy: per-row loss and d(sum loss)/d scores, built from tests/reference.py."""
+                    is_negative=None, inclusion=False):
+    """numpy: per-row loss and d(sum loss)/d scores, built from tests/reference.py;
+    ``inclusion``: ``log_q`` holds ``log pi`` (no ``Q(p)`` excluded, the Horvitz-Thompson
+    weight)."""
     b, c = scores.shape
     s_p = scores[np.arange(b), np.arange(b)]
     mask = ~np.eye(b, c, dtype=bool)
@@ -39,8 +41,9 @@ def reference_layer(scores, ids, log_q, correction, *, remove_hits=True, dedup=F
         elif correction == "logq-official":  # the positive's logit uncorrected
             loss, g_p, g_n = reference.loss_logq(s_p, scores, log_q2, mask, None)
         else:
-            log_q_prime = log_q2 - np.log1p(-np.exp(log_q_p))[:, None]
-            loss, g_p, g_n, _ = reference.loss_corrected(s_p, scores, log_q_prime, mask)
+            log_q_prime = log_q2 if inclusion else log_q2 - np.log1p(-np.exp(log_q_p))[:, None]
+            loss, g_p, g_n, _ = reference.loss_corrected(s_p, scores, log_q_prime, mask,
+                                                         inclusion)
     grad = g_n.copy()
     grad[np.arange(b), np.arange(b)] += g_p
     return loss, grad
@@ -217,6 +220,70 @@ def test_get_config_json_round_trip(rng):
     assert clone.get_config() == layer.get_config()
 
 
+@pytest.mark.parametrize("correction", ["logq-tfrs", "logq-official", "corrected"])
+@pytest.mark.parametrize("sampling_probability", ["inclusion", "per_draw_to_inclusion"])
+def test_inclusion_sampling_probabilities_match_reference(rng, correction,
+                                                          sampling_probability):
+    """tfrs_logq's ``sampling_probability``: ``"inclusion"`` takes ``pi(d)`` as given,
+    ``"per_draw_to_inclusion"`` turns per-draw ``Q`` into ``pi = 1 - (1 - Q)^B``; the
+    standard forms correct with ``log pi``, ``"corrected"`` excludes no ``Q(p)`` and
+    weights with the Horvitz-Thompson ``P``. Deduplicated candidates, extra negatives."""
+    b, c = 5, 8
+    scores = rng.normal(size=(b, c)).astype("float32") * 2
+    ids = np.array([3, 5, 3, 8, 9, 5, 11, 12], "int32")
+    q = rng.uniform(0.01, 0.2, size=c).astype("float32")
+    pi = (1.0 - (1.0 - q.astype(np.float64)) ** b)
+    given = pi.astype("float32") if sampling_probability == "inclusion" else q
+    layer = CorrectedRetrieval(correction=correction, deduplicate=True, reduction="none",
+                               sampling_probability=sampling_probability)
+    assert layer.proposal == "inclusion"
+    loss, (grad,) = value_and_grads(
+        lambda s: layer(s, ids, candidate_sampling_probability=given), [scores], [0])
+    ref, ref_grad = reference_layer(scores.astype(np.float64), ids, np.log(pi), correction,
+                                    dedup=True, inclusion=True)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-5)
+    per_draw = to_numpy(CorrectedRetrieval(correction=correction, deduplicate=True,
+                                           reduction="none")(scores, ids, np.log(given)))
+    per_draw_ref, _ = reference_layer(scores.astype(np.float64), ids,
+                                      np.log(given.astype(np.float64)), correction, dedup=True)
+    np.testing.assert_allclose(per_draw, per_draw_ref, rtol=1e-5, atol=1e-5)
+    if sampling_probability == "inclusion" and correction == "corrected":
+        assert np.all(np.abs(per_draw - loss) > 1e-4)  # the weight and log Q' differ
+
+
+def test_per_draw_to_inclusion_jit_compiled(rng):
+    b, c = 4, 6
+    scores = rng.normal(size=(b, c)).astype("float32")
+    ids = np.array([1, 2, 3, 4, 2, 6], "int32")
+    q = rng.uniform(0.01, 0.2, size=c).astype("float32")
+    layer = CorrectedRetrieval(deduplicate=True, reduction="none",
+                               sampling_probability="per_draw_to_inclusion")
+    out = jit(lambda s, i, lq: layer(s, i, lq))(
+        *[keras.ops.convert_to_tensor(a) for a in (scores, ids, np.log(q))])
+    pi = 1.0 - (1.0 - q.astype(np.float64)) ** b
+    ref, _ = reference_layer(scores.astype(np.float64), ids, np.log(pi), "corrected",
+                             dedup=True, inclusion=True)
+    np.testing.assert_allclose(to_numpy(out), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_sampling_probability_is_checked_and_saved(rng):
+    with pytest.raises(ValueError, match=r"^`sampling_probability` must be one of \('per_draw', "
+                                         r"'inclusion', 'per_draw_to_inclusion'\), received 'set'"):
+        CorrectedRetrieval(sampling_probability="set")
+    with pytest.raises(ValueError, match="per_draw_to_inclusion.*deduplicate=True"):
+        CorrectedRetrieval(sampling_probability="per_draw_to_inclusion")
+    layer = CorrectedRetrieval(sampling_probability="inclusion", reduction="none")
+    clone = CorrectedRetrieval.from_config(json.loads(json.dumps(layer.get_config())))
+    assert clone.sampling_probability == "inclusion" and clone.proposal == "inclusion"
+    scores = rng.normal(size=(3, 5)).astype("float32")
+    ids = np.array([1, 2, 3, 4, 5], "int32")
+    log_pi = np.log(rng.uniform(0.05, 0.5, size=5)).astype("float32")
+    np.testing.assert_allclose(to_numpy(clone(scores, ids, log_pi)),
+                               to_numpy(layer(scores, ids, log_pi)))
+    assert CorrectedRetrieval().proposal == "per_draw"
+
+
 @keras.saving.register_keras_serializable(package="keras_logq_tests")
 class ScoreMatrix(keras.layers.Layer):
     def call(self, queries, candidates):
@@ -259,7 +326,7 @@ def test_bad_arguments_raise():
     scores = np.zeros((2, 3), "float32")
     with pytest.raises(ValueError, match="candidate_ids"):
         CorrectedRetrieval()(scores)
-    with pytest.raises(ValueError, match="candidate_log_q"):
+    with pytest.raises(ValueError, match="needs `candidate_sampling_probability` .*neither"):
         CorrectedRetrieval()(scores, np.array([1, 2, 3], "int32"))
     with pytest.raises(ValueError, match="scores"):
         CorrectedRetrieval(correction="none", remove_accidental_hits=False)(np.zeros(3, "float32"))

@@ -155,6 +155,42 @@ def test_get_config_json_round_trip(rng):
     assert clone.get_config() == loss_fn.get_config()
 
 
+@pytest.mark.parametrize("sampling_probability", ["inclusion", "per_draw_to_inclusion"])
+@pytest.mark.parametrize("given", ["dict", "item_table"])
+def test_inclusion_sampling_probabilities_match_the_horvitz_thompson_formula(
+        rng, sampling_probability, given):
+    """``sampling_probability`` as `CorrectedRetrieval`'s (tfrs_logq's): ``pi(d)`` given, or
+    per-draw ``Q`` turned into ``pi = 1 - (1 - Q)^B``, from ``y_true`` or the item table;
+    the loss of tests/reference.py with inclusion probabilities, values and gradients."""
+    import reference
+
+    b = 6
+    scores, ids, q = _case(rng, b)
+    pi = 1.0 - (1.0 - q.astype(np.float64)) ** b
+    given_q = pi.astype("float32") if sampling_probability == "inclusion" else q
+    table = np.zeros(12, "float32")
+    table[ids] = np.log(given_q)  # one item, one Q (`_case`)
+    loss_fn = CorrectedRetrievalLoss(deduplicate=True, reduction="none",
+                                     sampling_probability=sampling_probability,
+                                     item_log_sampling_probability=table)
+    y_true = ({"candidate_ids": ids, "candidate_sampling_probability": given_q}
+              if given == "dict" else ids)
+    loss, (grad,) = value_and_grads(lambda s: loss_fn(y_true, s), [scores], [0])
+    s64 = scores.astype(np.float64)
+    first = np.array([ids[j] not in ids[:j] for j in range(b)])
+    mask = (ids[None, :] != ids[:, None]) & first[None, :]  # hits and duplicates out
+    ref, g_p, g_n, _ = reference.loss_corrected(np.diag(s64), s64, _rows(np.log(pi), b), mask,
+                                                inclusion=True)
+    ref_grad = g_n + np.diag(g_p)
+    np.testing.assert_allclose(loss, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-4, atol=1e-5)
+    clone = CorrectedRetrievalLoss.from_config(json.loads(json.dumps(loss_fn.get_config())))
+    assert clone.sampling_probability == sampling_probability
+    np.testing.assert_allclose(to_numpy(clone(y_true, scores)), loss, rtol=1e-6)
+    with pytest.raises(ValueError, match="per_draw_to_inclusion.*deduplicate=True"):
+        CorrectedRetrievalLoss(sampling_probability="per_draw_to_inclusion")
+
+
 class TwoTower(keras.Model):
     """``model(x)`` is the `[batch, batch]` score matrix of the batch's users and items."""
 
@@ -211,7 +247,8 @@ def test_compute_loss_with_model_side_log_q(rng):
 
     model = Model()
     got = to_numpy(model.compute_loss(y_pred={"scores": scores, "ids": ids, "q": q}))
-    ref, _ = paper_loss(scores.astype(float), np.arange(b), _rows(ids, b), _rows(q.astype(float), b))
+    ref, _ = paper_loss(scores.astype(float), np.arange(b), _rows(ids, b),
+                        _rows(q.astype(float), b))
     np.testing.assert_allclose(got, ref.mean(), rtol=1e-5)
 
 
