@@ -1,4 +1,5 @@
-"""The accelerator study (`benchmarks/accelerator/`) against numpy references.
+"""The accelerator study (`benchmarks/accelerator/`) against numpy references (its loss:
+test_loss.py).
 
 Runs without TensorFlow, on JAX:
 
@@ -21,105 +22,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.accelerator import driver, evaluate, model, runs, world  # noqa: E402
-from benchmarks.accelerator.loss import study_loss  # noqa: E402
 
 TINY = dict(num_items=300, num_users=40, num_topics=6, topic_sharpness=3.0, batch_size=32,
             embedding_dim=8, learning_rate=1e-2, num_eval_users=64, sampler="mixed",
             num_in_batch=16, num_uniform=16, proposal="mixture")
-
-
-# ---------------------------------------------------------------------------- the loss
-
-def _lse(x):
-    m = x.max(axis=-1, keepdims=True)
-    return (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))[..., 0]
-
-
-def reference_loss(correction, s_p, s_n, log_q_p, log_q_n, mask, inclusion=False):
-    """The paper's formulas, row by row in float64 (masked entries dropped)."""
-    out = []
-    for i in range(len(s_p)):
-        keep = mask[i]
-        sn, lq = s_n[i, keep], log_q_n[keep]
-        if correction == "none":
-            out.append(_lse(np.concatenate([[s_p[i]], sn])) - s_p[i])
-        elif correction == "logq-tfrs":
-            out.append(_lse(np.concatenate([[s_p[i] - log_q_p[i]], sn - lq])) - s_p[i])
-        elif correction == "logq-official":
-            out.append(_lse(np.concatenate([[s_p[i]], sn - lq])) - s_p[i])
-        else:
-            if not keep.any():
-                out.append(0.0)
-                continue
-            lq_prime = lq if inclusion else lq - np.log1p(-np.exp(log_q_p[i]))
-            lse = _lse(sn - lq_prime)
-            if correction == "corrected-w1":
-                w = 1.0
-            elif inclusion:  # Horvitz-Thompson: P = e^{s_p} / (e^{s_p} + sum e^{s - log pi})
-                w = 1.0 - np.exp(s_p[i]) / (np.exp(s_p[i]) + np.exp(lse))
-            else:  # P = e^{s_p} / (e^{s_p} + (1/n) sum e^{s - log Q'})
-                w = 1.0 - np.exp(s_p[i]) / (np.exp(s_p[i]) + np.exp(lse) / keep.sum())
-            out.append(-w * (s_p[i] - lse))
-    return np.array(out)
-
-
-def _loss_inputs(seed=0, batch=6, k=9):
-    rng = np.random.default_rng(seed)
-    s_p = rng.normal(size=batch)
-    s_n = rng.normal(size=(batch, k)) * 2
-    q = rng.dirichlet(np.ones(40))
-    ids = rng.integers(0, 40, size=k)
-    log_q_n = np.log(q[ids])
-    log_q_p = np.log(q[rng.integers(0, 40, size=batch)])
-    mask = rng.random((batch, k)) < 0.8
-    mask[0] = False  # a row without negatives
-    return s_p, s_n, log_q_p, log_q_n, mask
-
-
-@pytest.mark.parametrize("correction,inclusion", [
-    ("none", False), ("logq-tfrs", False), ("logq-official", False), ("corrected", False),
-    ("corrected-w1", False), ("corrected", True), ("corrected-w1", True)])
-def test_loss_matches_numpy_reference(correction, inclusion):
-    s_p, s_n, log_q_p, log_q_n, mask = _loss_inputs()
-    want = reference_loss(correction, s_p, s_n, log_q_p, log_q_n, mask, inclusion)
-    f32 = lambda x: jnp.asarray(x, jnp.float32)
-    got = study_loss(correction, f32(s_p), f32(s_n), positive_log_q=f32(log_q_p),
-                     negative_log_q=f32(log_q_n), is_negative=jnp.asarray(mask),
-                     inclusion=inclusion)
-    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
-
-
-def test_a_bare_logq_is_refused_naming_both_forms():
-    s_p, s_n, log_q_p, log_q_n, mask = _loss_inputs()
-    with pytest.raises(ValueError, match=r"^correction 'logq' is ambiguous: use 'logq-tfrs' "
-                                         r"\(TFRS's .*'logq-official' \(the paper's code"):
-        study_loss("logq", jnp.asarray(s_p, jnp.float32), jnp.asarray(s_n, jnp.float32),
-                   positive_log_q=jnp.asarray(log_q_p, jnp.float32),
-                   negative_log_q=jnp.asarray(log_q_n, jnp.float32),
-                   is_negative=jnp.asarray(mask))
-
-
-def test_corrected_gradient_holds_the_weight_constant():
-    """d/ds_p of -w (s_p - lse) is -w (w held constant), and a masked logit gets 0."""
-    s_p, s_n, log_q_p, log_q_n, mask = _loss_inputs(seed=1)
-    f32 = lambda x: jnp.asarray(x, jnp.float32)
-    grad_p, grad_n = jax.grad(
-        lambda a, b: study_loss("corrected", a, b, positive_log_q=f32(log_q_p),
-                                negative_log_q=f32(log_q_n),
-                                is_negative=jnp.asarray(mask)).sum(), argnums=(0, 1))(
-        f32(s_p), f32(s_n))
-    loss = reference_loss("corrected", s_p, s_n, log_q_p, log_q_n, mask)
-    lse = np.array([_lse(s_n[i, mask[i]] - (log_q_n[mask[i]] - np.log1p(-np.exp(log_q_p[i]))))
-                    if mask[i].any() else s_p[i] for i in range(len(s_p))])
-    has = mask.any(1)
-    w = np.divide(loss, lse - s_p, out=np.zeros_like(loss), where=has)
-    np.testing.assert_allclose(np.asarray(grad_p), -w, rtol=1e-4, atol=1e-6)
-    assert np.all(np.asarray(grad_n)[~mask] == 0.0)
-    # d/ds_ij = w * softmax_j(s_ij - log Q'_j) over the kept entries.
-    row = 2
-    adjusted = s_n[row] - log_q_n + np.log1p(-np.exp(log_q_p[row]))
-    soft = np.where(mask[row], np.exp(adjusted - lse[row]), 0.0)
-    np.testing.assert_allclose(np.asarray(grad_n)[row], w[row] * soft, rtol=1e-4, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------- CRN
