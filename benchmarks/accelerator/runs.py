@@ -20,7 +20,7 @@ from .world import WorldConfig
 
 SAMPLERS = ("in-batch", "uniform", "mixed")
 PROPOSALS = ("unigram", "mixture", "inclusion")
-COMPLEMENT_EPSILON = 1e-6
+COMPLEMENT_EPSILON = klq.COMPLEMENT_EPSILON  # the cap of Q in log(1 - Q), as the losses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +187,9 @@ def preset_runs(name: str, seeds: Optional[Sequence[int]] = None,
 
 def proposal_log_q(run: Run, log_q_unigram: np.ndarray) -> np.ndarray:
     """`[V + 1]` float64 ``log Q(d)`` of the run's proposal (as the TensorFlow
-    study's `proposal_log_q_table`; entry 0, padding, is -inf)."""
+    study's `proposal_log_q_table`; entry 0, padding, is -inf). float64 numpy on the host:
+    ``inclusion`` is `keras_logq.losses.inclusion_log_q`'s formula, which computes in the
+    backend's float32 on a JAX device without x64."""
     if run.proposal == "unigram":
         return log_q_unigram
     with np.errstate(divide="ignore"):
