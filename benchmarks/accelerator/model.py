@@ -100,7 +100,11 @@ def query_embeddings(params: dict, history) -> jnp.ndarray:
 
 def distinct_in_random_order(ids, k: int, key):
     """`keras_logq.distinct_in_random_order` with a JAX key: the distinct nonzero ``ids``
-    in random order, the first ``k`` kept, padded with 0 (``is_valid`` False)."""
+    in random order, the first ``k`` kept, padded with 0 (``is_valid`` False).
+
+    Not a call of it: keras-logq draws through `keras.random`, whose seed is an int or a
+    `SeedGenerator` (Keras 3.15), and the study's jitted step needs a key that is a function
+    of ``(seed, step)`` traced inside the loop. The algorithm is the same line for line."""
     ordered = jnp.sort(ids.reshape(-1))
     first = jnp.concatenate([jnp.ones((1,), bool), ordered[1:] != ordered[:-1]])
     keep = jnp.logical_and(first, ordered != 0)
