@@ -64,7 +64,7 @@ $(TF221_STAMP): pyproject.toml
 	@echo "== $(TF221_VENV): tfrs-logq on TensorFlow 2.21 and tf-keras 2.21, without ScaNN"
 	test -x $(TF221_PY) || $(PYTHON) -m venv $(TF221_VENV)
 	$(TF221_PY) -m pip install $(PIP_PROGRESS) "tensorflow==2.21.*" "tf-keras==2.21.*" \
-	  "tensorflow-recommenders==0.7.7" -e ".[serving-brute-force]" "pytest>=8" "scipy>=1.11"
+	  "tensorflow-recommenders==0.7.7" -e ".[serving]" "pytest>=8" "scipy>=1.11"
 	rm -f $(TF221_VENV)/.installed-*
 	touch $(TF221_STAMP)
 
