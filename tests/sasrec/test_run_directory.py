@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from smoke_config import smoke_config
 
-from tfrs_logq.sasrec.training import resolve_config, train
+from tfrs_logq.sasrec.training import train
 
 
 def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
@@ -21,8 +22,8 @@ def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
          str(model_dir / RunLock.NAME)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
-                                max_epochs=1, steps_per_epoch=2)
+        config = smoke_config(loss="inbatch-none", data_dir=data_dir,
+                              max_epochs=1, steps_per_epoch=2)
         with pytest.raises(RunDirectoryError, match="in use by another training process") as e:
             train(config, str(model_dir), verbose=0)
         if sys.platform.startswith("linux"):  # the holder, from /proc/locks
@@ -59,7 +60,7 @@ def test_run_directories_of_older_versions_are_refused_not_resumed_wrongly(data_
         saved_config,
     )
 
-    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    config = smoke_config(loss="inbatch-none", data_dir=data_dir)
     for name, make in (("keras-backup", lambda d: (d / "backup" / "chief").mkdir(parents=True)),
                        ("zero-based", lambda d: (d / "epochs.json").write_text(json.dumps(
                            {"monitor": "val_ndcg@10", "best_epoch": 0,
@@ -76,7 +77,7 @@ def test_run_directories_of_older_versions_are_refused_not_resumed_wrongly(data_
 def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_path):
     from tfrs_logq.sasrec.run_directory import RunDirectoryError, prepare_run_directory
 
-    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    config = smoke_config(loss="inbatch-none", data_dir=data_dir)
     run = tmp_path / "m"
     run.mkdir()
     for name in (".lock", "vocabulary.json", ".config.json.x1y2.tmp"):
@@ -100,9 +101,9 @@ def test_a_run_that_stopped_before_its_first_epoch_does_not_block_a_retry(data_d
         saved_config,
     )
 
-    failed = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
-                            max_length=50)
-    retry = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir)
+    failed = smoke_config(loss="inbatch-none", data_dir=data_dir,
+                          max_length=50)
+    retry = smoke_config(loss="inbatch-none", data_dir=data_dir)
     run = tmp_path / "m"
     (run / "logs").mkdir(parents=True)
     (run / "logs" / "events.out.tfevents.1").write_text("x")
@@ -134,13 +135,13 @@ def test_train_retries_in_the_directory_of_a_run_that_failed_at_its_start(data_d
         def on_train_begin(self, logs=None):
             raise RuntimeError("out of memory")
 
-    first = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
-                           max_epochs=1, steps_per_epoch=2, max_length=40)
+    first = smoke_config(loss="inbatch-none", data_dir=data_dir,
+                         max_epochs=1, steps_per_epoch=2, max_length=40)
     with pytest.raises(RuntimeError, match="out of memory"):
         train(first, str(tmp_path / "m"), verbose=0, extra_callbacks=[Fail()])
     assert (tmp_path / "m" / "config.json").exists()
-    retry = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
-                           max_epochs=1, steps_per_epoch=2)
+    retry = smoke_config(loss="inbatch-none", data_dir=data_dir,
+                         max_epochs=1, steps_per_epoch=2)
     assert train(retry, str(tmp_path / "m"), verbose=0)["epochs"] == 1
     assert json.loads((tmp_path / "m" / "config.json").read_text())["max_length"] == 30
 
@@ -151,8 +152,8 @@ def test_a_resume_keeps_the_runs_speed_only_fields(data_dir, tmp_path, caplog):
 
     from tfrs_logq.sasrec.run_directory import _resumed_speed_fields, saved_config
 
-    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
-                            length_buckets=8)
+    config = smoke_config(loss="inbatch-none", data_dir=data_dir,
+                          length_buckets=8)
     (tmp_path / "config.json").write_text(json.dumps(saved_config(config, 40)))
     with caplog.at_level(logging.INFO, logger="tfrs_logq.sasrec.training"):
         resumed = _resumed_speed_fields(dataclasses.replace(config, length_buckets=2),
@@ -181,12 +182,12 @@ def test_a_filesystem_without_flock_warns_and_trains(tmp_path, monkeypatch, capl
 def test_run_directory_refuses_other_or_finished_runs(data_dir, tmp_path):
     from tfrs_logq.sasrec.run_directory import RunDirectoryError
 
-    config = resolve_config("smoke", loss="inbatch-none", split="loo", data_dir=data_dir,
-                            max_epochs=1, steps_per_epoch=2)
+    config = smoke_config(loss="inbatch-none", data_dir=data_dir,
+                          max_epochs=1, steps_per_epoch=2)
     model_dir = str(tmp_path / "m")
     train(config, model_dir, verbose=0)
-    other = resolve_config("smoke", loss="mns-none", split="loo", data_dir=data_dir,
-                           max_epochs=1, steps_per_epoch=2)
+    other = smoke_config(loss="mns-none", data_dir=data_dir,
+                         max_epochs=1, steps_per_epoch=2)
     with pytest.raises(RunDirectoryError, match="another config"):
         train(other, model_dir, verbose=0)
     with pytest.raises(RunDirectoryError, match="finished"):

@@ -19,7 +19,7 @@ def test_train_cli_smoke_writes_model_dir_and_json(data_dir, tmp_path):
     model_dir = tmp_path / "model"
     proc = _cli("train", "--dataset", "ml-1m", "--split", "temporal", "--loss", "mns-corrected",
                 "--preset", "smoke", "--model-dir", str(model_dir), "--data-dir", data_dir,
-                "--seed", "3", "--json")
+                "--seed", "3", "--length-buckets", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["loss"] == "mns-corrected" and result["seed"] == 3
@@ -63,7 +63,8 @@ def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_di
 
 def test_train_cli_config_file_and_bad_input(data_dir, tmp_path, capsys):
     cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({"preset": "smoke", "loss": "gbce", "max_epochs": 1}))
+    cfg.write_text(json.dumps({"preset": "smoke", "loss": "gbce", "max_epochs": 1,
+                               "length_buckets": 1}))
     proc = cli_in_process(capsys, "train", "--config", str(cfg), "--model-dir",
                        str(tmp_path / "m"), "--data-dir", data_dir, "--split", "loo", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -24,7 +24,8 @@ def test_the_split_of_a_users_log_is_the_user_log_readers(tmp_path):
 
     path = _log(tmp_path / "log.csv")
     config = config_lib.resolve_config("smoke", interactions=path, user_column="uid",
-                                       item_column="movie", time_column="ts", split="loo")
+                                       item_column="movie", time_column="ts", split="loo",
+                                       length_buckets=1)
     split = training.load_config_split(config)
     expected = load_user_log_split(UserLogSource(path, "uid", "movie", time_column="ts"), "loo")
     np.testing.assert_array_equal(split.test.targets, expected.test.targets)
