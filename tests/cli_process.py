@@ -28,6 +28,8 @@ def entries(help_text):
         if not line.startswith(("  ", "│")):  # a group's title or border, a usage line
             continue
         line = re.sub(r"^│ ?|^  |\s*│$", "", line)
+        if not line.strip("-─ "):  # a rule under a group's description
+            continue
         match = re.match(r"(-[\w-]+)", line)
         if match:
             flag = match.group(1)

@@ -1,6 +1,6 @@
 """``python -m lab``: the lab's command, ``experiment``, with the flags,
 help, one-line errors and exit statuses of ``tfrs-logq`` (`tfrs_logq.cli.app`): one module
-per command, each with its flags (``populate``) and its handler (``run``)."""
+per command, each with its flags (``Flags``) and its handler (``run``)."""
 
 from __future__ import annotations
 

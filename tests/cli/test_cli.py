@@ -162,11 +162,13 @@ def test_either_spelling_reaches_the_command_help_shows_one_and_old_names_are_re
     assert "--model_base_path" in serve and "--model-base-path" not in serve
     code, _, err = run(capsys, "serve", "--model-name", "m", "--model-base-path", "/nonexistent")
     assert_one_line_error(code, err, "--model_base_path /nonexistent does not exist")
-    # The old names of --data-format, --temporal-fraction, --log-format and --xla are gone.
+    # The old names of --data-format, --temporal-fraction, --log-format and --xla are gone
+    # (given with the required flags: tyro names a missing one first).
+    train = ["train", "--model-dir", "m"]
     for command, old in ((["data", "stats"], ["--format", "sasrec"]),
-                         (["train"], ["--fraction", "0.2"]), (["compare"], ["--format", "csv"]),
-                         (["pipeline", "run"], ["--format", "csv"]), (["train"], ["--jit-compile"]),
-                         (["train"], ["--no-jit-compile"])):
+                         (train, ["--fraction", "0.2"]), (["compare"], ["--format", "csv"]),
+                         (["pipeline", "run", "--pipeline-root", "r"], ["--format", "csv"]),
+                         (train, ["--jit-compile"]), (train, ["--no-jit-compile"])):
         code, _, err = run(capsys, *command, *old)
         assert_one_line_error(code, err, f"Unrecognized options: {old[0]}")
         assert len(err.strip().splitlines()) == 1, err
@@ -223,7 +225,7 @@ def test_the_installed_commands_are_the_users_and_the_lab_is_not_among_them(caps
 def test_lists_take_commas_or_spaces(values):
     args = cli.build_parser().parse_args(["diagnose", "--num-negatives", *values,
                                           "--corrections", "none", "corrected"])
-    assert args.num_negatives == [1, 2, 3] and args.corrections == ["none", "corrected"]
+    assert args.num_negatives == (1, 2, 3) and args.corrections == ("none", "corrected")
 
 
 def test_a_list_is_checked_item_by_item(capsys, tmp_path):
@@ -253,8 +255,11 @@ def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_preset
 
     choices = squeeze(shown["--loss"]).split("{", 1)[1].split("}", 1)[0].split(",")
     assert choices[:len(OBJECTIVES)] == list(OBJECTIVES) and set(LOSSES) <= set(choices)
-    assert f"(default: {TrainConfig.max_length}; " in shown["--max-length"]
-    assert f"smoke: {PRESETS['smoke']['max_length']}" in shown["--max-length"]
+    # Each flag shows its default; --preset shows each preset's values, as flags.
+    assert f"(default: {TrainConfig.max_length})" in shown["--max-length"]
+    smoke = squeeze(shown["--preset"]).split("smoke:", 1)[1]
+    assert squeeze(f"--max-length {PRESETS['smoke']['max_length']}") in smoke
+    assert squeeze("long: --split gsasrec --max-epochs 80") in squeeze(shown["--preset"])
 
 
 def test_every_server_option_is_a_serve_flag(capsys):

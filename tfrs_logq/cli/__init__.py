@@ -1,12 +1,13 @@
-"""The `tfrs-logq` command line: one module per command, each with its flags (dataclasses
-added by ``populate``) and its handler (``run``); the work itself is done by the library.
+"""The `tfrs-logq` command line: one module per command, each with its flags (``Flags``, a
+dataclass tyro parses) and its handler (``run``); the work itself is done by the library.
 
 - `app`: the command tree (`build_parser`), `main`, logging, one-line errors and exit
   codes (2 for an error a user can fix, 3 when ``pipeline run``'s Evaluator does not
   bless the model, 130 on Ctrl-C).
-- `_flags`: flags from dataclasses (parsed by tyro), `TrainConfig`'s flags and
-  ``--config`` files.
-- `_common`: what several commands share (data loading flags, the default split, ...).
+- `_flags`: tyro's call: lists split at commas, bounds (`check`), one-line errors.
+- `_train_flags`: `TrainConfig`'s fields as flags (`TrainOptions`) and ``--config`` files.
+- `_common`: what several commands share (the exit statuses, data loading flags, the
+  default split, ...).
 - ``demo``, ``data``, ``train``, ``compare``, ``diagnose``, ``export``, ``serve``,
   ``evaluate``, ``pipeline``: the commands. (The experiments behind the project's findings,
   ``study`` and ``experiment``, are the repository's ``python -m lab``, not installed; it

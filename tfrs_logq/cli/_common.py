@@ -1,6 +1,6 @@
-"""What several commands share besides the flags' machinery (`_flags`): the flags of
-data loading, the default split, a training output's config, the smoke warning, the log
-handler and the exit statuses."""
+"""What several commands share besides the flags' machinery (`_flags`): the program's
+name, the exit statuses, the flags of data loading, the default split, a training output's
+config, the smoke warning and the log handler. Imports neither tyro nor TensorFlow."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import sys
 from typing import Optional
 
-from tfrs_logq.cli._flags import PROG
-
+PROG = "tfrs-logq"
+USER_ERROR_EXIT = 2  # an error a user can fix: bad flags, data, files, ports, servers
 # `pipeline run`'s exit status when the Evaluator did not bless the model (2 is an error).
 NOT_BLESSED_EXIT = 3
+
+
+def cut(text: str, limit: int = 200) -> str:
+    """``text`` with each run of over ``limit`` non-blank characters cut short."""
+    return re.sub(r"\S{%d,}" % (limit + 1),
+                  lambda m: f"{m[0][:limit]}... ({len(m[0]):,} characters)", text)
 
 
 def require_modules(*names: str) -> None:
@@ -28,9 +35,7 @@ def require_modules(*names: str) -> None:
 
 
 @dataclasses.dataclass
-class LoadOptions:
-    """How a data file is read (``train``, ``data stats``, ``evaluate``)."""
-
+class LoadOptions:  # how a data file is read (`train`, `data stats`, `evaluate`)
     skip_bad_lines: bool = False
     """skip malformed lines of the data file and report how many"""
     cache: bool = True

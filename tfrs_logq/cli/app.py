@@ -1,8 +1,8 @@
 """The `tfrs-logq` command tree and `main`: logging, one-line errors and exit codes.
 
-Building the parser imports no TensorFlow: argparse takes the command's words, tyro its
-flags (`_flags`); a command's module (its flags and its handler) is imported when that
-command is parsed or its help printed, and
+Building the parser imports neither tyro nor TensorFlow: argparse takes the command's
+words, tyro its flags (`_flags`); a command's module (its flags and its handler) is
+imported when that command is parsed or its help printed, and
 TensorFlow's start-up logs are silenced before anything imports it (``--verbose``
 keeps them). Errors a user can fix (bad flags, data, files, ports, servers) end the
 command with one line, ``tfrs-logq: error: ...`` on stderr, and exit status 2;
@@ -13,7 +13,6 @@ Evaluator does not bless the model.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import logging
 import os
@@ -21,11 +20,10 @@ import sys
 import traceback
 from typing import Callable, Optional, Sequence
 
-from tfrs_logq.cli._common import log_handler
-from tfrs_logq.cli._flags import PROG, USER_ERROR_EXIT, Parser, add_flags, cut, field_docs
+from tfrs_logq.cli._common import PROG, USER_ERROR_EXIT, cut, log_handler
 
-# (path, module, help): one module of `tfrs_logq.cli` per command, its flags (`populate`)
-# and its handler (`run`).
+# (path, module, help): one module of `tfrs_logq.cli` per command, its flags (``Flags``)
+# and its handler (``run``).
 COMMANDS = (
     (("demo",), "demo",
      "train none/logq/corrected on the synthetic stream; compare Recall@k"),
@@ -45,27 +43,36 @@ COMMANDS = (
 )
 # Commands that only group others.
 GROUPS = {"data": "dataset tools", "pipeline": "the batch pipeline on Apache Beam"}
+VERBOSE = "show tracebacks and TensorFlow's start-up logs (default: off)"
 
 
-@dataclasses.dataclass
-class Verbose:
-    """Every command's and group's flag."""
+class Parser(argparse.ArgumentParser):
+    """The command tree (argparse); a command's words go to its module's ``Flags``
+    (`_flags.parse`, tyro), the module imported then."""
 
-    verbose: bool = False
-    """show tracebacks and TensorFlow's start-up logs"""
+    def __init__(self, *args, module=None, root=PROG, top=False, **kwargs) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+        self.module, self.root, self.top, self.commands = module, root, top, {}
 
+    def error(self, message: str):
+        self.exit(USER_ERROR_EXIT,
+                  f"{self.root}: error: {cut(message)} (see {self.prog} --help)\n")
 
-def _populate_from(module_name: str):
-    def populate(flags: list) -> None:
-        module = importlib.import_module(module_name)
-        module.populate(flags)
-        add_flags(flags, Verbose)
+    def parse_known_args(self, args=None, namespace=None):
+        args, node, n = [str(a) for a in (sys.argv[1:] if args is None else args)], self, 0
+        while self.top and n < len(args) and node.module is None and (
+                args[n] == "--verbose" or args[n] in node.commands):
+            node, n = node.commands.get(args[n], node), n + 1
+        if node.module is None or node is self:  # help, --version, errors, subparsers
+            return super().parse_known_args(args, namespace)
+        namespace, _ = super().parse_known_args(args[:n], namespace)
+        from tfrs_logq.cli._flags import parse
 
-    return populate
-
-
-def _run_from(module_name: str):
-    return lambda args: importlib.import_module(module_name).run(args)
+        module = importlib.import_module(node.module)
+        vars(namespace).update(parse(module.Flags, args[n:], node,
+                                     getattr(module, "UNDERSCORES", False)))
+        namespace.run = module.run
+        return namespace, []
 
 
 def build_parser(commands=COMMANDS, *, package: str = "tfrs_logq.cli", prog: str = PROG,
@@ -78,12 +85,11 @@ def build_parser(commands=COMMANDS, *, package: str = "tfrs_logq.cli", prog: str
     repository's ``python -m lab`` builds its own commands' parser with it."""
     from tfrs_logq._version import __version__
 
-    verbose = field_docs(Verbose)["verbose"] + " (default: off)"
     parser = Parser(prog=prog, root=prog, top=True, description=description,
                     epilog=f"`{prog} COMMAND --help` lists a command's flags and their "
                            "defaults.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--verbose", action="store_true", help=verbose)
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE)
     dests = {(): "command", ("data",): "data_command", ("pipeline",): "pipeline_command"}
     subparsers = {(): (parser, parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=Parser))}
@@ -92,15 +98,13 @@ def build_parser(commands=COMMANDS, *, package: str = "tfrs_logq.cli", prog: str
         if parent not in subparsers:  # a group: `data`, `pipeline`
             above, actions = subparsers[parent[:-1]]
             group = actions.add_parser(parent[-1], help=GROUPS[parent[-1]], root=prog)
-            group.add_argument("--verbose", action="store_true", help=verbose)
+            group.add_argument("--verbose", action="store_true", help=VERBOSE)
             above.commands[parent[-1]] = group
             subparsers[parent] = (group, group.add_subparsers(
                 dest=dests[parent], required=True, metavar="COMMAND", parser_class=Parser))
         above, actions = subparsers[parent]
-        name = f"{package}.{module}"
         above.commands[path[-1]] = actions.add_parser(
-            path[-1], populate=_populate_from(name), help=help_text, root=prog, add_help=False)
-        above.commands[path[-1]].set_defaults(run=_run_from(name))
+            path[-1], module=f"{package}.{module}", help=help_text, root=prog, add_help=False)
     return parser
 
 
@@ -161,8 +165,8 @@ def main(argv: Optional[Sequence[str]] = None, *,
     _quiet_tensorflow(verbose)  # before any command imports TensorFlow
     beam_args: list = []
     if "--" in argv:  # `pipeline run ... -- BEAM FLAGS`: Beam's own pipeline options
-        cut = argv.index("--")
-        argv, beam_args = argv[:cut], argv[cut + 1:]
+        at = argv.index("--")
+        argv, beam_args = argv[:at], argv[at + 1:]
     parser = build()
     args = parser.parse_args(argv)
     if beam_args:

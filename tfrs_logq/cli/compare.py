@@ -6,105 +6,112 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from typing import Optional
+from typing import Annotated, Literal, Optional
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import default_log_split
-from tfrs_logq.cli._flags import add_flags, flag
+from tfrs_logq.cli._flags import Verbose, check, shown
 from tfrs_logq.studies._grid import check_output_dir
 
 
 @dataclasses.dataclass
-class UserLogFlags:
-    """A user's interaction log (`tfrs_logq.pipelines.user_log.UserLogSource`)."""
-
-    interactions: Optional[str] = flag(None, metavar="PATH", group="data",
-                                       default_text="none: --dataset instead")
+class UserLogFlags:  # a user's log (`tfrs_logq.pipelines.user_log.UserLogSource`) or a dataset
+    interactions: Annotated[Optional[str], arg(metavar="PATH"), shown(
+        "none: --dataset instead")] = None
     """a CSV/TSV (optionally .gz), Parquet or JSON Lines file, a glob or a directory"""
-    user_column: Optional[str] = flag(None, metavar="C", group="data")
+    user_column: Annotated[Optional[str], arg(metavar="C")] = None
     """the column of user ids (text or integers)"""
-    item_column: Optional[str] = flag(None, metavar="C", group="data")
+    item_column: Annotated[Optional[str], arg(metavar="C")] = None
     """the column of item ids (text or integers)"""
-    time_column: Optional[str] = flag(None, metavar="C", group="data",
-                                      default_text="none: the file order, no temporal split")
+    time_column: Annotated[Optional[str], arg(metavar="C"), shown(
+        "none: the file order, no temporal split")] = None
     """the column of times: integer seconds or ISO 8601 text"""
-    weight_column: Optional[str] = flag(None, metavar="C", group="data")
+    weight_column: Annotated[Optional[str], arg(metavar="C")] = None
     """a number per interaction (>= 0): the two-tower loss of each example is multiplied by
     its target's weight"""
-    log_format: Optional[str] = flag(None, choices=("csv", "tsv", "parquet", "jsonl"),
-                                     group="data", default_text="each file's extension")
+    log_format: Annotated[Optional[Literal["csv", "tsv", "parquet", "jsonl"]], shown(
+        "each file's extension")] = None
     """the files' format"""
-    skip_bad_lines: bool = flag(False, group="data")
+    skip_bad_lines: bool = False
     """skip malformed rows and count them (default: the first one is an error)"""
-    min_item_interactions: int = flag(5, at_least=1, group="data")
+    min_item_interactions: int = 5
     """drop items with fewer interactions"""
-    min_user_interactions: int = flag(0, at_least=0, group="data")
+    min_user_interactions: int = 0
     """then drop users with fewer"""
-    deduplicate: bool = flag(False, group="data")
+    deduplicate: bool = False
     """keep only the first of repeated (user, item) pairs"""
+    dataset: Annotated[Optional[Literal["ml-1m", "steam"]], shown(
+        "none: --interactions")] = None
+    """a built-in dataset instead of --interactions"""
+    data_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
+    """where --dataset's files are"""
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"min_item_interactions": 1, "min_user_interactions": 0})
 
 
 @dataclasses.dataclass
-class CompareFlags:
-    dataset: Optional[str] = flag(None, choices=("ml-1m", "steam"), group="data",
-                                  default_text="none: --interactions")
-    """a built-in dataset instead of --interactions"""
-    data_dir: Optional[str] = flag(None, metavar="DIR", group="data")
-    """where --dataset's files are"""
-    split: Optional[str] = flag(None, choices=("temporal", "loo", "gsasrec"),
-                                default_text="temporal; loo for a log without --time-column")
+class CompareFlags(Verbose):
+    split: Annotated[Optional[Literal["temporal", "loo", "gsasrec"]], shown(
+        "temporal; loo for a log without --time-column")] = None
     """the evaluation split (temporal needs --time-column)"""
-    model: str = flag("two-tower", choices=("two-tower", "sasrec"))
+    model: Literal["two-tower", "sasrec"] = "two-tower"
     """the model family"""
     losses: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     """the losses compared (the first is the baseline unless --baseline); two-tower:
     inbatch|mns x none|logq-tfrs|logq-official|corrected"""
-    baseline: Optional[str] = flag(None, default_text="the first of --losses")
+    baseline: Annotated[Optional[str], shown("the first of --losses")] = None
     """the loss the others are paired against"""
-    seeds: tuple[int, ...] = flag((0, 1, 2), at_least=0)
+    seeds: tuple[int, ...] = (0, 1, 2)
     """seeds: one pair per seed"""
-    steps: int = flag(3000, at_least=1)
+    steps: int = 3000
     """training steps of every run (fixed: no early stopping)"""
-    eval_every: int = flag(500, at_least=1)
+    eval_every: int = 500
     """evaluate the test split every this many steps"""
-    window: Optional[int] = flag(None, at_least=1,
-                                 default_text="3, or every evaluation when fewer")
+    window: Annotated[Optional[int], shown("3, or every evaluation when fewer")] = None
     """a run's result: the mean of its last this many evaluations"""
-    batch_size: int = flag(512, at_least=2)
+    batch_size: int = 512
     """examples per step"""
-    embedding_dim: int = flag(64, at_least=1)
+    embedding_dim: int = 64
     """embedding size (two-tower)"""
-    history_length: int = flag(50, at_least=1)
+    history_length: int = 50
     """the query reads the user's last this many items (two-tower)"""
-    num_negatives: int = flag(1024, at_least=1)
+    num_negatives: int = 1024
     """uniform negatives of the mns-* losses (two-tower)"""
-    learning_rate: float = flag(3e-3, above=0)
+    learning_rate: float = 3e-3
     """Adam's step size (two-tower)"""
-    sasrec_preset: str = flag("cpu", choices=("smoke", "cpu", "long", "fixed", "paper"))
+    sasrec_preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
     """SASRec's architecture (--model sasrec); --steps, --eval-every and --window replace
     its epochs"""
-    temporal_fraction: Optional[float] = flag(None, above=0, metavar="F",
-                                              default_text="0.1")
+    temporal_fraction: Annotated[Optional[float], arg(metavar="F"), shown("0.1")] = None
     """--split temporal: the latest this fraction of interactions is the test split"""
     exclude_seen: bool = True
     """the evaluation policy, as the served top_k's exclude_history: leave the items of
     the history a request sends out of the ranking (a repeat target is then a miss);
     --no-exclude-seen ranks them (send exclude_history false to serve that way)"""
-    margin: str = flag("2%", metavar="M")
+    margin: Annotated[str, arg(metavar="M")] = "2%"
     """the equivalence margin: an interval inside ±M reads "no difference larger than
     M"; a percentage of the reference's value (2%) or an absolute difference (0.003)"""
     report_only: bool = False
     """rebuild report.md and the charts from --output-dir's results.csv (no training)"""
-    output_dir: str = flag("compare_output", metavar="DIR")
+    output_dir: Annotated[str, arg(metavar="DIR")] = "compare_output"
     """results.csv, curves.csv, report.md and the charts go here"""
-    max_runs: Optional[int] = flag(None, at_least=0, default_text="all")
+    max_runs: Annotated[Optional[int], shown("all")] = None
     """train at most N unfinished runs, then stop (a rerun goes on)"""
     json: bool = False
     """print one JSON object (the plan and the results' rows); progress goes to stderr"""
+    data: Annotated[UserLogFlags, arg(name="data")] = dataclasses.field(
+        default_factory=UserLogFlags)
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"seeds": 0, "steps": 1, "eval_every": 1, "window": 1,
+                              "batch_size": 2, "embedding_dim": 1, "history_length": 1,
+                              "num_negatives": 1, "max_runs": 0},
+              above={"learning_rate": 0, "temporal_fraction": 0})
 
 
-def populate(p) -> None:
-    add_flags(p, UserLogFlags)
-    add_flags(p, CompareFlags)
+Flags = CompareFlags
 
 
 def run(args) -> int:

@@ -4,32 +4,44 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Optional
+from typing import Annotated, Optional
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import LoadOptions, default_log_split, default_split, load_options
-from tfrs_logq.cli._flags import add_flags, add_train_flags, flag
+from tfrs_logq.cli._flags import Verbose, check
+from tfrs_logq.cli._train_flags import train_options
+
+_DataOptions = train_options("DataOptions", only=(
+    "dataset", "split", "data_dir", "data_format", "temporal_fraction", "interactions",
+    "user_column", "item_column", "time_column", "log_format"))
 
 
 @dataclasses.dataclass
 class StatsFlags:
-    min_item_interactions: int = flag(5, at_least=1, group="data")
+    min_item_interactions: int = 5
     """drop items with fewer interactions (as compare and train do)"""
-    min_user_interactions: int = flag(0, at_least=0, group="data")
+    min_user_interactions: int = 0
     """then drop users with fewer"""
-    deduplicate: bool = flag(False, group="data")
+    deduplicate: bool = False
     """keep only the first of repeated (user, item) pairs"""
-    weight_column: Optional[str] = flag(None, metavar="C", group="data")
+    weight_column: Annotated[Optional[str], arg(metavar="C")] = None
     """a number per interaction of --interactions: read, checked and summarised"""
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"min_item_interactions": 1, "min_user_interactions": 0})
+
+
+@dataclasses.dataclass
+class Flags(Verbose):
     json: bool = False
     """print one JSON object"""
-
-
-def populate(p) -> None:
-    add_train_flags(p, only=("dataset", "split", "data_dir", "data_format", "temporal_fraction",
-                             "interactions", "user_column", "item_column", "time_column",
-                             "log_format"))
-    add_flags(p, LoadOptions, group="data")
-    add_flags(p, StatsFlags)
+    data: Annotated[_DataOptions, arg(name="data")] = dataclasses.field(
+        default_factory=_DataOptions)
+    load: Annotated[LoadOptions, arg(name="data loading")] = dataclasses.field(
+        default_factory=LoadOptions)
+    log: Annotated[StatsFlags, arg(name="your log (--interactions)")] = dataclasses.field(
+        default_factory=StatsFlags)
 
 
 def load_any_split(args):
@@ -103,7 +115,7 @@ def run(args) -> int:
 
     if not getattr(args, "interactions", None):
         given = [n for n in ("min_item_interactions", "min_user_interactions", "deduplicate")
-                 if getattr(args, n) != StatsFlags.__dataclass_fields__[n].default]
+                 if getattr(args, n) != getattr(StatsFlags, n)]
         if given:
             raise ValueError(f"--{given[0].replace('_', '-')} filters --interactions (your "
                              f"log); a built-in dataset is preprocessed as its papers do.")

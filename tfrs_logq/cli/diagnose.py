@@ -5,44 +5,46 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Optional
+from typing import Annotated, Literal, Optional
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import read_model_config
-from tfrs_logq.cli._flags import add_flags, flag
+from tfrs_logq.cli._flags import Verbose, check, shown
 from tfrs_logq.losses import CORRECTIONS
 from tfrs_logq.studies.diagnose import SAMPLERS
 
 
 @dataclasses.dataclass
-class DiagnoseFlags:
-    model_dir: Optional[str] = flag(None, metavar="DIR")
+class Flags(Verbose):
+    model_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
     """a `tfrs-logq train` run (this or --synthetic-items is required)"""
-    synthetic_items: Optional[int] = flag(None, at_least=2)
+    synthetic_items: Optional[int] = None
     """the synthetic stream's ground-truth model with N items"""
-    data_dir: Optional[str] = flag(None, metavar="DIR", default_text="its saved data_dir")
+    data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown("its saved data_dir")] = None
     """data of --model-dir"""
-    queries: int = flag(256, at_least=1)
+    queries: int = 256
     """queries (test users of --model-dir, users of the stream)"""
-    samplers: tuple[str, ...] = flag(("in-batch",), choices=SAMPLERS)
+    samplers: tuple[Literal[SAMPLERS], ...] = ("in-batch",)
     """samplers"""
-    num_negatives: tuple[int, ...] = flag((16, 64, 256), at_least=1)
+    num_negatives: tuple[int, ...] = (16, 64, 256)
     """numbers of negatives k"""
-    corrections: tuple[str, ...] = flag(CORRECTIONS, choices=CORRECTIONS)
+    corrections: tuple[Literal[CORRECTIONS], ...] = CORRECTIONS
     """corrections"""
-    draws: int = flag(200, at_least=2, metavar="T")
+    draws: int = 200
     """Monte Carlo draws of the negatives per sampler and k"""
     exact: bool = False
     """enumerate every draw instead of Monte Carlo (tiny catalogs only)"""
-    seed: int = flag(0, at_least=0)
+    seed: int = 0
     """seed of queries and draws"""
-    output_dir: Optional[str] = flag(None, metavar="DIR", default_text="none, print only")
+    output_dir: Annotated[Optional[str], arg(metavar="DIR"), shown("none, print only")] = None
     """write diagnose.json, diagnose.md and diagnose.png there"""
     json: bool = False
     """print the result as one JSON object"""
 
-
-def populate(p) -> None:
-    add_flags(p, DiagnoseFlags)
+    def __post_init__(self) -> None:
+        check(self, at_least={"synthetic_items": 2, "queries": 1, "num_negatives": 1,
+                              "draws": 2, "seed": 0})
 
 
 def run(args) -> int:

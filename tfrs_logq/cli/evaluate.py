@@ -5,43 +5,50 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Optional
+from typing import Annotated, Optional
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import LoadOptions, load_options, read_model_config, require_modules
-from tfrs_logq.cli._flags import add_flags, add_train_flags, flag
+from tfrs_logq.cli._flags import Verbose, check, shown
+from tfrs_logq.cli._train_flags import train_options
+
+_DataOptions = train_options("DataOptions", only=("dataset", "split", "data_dir", "data_format"),
+                             dataset="the model's", split="the model's",
+                             data_format="the model's")
 
 
 def host_port(text: str) -> str:
     """``HOST:PORT`` (``[::1]:8500`` for IPv6), checked before anything waits on it."""
     host, sep, port = text.rpartition(":")
     if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(
-            f"expected HOST:PORT with a port in 1-65535 (like 127.0.0.1:8500), got {text!r}")
+        raise ValueError(f"argument --server: expected HOST:PORT with a port in 1-65535 "
+                         f"(like 127.0.0.1:8500), got {text!r}")
     return text
 
 
 @dataclasses.dataclass
-class EvaluateFlags:
-    server: str = flag(type=host_port, metavar="HOST:PORT")
+class Flags(Verbose):
+    server: Annotated[str, arg(metavar="HOST:PORT")]
     """the gRPC endpoint"""
-    model_name: str = flag(style="_", metavar="NAME")
+    model_name: Annotated[str, arg(metavar="NAME")]
     """the servable's name"""
-    model_dir: str = flag(metavar="DIR")
+    model_dir: Annotated[str, arg(metavar="DIR")]
     """the training output of the served model (its data, and the exact figures)"""
-    max_targets: Optional[int] = flag(None, at_least=1, default_text="all")
+    max_targets: Annotated[Optional[int], shown("all")] = None
     """evaluate a seeded sample of this many test targets"""
-    timeout: float = flag(10.0, above=0, metavar="SECONDS")
+    timeout: Annotated[float, arg(metavar="SECONDS")] = 10.0
     """how long to wait for the server to answer at start"""
     json: bool = False
     """print one JSON object"""
+    data: Annotated[_DataOptions, arg(name="data")] = dataclasses.field(
+        default_factory=_DataOptions)
+    load: Annotated[LoadOptions, arg(name="data loading")] = dataclasses.field(
+        default_factory=LoadOptions)
 
-
-def populate(p) -> None:
-    add_flags(p, EvaluateFlags)
-    model = {"default_text": "the model's"}
-    add_train_flags(p, only=("dataset", "split", "data_dir", "data_format"),
-                    meta={name: model for name in ("dataset", "split", "data_format")})
-    add_flags(p, LoadOptions, group="data")
+    def __post_init__(self) -> None:
+        host_port(self.server)
+        check(self, at_least={"max_targets": 1}, above={"timeout": 0})
 
 
 def run(args) -> int:

@@ -4,43 +4,46 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Annotated, Literal, Optional
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import read_model_config
-from tfrs_logq.cli._flags import add_flags, flag
+from tfrs_logq.cli._flags import Verbose, check, shown
 from tfrs_logq.serving.export import DEFAULT_MAX_K, DEFAULT_TARGET_RECALL, INDEXES
 
 
 @dataclasses.dataclass
-class ExportFlags:
-    model_dir: str = flag(metavar="DIR")
+class Flags(Verbose):
+    model_dir: Annotated[str, arg(metavar="DIR")]
     """the output of `tfrs-logq train`"""
-    model_base_path: str = flag(style="_", metavar="DIR")
+    model_base_path: Annotated[str, arg(metavar="DIR")]
     """TF Serving's base path: the directory of integer versions this export adds to"""
-    model_name: str = flag(style="_", metavar="NAME")
+    model_name: Annotated[str, arg(metavar="NAME")]
     """the servable's name"""
-    version: Optional[int] = flag(None, at_least=1, default_text="the next free one")
+    version: Annotated[Optional[int], shown("the next free one")] = None
     """integer version"""
-    index: str = flag(INDEXES[0], choices=INDEXES)
+    index: Literal[INDEXES] = INDEXES[0]
     """scann: ScaNN index (needs the ScaNN ops to serve: the scann extra, TensorFlow 2.20);
     brute-force: exact, stock TensorFlow ops only; auto: scann where ScaNN loads, else
     brute-force"""
-    k: int = flag(100, at_least=1)
+    k: int = 100
     """results of serving_default (top_k takes k per request)"""
-    target_recall: float = flag(DEFAULT_TARGET_RECALL, above=0, at_most=1, metavar="R")
+    target_recall: Annotated[float, arg(metavar="R")] = DEFAULT_TARGET_RECALL
     """ScaNN: search the fewest tree leaves that keep this share of the exact top-k (at
     --k and --max-k), measured at export against brute force on validation users'
     queries (docs/export.md)"""
-    max_k: int = flag(DEFAULT_MAX_K, at_least=1)
+    max_k: int = DEFAULT_MAX_K
     """ScaNN: the largest k the recall is tuned for (top_k serves larger k at the same
     leaves)"""
-    scann_search_fraction: Optional[float] = flag(None, above=0, at_most=1, metavar="F")
+    scann_search_fraction: Annotated[Optional[float], arg(metavar="F")] = None
     """fix the share of the ScaNN tree's leaves a query searches instead of tuning it to
     --target-recall (the recall is still measured)"""
 
-
-def populate(p) -> None:
-    add_flags(p, ExportFlags)
+    def __post_init__(self) -> None:
+        check(self, at_least={"version": 1, "k": 1, "max_k": 1},
+              above={"target_recall": 0, "scann_search_fraction": 0},
+              at_most={"target_recall": 1, "scann_search_fraction": 1})
 
 
 def run(args) -> int:

@@ -9,7 +9,9 @@ import json
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Annotated, Literal, Optional
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import (
     NOT_BLESSED_EXIT,
@@ -17,7 +19,8 @@ from tfrs_logq.cli._common import (
     default_split,
     warn_if_smoke,
 )
-from tfrs_logq.cli._flags import add_flags, add_train_flags, config_file, flag
+from tfrs_logq.cli._flags import Verbose, check, shown
+from tfrs_logq.cli._train_flags import config_file, train_options
 from tfrs_logq.pipelines.beam import COMPONENTS, METRICS, SOURCE_FORMATS
 from tfrs_logq.pipelines.beam.exporter import INDEXES
 from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
@@ -35,120 +38,147 @@ def _thresholds(text: str) -> dict:
         except ValueError:
             sep = ""
         if not sep or name not in METRICS:
-            raise ValueError(
-                f"{part!r} is not METRIC=MIN with METRIC one of {', '.join(METRICS)}")
+            raise ValueError(f"argument --threshold: {part!r} is not METRIC=MIN with METRIC "
+                             f"one of {', '.join(METRICS)}")
         if not 0.0 <= out[name] <= 1.0:
-            raise ValueError(f"{name}: must be at least 0 and at most 1, got "
-                                             f"{value}")
+            raise ValueError(f"argument --threshold: {name}: must be at least 0 and at most "
+                             f"1, got {value}")
     if not out:
-        raise ValueError("must name at least one METRIC=MIN")
+        raise ValueError("argument --threshold: must name at least one METRIC=MIN")
     return out
 
 
-_DATA = "data"
-_SYNTHETIC = "--dataset synthetic"
 _BEAM = ("beam (Beam's own flags go after --: tfrs-logq pipeline run ... --runner "
          "DataflowRunner -- --project P --region R --temp_location gs://B/tmp "
          "--sdk_container_image IMAGE)")
 _TRAINER = "Trainer (tfrs-logq train --examples DIR/ExampleGen --log-q DIR/Statistics)"
 _SERVING = "Exporter, BulkInferrer, Evaluator, Pusher"
+_SplitOptions = train_options("SplitOptions", only=("data_dir", "split", "temporal_fraction"),
+                              temporal_fraction="0.1 for ml-1m, 0.01 for steam, else 0.1")
+_TrainerOptions = train_options("TrainerOptions", only=("preset", "loss", "seed"),
+                                preset="smoke")
 
 
 @dataclasses.dataclass
-class PipelineFlags:
-    pipeline_root: str = flag(metavar="DIR")
-    """where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, DIR/Trainer,
-    ..., each with a manifest.json); current ones are skipped"""
-    dataset: Optional[str] = flag(None, choices=(*DATASETS, "synthetic"), group=_DATA,
-                                  default_text=f"{TrainConfig.dataset}; with --input, none")
+class DataFlags:
+    dataset: Annotated[Optional[Literal[(*DATASETS, "synthetic")]], shown(
+        f"{TrainConfig.dataset}; with --input, none")] = None
     """dataset; synthetic draws the synthetic stream's model in the workers
     (--synthetic-*; ExampleGen and Statistics only)"""
-    input: Optional[str] = flag(None, metavar="FILE", group=_DATA)
+    input: Annotated[Optional[str], arg(metavar="FILE")] = None
     """read this file instead of finding the dataset's (needs --data-format)"""
-    data_format: Optional[str] = flag(None, choices=SOURCE_FORMATS, group=_DATA,
-                                      default_text="for ml-1m whichever the data directory "
-                                                   "holds")
+    data_format: Annotated[Optional[Literal[SOURCE_FORMATS]], shown(
+        "for ml-1m whichever the data directory holds")] = None
     """the file's format: ratings (user::item::rating::ts), sasrec (user item), csv
     (user,item,timestamp) or steam (Steam reviews)"""
-    skip_bad_lines: bool = flag(False, group=_DATA)
+    skip_bad_lines: bool = False
     """drop malformed lines of the data file and count them in the manifest"""
-    download: bool = flag(True, group=_DATA)
+    download: bool = True
     """download the data when no local copy exists"""
-    synthetic_users: int = flag(10_000, at_least=1, group=_SYNTHETIC)
+
+
+@dataclasses.dataclass
+class SyntheticFlags:
+    synthetic_users: int = 10_000
     """users (each: the history, a validation and a test item)"""
-    synthetic_items: int = flag(5_000, at_least=1, group=_SYNTHETIC)
+    synthetic_items: int = 5_000
     """items (Zipf popularity in 50 topics)"""
-    synthetic_history_length: int = flag(20, at_least=1, group=_SYNTHETIC)
+    synthetic_history_length: int = 20
     """training items per user"""
-    synthetic_seed: int = flag(0, at_least=0, group=_SYNTHETIC)
+    synthetic_seed: int = 0
     """seed of every draw (the same seed gives the same artifacts on any number of
     workers)"""
-    synthetic_users_per_chunk: int = flag(2_000, at_least=1, group=_SYNTHETIC)
+    synthetic_users_per_chunk: int = 2_000
     """users drawn as one Beam element"""
-    runner: str = flag(RUNNERS[0], choices=RUNNERS, group=_BEAM)
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"synthetic_users": 1, "synthetic_items": 1, "synthetic_seed": 0,
+                              "synthetic_history_length": 1, "synthetic_users_per_chunk": 1})
+
+
+@dataclasses.dataclass
+class BeamFlags:
+    runner: Literal[RUNNERS] = RUNNERS[0]
     """Beam runner: FnApiRunner runs here (direct_running_mode=multi_processing);
     PortableRunner needs --job_endpoint, FlinkRunner --flink_master or --job_endpoint,
     SparkRunner --spark_master_url or --job_endpoint, DataflowRunner --project, --region,
     --temp_location, --sdk_container_image (checked before anything runs)"""
-    force_local_root: bool = flag(False, group=_BEAM)
+    force_local_root: bool = False
     """with a non-local runner, accept a --pipeline-root (and --input) on a local
     filesystem: it is mounted at the same path on every worker"""
-    statistics: Optional[str] = flag(None, choices=("exact", "count-min"), group=_BEAM,
-                                     default_text="exact; count-min for synthetic")
+    statistics: Annotated[Optional[Literal["exact", "count-min"]], shown(
+        "exact; count-min for synthetic")] = None
     """Statistics: exact counts and the sketch, or (synthetic data only) the count-min
     sketch alone, counted per chunk"""
-    num_workers: int = flag(DEFAULT_NUM_WORKERS, at_least=1, group=_BEAM)
+    num_workers: int = DEFAULT_NUM_WORKERS
     """worker processes (direct_num_workers)"""
-    num_shards: int = flag(4, at_least=1, group=_BEAM)
+    num_shards: int = 4
     """TFRecord files of ExampleGen"""
-    sketch_depth: int = flag(4, at_least=1, group=_BEAM)
+    sketch_depth: int = 4
     """rows of the count-min sketch of Statistics"""
-    sketch_width: int = flag(1 << 20, at_least=1, group=_BEAM)
+    sketch_width: int = 1 << 20
     """counters per row of the count-min sketch"""
-    sketch_seed: int = flag(0, group=_BEAM)
+    sketch_seed: int = 0
     """hash seed of the count-min sketch (as CountMinSketch's seed)"""
-    train_config: Optional[str] = flag(None, metavar="FILE", group=_TRAINER)
-    """JSON object of other TrainConfig fields (and "preset"), as `train --config`;
-    --preset, --loss and --seed override it"""
-    index: str = flag(INDEXES[0], choices=INDEXES, group=_SERVING)
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"num_workers": 1, "num_shards": 1, "sketch_depth": 1,
+                              "sketch_width": 1})
+
+
+@dataclasses.dataclass
+class ServingFlags:
+    index: Literal[INDEXES] = INDEXES[0]
     """the export's index: scann, brute-force (exact, stock TensorFlow ops), or auto (scann
     where ScaNN loads, else brute-force)"""
-    top_k: int = flag(1000, at_least=1, metavar="K", group=_SERVING)
+    top_k: Annotated[int, arg(metavar="K")] = 1000
     """items BulkInferrer lists per test target (at least the largest cut-off, 1000, unless
     the catalog is smaller)"""
-    thresholds: Optional[dict] = flag(None, name="--threshold", type=_thresholds,
-                                      metavar="METRIC=MIN,...", group=_SERVING)
+    thresholds: Annotated[Optional[str], arg(name="threshold", metavar="METRIC=MIN,...")] = None
     """bless only if every named overall figure (recall@10, ..., ndcg@20) is at least its
     minimum"""
-    baseline: Optional[str] = flag(None, metavar="DIR", group=_SERVING)
+    baseline: Annotated[Optional[str], arg(metavar="DIR")] = None
     """an Evaluator artifact of the same data (say, the pushed model's, copied aside);
     bless only if no overall figure is below the baseline's by more than
     --baseline-tolerance"""
-    baseline_tolerance: float = flag(0.0, at_least=0, group=_SERVING)
+    baseline_tolerance: float = 0.0
     """how far below the baseline a figure may be"""
-    serving_base_path: Optional[str] = flag(None, metavar="DIR", group=_SERVING,
-                                            default_text="none, no Pusher")
+    serving_base_path: Annotated[Optional[str], arg(metavar="DIR"), shown(
+        "none, no Pusher")] = None
     """Pusher copies a blessed export here as the next integer version (TF Serving's
     --model_base_path)"""
-    stop_after: str = flag(COMPONENTS[-1], choices=COMPONENTS)
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"top_k": 1, "baseline_tolerance": 0})
+        if self.thresholds is not None:
+            self.thresholds = _thresholds(self.thresholds)
+
+
+@dataclasses.dataclass
+class Flags(Verbose):
+    pipeline_root: Annotated[str, arg(metavar="DIR")]
+    """where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, DIR/Trainer,
+    ..., each with a manifest.json); current ones are skipped"""
+    train_config: Annotated[Optional[str], arg(metavar="FILE")] = None
+    """the Trainer's JSON object of other TrainConfig fields (and "preset"), as `train
+    --config`; --preset, --loss and --seed override it"""
+    stop_after: Literal[COMPONENTS] = COMPONENTS[-1]
     """run the components up to this one (the run exits 3 when the Evaluator ran and did
     not bless the model)"""
     force: bool = False
     """rebuild every component, current or not"""
     json: bool = False
     """print one JSON object"""
-
-
-def populate(p) -> None:
-    add_flags(p, PipelineFlags, only=("pipeline_root",))
-    add_flags(p, PipelineFlags, only=("dataset", "input", "data_format"))
-    add_train_flags(p, only=("data_dir", "split", "temporal_fraction"), meta={
-        "temporal_fraction": {"default_text": "0.1 for ml-1m, 0.01 for steam, else 0.1"}})
-    add_flags(p, PipelineFlags, skip=("pipeline_root", "dataset", "input", "data_format",
-                                      "train_config", "stop_after", "force", "json"))
-    add_train_flags(p, only=("preset", "loss", "seed"), group=_TRAINER,
-                    meta={"preset": {"default_text": "smoke"}})
-    add_flags(p, PipelineFlags, only=("train_config", "stop_after", "force", "json"))
+    data: Annotated[DataFlags, arg(name="data")] = dataclasses.field(default_factory=DataFlags)
+    split: Annotated[_SplitOptions, arg(name="data directory and split")] = \
+        dataclasses.field(default_factory=_SplitOptions)
+    synthetic: Annotated[SyntheticFlags, arg(name="--dataset synthetic")] = \
+        dataclasses.field(default_factory=SyntheticFlags)
+    beam: Annotated[BeamFlags, arg(name=_BEAM)] = dataclasses.field(default_factory=BeamFlags)
+    trainer: Annotated[_TrainerOptions, arg(name=_TRAINER)] = dataclasses.field(
+        default_factory=_TrainerOptions)
+    serving: Annotated[ServingFlags, arg(name=_SERVING)] = dataclasses.field(
+        default_factory=ServingFlags)
 
 
 def _pipeline_input(args) -> tuple[str, str, str]:
@@ -239,7 +269,7 @@ def _print_component(result, args) -> None:
 
 def _refuse_unused(args) -> None:
     """A data flag the chosen source does not read is an error, not ignored."""
-    synthetic_flags = [f.name for f in dataclasses.fields(PipelineFlags)
+    synthetic_flags = [f.name for f in dataclasses.fields(SyntheticFlags)
                        if f.name.startswith("synthetic_")
                        and getattr(args, f.name) != f.default]
     if args.dataset != "synthetic":

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
+from typing import Annotated
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import log_handler, require_modules
-from tfrs_logq.cli._flags import add_flags, values
+from tfrs_logq.cli._flags import Verbose, annotate, values
 from tfrs_logq.serving.options import ServerOptions
+
+UNDERSCORES = True  # TF Serving's flag names: --model_base_path (--model-base-path too)
 
 # The help of `ServerOptions`' fields (`ServerOptions` checks the values, for the Python
 # API too: ports in 0-65535, sizes and timeouts at least 1 or 0).
@@ -39,9 +45,13 @@ _HELP = {
 }
 
 
-def populate(p) -> None:
-    add_flags(p, ServerOptions, style="_",
-              meta={name: {"help": text} for name, text in _HELP.items()})
+_ServeOptions = annotate(ServerOptions, "ServeOptions",
+                         **{name: (arg(help=text),) for name, text in _HELP.items()})
+
+
+@dataclasses.dataclass
+class Flags(Verbose):
+    server: Annotated[_ServeOptions, arg(name="server")]
 
 
 def _check_port(host: str, port: int, flag: str) -> None:

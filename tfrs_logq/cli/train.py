@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from typing import Optional
+from typing import Annotated, Literal, Optional
+
+from tyro.conf import arg
 
 from tfrs_logq.cli._common import (
     LoadOptions,
@@ -16,67 +18,64 @@ from tfrs_logq.cli._common import (
     load_options,
     warn_if_smoke,
 )
-from tfrs_logq.cli._flags import add_flags, add_train_flags, flag, training_overrides, values
+from tfrs_logq.cli._flags import Verbose, check, shown, values
+from tfrs_logq.cli._train_flags import train_options, training_overrides
 
 MODELS = ("sasrec", "two-tower")
 # TrainConfig's fields a two-tower run takes (the data fields and these); the others are
 # SASRec's and refused with --model two-tower.
 TWO_TOWER_SHARED = ("loss", "seed", "batch_size", "embedding_dim", "num_negatives",
                     "learning_rate")
+_TrainOptions = train_options("TrainOptions", loss="mns-corrected; two-tower: inbatch-corrected")
 
 
 @dataclasses.dataclass
-class TrainFlags:
-    model_dir: str = flag(metavar="DIR")
+class TwoTowerFlags:
+    """The two-tower model's own flags (not given: TwoTowerConfig's defaults)."""
+
+    steps: Annotated[Optional[int], shown("3000")] = None
+    """training steps (fixed length: no early stopping)"""
+    history_length: Annotated[Optional[int], shown("50")] = None
+    """the query tower reads the user's last this many items"""
+    optimizer: Annotated[Optional[Literal["lazy-adam", "adam"]], shown(
+        "lazy-adam: a step independent of the catalog")] = None
+    """lazy-adam updates only the table rows a batch touches"""
+    eval_every: Annotated[Optional[int], shown("500")] = None
+    """evaluate the test split every this many steps (and at the last)"""
+    exclude_seen: Annotated[Optional[bool], shown("on, as the served top_k")] = None
+    """the evaluation policy: leave the items of the history a request sends out of the
+    ranking (a repeat target is then a miss); --no-exclude-seen ranks them, as top_k does
+    with exclude_history false"""
+    weight_column: Annotated[Optional[str], arg(metavar="C"), shown(
+        "none: every example weighs 1")] = None
+    """a column of --interactions weighting each example's loss by its target's weight
+    (plays, dwell time; at least 0, scaled to mean 1)"""
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"steps": 1, "history_length": 1, "eval_every": 1})
+
+
+@dataclasses.dataclass
+class Flags(Verbose):
+    model_dir: Annotated[str, arg(metavar="DIR")]
     """where the run goes (config.json, weights, metrics.json, logs)"""
-    model: str = flag("sasrec", choices=MODELS)
+    model: Literal[MODELS] = "sasrec"
     """the model family: SASRec, or a two-tower model (a query tower over the user's last
     --history-length items, an item table; --loss inbatch|mns x
     none|logq-tfrs|logq-official|corrected)"""
-    config: Optional[str] = flag(None, metavar="FILE")
+    config: Annotated[Optional[str], arg(metavar="FILE")] = None
     """JSON object of TrainConfig fields (and "preset"); flags override it (SASRec)"""
     overwrite: bool = False
     """replace a run of another config (or a finished one) in --model-dir; without it such
     a directory is refused, and an interrupted run of the same config resumes"""
     json: bool = False
     """print the metrics as one JSON object"""
-
-
-@dataclasses.dataclass
-class TwoTowerFlags:
-    """The two-tower model's own flags (`tfrs_logq.towers.config.TwoTowerConfig`)."""
-
-    steps: Optional[int] = flag(None, at_least=1, default_text="3000")
-    """training steps (fixed length: no early stopping)"""
-    history_length: Optional[int] = flag(None, at_least=1, default_text="50")
-    """the query tower reads the user's last this many items"""
-    optimizer: Optional[str] = flag(None, choices=("lazy-adam", "adam"),
-                                    default_text="lazy-adam: a step independent of the catalog")
-    """lazy-adam updates only the table rows a batch touches"""
-    eval_every: Optional[int] = flag(None, at_least=1, default_text="500")
-    """evaluate the test split every this many steps (and at the last)"""
-    exclude_seen: Optional[bool] = flag(None, default_text="on, as the served top_k")
-    """the evaluation policy: leave the items of the history a request sends out of the
-    ranking (a repeat target is then a miss); --no-exclude-seen ranks them, as top_k does
-    with exclude_history false"""
-    weight_column: Optional[str] = flag(None, metavar="C", default_text="none: every "
-                                        "example weighs 1")
-    """a column of --interactions weighting each example's loss by its target's weight
-    (plays, dwell time; at least 0, scaled to mean 1)"""
-
-
-def populate(p) -> None:
-    from tfrs_logq.sasrec.config import OBJECTIVES
-    from tfrs_logq.towers.config import LOSSES
-
-    add_flags(p, TrainFlags, only=("model_dir", "model"))
-    loss = {"loss": {"choices": OBJECTIVES + tuple(x for x in LOSSES if x not in OBJECTIVES),
-                     "default_text": "mns-corrected; two-tower: inbatch-corrected"}}
-    add_train_flags(p, skip=("loss",))
-    add_train_flags(p, only=("loss",), meta=loss, check=False)  # either family's names
-    add_flags(p, TwoTowerFlags, group="two-tower (--model two-tower)")
-    add_flags(p, LoadOptions, group="data")
-    add_flags(p, TrainFlags, skip=("model_dir", "model"))
+    training: Annotated[_TrainOptions, arg(name="model, training and data")] = \
+        dataclasses.field(default_factory=_TrainOptions)
+    two_tower: Annotated[TwoTowerFlags, arg(name="two-tower (--model two-tower)")] = \
+        dataclasses.field(default_factory=TwoTowerFlags)
+    load: Annotated[LoadOptions, arg(name="data loading")] = \
+        dataclasses.field(default_factory=LoadOptions)
 
 
 def _with_split(overrides: dict, preset_fields: dict = {}) -> dict:  # noqa: B006 (read only)
