@@ -59,7 +59,9 @@ def data_dir(tmp_path, monkeypatch):
 def _train_smoke(root, data, name, **overrides):
     from tfrs_logq.sasrec.training import resolve_config, train
 
-    config = resolve_config("smoke", split="loo", data_dir=data, **overrides)
+    # One length bucket: the preset's 8 trace 8 copies of the blocks, most of a small run's
+    # time; buckets change the speed only (tests/sasrec/test_training.py).
+    config = resolve_config("smoke", split="loo", data_dir=data, length_buckets=1, **overrides)
     model_dir = str(root / name)
     train(config, model_dir, verbose=0)
     return model_dir

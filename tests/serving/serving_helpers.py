@@ -1,6 +1,8 @@
-"""Helpers shared by the tests/test_serving_*.py files: request histories, REST calls (JSON
-and raw bytes) and predictions on both protocols from threads. The trained model, its
-exports and the running server they share are session fixtures in conftest.py."""
+"""Helpers shared by the tests/serving/test_serving_*.py files: request histories, REST calls
+(JSON and raw bytes), predictions on both protocols from threads, and both protocols'
+request checks on a `Servable` without a server. The trained model, its exports and the
+running server they share are session fixtures in tests/conftest.py; the servable and
+server of an untrained export, in tests/serving/conftest.py."""
 
 import json
 import threading
@@ -42,6 +44,35 @@ def _predict_body(k=None):
     if k is not None:
         return json.dumps({"signature_name": "top_k", "inputs": {**inputs, "k": k}}).encode()
     return json.dumps({"instances": inputs["history"]}).encode()
+
+
+def _rest_predict(servable, body) -> tuple:
+    """REST's predict once its body is read (`rest_api._predict_encoded`: decode, check,
+    run, encode, the reply bounded), on ``servable`` without a server: ``(HTTP status,
+    JSON reply)``, a refusal as ``{"error": ...}`` as the server sends it."""
+    from tfrs_logq.serving.errors import ServingError
+    from tfrs_logq.serving.rest_api import _predict_encoded
+
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        return 200, json.loads(_predict_encoded(servable, data,
+                                                servable.options.max_response_bytes))
+    except ServingError as exc:
+        return exc.http_status, {"error": str(exc)}
+
+
+def _grpc_predict(servable, request) -> tuple:
+    """gRPC Predict's steps once the servable is found (`grpc_service`: each tensor
+    checked and built, the inputs checked, the model run), without a server:
+    ``("OK", outputs)`` or ``(status name, details)``."""
+    from tfrs_logq.serving.errors import ServingError
+
+    signature = request.model_spec.signature_name
+    try:
+        inputs = servable.arrays_from_protos(signature, request.inputs)
+        return "OK", servable.run(servable.validate(signature, inputs))
+    except ServingError as exc:
+        return exc.grpc_status.name, str(exc)
 
 
 def _raw(server, data: bytes, method="POST", timeout=15, half_close=False):

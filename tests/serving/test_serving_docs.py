@@ -1,5 +1,6 @@
-"""docs/serving.md's request examples, run as written against a server: the curl command
-and the Python gRPC client (only the address and the model name are replaced)."""
+"""docs/serving.md's request examples, run as written against a server (of an untrained
+export): the curl command and the Python gRPC client (only the address and the model name
+are replaced)."""
 
 import contextlib
 import io
@@ -29,22 +30,22 @@ def _for(server, text: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
-def test_the_curl_example_of_docs_serving_md_answers_5_items(server):
+def test_the_curl_example_of_docs_serving_md_answers_5_items(tiny_server):
     command = _block("sh", "curl")
     assert command.startswith("curl ") and ":predict" in command
-    out = subprocess.run(["bash", "-c", _for(server, command)], capture_output=True,
+    out = subprocess.run(["bash", "-c", _for(tiny_server, command)], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     reply = json.loads(out)
     assert [len(row) for row in reply["outputs"]["item_ids"]] == [5], reply
     assert [len(row) for row in reply["outputs"]["scores"]] == [5], reply
 
 
-def test_the_grpc_example_of_docs_serving_md_answers_5_items(server):
+def test_the_grpc_example_of_docs_serving_md_answers_5_items(tiny_server):
     code = _block("python", "PredictionServiceStub")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         namespace: dict = {}
-        exec(compile(_for(server, code), str(DOC), "exec"), namespace)  # noqa: S102
+        exec(compile(_for(tiny_server, code), str(DOC), "exec"), namespace)  # noqa: S102
     namespace["channel"].close()
     assert namespace["response"].outputs["item_ids"].tensor_shape.dim[1].size == 5
     assert printed.getvalue().startswith("[[") and len(printed.getvalue().split()) == 5, \

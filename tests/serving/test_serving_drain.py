@@ -30,11 +30,11 @@ def _get(port, path, connection=None):
             connection.close()
 
 
-def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(exports):
+def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(tiny_export):
     """Requests that wait in a 5 s batch window outlive a 0.5 s drain: they are cut,
     counted as cut, and stop() returns in about the drain timeout."""
     options = ServerOptions(model_name="cut", port=0, rest_api_port=0,
-                            model_base_path=str(exports["base"] / "brute_force"),
+                            model_base_path=os.path.dirname(tiny_export),
                             batch_timeout_micros=5_000_000, max_batch_size=1000,
                             drain_timeout_in_ms=500)
     srv = ModelServer(options).start()
@@ -51,11 +51,11 @@ def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(exports):
     assert not any(outcome in (200, "OK") for _, outcome, _ in results), results
 
 
-def test_readiness_fails_first_and_both_ports_serve_through_the_grace(exports):
+def test_readiness_fails_first_and_both_ports_serve_through_the_grace(tiny_export):
     """Readiness is what a load balancer reads: it fails at the signal, while both ports
     still answer (REST with Connection: close) until the grace ends."""
     options = ServerOptions(model_name="g", port=0, rest_api_port=0,
-                            model_base_path=str(exports["base"] / "brute_force"),
+                            model_base_path=os.path.dirname(tiny_export),
                             drain_grace_in_ms=4000)
     srv = ModelServer(options).start()
     idle = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=15)
@@ -99,7 +99,7 @@ def test_readiness_fails_first_and_both_ports_serve_through_the_grace(exports):
 
 
 def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to_close(
-        exports):
+        tiny_export):
     """Keep-alive REST clients, new-connection REST clients and gRPC clients send
     requests in a loop when SIGTERM arrives. Before: 25 of 25 keep-alive clients got
     BrokenPipeError/ConnectionResetError on their next request (the server closed the
@@ -107,7 +107,7 @@ def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to
     were reset. Now every request sent before the signal is answered, no request fails
     on a reused connection, and what fails after the signal is a refusal."""
     options = ServerOptions(model_name="t", port=0, rest_api_port=0,
-                            model_base_path=str(exports["base"] / "brute_force"))
+                            model_base_path=os.path.dirname(tiny_export))
     srv = ModelServer(options).start()
     results: list = []  # (kind, client, started, outcome, reused, told_to_close)
     lock = threading.Lock()

@@ -1,7 +1,9 @@
 """serving/http_server.py: malformed HTTP framing gets a JSON error, keep-alive
-connections, and slow clients that do not delay a normal request."""
+connections, and slow clients that do not delay a normal request (on a server of an
+untrained export; a body's JSON refusals: test_serving_rest_api.py)."""
 
 import json
+import os
 import time
 
 import pytest
@@ -20,26 +22,12 @@ def _post_raw(body: bytes, length="auto", extra=b""):
 
 
 @pytest.mark.parametrize("case,request_bytes,status,fragments", [
-    ("deep_json", _post_raw(b'{"instances": ' + b"[" * 100_000), 400, ["nest"]),
     ("negative_length", _post_raw(b"", "-5"), 400, ["Content-Length", "-5"]),
     ("text_length", _post_raw(b"", "abc"), 400, ["Content-Length", "abc"]),
     ("no_length", _post_raw(b"", None), 400, ["Content-Length"]),
     ("two_lengths", _post_raw(b"{}", "2", b"Content-Length: 9\r\n"), 400, ["Content-Length"]),
     ("too_large", _post_raw(b"", "10000000"), 413, ["10000000", "200000"]),
-    ("k_beyond_int32", _post_raw(_predict_body(k=2**32 + 5)), 400,
-     ["k must be in [1, {num_items}]", str(2**32 + 5)]),
-    ("k_beyond_int64", _post_raw(_predict_body(k=2**70)), 400,
-     ["k must be in [1, {num_items}]", str(2**70)]),
-    ("k_zero", _post_raw(_predict_body(k=0)), 400, ["k must be in [1, {num_items}]"]),
-    ("k_bool", _post_raw(_predict_body(k=True)), 400, ["'k'", "integers"]),
-    ("history_beyond_int64", _post_raw(b'{"instances": [[1, %d]]}' % 2**64), 400,
-     ["history", "int64"]),
-    ("invalid_utf8", _post_raw(b'{"instances": [[101]], "signature_name": "\xff\xfe"}'),
-     400, ["UTF-8"]),
-    ("utf8_surrogate", _post_raw(b'{"instances": [[101]], "signature_name": "\xed\xa0\x80"}'),
-     400, ["UTF-8"]),
-    ("integer_of_5000_digits", _post_raw(b'{"instances": [[1%s]]}' % (b"1" * 5000)), 400,
-     ["JSON"]),
+    ("not_json", _post_raw(b'{"instances": [[1, 2'), 400, ["JSON"]),
     ("chunked_not_json", _post_raw(b"5\r\nhello\r\n0\r\n\r\n", None,
                                    b"Transfer-Encoding: chunked\r\n"), 400, ["JSON"]),
     ("chunked_too_large", _post_raw(b"40000\r\n" + b"[" * 0x40000 + b"\r\n0\r\n\r\n", None,
@@ -51,14 +39,15 @@ def _post_raw(body: bytes, length="auto", extra=b""):
     ("bad_request_line", b"GARBAGE\r\n\r\n", 400, []),
     ("unknown_method", b"BREW /v1/models/ml HTTP/1.1\r\nHost: x\r\n\r\n", 501, ["BREW"]),
 ])
-def test_rest_malformed_requests_get_a_json_error(server, case, request_bytes, status,
+def test_rest_malformed_requests_get_a_json_error(tiny_server, case, request_bytes, status,
                                                   fragments):
+    server = tiny_server
     code, headers, reply = _raw(server, request_bytes, half_close=case == "short_body")
     assert code == status, reply
     assert isinstance(reply.get("error"), str) and reply["error"], reply
-    num_items = server.manager.get("ml").meta["num_items"]
+    assert "\n" not in reply["error"]
     for fragment in fragments:
-        assert fragment.format(num_items=num_items) in reply["error"], (fragment, reply)
+        assert fragment in reply["error"], (fragment, reply)
     if case in ("negative_length", "text_length", "two_lengths", "bad_transfer_encoding",
                 "short_body", "bad_request_line"):
         # The framing is unknown: the bytes that follow are not a request. (A refusal of a
@@ -68,9 +57,10 @@ def test_rest_malformed_requests_get_a_json_error(server, case, request_bytes, s
     assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
 
 
-def test_rest_keep_alive_serves_several_requests_on_one_connection(server):
+def test_rest_keep_alive_serves_several_requests_on_one_connection(tiny_server):
     import http.client
 
+    server = tiny_server
     connection = http.client.HTTPConnection("127.0.0.1", server.rest_port, timeout=15)
     for _ in range(3):
         connection.request("POST", "/v1/models/ml:predict", _predict_body())
@@ -97,9 +87,9 @@ def test_rest_keep_alive_serves_several_requests_on_one_connection(server):
 
 
 @pytest.fixture(scope="module")
-def short_timeout_server(exports):
+def short_timeout_server(tiny_export):
     options = ServerOptions(model_name="slow", port=0, rest_api_port=0,
-                            model_base_path=str(exports["base"] / "brute_force"),
+                            model_base_path=os.path.dirname(tiny_export),
                             rest_api_timeout_in_ms=1500)
     srv = ModelServer(options).start()
     yield srv

@@ -1,13 +1,13 @@
-"""serving/inputs.py: string inputs as UTF-8, and one dtype rule for REST and gRPC."""
+"""serving/inputs.py: string inputs as UTF-8, and one dtype rule for REST and gRPC (both
+protocols' checks on a `Servable`, without a server)."""
 
 
-import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from serving_helpers import _histories, _http
+from serving_helpers import _grpc_predict, _histories, _rest_predict
 
-from tfrs_logq.serving.client import make_request, predict_stub
+from tfrs_logq.serving.client import make_request
 
 
 def test_string_inputs_are_sent_to_the_model_as_utf8():
@@ -35,19 +35,14 @@ _DTYPE_CASES = [
 
 
 @pytest.mark.parametrize("case,history,accepted", _DTYPE_CASES, ids=[c[0] for c in _DTYPE_CASES])
-def test_rest_and_grpc_apply_the_same_dtype_rules(server, case, history, accepted):
+def test_rest_and_grpc_apply_the_same_dtype_rules(servable, case, history, accepted):
     """gRPC cast a float32 history to integers while REST refused floats."""
-    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
     request = make_request("ml", _histories())
     request.inputs["history"].CopyFrom(tf.make_tensor_proto(history))
-    try:
-        response = stub.Predict(request, timeout=30)
-        grpc_outcome = ("accepted", tf.make_ndarray(response.outputs["item_ids"]).tolist())
-    except grpc.RpcError as exc:
-        grpc_outcome = (exc.code().name, exc.details())
-    channel.close()
-    code, reply = _http(server, "POST", "/v1/models/ml:predict",
-                        {"instances": history.tolist()})
+    status, outputs = _grpc_predict(servable, request)
+    grpc_outcome = ("accepted", outputs["item_ids"].tolist()) if status == "OK" else \
+        (status, outputs)
+    code, reply = _rest_predict(servable, {"instances": history.tolist()})
     rest_outcome = ("accepted", [p["item_ids"] for p in reply["predictions"]]) \
         if code == 200 else (code, reply["error"])
     if accepted:
@@ -56,3 +51,4 @@ def test_rest_and_grpc_apply_the_same_dtype_rules(server, case, history, accepte
         assert grpc_outcome[0] == "INVALID_ARGUMENT" and rest_outcome[0] == 400
         for details in (grpc_outcome[1], rest_outcome[1]):
             assert "'history'" in details and "int64" in details, details
+            assert "\n" not in details

@@ -1,7 +1,9 @@
 """Bounds at the door: declared shapes checked before anything is built, the
-dtype rule on a tensor's value fields, rows x k per request and per batch, reply sizes,
-versions within int64, and client strings cut short in errors."""
+dtype rule on a tensor's value fields (both on a `Servable`, without a server), rows x k
+per request and per batch, reply sizes, versions within int64, and client strings cut
+short in errors (through servers on an untrained export)."""
 
+import os
 import resource
 import shutil
 import time
@@ -9,8 +11,7 @@ import time
 import grpc
 import numpy as np
 import pytest
-import tensorflow as tf
-from serving_helpers import _histories, _http
+from serving_helpers import _grpc_predict, _histories, _http
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
@@ -25,22 +26,11 @@ def _tensor(dtype, shape, **values):
             dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=s) for s in shape]), **values)
 
 
-def _predict_error(server, request) -> grpc.RpcError:
-    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
-    try:
-        with pytest.raises(grpc.RpcError) as info:
-            stub.Predict(request, timeout=30)
-        assert stub.Predict(make_request("ml", _histories()), timeout=30).outputs["item_ids"]
-    finally:
-        channel.close()
-    return info.value
-
-
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def test_a_39_byte_request_declaring_a_huge_history_is_refused_before_it_is_built(server):
+def test_a_39_byte_request_declaring_a_huge_history_is_refused_before_it_is_built(servable):
     """[1024, 200000] with one int64_val was filled in (1.6 GB, 4.6 s) before its
     length was checked."""
     request = make_request("ml", _histories())
@@ -48,9 +38,9 @@ def test_a_39_byte_request_declaring_a_huge_history_is_refused_before_it_is_buil
                                                int64_val=[101]))
     assert request.inputs["history"].ByteSize() < 40
     peak, start = _peak_rss_bytes(), time.monotonic()
-    error = _predict_error(server, request)
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "200000" in error.details() and "at most 30" in error.details(), error.details()
+    status, details = _grpc_predict(servable, request)
+    assert status == "INVALID_ARGUMENT"
+    assert "200000" in details and "at most 30" in details, details
     assert time.monotonic() - start < 3.0
     assert _peak_rss_bytes() - peak < 400 * 2**20  # 1024 x 200000 int64 is 1.6 GB
 
@@ -60,13 +50,13 @@ def test_a_39_byte_request_declaring_a_huge_history_is_refused_before_it_is_buil
     ([2, 3, 4], ["rank 2"]),
     ([2, -1], ["at least 0"]),
 ])
-def test_grpc_declared_shapes_beyond_the_limits_are_refused(server, shape, fragments):
+def test_grpc_declared_shapes_beyond_the_limits_are_refused(servable, shape, fragments):
     request = make_request("ml", _histories())
     request.inputs["history"].CopyFrom(_tensor(types_pb2.DT_INT64, shape, int64_val=[101]))
-    error = _predict_error(server, request)
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status, details = _grpc_predict(servable, request)
+    assert status == "INVALID_ARGUMENT" and "\n" not in details
     for fragment in fragments:
-        assert fragment in error.details(), error.details()
+        assert fragment in details, details
 
 
 @pytest.mark.parametrize("case,fragment", [
@@ -77,7 +67,7 @@ def test_grpc_declared_shapes_beyond_the_limits_are_refused(server, shape, fragm
     ("content_and_values", "both tensor_content and int64_val"),
     ("more_values_than_declared", "carries 7 in int64_val"),
 ])
-def test_grpc_values_must_sit_in_the_field_of_their_dtype(server, case, fragment):
+def test_grpc_values_must_sit_in_the_field_of_their_dtype(servable, case, fragment):
     values = {
         "float_val_on_int64": {"float_val": [101.0, 102.0]},
         "int_val_on_int64": {"int_val": [101, 102]},
@@ -89,29 +79,28 @@ def test_grpc_values_must_sit_in_the_field_of_their_dtype(server, case, fragment
     }[case]
     request = make_request("ml", _histories())
     request.inputs["history"].CopyFrom(_tensor(types_pb2.DT_INT64, [2, 3], **values))
-    error = _predict_error(server, request)
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert fragment in error.details() and "'history'" in error.details(), error.details()
+    status, details = _grpc_predict(servable, request)
+    assert status == "INVALID_ARGUMENT"
+    assert fragment in details and "'history'" in details and "\n" not in details, details
 
 
-def test_grpc_values_in_their_own_field_are_read_with_tensorflows_padding_rule(server):
+def test_grpc_values_in_their_own_field_are_read_with_tensorflows_padding_rule(servable):
     """Fewer values than declared: the last one repeats (TensorFlow's rule)."""
-    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
     request = make_request("ml", _histories())
     request.inputs["history"].CopyFrom(_tensor(types_pb2.DT_INT64, [2, 3],
                                                int64_val=[101, 102, 103, 104]))
-    expected = make_request("ml", np.array([[101, 102, 103], [104, 104, 104]], np.int64))
-    got = stub.Predict(request, timeout=30).outputs["item_ids"]
-    assert tf.make_ndarray(got).tolist() == \
-        tf.make_ndarray(stub.Predict(expected, timeout=30).outputs["item_ids"]).tolist()
-    channel.close()
+    padded = np.array([[101, 102, 103], [104, 104, 104]], np.int64)
+    np.testing.assert_array_equal(
+        servable.arrays_from_protos("", request.inputs)["history"], padded)
+    got, expected = (_grpc_predict(servable, r) for r in (request, make_request("ml", padded)))
+    assert got[0] == "OK" and got[1]["item_ids"].tolist() == expected[1]["item_ids"].tolist()
 
 
 @pytest.fixture(scope="module")
-def bounded_server(exports):
+def bounded_server(tiny_export):
     """max_rows_times_k 100 and replies of at most 3,000 bytes, on the 40-item catalog."""
     options = ServerOptions(model_name="b", port=0, rest_api_port=0,
-                            model_base_path=str(exports["base"] / "brute_force"),
+                            model_base_path=os.path.dirname(tiny_export),
                             max_rows_times_k=100, max_response_bytes=3000)
     srv = ModelServer(options).start()
     yield srv
@@ -185,12 +174,12 @@ def test_a_batch_stops_growing_before_rows_times_its_largest_k_passes_the_bound(
     assert all(rows * k <= 100 for rows, k in calls), calls
 
 
-def test_a_version_beyond_int64_is_refused_and_shown_in_the_status(exports, tmp_path):
+def test_a_version_beyond_int64_is_refused_and_shown_in_the_status(tiny_export, tmp_path):
     """It was served: REST worked, every gRPC Predict and GetModelStatus failed with
     UNKNOWN 'Value out of range', nothing logged."""
     base = tmp_path / "base"
-    shutil.copytree(exports["paths"]["brute-force"], base / "1")
-    shutil.copytree(exports["paths"]["brute-force"], base / "99999999999999999999")
+    shutil.copytree(tiny_export, base / "1")
+    shutil.copytree(tiny_export, base / "99999999999999999999")
     (base / "²").mkdir()  # str.isdigit() is True, int() refuses it: the poll must not stop
     options = ServerOptions(model_name="v", port=0, rest_api_port=0, model_base_path=str(base))
     srv = ModelServer(options).start()
@@ -215,7 +204,7 @@ def test_a_version_beyond_int64_is_refused_and_shown_in_the_status(exports, tmp_
         srv.stop(0)
 
 
-def test_export_refuses_a_version_beyond_int64_before_loading_the_model(trained, tmp_path):
+def test_export_refuses_a_version_beyond_int64_before_loading_the_model(tmp_path):
     from tfrs_logq.serving.export import export_version
 
     with pytest.raises(ValueError, match="at most 9223372036854775807"):
@@ -224,10 +213,13 @@ def test_export_refuses_a_version_beyond_int64_before_loading_the_model(trained,
     assert not (tmp_path / "base").exists()
 
 
-def test_export_cli_refuses_a_version_beyond_int64_in_one_line(trained, capsys, tmp_path):
+def test_export_cli_refuses_a_version_beyond_int64_in_one_line(capsys, tmp_path):
     from tfrs_logq import cli
 
-    code = cli.main(["export", "--model-dir", trained["model_dir"], "--model_base_path",
+    (tmp_path / "no-model-needed").mkdir()  # a run directory as far as the flag's check goes
+    (tmp_path / "no-model-needed" / "config.json").write_text("{}")
+    code = cli.main(["export", "--model-dir", str(tmp_path / "no-model-needed"),
+                     "--model_base_path",
                      str(tmp_path / "base"), "--model_name", "x", "--version",
                      "99999999999999999999", "--index", "brute-force"])
     err = capsys.readouterr().err
@@ -235,11 +227,11 @@ def test_export_cli_refuses_a_version_beyond_int64_in_one_line(trained, capsys, 
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "base").exists(), err
 
 
-def test_client_strings_are_cut_short_in_errors(server):
+def test_client_strings_are_cut_short_in_errors(tiny_server):
     """A 100 KB model name was echoed back in the error."""
     long_name = "m" * 100_000
     request = make_request(long_name, _histories())
-    stub, channel = predict_stub(f"127.0.0.1:{server.port}")
+    stub, channel = predict_stub(f"127.0.0.1:{tiny_server.port}")
     for field in ("model", "signature"):
         if field == "signature":
             request = make_request("ml", _histories())
@@ -257,6 +249,6 @@ def test_client_strings_are_cut_short_in_errors(server):
             ("POST", "/v1/models/ml:predict",
              {"inputs": {"history": [[101]], "x" * 100_000: 1}}),
             ("GET", f"/v1/{'p' * 8000}", None)]:
-        code, reply = _http(server, method, path, body)
+        code, reply = _http(tiny_server, method, path, body)
         assert code in (400, 404) and len(reply["error"]) < 400, (code, reply["error"][:400])
         assert "characters)" in reply["error"], reply["error"][:400]
