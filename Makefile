@@ -18,7 +18,9 @@ TF221_VENV     ?= .venv-tf221
 TF221_PY       := $(TF221_VENV)/bin/python
 TF221_STAMP    := $(TF221_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_tasks.py \
-                  tests/test_sampling.py tests/test_frequency.py tests/serving/test_export.py \
+                  tests/test_sampling.py tests/test_frequency.py \
+                  tests/serving/test_serving_inputs.py tests/serving/test_serving_rest_api.py \
+                  tests/serving/test_serving_grpc_service.py \
                   tests/sasrec/test_training_cli.py::test_train_cli_smoke_writes_model_dir_and_json \
                   tests/cli/test_quiet.py
 PIP_PROGRESS   := --progress-bar off
@@ -124,8 +126,9 @@ test-keras: $(STAMP) $(KERAS_STAMP)
 	@echo "== the accelerator study's held-out batch against TensorFlow's RNG ($(VENV))"
 	$(PY) -m pytest -q benchmarks/accelerator/tests/test_tf_philox.py
 
-# tfrs-logq on TensorFlow 2.21: task, losses, samplers, frequency, training smoke,
-# brute-force export and serving (test_export.py serves through the in-process server).
+# tfrs-logq on TensorFlow 2.21: task, losses, samplers, frequency, training smoke, a
+# brute-force export (test_tf_versions.py), both protocols' request checks and a server
+# answering and refusing on both (test_serving_{inputs,rest_api,grpc_service}.py).
 test-tf221: $(TF221_STAMP)
 	@echo "== tfrs-logq on TensorFlow 2.21 ($(TF221_VENV)): $(TF221_TESTS)"
 	$(TF221_PY) -m pytest -q $(TF221_TESTS)
