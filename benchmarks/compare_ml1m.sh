@@ -4,7 +4,7 @@
 #
 #   COMMIT=1 benchmarks/compare_ml1m.sh
 #
-# Pinning, snapshots and commits: grid_lib.sh (as synthetic_study.sh).
+# Pinning, snapshots and commits: grid_lib.sh (as fixed_grid.sh).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -68,7 +68,7 @@ def _scenario(row: dict) -> tuple:
 
 
 def _label(scenario: dict) -> str:
-    """The scenario as study_report.label writes it in table.md."""
+    """The scenario as the study's report wrote it in table.md (lab/study_report.py at d9f8357)."""
     d = scenario
     negatives = {"in-batch": f"in-batch {d['num_in_batch']}",
                  "uniform": f"uniform {d['num_uniform']}",

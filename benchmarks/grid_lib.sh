@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# What the grid scripts share (fixed_grid.sh, long_grid.sh, synthetic_study.sh; sourced,
+# What the grid scripts share (fixed_grid.sh, long_grid.sh, compare_ml1m.sh; sourced,
 # not run): the pinned commit, a snapshot of the code at a commit to train from, and a
 # commit of the results directory after each run. Functions only: sourcing it runs
 # nothing. They read two variables of the caller: GRID_NAME (the script's name, in
@@ -27,11 +27,11 @@ grid_pin() {  # out: sets PIN to the commit every run of the grid in out trains 
 
 grid_snapshot() {  # commit dir: the package's code at commit, laid out as installed, in dir
   # (pyproject.toml's package-dir at that commit says where each part goes), and the lab
-  # (lab/: the study and the SASRec grid, not installed) beside it where the commit has one
+  # (lab/: the SASRec grid, not installed) beside it where the commit has one
   python3 "$(dirname "${BASH_SOURCE[0]}")/../tools/installed_layout.py" --commit "$1" --lab \
     "$2" || { echo "no snapshot of $1" >&2; return 1; }
 }
-grid_lab() {  # snap: the module that runs the lab's commands (study, experiment) in snap:
+grid_lab() {  # snap: the module that runs the lab's command (experiment) in snap:
   # `lab`, or `tfrs_logq.cli` at a commit from before the lab left the package
   if [ -f "$1/lab/__main__.py" ]; then echo lab; else echo tfrs_logq.cli; fi
 }
@@ -46,7 +46,7 @@ grid_has_row() {  # out prefix: a row of out/results.csv starts with prefix (a f
 }
 
 grid_commit() {  # out what: with COMMIT=1, commits out as "out: N row(s) what" (rows of
-  # results.csv: one per run in the SASRec grids, one per evaluated step count in the study)
+  # results.csv: one per run in the SASRec grids, one per evaluated step count in the retired TF study)
   [ "${COMMIT:-0}" = 1 ] && [ -f "$1/results.csv" ] || return 0
   git add -- "$1" >/dev/null 2>&1 || return 0
   git diff --cached --quiet -- "$1" && return 0

@@ -14,7 +14,9 @@ MAX_PORT = 65535
 
 @dataclasses.dataclass
 class ServerOptions:
-    """Args:
+    """The model server's settings, named after TF Serving's flags, each checked when made.
+
+    Args:
         model_name: str. The servable's name (as ``export`` takes it: letters, digits,
             ``._-``).
         model_base_path: str. The directory of integer versions.

@@ -1,5 +1,5 @@
 """The public API, in one table: each package a user imports from, the names it exports and
-the module that defines each.
+the module each is imported from (the public module that defines or re-exports it).
 
 A user imports these names from their package (``from tfrs_logq import CorrectedRetrieval``,
 ``from tfrs_logq.pipelines import load_user_log_split``); the modules behind them, and
@@ -66,6 +66,30 @@ PUBLIC: dict[str, dict[str, str]] = {
         "save_vocabularies": "tfrs_logq.pipelines.vocabulary",
         "load_vocabularies": "tfrs_logq.pipelines.vocabulary",
         "normalize_id": "tfrs_logq.pipelines.ids",
+    },
+    "tfrs_logq.pipelines.beam": {
+        "ArtifactError": "tfrs_logq.pipelines.beam.artifacts",
+        "BulkInferrer": "tfrs_logq.pipelines.beam.bulk_inferrer",
+        "COMPONENTS": "tfrs_logq.pipelines.beam.pipeline",
+        "ComponentResult": "tfrs_logq.pipelines.beam.pipeline",
+        "Evaluator": "tfrs_logq.pipelines.beam.evaluator",
+        "ExampleGen": "tfrs_logq.pipelines.beam.example_gen",
+        "Exporter": "tfrs_logq.pipelines.beam.exporter",
+        "ItemStatistics": "tfrs_logq.pipelines.item_statistics",
+        "METRICS": "tfrs_logq.pipelines.beam.evaluation",
+        "Pusher": "tfrs_logq.pipelines.beam.pusher",
+        "Statistics": "tfrs_logq.pipelines.beam.statistics",
+        "TopKModelHandler": "tfrs_logq.pipelines.beam.bulk_inferrer",
+        "Trainer": "tfrs_logq.pipelines.beam.trainer",
+        "load_evaluation": "tfrs_logq.pipelines.beam.evaluation",
+        "load_item_statistics": "tfrs_logq.pipelines.item_statistics",
+        "load_log_q": "tfrs_logq.pipelines.item_statistics",
+        "push_version": "tfrs_logq.pipelines.beam.pusher",
+        "read_predictions": "tfrs_logq.pipelines.beam.predictions",
+        "read_split": "tfrs_logq.pipelines.examples",
+        "run_components": "tfrs_logq.pipelines.beam.pipeline",
+        "run_pipeline": "tfrs_logq.pipelines.beam.pipeline",
+        "UserLogExampleGen": "tfrs_logq.pipelines.beam.user_log_source",
     },
     "tfrs_logq.sasrec": {
         "TrainConfig": "tfrs_logq.sasrec.config",

@@ -147,7 +147,8 @@ def paired_t_p_value(diff: dict) -> Optional[float]:
     return 2.0 * float(_scipy_stats.t.sf(abs(t), diff["n"] - 1))
 
 
-def _finite_float(value) -> Optional[float]:
+def finite_float(value) -> Optional[float]:
+    """``float(value)`` if it is a finite number (a CSV field too), else None."""
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -165,7 +166,7 @@ def values_by_seed(rows: Iterable[Mapping], metric: str, **match) -> dict:
     for row in rows:
         if any(str(row.get(k)) != str(v) for k, v in match.items()):
             continue
-        value = _finite_float(row.get(metric))
+        value = finite_float(row.get(metric))
         if value is None:
             continue
         out[int(row["seed"])] = value
@@ -214,6 +215,6 @@ def format_interval(diff: dict, digits: int = 4, plus_minus: bool = False) -> st
     return f"[{diff['low']:+.{digits}f}, {diff['high']:+.{digits}f}]"
 
 
-__all__ = ["MIN_PAIRS", "classify", "format_interval", "format_signed", "paired_by_seed",
-           "paired_difference", "paired_t_p_value", "pairs_for_power", "power",
-           "sd_upper_limit", "values_by_seed"]
+__all__ = ["MIN_PAIRS", "classify", "finite_float", "format_interval", "format_signed",
+           "paired_by_seed", "paired_difference", "paired_t_p_value", "pairs_for_power",
+           "power", "sd_upper_limit", "values_by_seed"]

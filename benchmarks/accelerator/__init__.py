@@ -1,4 +1,4 @@
-"""The large-catalog study of `tfrs_logq.study` on Keras 3 / JAX, without TensorFlow.
+"""The synthetic study (docs/study.md) on Keras 3 / JAX, without TensorFlow.
 
 Entry point: ``benchmarks/accelerator_study.py``; guide: ``docs/accelerator-study.md``.
 
@@ -9,6 +9,6 @@ keras-logq), `model` (the two-tower model, negatives, the row-sparse Adam step),
 `driver` (results.csv, checkpoints, the time budget), `cli`, `bench` (step timings).
 """
 
-# No side effect here: `crosscheck` and `curve_report` are read from TensorFlow processes
+# No side effect here: `curve_report` is read from TensorFlow processes
 # (the test suite), where a KERAS_BACKEND=jax set on import leaked to every later
 # subprocess. `loss`, the one module that imports keras, chooses JAX.

@@ -20,48 +20,17 @@ Readers, which need no Beam: `read_split` (``examples``), `load_log_q` and
 and `load_evaluation` (``evaluation``). `run_pipeline` (``pipeline``) runs the
 components in order; ``tfrs-logq pipeline run`` is its command line. Beam runs
 locally on `FnApiRunner` with worker processes (``runner``). Names are imported on
-first use, so importing this package needs no Beam.
+first use, so importing this package needs no Beam. The names are listed in
+`tfrs_logq._api` (docs/api.md).
 """
 
 from __future__ import annotations
 
-import importlib
+from tfrs_logq import _api
 
 # The raw files ExampleGen reads (`example_gen.FORMATS`): MovieLens's ratings.dat,
 # SASRec's "user item" files, a user,item,timestamp CSV, and Steam's reviews.
 SOURCE_FORMATS = ("ratings", "sasrec", "csv", "steam")
 
-_EXPORTS = {
-    "ArtifactError": "artifacts",
-    "BulkInferrer": "bulk_inferrer",
-    "COMPONENTS": "pipeline",
-    "ComponentResult": "pipeline",
-    "Evaluator": "evaluator",
-    "ExampleGen": "example_gen",
-    "Exporter": "exporter",
-    "ItemStatistics": "tfrs_logq.pipelines.item_statistics",
-    "METRICS": "evaluation",
-    "Pusher": "pusher",
-    "Statistics": "statistics",
-    "TopKModelHandler": "bulk_inferrer",
-    "Trainer": "trainer",
-    "load_evaluation": "evaluation",
-    "load_item_statistics": "tfrs_logq.pipelines.item_statistics",
-    "load_log_q": "tfrs_logq.pipelines.item_statistics",
-    "push_version": "pusher",
-    "read_predictions": "predictions",
-    "read_split": "tfrs_logq.pipelines.examples",  # the readers need no Beam: data layer
-    "run_components": "pipeline",
-    "run_pipeline": "pipeline",
-    "UserLogExampleGen": "user_log_source",
-}
-
-__all__ = sorted([*_EXPORTS, "SOURCE_FORMATS"])
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = _EXPORTS[name]
-    return getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"),
-                   name)
+__all__, __getattr__, __dir__ = _api.exports("tfrs_logq.pipelines.beam",
+                                             extra=("SOURCE_FORMATS",))

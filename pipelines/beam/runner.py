@@ -9,9 +9,9 @@ and split functions of `tfrs_logq.pipelines`) is shipped to the workers *by valu
 (cloudpickle's ``register_pickle_by_value``), not as references to import, so a
 worker imports only numpy, protobuf and Beam whatever the package's modules
 import (importing ``tfrs_logq.frequency``, hence TensorFlow, costs about 10 s per
-worker process and pipeline on two busy cores, more than the whole ML-1M job). Worker code must refer to functions, classes and
-constants, never to ``tfrs_logq`` module objects (a module is always pickled by
-reference).
+worker process and pipeline on two busy cores, more than the whole ML-1M job). Worker code
+must refer to functions, classes and constants, never to ``tfrs_logq`` module objects (a
+module is always pickled by reference).
 """
 
 from __future__ import annotations

@@ -446,24 +446,13 @@ def test_worker_code_is_shipped_by_value_and_runs_without_tensorflow(tmp_path):
     assert proc.stdout.split() == ["False", "False"]
 
 
-def test_every_public_name_imports_and_is_documented():
-    """Each name of `__all__` resolves on first use to an object defined in the pipeline's
-    packages, with a docstring; an unknown name is an AttributeError."""
-    import types
-
+def test_the_source_formats_are_example_gens():
+    """`SOURCE_FORMATS` (in the package, which imports no Beam) are the formats ExampleGen
+    reads. The package's other names: tests/test_public_api.py."""
     import tfrs_logq.pipelines.beam as beam_pipeline
     from tfrs_logq.pipelines.beam.example_gen import FORMATS
 
-    assert len(set(beam_pipeline.__all__)) == len(beam_pipeline.__all__)
     assert set(beam_pipeline.SOURCE_FORMATS) == set(FORMATS)
-    for name in beam_pipeline.__all__:
-        obj = getattr(beam_pipeline, name)
-        if isinstance(obj, (type, types.FunctionType)):
-            assert obj.__name__ == name, name
-            assert obj.__module__.startswith("tfrs_logq.pipelines."), (name, obj.__module__)
-            assert (obj.__doc__ or "").strip(), f"{name} has no docstring"
-    with pytest.raises(AttributeError):
-        beam_pipeline.no_such_name  # noqa: B018
 
 
 # --------------------------------------------------------- Trainer, Exporter, BulkInferrer

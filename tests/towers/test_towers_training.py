@@ -71,6 +71,40 @@ def test_bad_configs_are_one_line_errors(field, value):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("loss", ["mns-corrected", "inbatch-corrected"])
+def test_two_corrections_see_the_same_batches_negatives_and_initial_weights(split, loss):
+    """Common random numbers, what compare's pairing rests on: runs that differ only in the
+    correction train on the same batches, draw the same negatives and start from the same
+    weights; another seed draws other negatives."""
+    from tfrs_logq.towers.loop import TowerModel, proposal_log_q_table, train_loop
+
+    def recorded(correction_loss, seed=0):
+        config = TwoTowerConfig(loss=correction_loss, steps=3, batch_size=32, embedding_dim=8,
+                                history_length=6, num_negatives=16, seed=seed)
+        spec = training.run_spec(config, split.num_items)
+        table = proposal_log_q_table(spec, split.train_log_q())
+        record: list = []
+        first = [w.numpy() for w in TowerModel(spec).weights]  # seeded by the spec's seed
+        batches = Examples(split, 6).batches(seed, 32, 3)
+        train_loop(spec, batches, table, record=record)
+        return first, record
+
+    base = loss.replace("-corrected", "")
+    weights, steps = recorded(loss)
+    for other in (f"{base}-logq-tfrs", f"{base}-logq-official"):
+        other_weights, other_steps = recorded(other)
+        for a, b in zip(weights, other_weights):
+            np.testing.assert_array_equal(a, b)
+        assert len(steps) == len(other_steps) == 3
+        for (batch, ids, valid), (other_batch, other_ids, other_valid) in zip(steps, other_steps):
+            for key in batch:
+                np.testing.assert_array_equal(batch[key], other_batch[key])
+            np.testing.assert_array_equal(ids, other_ids)
+            np.testing.assert_array_equal(valid, other_valid)
+    _, reseeded = recorded(loss, seed=1)
+    assert any(not np.array_equal(a[1], b[1]) for a, b in zip(steps, reseeded))
+
+
 def test_training_learns_and_a_killed_run_resumes_to_the_same_metrics(split, tmp_path):
     config = TwoTowerConfig(loss="mns-corrected", steps=40, batch_size=64, embedding_dim=16,
                             history_length=6, num_negatives=32, learning_rate=2e-2,

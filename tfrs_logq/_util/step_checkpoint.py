@@ -1,7 +1,7 @@
 """`StepCheckpoint`: a custom training loop's state every few minutes, for an exact resume.
 
 `EpochCheckpoint` (`tfrs_logq.sasrec.callbacks`) does this for `model.fit` at epoch ends;
-a loop that runs thousands of steps with no epochs (the large-catalog study) needs it by
+a loop that runs thousands of steps with no epochs (the two-tower trainer's) needs it by
 time instead. One `tf.train.CheckpointManager` checkpoint (the last only) holds
 the objects given (a model, an optimizer: anything trackable) and the number of
 finished steps. TensorFlow writes the data and index files first and the
@@ -9,7 +9,7 @@ finished steps. TensorFlow writes the data and index files first and the
 previous checkpoint in force.
 
 The loop must be a function of the state and the step index (stateless batches
-and random ops keyed by the step, as the study's are): then a run resumed from
+and random ops keyed by the step, as the two-tower loop's are): then a run resumed from
 step ``s`` ends bit for bit as the uninterrupted run would.
 
 ``key`` names what the directory's state belongs to (``key.txt``, written before

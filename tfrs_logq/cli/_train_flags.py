@@ -12,6 +12,7 @@ from tyro.conf import Suppress, arg
 
 from tfrs_logq.cli._flags import annotate, shown, values
 from tfrs_logq.pipelines.datasets import DATASETS, DEFAULT_TEMPORAL_FRACTION, ML1M_FORMATS
+from tfrs_logq.pipelines.log_readers import FORMATS as LOG_FORMATS
 from tfrs_logq.pipelines.splits import SPLITS
 from tfrs_logq.sasrec import config as _config
 from tfrs_logq.sasrec.config import FLAGS, OBJECTIVES, PRESETS, TrainConfig
@@ -46,7 +47,7 @@ class TrainOptions(TrainConfig):
         "none: the data file, in memory")] = None
     log_q: Annotated[Optional[str], arg(metavar="DIR"), shown(
         "counted from the training split")] = None
-    log_format: Annotated[Optional[Literal["csv", "tsv", "parquet", "jsonl"]], shown(
+    log_format: Annotated[Optional[Literal[LOG_FORMATS]], shown(
         "each file's extension")] = None
 
 

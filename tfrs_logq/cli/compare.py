@@ -12,6 +12,7 @@ from tyro.conf import arg
 
 from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import Verbose, check, shown
+from tfrs_logq.pipelines.log_readers import FORMATS as LOG_FORMATS
 from tfrs_logq.studies._grid import check_output_dir
 
 
@@ -30,7 +31,7 @@ class UserLogFlags:  # a user's log (`tfrs_logq.pipelines.user_log.UserLogSource
     weight_column: Annotated[Optional[str], arg(metavar="C")] = None
     """a number per interaction (>= 0): the two-tower loss of each example is multiplied by
     its target's weight"""
-    log_format: Annotated[Optional[Literal["csv", "tsv", "parquet", "jsonl"]], shown(
+    log_format: Annotated[Optional[Literal[LOG_FORMATS]], shown(
         "each file's extension")] = None
     """the files' format"""
     skip_bad_lines: bool = False

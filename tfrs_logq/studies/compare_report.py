@@ -32,6 +32,7 @@ from tfrs_logq.metrics import BANDS
 from tfrs_logq.stats import (
     MIN_PAIRS,
     classify,
+    finite_float,
     format_interval,
     format_signed,
     paired_by_seed,
@@ -93,10 +94,7 @@ def describe(loss: str) -> str:
 
 
 def _finite(value) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
+    return finite_float(value) is not None
 
 
 def diverged_runs(rows: list[dict]) -> list[tuple]:

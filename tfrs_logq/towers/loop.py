@@ -1,7 +1,7 @@
-"""The two-tower training step of the study and of the trainer on users' logs.
+"""The two-tower trainer's training loop (`tfrs_logq.towers.training` on users' logs).
 
-A *spec* is any object with the fields this module reads (the study's `Run`, the
-log trainer's `TwoTowerConfig`): ``num_items``, ``embedding_dim``, ``history_length``,
+A *spec* is any object with the fields this module reads (`training.run_spec` of a
+`TwoTowerConfig`): ``num_items``, ``embedding_dim``, ``history_length``,
 ``sampler`` (in-batch / uniform / mixed), ``num_in_batch_negatives``,
 ``num_uniform_negatives``, ``proposal`` (unigram / mixture / inclusion), ``correction``
 (`tfrs_logq.corrections`: none / logq-tfrs / logq-official / corrected), ``batch_size``,
@@ -139,7 +139,7 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
     it trained fewer than 2 steps).
 
     ``record``, when a list, receives ``(batch, negatives)`` numpy pairs of every step
-    (for the common-random-numbers test). ``checkpoint_dir``: the run's state is saved
+    (tests/towers check common random numbers with it). ``checkpoint_dir``: the run's state is saved
     there every ``checkpoint_seconds`` and after the last step (`StepCheckpoint`, keyed
     by `checkpoint_key`), and a run finds its last state there and goes on from it,
     ending exactly as an uninterrupted run. ``on_step(i)`` is called after step ``i``

@@ -1,6 +1,6 @@
 """A two-tower retrieval model trained on a `Split` of interactions: any user's log.
 
-The model is the study's (`tfrs_logq.towers.loop`): a query tower over the user's last
+The model is `tfrs_logq.towers.loop`'s: a query tower over the user's last
 ``history_length`` items (`HistoryQueryTower`) and an item embedding table, trained by
 `CorrectedRetrieval` with the row-sparse `LazyAdam` by default, so a step costs the
 same at 100k or 1M items (the table rows a batch does not touch are not updated).
