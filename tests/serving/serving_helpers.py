@@ -1,8 +1,8 @@
-"""Helpers shared by the tests/serving/test_serving_*.py files: request histories, REST calls
+"""What the tests/serving/test_serving_*.py files share: request histories, REST calls
 (JSON and raw bytes), predictions on both protocols from threads, and both protocols'
 request checks on a `Servable` without a server. The trained model, its exports and the
-running server they share are session fixtures in tests/conftest.py; the servable and
-server of an untrained export, in tests/serving/conftest.py."""
+running server on them are fixtures of tests/conftest.py, built once a test run; the
+servable and server of an untrained export, of tests/serving/conftest.py."""
 
 import json
 import threading
