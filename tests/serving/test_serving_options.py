@@ -21,7 +21,10 @@ def test_serve_refuses_a_port_out_of_range_and_a_bad_model_name_in_one_line(caps
 
     for flags, words in [(["--model_name", "m", "--port", "70000"], ["--port 70000", "65535"]),
                          (["--model_name", "a/b"], ["--model_name 'a/b'", "not a valid"])]:
-        code = cli.main(["serve", "--model_base_path", str(tmp_path / "missing"), *flags])
+        try:  # refused while the flags are parsed (SystemExit 2) or when run (returns 2)
+            code = cli.main(["serve", "--model_base_path", str(tmp_path / "missing"), *flags])
+        except SystemExit as exc:
+            code = exc.code
         err = capsys.readouterr().err
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         for word in words:
