@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import DisallowNone, arg
 
 from tfrs_logq.cli._common import (
     LoadOptions,
@@ -42,7 +42,7 @@ class TwoTowerFlags:
     """lazy-adam updates only the table rows a batch touches"""
     eval_every: Annotated[Optional[int], shown("500")] = None
     """evaluate the test split every this many steps (and at the last)"""
-    exclude_seen: Annotated[Optional[bool], shown("on, as the served top_k")] = None
+    exclude_seen: Annotated[Optional[bool], DisallowNone, shown("on, as the served top_k")] = None
     """the evaluation policy: leave the items of the history a request sends out of the
     ranking (a repeat target is then a miss); --no-exclude-seen ranks them, as top_k does
     with exclude_history false"""
