@@ -73,7 +73,7 @@ $(TF221_STAMP): pyproject.toml
 install: $(STAMP) $(KERAS_STAMP)
 
 demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
-	@echo "== the demo: none, logq and corrected on the synthetic stream (a line per phase and"
+	@echo "== the demo: none, logq-tfrs and corrected on the synthetic stream (a line per phase and"
 	@echo "   per tenth of the steps when piped; Keras' progress bar in a terminal)"
 	$(VENV)/bin/tfrs-logq demo --output-dir demo_output
 
@@ -155,7 +155,7 @@ clean:
 	  keras-logq/*.egg-info
 
 help:
-	@echo "make demo      train none/logq/corrected on the synthetic stream (demo_output/)"
+	@echo "make demo      train none/logq-tfrs/corrected on the synthetic stream (demo_output/)"
 	@echo "make test      the test suite (TF 2.20), keras-logq on jax/torch/tensorflow, and a"
 	@echo "               selection on TF 2.21 (make test-keras, make test-tf221: those parts alone)"
 	@echo "make test-slow the tests marked slow (benchmarks' smoke runs); CI runs it after make test"

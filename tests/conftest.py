@@ -1,6 +1,6 @@
 """Test set-up: Keras 2 for TFRS, two logical CPU devices for tf.distribute tests, and
 fixtures shared by several test files: the fake data, and the smoke-preset runs trained once
-per session."""
+per test run."""
 
 import os
 
@@ -24,7 +24,7 @@ from pipeline_data import write_ratings  # noqa: E402
 
 from tfrs_logq import native  # noqa: E402
 
-# One kernel cache for the whole session, subprocesses included: many tests point
+# One kernel cache for the whole test run, subprocesses included: many tests point
 # TFRS_LOGQ_CACHE_DIR at a temporary directory (the data cache), and the kernels would
 # otherwise follow it and be compiled again (about 50 s) in each of them.
 os.environ.setdefault(native.CACHE_ENV, str(native.cache_dir()))
@@ -67,9 +67,9 @@ def _train_smoke(root, data, name, **overrides):
     return model_dir
 
 
-# The smoke-preset runs that several files read, each trained once per session however many
+# The smoke-preset runs that several files read, each trained once per test run however many
 # of those files run: the training is most of their cost. Each sets the data cache for the
-# rest of the session (as the module fixtures they replace did).
+# rest of the test run (as the module fixtures they replace did).
 @pytest.fixture(scope="session")
 def smoke_runs(tmp_path_factory):
     """Two runs that differ only in their seed (inbatch-corrected, one epoch, on a 40-user
@@ -86,7 +86,7 @@ def smoke_runs(tmp_path_factory):
 
 
 # The serving tests' model, its exports and a server on them (tests/serving/), once per
-# session however many of those files run. Imports are in the fixtures: the serving extras
+# test run however many of those files run. Imports are in the fixtures: the serving extras
 # (grpc, tensorflow-serving-api) are not needed elsewhere.
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):

@@ -20,7 +20,7 @@ from tfrs_logq.serving.export import (
 
 @pytest.fixture
 def runs(smoke_runs):
-    """conftest's two smoke runs (seeds 0 and 1), trained once per session."""
+    """conftest's two smoke runs (seeds 0 and 1), trained once per test run."""
     return smoke_runs
 
 
