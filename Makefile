@@ -25,7 +25,7 @@ TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_task
                   tests/cli/test_quiet.py
 PIP_PROGRESS   := --progress-bar off
 
-.PHONY: demo test test-slow test-keras test-tf221 bench lint clean install pipeline help
+.PHONY: demo test test-suite test-slow test-keras test-keras-jax test-keras-torch-tf test-tf221 bench lint clean install pipeline help
 
 $(STAMP): pyproject.toml
 	@echo "== $(VENV): tfrs-logq with its test, serving and scann extras (TensorFlow 2.20: ScaNN"
@@ -103,9 +103,18 @@ pipeline: $(STAMP)
 # (Python, tracing), so 2 workers on 2 cores take about half the time.
 TEST_WORKERS ?= 2
 
+# Then the other environments' runs (one process each: TF 2.21 and the two keras-logq lanes)
+# as parallel jobs (make -j), each job's output printed whole when it ends. On 2 cores the
+# lanes save about 2.5 minutes over one after the other; starting them beside the suite
+# saves nothing more (the suite keeps both cores busy).
 test: $(STAMP) $(KERAS_STAMP) $(TF221_STAMP)
+	$(MAKE) --no-print-directory test-suite
+	$(MAKE) --no-print-directory -j 3 --output-sync=target test-tf221 test-keras-jax \
+	  test-keras-torch-tf
+
+# The TF 2.20 suite alone (the first part of make test).
+test-suite: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-keras test-tf221
 
 # The tests marked slow (benchmarks' smoke runs, about 1.5 min on 2 cores), which `make
 # test` leaves out; CI (.ci/run) runs them after it.
@@ -114,11 +123,15 @@ test-slow: $(STAMP)
 
 # keras-logq: one pytest process per Keras backend. PyTorch gets one OpenMP thread: its
 # threads spin on shared cores (a step measured 6-25x slower on 2 busy cores).
-test-keras: $(STAMP) $(KERAS_STAMP)
+test-keras: test-keras-jax test-keras-torch-tf
+
+test-keras-jax: $(KERAS_STAMP)
 	@echo "== keras-logq, KERAS_BACKEND=jax ($(KERAS_VENV), no TensorFlow)"
 	cd keras-logq && KERAS_BACKEND=jax $(abspath $(KERAS_PY)) -m pytest -q
 	@echo "== the accelerator study (benchmarks/accelerator), KERAS_BACKEND=jax, no TensorFlow"
 	KERAS_BACKEND=jax $(KERAS_PY) -m pytest -q benchmarks/accelerator/tests
+
+test-keras-torch-tf: $(STAMP) $(KERAS_STAMP)
 	@echo "== keras-logq, KERAS_BACKEND=torch ($(KERAS_VENV), no TensorFlow)"
 	cd keras-logq && OMP_NUM_THREADS=1 KERAS_BACKEND=torch $(abspath $(KERAS_PY)) -m pytest -q
 	@echo "== keras-logq, KERAS_BACKEND=tensorflow ($(VENV), TensorFlow 2.20)"

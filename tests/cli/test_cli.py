@@ -499,8 +499,9 @@ SMOKE_LINE = ("tfrs-logq: warning: smoke preset: a plumbing check, not a usable 
               "--preset cpu for a useful one")
 
 
+@pytest.mark.slow  # a whole smoke training for its last line (28 s on 2 cores): test-slow
 def test_a_smoke_run_ends_saying_it_is_not_a_usable_model(capsys, tmp_path):
-    # Issue 23: the README's walkthrough trained a smoke model at random-level recall
+    # The README's walkthrough trained a smoke model at random-level recall
     # (test Recall@10 0.0023 on ML-1M, 10/3,416 = 0.0029 for a random list) and said
     # nothing. Another preset, cut as small, trains as little and says nothing.
     data = tmp_path / "data"
@@ -668,6 +669,7 @@ def test_evaluate_a_directory_that_is_no_training_output(capsys, tmp_path):
 # ------------------------------------------------------------------------------- demo
 
 
+@pytest.mark.slow  # three demo trainings: 11 s on 2 cores; make test-slow (CI) runs it
 def test_demo_cli_writes_table_csv_and_png(capsys, tmp_path):
     # In this process: an interpreter importing TensorFlow costs about 7 s of the suite.
     out = tmp_path / "demo"
@@ -685,8 +687,9 @@ def test_demo_cli_writes_table_csv_and_png(capsys, tmp_path):
     assert (out / "recall.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # three demo trainings: 16 s on 2 cores; make test-slow (CI) runs it
 def test_demo_says_what_it_is_doing_in_a_log(capsys, tmp_path):
-    # Issue 23: piped or logged (stdout not a terminal), a demo correction printed
+    # Piped or logged (stdout not a terminal), a demo correction printed
     # nothing for its whole training (Keras' bar is one line per epoch, the demo one
     # epoch). Now: a timed line per phase and a line every tenth of the steps. (In this
     # process, whose captured stdout is not a terminal either.)

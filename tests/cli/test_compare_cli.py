@@ -79,6 +79,7 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     assert again.returncode == 2 and "either --interactions" in again.stderr
 
 
+@pytest.mark.slow  # a training through the CLI process (19 s on 2 cores): make test-slow
 def test_train_on_a_log_through_the_cli_with_a_line_per_epoch_in_a_pipe(log_csv, tmp_path):
     # `train --interactions`; Keras' \r progress bar in piped logs.
     proc = _cli("train", "--interactions", log_csv, "--user-column", "user", "--item-column",

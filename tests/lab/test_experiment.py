@@ -22,7 +22,7 @@ def _rows(datasets, low, high, seeds=(0, 1, 2)):
 @pytest.mark.parametrize("datasets", [["ml-1m"], ["ml-1m", "steam"]])
 @pytest.mark.parametrize("low, high", [(0.0031, 0.0042), (0.15, 0.19), (0.0, 0.9)])
 def test_table_png_x_tick_labels_do_not_overlap(datasets, low, high, tmp_path):
-    # Issue 23: a smoke grid's table.png (NDCG@20 about 0.004) had ten 6-character x tick
+    # A smoke grid's table.png (NDCG@20 about 0.004) had ten 6-character x tick
     # labels ("0.0000" ... "0.0045") that ran into each other.
     fig = experiment._chart_figure(_rows(datasets, low, high))
     renderer = FigureCanvasAgg(fig).get_renderer()

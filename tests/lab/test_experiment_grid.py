@@ -55,6 +55,7 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     assert other.returncode != 0 and "another config" in other.stderr
 
 
+@pytest.mark.slow  # a grid in worker processes: 19 s on 2 cores; make test-slow (CI) runs it
 def test_experiment_runs_in_parallel_processes(data_dir, tmp_path):
     out = str(tmp_path / "grid")
     rows = run_grid(out, ["ml-1m"], ["loo"], ["inbatch-none", "mns-corrected"], [0], "smoke",

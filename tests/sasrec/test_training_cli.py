@@ -40,7 +40,7 @@ def test_train_cli_smoke_writes_model_dir_and_json(data_dir, tmp_path):
 
 def test_train_cli_refuses_out_of_range_sizes_at_once_and_writes_nothing(data_dir, tmp_path,
                                                                           capsys):
-    # Issue 37: `--max-length 100000000 --preset smoke` ran 87 s to a 21 GB peak, then a
+    # Before: `--max-length 100000000 --preset smoke` ran 87 s to a 21 GB peak, then a
     # traceback, exit 1, and a config.json that blocked the retry.
     import time
 

@@ -180,6 +180,7 @@ def test_bad_plans_are_one_line_errors(kwargs, match):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.slow  # SASRec trainings of a plan: 22 s on 2 cores; make test-slow (CI) runs it
 def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(split, tmp_path):
     plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
                         config=dataclasses.replace(CONFIG, steps=4, eval_every=2), window=2,
