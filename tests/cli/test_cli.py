@@ -482,6 +482,7 @@ def test_skipped_lines_are_counted_printed_and_in_json(capsys, tmp_path):
     assert code == 0 and "2 malformed lines skipped" in out + err
 
 
+@pytest.mark.slow  # a training through the CLI (14 s on 2 cores): make test-slow
 def test_train_skips_bad_lines_and_reports_the_count(capsys, tmp_path):
     data = tmp_path / "data"
     rows = _write_ratings(data, bad_lines=1)

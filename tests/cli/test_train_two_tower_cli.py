@@ -163,6 +163,7 @@ def _with_bad_line(tmp_path, name="bad.csv"):
     return str(tmp_path / name)
 
 
+@pytest.mark.slow  # trains and reloads per model (11 s on 2 cores): make test-slow
 @pytest.mark.parametrize("model", ["two-tower", "sasrec"])
 def test_skip_bad_lines_is_taken_recorded_and_reused_by_the_reload(tmp_path, capsys, model):
     from tfrs_logq.serving.export import load_run_split

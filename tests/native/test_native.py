@@ -364,6 +364,7 @@ print(native.build())
 """
 
 
+@pytest.mark.slow  # two compiler runs (10 s on 2 cores): make test-slow
 def test_concurrent_builds_produce_one_library(tmp_path):
     # Two processes build at once through a stand-in compiler that takes a second (the
     # real compile, tested by every kernel test in this file, took about 30 s of the

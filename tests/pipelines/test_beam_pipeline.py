@@ -843,6 +843,7 @@ TINY = dict(num_users=300, num_items=200, history_length=7, seed=3, num_topics=1
             users_per_chunk=70)
 
 
+@pytest.mark.slow  # Beam with 1 and more workers (11 s on 2 cores): make test-slow
 def test_synthetic_data_is_the_same_on_any_number_of_workers(tmp_path):
     from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec, generate_ids
 

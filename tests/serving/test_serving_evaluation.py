@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tfrs_logq.serving.server import ModelServer, ServerOptions
 
 
+@pytest.mark.slow  # a server and the CLI process (10 s on 2 cores): make test-slow
 def test_evaluate_cli_reports_served_and_exact_figures(trained, exports):
     options = ServerOptions(model_name="bf_cli", port=0, rest_api_port=0,
                             model_base_path=str(exports["base"] / "brute_force"))

@@ -96,6 +96,7 @@ def test_status_and_metadata(server):
     channel.close()
 
 
+@pytest.mark.slow  # a load test (11 s on 2 cores): make test-slow
 def test_version_swap_under_load_drops_nothing(trained, exports):
     base = exports["base"] / "swap"
     export(trained["model_dir"], str(exports["base"]), "swap", index="brute-force", version=1)
