@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The synthetic study (docs/study.md) on Keras 3 / JAX, without TensorFlow.
+"""The synthetic study (research/study.md) on Keras 3 / JAX, without TensorFlow.
 
     python benchmarks/accelerator_study.py --preset smoke --output-dir /tmp/acc
     python benchmarks/accelerator_study.py --preset curve --output-dir OUT --max-seconds 540
 
 Needs keras, jax, numpy and keras-logq (``keras-logq/``, importable or on PYTHONPATH).
 The code is the package ``benchmarks/accelerator/``; the guide is
-``docs/accelerator-study.md``.
+``research/accelerator-study.md``.
 """
 
 import os

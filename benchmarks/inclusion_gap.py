@@ -6,7 +6,7 @@ share of batch positions whose target repeats, and, over the distinct targets, t
 what `sampling_probability="per_draw_to_inclusion"` corrects with) and ``B`` times the
 per-draw unigram ``Q(d)`` (the item's true marginal, `SyntheticStream.item_log_marginal`).
 A constant gap cancels in a softmax over the batch; only where ``B Q(d)`` nears 1 do the
-two proposals differ. The study's `samplers` preset compares them on quality (docs/study.md).
+two proposals differ. The study's `samplers` preset compares them on quality (research/study.md).
 
     python benchmarks/inclusion_gap.py --num-topics 10000 1000 --batches 30
 """

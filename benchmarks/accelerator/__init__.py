@@ -1,6 +1,6 @@
-"""The synthetic study (docs/study.md) on Keras 3 / JAX, without TensorFlow.
+"""The synthetic study (research/study.md) on Keras 3 / JAX, without TensorFlow.
 
-Entry point: ``benchmarks/accelerator_study.py``; guide: ``docs/accelerator-study.md``.
+Entry point: ``benchmarks/accelerator_study.py``; guide: ``research/accelerator-study.md``.
 
 Modules: `world` (the synthetic world and its device sampler), `tf_philox` (TensorFlow's
 stateless RNG in numpy, for the held-out examples), `loss` (the corrections through

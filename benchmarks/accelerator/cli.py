@@ -38,7 +38,7 @@ def parse_overrides(items) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="accelerator_study.py",
-        description="The synthetic study (docs/study.md) on Keras 3 / JAX, without "
+        description="The synthetic study (research/study.md) on Keras 3 / JAX, without "
                     "TensorFlow. Rows go to OUT/results.csv run by run; a run continues "
                     "from OUT/runs/ after a stop.")
     p.add_argument("--preset", choices=tuple(PRESETS), default="smoke")

@@ -354,7 +354,7 @@ def positive_regime(p_positive, positives, unigram, samplers: Sequence[str],
     ``e^{s_p} / Q(p)``, so the positive's share is about ``(P/Q) / (P/Q + k)`` with
     ``P = P(p|u)`` the model's full-softmax probability
     (`tfrs_logq.proposal.standard_positive_share`). Where it is small, ``w = 1 - P`` is
-    about 1 and the two losses nearly coincide (docs/study.md maps the share to the
+    about 1 and the two losses nearly coincide (research/study.md maps the share to the
     measured gap). ``Q(p)`` is each sampler's proposal of the positive (the mixture's
     for ``"mixed"``, the unigram for ``"mixed-unigram"``).
 
