@@ -9,6 +9,11 @@ from scipy import stats as sps
 from tfrs_logq.stats import (
     MIN_PAIRS,
     classify,
+    divergence_rate,
+    equivalence_power,
+    holm,
+    pairs_for_equivalence,
+    seed_outliers,
     format_interval,
     format_signed,
     paired_by_seed,
@@ -177,3 +182,115 @@ def test_an_interval_prints_as_brackets_or_plus_minus_and_never_without_width():
         assert format_interval(no_interval, plus_minus=True) == format_signed(
             no_interval["mean"])
     assert format_signed(0.0123) == "+0.0123" and format_signed(None) == ""
+
+
+def _t_intervals(diffs, confidence=0.95):
+    n = diffs.shape[1]
+    mean = diffs.mean(1)
+    half = sps.t.ppf(0.5 + confidence / 2, n - 1) * diffs.std(1, ddof=1) / math.sqrt(n)
+    return mean - half, mean + half
+
+
+@pytest.mark.parametrize("n, effect, sd", [(3, 0.0173, 0.00146), (3, 0.01, 0.004),
+                                           (4, 0.002, 0.003)])
+def test_power_is_finite_and_matches_simulation_far_out_in_the_tail(n, effect, sd):
+    """At ~20 standard errors SciPy's lower tail of the noncentral t is NaN: the power is
+    taken from the right tail on both sides, and equals the simulated rejection rate."""
+    rng = np.random.default_rng(11)
+    diffs = rng.normal(effect, sd, size=(40_000, n))
+    low, high = _t_intervals(diffs)
+    rejected = np.mean((low > 0) | (high < 0))
+    value = power(n, effect, sd)
+    assert math.isfinite(value) and value == pytest.approx(rejected, abs=0.01)
+    assert power(n, -effect, sd) == pytest.approx(value)  # two-sided: symmetric
+
+
+def test_differences_apart_by_float_rounding_are_zero_spread_not_better():
+    a = [0.30, 0.31, 0.32, 0.33]
+    b = [0.31, 0.32 + 1e-11, 0.33, 0.34 - 1e-11]
+    d = paired_difference(a, b)
+    assert d["zero_spread"] and classify(d, 0.002) == "zero spread"
+    assert format_interval(d) == ""
+    # A spread of a millionth (a few targets of a large test split) is noise to test.
+    rng = np.random.default_rng(12)
+    real = paired_difference(a, (np.array(a) + 0.01 + rng.normal(0, 1e-6, 4)).tolist())
+    assert not real["zero_spread"] and classify(real, 0.002) == "better"
+
+
+@pytest.mark.parametrize("n, margin, sd, effect", [(3, 0.004, 0.002, 0.0), (5, 0.003, 0.002, 0.0),
+                                                   (10, 0.002, 0.002, 0.0005)])
+def test_equivalence_power_is_the_simulated_share_of_intervals_inside_the_margin(
+        n, margin, sd, effect):
+    rng = np.random.default_rng(13)
+    low, high = _t_intervals(rng.normal(effect, sd, size=(40_000, n)))
+    inside = np.mean((low > -margin) & (high < margin))
+    assert equivalence_power(n, margin, sd, effect) == pytest.approx(inside, abs=0.01)
+
+
+def test_the_pairs_for_difference_power_do_not_power_the_equivalence_reading():
+    """Simulated at the pairs that give the t-test 80 % power against the margin, a true
+    0 lands inside ±margin well under 80 % of the time; `pairs_for_equivalence` gives
+    the pairs that do reach it."""
+    rng = np.random.default_rng(14)
+    margin, sd = 0.002, 0.003
+    n = pairs_for_power(margin, sd)
+    low, high = _t_intervals(rng.normal(0.0, sd, size=(20_000, n)))
+    simulated = np.mean((low > -margin) & (high < margin))
+    assert simulated < 0.7 and equivalence_power(n, margin, sd) == pytest.approx(
+        simulated, abs=0.015)
+    m = pairs_for_equivalence(margin, sd)
+    assert m > n and equivalence_power(m, margin, sd) >= 0.8 > equivalence_power(
+        m - 1, margin, sd)
+    assert pairs_for_equivalence(margin, sd, effect=margin) is None
+    assert pairs_for_equivalence(0.0, sd) is None
+
+
+def test_seed_outliers_flag_one_percent_of_normal_seeds_and_a_shifted_one():
+    rng = np.random.default_rng(15)
+    n, trials = 6, 4_000
+    diffs = rng.normal(0.003, 0.002, size=(trials, n))
+    # Reference: the leave-one-out t statistic, vectorised over the trials.
+    flags = np.array([seed_outliers(row) for row in diffs])
+    others_mean = (diffs.sum(1, keepdims=True) - diffs) / (n - 1)
+    others_var = ((diffs ** 2).sum(1, keepdims=True) - diffs ** 2
+                  - (n - 1) * others_mean ** 2) / (n - 2)
+    t = np.abs(diffs - others_mean) / np.sqrt(others_var * (1 + 1 / (n - 1)))
+    np.testing.assert_array_equal(flags, t > sps.t.ppf(0.995, n - 2))
+    assert flags.mean() == pytest.approx(0.01, abs=0.004)
+    shifted = diffs[:200].copy()
+    shifted[:, 0] += 0.05  # 25 sd off: a diverging or broken seed
+    assert np.mean([seed_outliers(row)[0] for row in shifted]) > 0.95
+    assert seed_outliers([0.01, 0.02]) == [False, False]
+    assert seed_outliers([0.01, 0.01, 0.01, 0.02]) == [False, False, False, True]
+
+
+def test_holm_controls_the_family_wise_error_in_simulation():
+    """Holm's adjusted p-values against the step-down rule written out, and a family of
+    5 true nulls rejects something in at most 5 % of simulated families."""
+    rng = np.random.default_rng(16)
+    p = rng.uniform(size=7).tolist()
+    order = np.argsort(p)
+    expected = np.maximum.accumulate(np.minimum(1, (7 - np.arange(7)) * np.array(p)[order]))
+    np.testing.assert_allclose(np.array(holm(p))[order], expected)
+    families = rng.normal(0.0, 1.0, size=(4_000, 5, 4))  # 5 paired tests of 4 pairs
+    t = families.mean(2) / (families.std(2, ddof=1) / 2)
+    pvalues = 2 * sps.t.sf(np.abs(t), 3)
+    any_rejected = np.mean([min(holm(row.tolist())) <= 0.05 for row in pvalues])
+    assert any_rejected <= 0.05 + 0.01
+    assert holm([0.02, 0.3, 0.4]) == pytest.approx([0.06, 0.6, 0.6])
+
+
+def test_divergence_rate_is_clopper_pearson_and_covers_in_simulation():
+    d = divergence_rate(1, 5)
+    assert d["rate"] == 0.2
+    assert d["low"] == pytest.approx(sps.beta.ppf(0.025, 1, 5))
+    assert d["high"] == pytest.approx(sps.beta.ppf(0.975, 2, 4))
+    rng = np.random.default_rng(17)
+    true_rate, runs = 0.1, 8
+    counts = rng.binomial(runs, true_rate, size=2_000)
+    intervals = {k: divergence_rate(int(k), runs) for k in set(counts.tolist())}
+    covered = np.mean([intervals[k]["low"] <= true_rate <= intervals[k]["high"]
+                       for k in counts.tolist()])
+    assert covered >= 0.95  # exact: never below the level
+    with pytest.raises(ValueError, match="diverged"):
+        divergence_rate(3, 2)

@@ -4,8 +4,12 @@ Two variants run with the same seed share every random draw (batches, initial
 weights, dropout masks, negatives), so their difference is measured pair by pair:
 ``d_i = b_i - a_i``. `paired_difference` gives the mean difference, its standard
 error and a Student-t confidence interval; `classify` reads it against an
-equivalence margin; `pairs_for_power` gives the pairs a paired t-test needs to
-detect an effect with a given power. The distributions are SciPy's.
+equivalence margin; `power` and `pairs_for_power` give the chance of the paired t-test
+to detect an effect and the pairs it needs, `equivalence_power` and
+`pairs_for_equivalence` the same for the reading "no difference larger than the
+margin"; `seed_outliers` flags a seed whose difference the others do not predict;
+`holm` adjusts a family of p-values; `divergence_rate` gives an exact interval of a
+rate of diverged runs. The distributions are SciPy's.
 
 The reports (``tfrs-logq compare``'s, ``benchmarks/paired_report.py``,
 ``benchmarks/fdr_synthetic.py``, ``benchmarks/accelerator/curve_report.py``) pair their
@@ -24,7 +28,7 @@ runs with `values_by_seed` and `paired_by_seed` and print a difference with
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as _scipy_stats
@@ -33,12 +37,19 @@ MIN_PAIRS = 3
 """Fewer pairs give a direction, not a verdict: with 2, the t interval uses t(1) = 12.7
 and one more seed moves it by more than the difference it is meant to bound."""
 
+ZERO_SPREAD_RTOL = 1e-9
+"""Differences whose standard deviation is at most this share of the values' size count
+as equal: a billionth of a Recall is below one target of any test split, so a spread
+that small is float rounding, not seed noise (a t-test on it would read 1e-11 as
+significant)."""
+
 
 def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict:
     """``b - a`` pair by pair: ``n``, ``mean``, ``sd`` (of the differences), ``se``,
     ``half_width`` and ``low``/``high`` of the two-sided ``confidence`` t interval
     (None for fewer than 2 pairs), ``zero_spread`` (every pair differs by the same
-    amount: the interval has no width and says nothing of the noise) and
+    amount, within `ZERO_SPREAD_RTOL` of the values' size: the interval has no width
+    and says nothing of the noise) and
     ``within_noise`` (the interval holds 0).
 
     Raises:
@@ -54,12 +65,12 @@ def paired_difference(a: Sequence[float], b: Sequence[float], confidence: float 
                          "before comparing.")
     n = len(diffs)
     mean = sum(diffs) / n
+    scale = max(abs(float(v)) for v in [*a, *b])
     if n < 2:
         return {"n": n, "mean": mean, "sd": None, "se": None, "half_width": None,
                 "low": None, "high": None, "zero_spread": False, "within_noise": None}
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    # Differences equal to float rounding count as equal (1e-12 of a metric in [0, 1]).
-    zero_spread = sd <= 1e-12 * max(1.0, abs(mean))
+    zero_spread = sd <= ZERO_SPREAD_RTOL * max(scale, abs(mean))
     se = sd / math.sqrt(n)
     half = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * se
     return {"n": n, "mean": mean, "sd": sd, "se": se, "half_width": half,
@@ -78,7 +89,16 @@ def sd_upper_limit(sd: float, n: int, confidence: float = 0.95) -> float:
 def power(n: int, effect: float, sd: float, confidence: float = 0.95) -> float:
     """The power of the two-sided paired t-test at level ``1 - confidence`` with ``n``
     pairs to detect a true mean difference ``effect`` when the differences have
-    standard deviation ``sd`` (noncentral t)."""
+    standard deviation ``sd`` (noncentral t with ``delta = |effect| sqrt(n) / sd``):
+
+        P(T > c) + P(T < -c) = sf(c; delta) + sf(c; -delta),   c = t_{(1+confidence)/2}(n-1)
+
+    Both tails are taken from the right (SciPy's noncentral t returns NaN for the lower
+    tail ``cdf(-c; delta)`` once ``delta`` is about 10).
+
+    >>> round(power(8, 0.003, 0.004), 3), round(power(3, 0.0173, 0.00146), 6)
+    (0.449, 1.0)
+    """
     if n < 2:
         return 0.0
     if sd <= 0:
@@ -87,7 +107,70 @@ def power(n: int, effect: float, sd: float, confidence: float = 0.95) -> float:
     critical = _scipy_stats.t.ppf(0.5 + confidence / 2.0, df)
     shift = abs(effect) / (sd / math.sqrt(n))
     nct = _scipy_stats.nct
-    return float(nct.sf(critical, df, shift) + nct.cdf(-critical, df, shift))
+    value = float(nct.sf(critical, df, shift) + nct.sf(critical, df, -shift))
+    if not math.isfinite(value):
+        raise ArithmeticError(f"the power of n={n}, effect={effect}, sd={sd} is not finite.")
+    return min(1.0, max(0.0, value))
+
+
+def equivalence_power(n: int, margin: float, sd: float, effect: float = 0.0,
+                      confidence: float = 0.95) -> float:
+    """The chance that the two-sided ``confidence`` t interval of ``n`` paired
+    differences (true mean ``effect``, standard deviation ``sd``) lies inside
+    ``(-margin, margin)``: the power of the reading "no difference larger than the
+    margin" (two one-sided tests, each at ``(1 - confidence) / 2``). With ``m`` the
+    mean and ``s`` the spread of the differences, ``h = t s / sqrt(n)``:
+
+        P(-margin + h < m < margin - h) = E_s[Phi((margin - h - effect) / se)
+                                              - Phi((-margin + h - effect) / se)]^+,
+
+    integrated over ``s^2 ~ sd^2 chi2(n - 1) / (n - 1)``. At the pairs that give the
+    difference test 80 % power against ``effect = margin``, a true 0 reads
+    "no difference" only about 60 % of the time: the two questions need their own pairs.
+
+    >>> round(equivalence_power(10, 0.002, 0.002), 2)
+    0.61
+    """
+    if n < 2 or margin <= 0:
+        return 0.0
+    if sd <= 0:
+        return 1.0 if abs(effect) < margin else 0.0
+    from scipy import integrate
+
+    df = n - 1
+    critical = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, df))
+    se = sd / math.sqrt(n)
+    # h(u) = critical * sd * sqrt(u / df) / sqrt(n) reaches the margin at u_max.
+    u_max = df * (margin * math.sqrt(n) / (critical * sd)) ** 2
+
+    def inside(u: float) -> float:
+        h = critical * sd * math.sqrt(u / df) / math.sqrt(n)
+        p = (_scipy_stats.norm.cdf((margin - h - effect) / se)
+             - _scipy_stats.norm.cdf((-margin + h - effect) / se))
+        return max(0.0, float(p)) * float(_scipy_stats.chi2.pdf(u, df))
+
+    value, _ = integrate.quad(inside, 0.0, u_max, limit=200)
+    return min(1.0, max(0.0, value))
+
+
+def _fewest_pairs(power_at: Callable[[int], float], target_power: float,
+                  limit: int) -> Optional[int]:
+    """The fewest pairs ``n >= MIN_PAIRS`` with ``power_at(n) >= target_power`` (power
+    grows with ``n``), or None past ``limit``."""
+    if not 0 < target_power < 1:
+        raise ValueError(f"`target_power` must be in (0, 1), received {target_power}.")
+    low, high = MIN_PAIRS, MIN_PAIRS
+    while power_at(high) < target_power:
+        if high >= limit:
+            return None
+        low, high = high + 1, min(2 * high, limit)
+    while low < high:
+        middle = (low + high) // 2
+        if power_at(middle) >= target_power:
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 def pairs_for_power(effect: float, sd: float, target_power: float = 0.8,
@@ -97,22 +180,89 @@ def pairs_for_power(effect: float, sd: float, target_power: float = 0.8,
     the inputs cannot give an answer (a non-finite or zero effect, a non-finite sd)."""
     if not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0 or sd < 0:
         return None
-    if not 0 < target_power < 1:
-        raise ValueError(f"`target_power` must be in (0, 1), received {target_power}.")
     if sd == 0:
         return MIN_PAIRS
-    low, high = MIN_PAIRS, MIN_PAIRS
-    while power(high, effect, sd, confidence) < target_power:  # power grows with n
-        if high >= limit:
-            return None
-        low, high = high + 1, min(2 * high, limit)
-    while low < high:
-        middle = (low + high) // 2
-        if power(middle, effect, sd, confidence) >= target_power:
-            high = middle
+    return _fewest_pairs(lambda n: power(n, effect, sd, confidence), target_power, limit)
+
+
+def pairs_for_equivalence(margin: float, sd: float, target_power: float = 0.8,
+                          confidence: float = 0.95, effect: float = 0.0,
+                          limit: int = 10_000) -> Optional[int]:
+    """Fewest pairs (at least `MIN_PAIRS`) whose ``confidence`` interval lies inside
+    ``±margin`` with ``target_power`` when the true difference is ``effect`` (default
+    0): `equivalence_power`'s counterpart of `pairs_for_power`. None past ``limit`` or
+    for inputs without an answer (``|effect| >= margin``, non-finite values)."""
+    if not (math.isfinite(margin) and math.isfinite(sd) and math.isfinite(effect)) \
+            or margin <= 0 or sd < 0 or abs(effect) >= margin:
+        return None
+    if sd == 0:
+        return MIN_PAIRS
+    return _fewest_pairs(lambda n: equivalence_power(n, margin, sd, effect, confidence),
+                         target_power, limit)
+
+
+def seed_outliers(differences: Sequence[float], confidence: float = 0.99) -> list[bool]:
+    """Flags each seed whose difference lies outside the two-sided ``confidence``
+    prediction interval of the other seeds' (leave one out:
+    ``|d_i - mean_{-i}| > t_{(1+confidence)/2}(n-2) s_{-i} sqrt(1 + 1/(n-1))``). For
+    normal differences each seed is flagged with probability ``1 - confidence``. Fewer
+    than 3 seeds flag nothing; when the others agree exactly (within
+    `ZERO_SPREAD_RTOL`), a seed that differs from them is flagged.
+
+    >>> seed_outliers([0.010, 0.012, 0.011, 0.009, 0.060])
+    [False, False, False, False, True]
+    """
+    d = np.asarray(differences, dtype=float)
+    n = len(d)
+    if n < 3:
+        return [False] * n
+    critical = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, n - 2))
+    scale = max(float(np.max(np.abs(d))), 1e-300)
+    flags = []
+    for i in range(n):
+        others = np.delete(d, i)
+        centre, spread = float(others.mean()), float(others.std(ddof=1))
+        gap = abs(float(d[i]) - centre)
+        if spread <= ZERO_SPREAD_RTOL * scale:
+            flags.append(gap > ZERO_SPREAD_RTOL * scale)
         else:
-            low = middle + 1
-    return high
+            flags.append(gap > critical * spread * math.sqrt(1 + 1 / (n - 1)))
+    return flags
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error): sorted ascending,
+    ``p_(j) * (m - j + 1)``, made non-decreasing and capped at 1. A hypothesis is
+    rejected at level ``alpha`` when its adjusted p-value is at most ``alpha``.
+
+    >>> holm([0.01, 0.04, 0.03])
+    [0.03, 0.06, 0.06]
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[i])))
+        adjusted[i] = running
+    return adjusted
+
+
+def divergence_rate(diverged: int, runs: int, confidence: float = 0.95) -> dict:
+    """``diverged`` of ``runs``: ``rate`` and the exact (Clopper-Pearson) two-sided
+    ``confidence`` interval ``low``/``high`` (`scipy.stats.binomtest`).
+
+    >>> d = divergence_rate(0, 5)
+    >>> d["rate"], d["low"], round(d["high"], 3)
+    (0.0, 0.0, 0.522)
+    """
+    if runs < 1 or not 0 <= diverged <= runs:
+        raise ValueError(f"a divergence rate needs 0 <= diverged <= runs and runs >= 1, "
+                         f"received {diverged} of {runs}.")
+    interval = _scipy_stats.binomtest(diverged, runs).proportion_ci(confidence,
+                                                                    method="exact")
+    return {"diverged": diverged, "runs": runs, "rate": diverged / runs,
+            "low": float(interval.low), "high": float(interval.high)}
 
 
 def classify(diff: dict, margin: Optional[float]) -> str:
@@ -141,7 +291,7 @@ def paired_t_p_value(diff: dict) -> Optional[float]:
     mean, 1 for zero spread around 0, None for fewer than 2 pairs."""
     if diff.get("se") is None:
         return None
-    if diff["se"] == 0:
+    if diff["se"] == 0 or diff.get("zero_spread"):
         return 0.0 if diff["mean"] else 1.0
     t = diff["mean"] / diff["se"]
     return 2.0 * float(_scipy_stats.t.sf(abs(t), diff["n"] - 1))
@@ -215,6 +365,8 @@ def format_interval(diff: dict, digits: int = 4, plus_minus: bool = False) -> st
     return f"[{diff['low']:+.{digits}f}, {diff['high']:+.{digits}f}]"
 
 
-__all__ = ["MIN_PAIRS", "classify", "finite_float", "format_interval", "format_signed",
-           "paired_by_seed", "paired_difference", "paired_t_p_value", "pairs_for_power",
-           "power", "sd_upper_limit", "values_by_seed"]
+__all__ = ["MIN_PAIRS", "ZERO_SPREAD_RTOL", "classify", "divergence_rate",
+           "equivalence_power", "finite_float", "format_interval", "format_signed", "holm",
+           "paired_by_seed", "paired_difference", "paired_t_p_value",
+           "pairs_for_equivalence", "pairs_for_power", "power", "sd_upper_limit",
+           "seed_outliers", "values_by_seed"]
