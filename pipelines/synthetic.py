@@ -198,9 +198,8 @@ class SyntheticStream:
 
     def sample_topics(self, users: tf.Tensor, count: int, seed: tf.Tensor) -> tf.Tensor:
         """`[n, count]` topics drawn from ``P(c | u)`` of `[n]` ``users``: inverse CDF by
-        binary search in the user-major table (``n count log(users C)`` work; drawing with
-        ``stateless_categorical`` from `[n, C]` logits cost 0.12 CPU-s per batch of 1,024
-        at C = 10,000, more than the study's training step)."""
+        binary search in the user-major table (``n count log(users C)`` work, where
+        ``stateless_categorical`` from `[n, C]` logits would cost ``n C``)."""
         c = self.config.num_topics
         users = tf.cast(users, tf.int64)
         u = tf.random.stateless_uniform(tf.concat([tf.shape(users), [count]], 0), seed=seed,

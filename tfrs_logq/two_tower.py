@@ -1,5 +1,5 @@
 """Two-tower retrieval: a query tower over the user's recent history and an item
-embedding table, trained with `CorrectedRetrieval` (the demo and the study use it)."""
+embedding table, trained with `CorrectedRetrieval` (the demo and `tfrs_logq.towers` use it)."""
 
 from __future__ import annotations
 

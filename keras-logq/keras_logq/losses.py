@@ -312,9 +312,8 @@ def _count_true(mask):
     """`[batch, n]` bool -> `[batch]` int32: each row's number of True entries.
 
     On PyTorch summed from the bool in place: `torch.count_nonzero` (and `keras.ops.sum`
-    of a bool) first make an int64 copy of the whole mask (4.0 ms against 1.0 ms at
-    `[1024, 2048]`, one CPU thread), the one `[batch, n]` pass the corrected loss adds
-    to the standard one. JAX and TensorFlow fuse the cast under `jit`.
+    of a bool) first make an int64 copy of the whole mask, the one `[batch, n]` pass
+    the corrected loss adds to the standard one. JAX and TensorFlow fuse the cast under `jit`.
     """
     if keras.backend.backend() == "torch":
         import torch
@@ -486,7 +485,7 @@ def sampled_softmax_loss(
         validate: bool. Refuse ``log Q > 0`` (`check_log_q`). `False` skips
             the check, for callers that checked their ``log Q`` tables once,
             on the host: under `jax.jit` the check is a host callback on every
-            step (measured 4-6 ms of a 23-30 ms CPU step). Defaults to `True`.
+            step. Defaults to `True`.
 
     Returns:
         `[batch]` loss in float32 (float64 if an input is float64; float16 and

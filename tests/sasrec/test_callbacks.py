@@ -148,19 +148,3 @@ def test_a_kill_while_publishing_is_repaired_by_the_resumed_run(tmp_path, monkey
     resumed.on_train_begin()
     resumed.on_train_end()
     assert _published_epoch(tmp_path) == 3
-
-
-def test_a_run_directory_without_staged_weights_falls_back_to_best_weights(tmp_path):
-    """A run started by the previous version (its best only in best.weights) and
-    resumed with no further improvement still restores its best epoch."""
-    model = _model()
-    model.set_weights(_weights_of(7))
-    model.save_weights(str(tmp_path / "best.weights"))
-    (tmp_path / "epochs.json").write_text(json.dumps(
-        {"monitor": "val_ndcg@10", "best_epoch": 7, "epoch_base": 1,
-         "epochs": [{"epoch": 7, "val_ndcg@10": 0.5}]}))
-    model.set_weights(_weights_of(0))
-    keeper = _keeper(tmp_path, model)
-    keeper.on_train_begin()
-    keeper.on_train_end()
-    np.testing.assert_array_equal(model.get_weights()[0], _weights_of(7)[0])

@@ -196,7 +196,7 @@ def test_a_config_json_with_an_unknown_key_or_a_wrong_type_is_one_line(tmp_path)
     _one_line_error(excinfo, str(path), "not valid JSON")
     with pytest.raises(FileNotFoundError):
         TrainConfig.from_json(str(tmp_path / "missing.json"))
-    # Fields left out take their defaults (a config.json of an earlier version).
+    # Fields left out take their defaults.
     assert TrainConfig.from_dict({"loss": "gbce", "num_items": 9}) == TrainConfig(loss="gbce")
 
 

@@ -53,27 +53,6 @@ def test_worker_directory_is_the_model_dir_on_the_chief_only(monkeypatch, tmp_pa
     assert worker_directory("m") == "m"
 
 
-def test_run_directories_of_older_versions_are_refused_not_resumed_wrongly(data_dir, tmp_path):
-    from tfrs_logq.sasrec.run_directory import (
-        RunDirectoryError,
-        prepare_run_directory,
-        saved_config,
-    )
-
-    config = smoke_config(loss="inbatch-none", data_dir=data_dir)
-    for name, make in (("keras-backup", lambda d: (d / "backup" / "chief").mkdir(parents=True)),
-                       ("zero-based", lambda d: (d / "epochs.json").write_text(json.dumps(
-                           {"monitor": "val_ndcg@10", "best_epoch": 0,
-                            "epochs": [{"epoch": 0, "val_ndcg@10": 0.1}]})))):
-        run = tmp_path / name
-        run.mkdir()
-        (run / "config.json").write_text(json.dumps(saved_config(config, 40)))
-        make(run)
-        with pytest.raises(RunDirectoryError, match="older tfrs-logq.*--overwrite"):
-            prepare_run_directory(config, str(run))
-        assert prepare_run_directory(config, str(run), overwrite=True) == "new"
-
-
 def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_path):
     from tfrs_logq.sasrec.run_directory import RunDirectoryError, prepare_run_directory
 
@@ -116,7 +95,7 @@ def test_a_run_that_stopped_before_its_first_epoch_does_not_block_a_retry(data_d
     assert any("stopped before finishing an epoch" in r.getMessage() for r in caplog.records)
     # Once an epoch is saved the run is kept: another config is refused, the same resumes.
     (run / "config.json").write_text(json.dumps(saved_config(failed, 40)))
-    (run / "epochs.json").write_text(json.dumps({"epoch_base": 1, "epochs": []}))
+    (run / "epochs.json").write_text(json.dumps({"epochs": []}))
     assert has_progress(str(run))
     with pytest.raises(RunDirectoryError, match="another config"):
         prepare_run_directory(retry, str(run))

@@ -1,7 +1,7 @@
 """The machine a measurement ran on, in words (no TensorFlow import).
 
 Two machines can share a model name and differ in what matters for speed and rounding
-("AMD EPYC" has been both an AVX2 and an AVX-512 part here), so the description adds
+("AMD EPYC" names both AVX2 and AVX-512 parts), so the description adds
 the CPU family and model and the widest vector extension ("AMD EPYC (family 25,
 model 17), AVX-512"). `available_memory_bytes` is what a run may still take here.
 """

@@ -91,8 +91,7 @@ SMOKE_WARNING = ("smoke preset: a plumbing check, not a usable model; use --pres
 
 def warn_if_smoke(preset: Optional[str], prog: str = PROG) -> None:
     """One line on stderr, ``prog: warning: ...``, when a run trained with the smoke preset
-    (its recall is near random: the README's walkthrough measured test Recall@10 0.0023 on
-    ML-1M)."""
+    (its recall is near random)."""
     if preset == "smoke":
         print(f"{prog}: warning: {SMOKE_WARNING}", file=sys.stderr)
 

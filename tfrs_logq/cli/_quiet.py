@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 # TensorFlow's C++ log records: absl's "I0000 00:00:17.. 123 port.cc:153] ..." (TF 2.21)
-# and TSL's "2026-01-01 10:00:00.123: I tensorflow/...cc:31] ..." (TF 2.20).
+# and TSL's "YYYY-MM-DD hh:mm:ss.fff: I tensorflow/...cc:31] ..." (TF 2.20).
 _RECORD = re.compile(r"^(?:([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ |"
                      r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) )\S+:\d+\] ")
 _ABSL_BANNER = "WARNING: All log messages before absl::InitializeLog() is called"

@@ -119,7 +119,7 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
             os.makedirs(self.staging_dir, exist_ok=True)
             self.model.save_weights(self.staged_path(epoch + 1))
         write_json(self.state_path, {"monitor": self.monitor, "best_epoch": self.best_epoch,
-                                       "epoch_base": 1, "epochs": self.history})
+                                       "epochs": self.history})
         if epoch + 1 - self.best_epoch >= self.patience:
             self.model.stop_training = True
 
@@ -138,8 +138,6 @@ class BestEpochKeeper(tf.keras.callbacks.Callback):
             self.model.load_weights(staged)
             _publish_weights(staged, self.best_path)
             self._prune()
-        elif os.path.exists(self.best_path + ".index"):
-            self.model.load_weights(self.best_path)
 
 
 def _publish_weights(source: str, destination: str) -> None:
@@ -187,8 +185,8 @@ class EpochCheckpoint(tf.keras.callbacks.Callback):
     def __init__(self, directory: str, model) -> None:
         super().__init__()
         self.epochs_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="epochs_done")
-        # -1: not recorded (a checkpoint of an earlier version); 0 or 1.
-        self.native_kernels = tf.Variable(-1, dtype=tf.int64, trainable=False,
+        # 1 when the run trained with the native kernels, else 0.
+        self.native_kernels = tf.Variable(0, dtype=tf.int64, trainable=False,
                                           name="native_kernels")
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
                                                epochs_done=self.epochs_done,
@@ -204,7 +202,7 @@ class EpochCheckpoint(tf.keras.callbacks.Callback):
         if path is None:
             return 0
         self._checkpoint.restore(path).assert_existing_objects_matched()
-        self._check_kernels = int(self.native_kernels.numpy()) >= 0
+        self._check_kernels = True
         return int(self.epochs_done.numpy())
 
     def on_train_batch_end(self, batch, logs=None):

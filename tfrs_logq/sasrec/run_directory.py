@@ -2,8 +2,7 @@
 
 ``train`` writes ``config.json`` last when it creates a run, so a directory with
 one holds a run; `prepare_run_directory` decides whether ``train`` starts it,
-resumes it or refuses (another config, a finished run, a run written by an older
-version that cannot resume exactly). `RunLock` keeps a second process out, and
+resumes it or refuses (another config, a finished run). `RunLock` keeps a second process out, and
 `worker_directory` gives each non-chief worker of a multi-worker cluster its own
 state. Free of TensorFlow.
 """
@@ -28,8 +27,8 @@ SPEED_ONLY_FIELDS = ("length_buckets",)
 # Options that only check a config before the run (`TrainConfig.validate`): not the run's.
 CHECK_ONLY_FIELDS = ("max_tensor_gib",)
 # What a run writes once it has trained something: the epochs' record, the best weights,
-# the metrics, and anything in ``backup/`` (an epoch's checkpoint, or an older version's
-# Keras backup). A directory with a config.json and none of these holds a run that
+# the metrics, and anything in ``backup/`` (an epoch's checkpoint, a staged best epoch).
+# A directory with a config.json and none of these holds a run that
 # stopped before its first epoch ended (a bad flag, an out-of-memory): nothing a retry
 # could lose.
 PROGRESS_FILES = ("epochs.json", "metrics.json", "best.weights.index", "backup")
@@ -116,28 +115,7 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
     if not same:
         _run_directory.refuse_other_run(model_dir)
     _run_directory.refuse_finished(model_dir)
-    _check_resumable(model_dir)
     return "resume"
-
-
-def _check_resumable(model_dir: str) -> None:
-    """Refuses run directories written by versions whose state cannot resume exactly:
-    a Keras `BackupAndRestore` checkpoint (``backup/chief``) or an ``epochs.json``
-    numbered from 0."""
-    older = (f"--model-dir {model_dir} holds an interrupted run written by an older "
-             f"tfrs-logq, which cannot resume exactly here ({{}}); pass --overwrite to "
-             f"train it again.")
-    if os.path.isdir(os.path.join(model_dir, "backup", "chief")):
-        raise RunDirectoryError(older.format("a Keras BackupAndRestore checkpoint"))
-    state = os.path.join(model_dir, "epochs.json")
-    if os.path.exists(state):
-        try:
-            with open(state) as f:
-                base = json.load(f).get("epoch_base")
-        except (OSError, ValueError):
-            base = None
-        if base != 1:
-            raise RunDirectoryError(older.format("epochs.json numbers its epochs from 0"))
 
 
 WORKER_PREFIX = "worker-"

@@ -9,8 +9,7 @@ killed at any point (SIGKILL included) resumes from its last finished epoch and
 ends as the uninterrupted run would, to the bit on the same machine and code
 path, on CPU (on GPU some kernels, such as bincounts and the gradients of
 gathers, are not deterministic unless TensorFlow's op determinism is enabled, so
-two uninterrupted runs differ too). A directory written by an older version is
-refused rather than resumed inexactly. On a multi-worker cluster every non-chief
+two uninterrupted runs differ too). On a multi-worker cluster every non-chief
 worker keeps its state in ``MODEL_DIR/worker-TYPE-INDEX``. TensorBoard logs go
 to ``MODEL_DIR/logs``. ``MODEL_DIR`` ends up holding
 ``config.json``, ``best.weights.*`` (the best epoch, published at the end), ``metrics.json``
@@ -147,8 +146,8 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
                                    compact_positions=not config.jit_compile,
                                    native_kernels=False if static_shapes else None)
         model = SequentialRetrievalModel(encoder, objective)
-        # Create every weight now (a forward pass) so checkpoints and
-        # BackupAndRestore can restore into a built model.
+        # Create every weight now (a forward pass) so a checkpoint restores into a
+        # built model.
         encoder(tf.zeros([1, config.max_length], tf.int32))
         model.built = True
         # epsilon 1e-8 as PyTorch's Adam (the official code); Keras adds it before the
@@ -247,9 +246,7 @@ def estimated_peak_bytes(config: TrainConfig, num_items: int) -> int:
     moments; a step's activations (about 30 floats per position and dimension per block,
     and the attention maps) and its logits against the negatives (the whole catalog for
     ``full-softmax``), about 4 floats each with the gradient; an evaluation chunk's scores
-    against the catalog; and TensorFlow with the data (`BASE_BYTES`). Measured peaks
-    (VmHWM, 2-core AMD EPYC, 2026-11-28, ML-1M, the cpu preset): mns-corrected 1,100 MiB
-    against 1,369 estimated; full-softmax 1,279 against 1,986."""
+    against the catalog; and TensorFlow with the data (`BASE_BYTES`)."""
     rows, dim = num_items + 1, config.embedding_dim
     positions = config.batch_size * config.max_length
     table = 3 * rows * dim * 4

@@ -57,20 +57,18 @@ class DemoConfig:
     """The demo's world, model and budget (``tfrs-logq demo``'s flags): every correction is
     trained on the same synthetic stream and evaluated against its exact truth."""
 
-    # A world where the losses can differ (the earlier 50 topics at sharpness 2.5
-    # put the positive's share of the standard denominator at about 0.01, where standard
-    # and corrected logQ coincide by construction). The regime knob: P(d|u)/Q(d) is about
+    # A world where the losses can differ (50 topics at sharpness 2.5 would put the
+    # positive's share of the standard denominator at about 0.01, where standard and
+    # corrected logQ coincide by construction). The regime knob: P(d|u)/Q(d) is about
     # num_topics * P(c|u), so many sharp topics put the share high: here the truth's median
     # P/Q is about 1,200 against 1,023 in-batch negatives, a share of about 0.54
-    # (docs/study.md). The stream keeps two [num_users, num_topics] float64 tables.
+    # (research/study.md). The stream keeps two [num_users, num_topics] float64 tables.
     num_items: int = 20_000
     num_users: int = 20_000
     num_topics: int = 2_000
     topic_sharpness: float = 8.0
     batch_size: int = 1024
-    # Measured (one seed, count-min log Q, Intel Xeon, 2 busy cores, about 90 s a run):
-    # Recall@10/100/1000 none 0.644/0.770/0.846, logq-tfrs 0.673/0.778/0.868, corrected
-    # 0.687/0.785/0.865 (oracle 0.821/0.992/1.000).
+    # What these settings give: results/README.md (the demo).
     steps: int = 1000
     embedding_dim: int = 32
     learning_rate: float = 1e-2
@@ -149,7 +147,7 @@ def regime_line(stream: SyntheticStream, eval_batch: dict, batch_size: int) -> s
     line = (f"regime: at the truth P(p|u)/Q(p) has median {ratio:,.1f} against about "
             f"{batch_size - 1:,} in-batch negatives, so the positive's median share of the "
             f"standard loss's denominator is {share:.3f}; standard and corrected logQ can "
-            "differ only where it is large (docs/study.md)")
+            "differ only where it is large (research/study.md)")
     if share < SMALL_SHARE:
         line += ("; more and sharper topics raise it (e.g. --num-topics 10000 "
                  "--topic-sharpness 8 --num-users 20000)")
@@ -203,7 +201,7 @@ def difference_lines(rows: list[dict]) -> list[str]:
     return [f"corrected minus standard logQ, Recall@k: {diffs}.",
             f"The trained model's median positive share of the standard denominator is "
             f"{share}: where it is large the two losses differ, and which wins depends on k "
-            "(and on the standard form and sampler: docs/study.md).",
+            "(and on the standard form and sampler: research/study.md).",
             "One seed on one synthetic world: a single run's difference includes the "
             "seed-to-seed noise, which this demo does not measure. For a paired verdict with "
             "intervals on your own log: tfrs-logq compare (docs/compare.md)."]

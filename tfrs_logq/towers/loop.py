@@ -55,9 +55,8 @@ def positive_log_q(run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
 
 
 # Salts the negatives' key: the stream keys batch i of seed s by [world_seed, s * 10^8 + i],
-# which [seed, step] equalled for seed 0 of world 0 (its uniform negatives were then
-# the users' draw scaled: neg - 1 = user mod num_users). Grids pinned before this
-# commit (the sweep at 363fc9c, the headline at 6efc8bf) draw with the unsalted key.
+# which an unsalted [seed, step] would equal for seed 0 of world 0 (its uniform negatives
+# would then be the users' draw scaled: neg - 1 = user mod num_users).
 NEGATIVES_SALT = 0x6E65676174697665  # "negative"
 
 

@@ -23,7 +23,7 @@ Losses (`LOSSES`), each ``<negatives>-<correction>``:
 - negatives ``inbatch``: the batch's distinct targets; ``mns``: those plus
   ``num_negatives`` uniform ones shared by the batch (mixed negative sampling), each
   corrected with the mixture's own ``log Q`` (``a / V + (1 - a) Q(d)``, ``a`` the
-  uniform share), which the study found better than the unigram convention.
+  uniform share) rather than with the unigram ``Q(d)`` alone.
 - correction ``none``; ``logq-tfrs``, standard logQ as TFRS's ``Retrieval`` computes it
   (the positive corrected too); ``logq-official``, standard logQ as the paper's official
   code computes it (the positive's term uncorrected, as ``tfrs-logq train``'s SASRec
@@ -187,10 +187,7 @@ def estimated_peak_bytes(config: TwoTowerConfig, num_items: int, num_examples: i
     """An upper estimate of a run's peak memory: the item table with Adam's two moments,
     a step's score matrix and what its loss and gradient keep (about 6 floats per
     score), an evaluation chunk's scores against the catalog (about 4 per score), the
-    examples' positions, and TensorFlow with the data (`TENSORFLOW_BYTES`). Measured
-    peaks (VmHWM, 2-core AMD EPYC, 2026-11-27): ML-1M (3,416 items, batch 512) 862 MiB
-    against 1,082 estimated; 155k items, batch 4,096 + 4,096 uniform, 2,067 against 3,124;
-    50k items, batch 8,192, 2,086 against 2,992."""
+    examples' positions, and TensorFlow with the data (`TENSORFLOW_BYTES`)."""
     rows = num_items + 1
     table = 3 * rows * config.embedding_dim * 4
     negatives = config.num_negatives if config.loss.startswith("mns-") else 0
