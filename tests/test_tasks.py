@@ -254,10 +254,17 @@ def test_errors():
         CorrectedRetrieval(correction="LOGQ")
     with pytest.raises(ValueError, match="reduction"):
         CorrectedRetrieval(reduction="mean")
-    with pytest.raises(ValueError, match="candidate_ids.*required"):
+    with pytest.raises(ValueError, match=r"^correction='corrected' needs `candidate_ids`[^\n]*$"):
         CorrectedRetrieval()(q, c, candidate_sampling_probability=prob)
-    with pytest.raises(ValueError, match="candidate_sampling_probability"):
+    with pytest.raises(ValueError, match=r"^correction='corrected' needs "
+                       r"`candidate_sampling_probability`[^\n]*correction='none'\.$"):
         CorrectedRetrieval()(q, c, candidate_ids=ids)
+    # TFRS's call with neither: one line naming both and the stock form.
+    with pytest.raises(ValueError, match=r"^[^\n]*`candidate_ids`[^\n]* and "
+                       r"`candidate_sampling_probability`[^\n]*$"):
+        CorrectedRetrieval()(q, c)
+    with pytest.raises(ValueError, match=r"^correction='logq-tfrs' needs "):
+        CorrectedRetrieval(correction="logq-tfrs")(q, c)
     with pytest.raises(ValueError, match="candidate_ids.*entries"):
         CorrectedRetrieval()(q, c, candidate_ids=ids[:3], candidate_sampling_probability=prob)
     with pytest.raises(ValueError, match="candidate_sampling_probability.*entries"):

@@ -6,6 +6,10 @@ inside a `tf.function` training step. ``Q(d)`` is the per-example unigram
 probability of item ``d`` (``#d / N``), the proposal of in-batch sampling.
 
 - `ExactFrequency`: exact counts (the academic setup; built from a dataset).
+
+Every estimator takes the ids you have, integers or strings (titles, hashes): the hashed
+ones hash strings in-graph, `ExactFrequency` keeps a vocabulary of them. ``probability``
+gives ``Q(d)`` for TFRS's ``candidate_sampling_probability``.
 - `CountMinSketch`: depth x width counters (Cormode & Muthukrishnan 2005).
 - `StreamingFrequency`: the hashed last-seen / mean-gap estimator of Yi et al.
   (RecSys 2019, Algorithm 3) for non-stationary streams.
@@ -21,7 +25,7 @@ sketches kept by independent jobs merge with `CountMinSketch.merge`.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -47,10 +51,30 @@ def _global_ids(ids: tf.Tensor) -> tf.Tensor:
 
 
 def _as_ids(ids) -> tf.Tensor:
+    """`[n]` int64 keys of integer or string ids: integers as they are, strings by their
+    64-bit fingerprint (`tf.strings.to_hash_bucket_fast`), for the hashed estimators."""
     ids = tf.convert_to_tensor(ids)
+    if ids.dtype == tf.string:
+        return tf.reshape(tf.strings.to_hash_bucket_fast(ids, _STRING_KEYS), [-1])
     if not ids.dtype.is_integer:
-        raise ValueError(f"`ids` must be an integer tensor, received dtype {ids.dtype.name}.")
+        raise ValueError(
+            f"`ids` must be integer or string ids, received dtype {ids.dtype.name}.")
     return tf.reshape(tf.cast(ids, tf.int64), [-1])
+
+
+# String ids are hashed into [0, 2^63 - 1); the hashes then reduce them mod 2^31 - 1.
+_STRING_KEYS = (1 << 63) - 1
+
+
+class _Estimator(tf.Module):
+    """What every estimator gives: ``log Q(d)`` (`log_q`) and ``Q(d)`` itself."""
+
+    def log_q(self, ids) -> tf.Tensor:  # pragma: no cover - every estimator defines it
+        raise NotImplementedError
+
+    def probability(self, ids) -> tf.Tensor:
+        """`[n]` float32 ``Q(d)``: what TFRS's ``candidate_sampling_probability`` takes."""
+        return tf.exp(self.log_q(ids))
 
 
 class _UniversalHashes(tf.Module):
@@ -71,19 +95,50 @@ class _UniversalHashes(tf.Module):
         return universal_hash.flat_cells(ids, self.a, self.b, self.width)
 
 
-class ExactFrequency(tf.Module):
+class ExactFrequency(_Estimator):
     """Exact item counts: ``Q(d) = #d / N``.
 
+    Keyed by integer ids in ``[0, num_items)``, or by the ids you have (strings or
+    integers) through ``vocabulary``: `from_dataset` and `from_counts` build it from
+    a dataset of ids or from ``(ids, counts)``, with no lookup layer of your own:
+
+    >>> titles = tf.data.Dataset.from_tensor_slices(["Heat", "Up", "Heat", "Heat"])
+    >>> frequency = ExactFrequency.from_dataset(titles)
+    >>> frequency.probability(tf.constant(["Heat", "Up"])).numpy()
+    array([0.75, 0.25], dtype=float32)
+
     Args:
-      num_items: int. Size of the id space; ids are in ``[0, num_items)``.
+      num_items: int. Size of the id space; ids are in ``[0, num_items)``. With a
+        ``vocabulary``, its length (may be left out).
       min_count: float. Counts are floored at this value before the log so an
         unseen item gets a finite ``log Q``. Defaults to 1.
       name: str. Module name.
+      vocabulary: the distinct ids (strings or integers) the counts are kept for, in
+        order; `update` refuses an id outside it, `log_q` gives it ``min_count``.
+        Defaults to None (integer ids are their own positions).
     """
 
-    def __init__(self, num_items: int, min_count: float = 1.0, name: str = "exact_frequency"):
+    def __init__(self, num_items: Optional[int] = None, min_count: float = 1.0,
+                 name: str = "exact_frequency", vocabulary=None):
         super().__init__(name=name)
-        if int(num_items) < 1:
+        self._table = None
+        if vocabulary is not None:
+            keys = tf.reshape(tf.convert_to_tensor(np.asarray(vocabulary)), [-1])
+            if keys.dtype != tf.string and not keys.dtype.is_integer:
+                raise ValueError("`vocabulary` must hold string or integer ids, received "
+                                 f"dtype {keys.dtype.name}.")
+            keys = keys if keys.dtype == tf.string else tf.cast(keys, tf.int64)
+            size = int(keys.shape[0])
+            if size != len(np.unique(keys.numpy())):
+                raise ValueError("`vocabulary` must list each id once.")
+            if num_items is not None and int(num_items) != size:
+                raise ValueError(f"`num_items` ({num_items}) must equal the vocabulary's "
+                                 f"length ({size}); leave it out.")
+            num_items = size
+            self._table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(keys, tf.range(size, dtype=tf.int64)),
+                default_value=-1)
+        if num_items is None or int(num_items) < 1:
             raise ValueError(f"`num_items` must be a positive int, received {num_items!r}.")
         if not min_count > 0:
             raise ValueError(f"`min_count` must be positive, received {min_count!r}.")
@@ -92,13 +147,38 @@ class ExactFrequency(tf.Module):
         self.counts = _state_variable(tf.zeros([self.num_items], tf.float64), "counts")
         self.total = _state_variable(tf.zeros([], tf.float64), "total")
 
+    @property
+    def vocabulary(self) -> Optional[np.ndarray]:
+        """The ids counted, in order, or None when integer ids are their own positions."""
+        if self._table is None:
+            return None
+        keys, values = self._table.export()
+        return keys.numpy()[np.argsort(values.numpy())]
+
+    def _positions(self, ids) -> tf.Tensor:
+        """`[n]` int64 positions of ``ids`` in the counts (-1: not in the vocabulary)."""
+        ids = tf.reshape(tf.convert_to_tensor(ids), [-1])
+        if self._table is None:
+            return _as_ids(ids)
+        if (ids.dtype == tf.string) != (self._table.key_dtype == tf.string):
+            raise ValueError(f"`ids` are {ids.dtype.name} but the vocabulary holds "
+                             f"{self._table.key_dtype.name} ids.")
+        if ids.dtype != tf.string:
+            ids = _as_ids(ids)
+        return self._table.lookup(ids)
+
     @classmethod
-    def from_counts(cls, counts, min_count: float = 1.0, name: str = "exact_frequency"):
-        """Builds the estimator from a `[num_items]` vector of counts."""
+    def from_counts(cls, counts, min_count: float = 1.0, name: str = "exact_frequency",
+                    ids=None):
+        """Builds the estimator from a `[num_items]` vector of counts, of the ``ids``
+        (strings or integers, one per count) when given, else of ids ``0..num_items-1``."""
         counts = np.asarray(counts, dtype=np.float64).reshape(-1)
         if counts.size == 0 or (counts < 0).any() or not np.isfinite(counts).all():
             raise ValueError("`counts` must be a non-empty vector of finite, non-negative counts.")
-        est = cls(counts.size, min_count=min_count, name=name)
+        if ids is not None and np.asarray(ids).reshape(-1).size != counts.size:
+            raise ValueError(f"`ids` has {np.asarray(ids).size} entries, `counts` "
+                             f"{counts.size}: one count per id.")
+        est = cls(counts.size, min_count=min_count, name=name, vocabulary=ids)
         est.counts.assign(counts)
         est.total.assign(counts.sum())
         return est
@@ -107,26 +187,48 @@ class ExactFrequency(tf.Module):
     def from_dataset(
         cls,
         dataset: tf.data.Dataset,
-        num_items: int,
+        num_items: Optional[int] = None,
         min_count: float = 1.0,
         name: str = "exact_frequency",
     ) -> "ExactFrequency":
-        """Counts every id a dataset of integer ids (any shape per element) yields."""
-        counts = dataset.map(lambda x: _as_ids(x)).reduce(
-            tf.zeros([int(num_items)], tf.int64),
-            lambda acc, ids: acc + _bincount(ids, int(num_items)),
-        )
-        return cls.from_counts(counts.numpy(), min_count=min_count, name=name)
+        """Counts every id a dataset of ids (any shape per element) yields.
+
+        Integer ids in ``[0, num_items)`` when ``num_items`` is given; otherwise (and
+        always for strings) the distinct ids seen become the vocabulary.
+        """
+        spec = dataset.element_spec
+        if not isinstance(spec, tf.TensorSpec):
+            raise ValueError("`dataset` must yield tensors of ids (map it to the id column "
+                             f"first), received elements of {spec}.")
+        if num_items is not None and spec.dtype != tf.string:
+            counts = dataset.map(lambda x: _as_ids(x)).reduce(
+                tf.zeros([int(num_items)], tf.int64),
+                lambda acc, ids: acc + _bincount(ids, int(num_items)),
+            )
+            return cls.from_counts(counts.numpy(), min_count=min_count, name=name)
+        if spec.dtype != tf.string and not spec.dtype.is_integer:
+            raise ValueError(f"`dataset` must yield integer or string ids, received "
+                             f"{spec.dtype.name}.")
+        chunks = [np.asarray(ids).reshape(-1)
+                  for ids in dataset.map(lambda x: tf.reshape(x, [-1])).as_numpy_iterator()]
+        if not chunks or sum(c.size for c in chunks) == 0:
+            raise ValueError("`dataset` yielded no ids.")
+        vocabulary, counts = np.unique(np.concatenate(chunks), return_counts=True)
+        return cls.from_counts(counts, min_count=min_count, name=name, ids=vocabulary)
 
     def update(self, ids) -> None:
         """Adds one occurrence of every id in ``ids``."""
-        ids = _global_ids(_as_ids(ids))
-        _check_range(ids, self.num_items)
+        ids = _global_ids(self._positions(ids))
+        _check_range(ids, self.num_items,
+                     None if self._table is None else "ids must be in the vocabulary")
         self.counts.scatter_add(tf.IndexedSlices(tf.ones_like(ids, tf.float64), ids))
         self.total.assign_add(tf.cast(tf.size(ids), tf.float64))
 
     def count(self, ids) -> tf.Tensor:
-        return tf.gather(self.counts, _as_ids(ids))
+        """`[n]` float64 counts (0 for an id outside the vocabulary)."""
+        positions = self._positions(ids)
+        counts = tf.gather(self.counts, tf.maximum(positions, 0))
+        return tf.where(positions >= 0, counts, tf.zeros_like(counts))
 
     def log_q(self, ids) -> tf.Tensor:
         """`[n]` float32 ``log Q(d)`` of each id."""
@@ -134,10 +236,10 @@ class ExactFrequency(tf.Module):
         return tf.cast(tf.math.log(counts) - tf.math.log(tf.maximum(self.total, 1.0)), tf.float32)
 
 
-def _check_range(ids: tf.Tensor, size: int) -> None:
+def _check_range(ids: tf.Tensor, size: int, message: Optional[str] = None) -> None:
     in_range = tf.logical_and(ids >= 0, ids < size)
     tf.debugging.assert_equal(
-        tf.reduce_all(in_range), True, message=f"ids must lie in [0, {size})"
+        tf.reduce_all(in_range), True, message=message or f"ids must lie in [0, {size})"
     )
 
 
@@ -146,7 +248,7 @@ def _bincount(ids: tf.Tensor, size: int) -> tf.Tensor:
     return tf.math.bincount(ids, minlength=size, maxlength=size, dtype=tf.int64)
 
 
-class CountMinSketch(tf.Module):
+class CountMinSketch(_Estimator):
     """Count-min sketch of item frequencies, updated and queried in-graph.
 
     The estimate ``c_hat(d) = min_r C[r, h_r(d)]`` never undercounts, and
@@ -159,6 +261,8 @@ class CountMinSketch(tf.Module):
       seed: int. Seed of the hash functions; sketches merge only with equal
         seeds and shapes. Defaults to 0.
       name: str. Module name.
+
+    Ids are integers or strings (a string is hashed to 64 bits first).
     """
 
     def __init__(self, depth: int = 4, width: int = 1 << 20, seed: int = 0, name: str = "cms"):
@@ -182,6 +286,14 @@ class CountMinSketch(tf.Module):
             seed=seed,
             name=name,
         )
+
+    @classmethod
+    def from_dataset(cls, dataset: tf.data.Dataset, **kwargs) -> "CountMinSketch":
+        """A sketch (``kwargs`` as the constructor's) of every id a dataset of ids yields."""
+        sketch = cls(**kwargs)
+        for ids in dataset:
+            sketch.update(ids)
+        return sketch
 
     @property
     def epsilon(self) -> float:
@@ -227,7 +339,7 @@ class CountMinSketch(tf.Module):
         self.total.assign_add(tf.convert_to_tensor(other.total))
 
 
-class StreamingFrequency(tf.Module):
+class StreamingFrequency(_Estimator):
     """Streaming frequency estimation of Yi et al. (RecSys 2019), Algorithm 3.
 
     Keeps, for ``num_hashes`` hash functions, arrays ``A`` (step an id's bucket
@@ -261,6 +373,8 @@ class StreamingFrequency(tf.Module):
       alpha: float. Learning rate of the gap estimate. Defaults to 0.01.
       seed: int. Seed of the hash functions. Defaults to 0.
       name: str. Module name.
+
+    Ids are integers or strings (a string is hashed to 64 bits first).
     """
 
     def __init__(

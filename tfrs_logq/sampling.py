@@ -85,16 +85,28 @@ def distinct_in_random_order(ids, k: int, seed, pad_id: int = 0, distinct: bool 
     and `stateless_shuffle`.
 
     Args:
-      ids: integer tensor of any shape (flattened).
+      ids: integer or string tensor of any shape (flattened).
       k: int. Number of ids returned.
       seed: `[2]` int seed of the stateless random keys.
-      pad_id: int. Value ignored in ``ids`` and used for padding. Defaults to 0.
+      pad_id: int (or str for string ids; an int means ``""`` there). Value ignored in
+        ``ids`` and used for padding. Defaults to 0.
       distinct: bool. Deduplicate before drawing. Defaults to True.
     """
     k = _check_positive_int(k, "k")
     flat = tf.reshape(tf.convert_to_tensor(ids), [-1])
+    if flat.dtype == tf.string:
+        # Strings: draw their codes (position of first occurrence order; -1 = padding),
+        # then give the strings back. Not XLA-compilable (tf.unique), as strings are not.
+        pad = pad_id if isinstance(pad_id, (str, bytes)) else ""
+        values, codes = tf.unique(flat)
+        codes = tf.where(tf.equal(flat, pad), -1, codes)
+        drawn, is_valid = distinct_in_random_order(codes, k, seed, pad_id=-1,
+                                                   distinct=distinct)
+        out = tf.where(is_valid, tf.gather(values, tf.maximum(drawn, 0)), pad)
+        return tf.ensure_shape(out, [k]), is_valid
     if not flat.dtype.is_integer:
-        raise ValueError(f"`ids` must be an integer tensor, received dtype {flat.dtype.name}.")
+        raise ValueError(f"`ids` must be integer or string ids, received dtype "
+                         f"{flat.dtype.name}.")
     size = tf.size(flat)
     ordered = tf.sort(flat)
     keep = ordered != tf.cast(pad_id, flat.dtype)
@@ -133,8 +145,8 @@ class InBatchSampler:
       frequency: an estimator from :mod:`tfrs_logq.frequency` (anything with
         ``log_q(ids)``) giving the unigram ``log Q(d)``. Defaults to None, which
         uses the batch's own item frequencies.
-      pad_id: int. Id of padding in ``positive_ids`` (ignored) and of padding
-        entries in the output. Defaults to 0.
+      pad_id: int (or str). Id of padding in ``positive_ids`` (ignored) and of padding
+        entries in the output; for string ids an int means ``""``. Defaults to 0.
       seed: int. Seed for the stateless shuffle; combined with the sampler's
         call counter so that every call differs. Defaults to 0.
     """
@@ -150,7 +162,7 @@ class InBatchSampler:
         self.num_negatives = _check_positive_int(num_negatives, "num_negatives")
         self.deduplicate = bool(deduplicate)
         self.frequency = frequency
-        self.pad_id = int(pad_id)
+        self.pad_id = pad_id if isinstance(pad_id, str) else int(pad_id)
         self._seed = int(seed)
         self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sampler_calls")
 
@@ -164,12 +176,17 @@ class InBatchSampler:
         return tf.cast(self.frequency.log_q(ids), tf.float32)
 
     def __call__(self, positive_ids) -> SampledNegatives:
-        ids = tf.reshape(tf.cast(tf.convert_to_tensor(positive_ids), tf.int64), [-1])
+        ids = tf.reshape(tf.convert_to_tensor(positive_ids), [-1])
+        pad = self.pad_id
+        if ids.dtype == tf.string:
+            pad = pad if isinstance(pad, str) else ""
+        else:
+            ids = tf.cast(ids, tf.int64)
         padded, is_valid = distinct_in_random_order(
-            ids, self.num_negatives, self._next_seed(), pad_id=self.pad_id,
+            ids, self.num_negatives, self._next_seed(), pad_id=pad,
             distinct=self.deduplicate)
         # Batch frequencies over real positives (a valid negative never equals pad_id).
-        log_q = tf.where(is_valid, self.log_q(padded, ids, ids != self.pad_id),
+        log_q = tf.where(is_valid, self.log_q(padded, ids, tf.not_equal(ids, pad)),
                          tf.zeros([self.num_negatives], tf.float32))
         return SampledNegatives(padded, log_q, is_valid)
 

@@ -18,8 +18,11 @@ One mask convention throughout: ``is_negative[i, j]`` is True when candidate
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
@@ -42,6 +45,57 @@ from tfrs_logq.losses import (
 from tfrs_logq.proposal import inclusion_log_q  # noqa: F401  (re-exported)
 
 SAMPLING_PROBABILITIES = ("per_draw", "inclusion", "per_draw_to_inclusion")
+
+
+def index_identifiers_dtype(index) -> Optional[tf.DType]:
+    """The dtype of the identifiers a TFRS top-k index returns, or None when it returns
+    positions (built from embeddings alone, as TFRS's tutorials build it).
+
+    `tfrs.layers.factorized_top_k.Streaming` over a dataset of embeddings, `BruteForce`
+    indexed without identifiers (its identifiers are then ``0..n-1`` as int32) and
+    `ScaNN` without identifiers return positions. Read when the metric's step is traced.
+    """
+    from tensorflow_recommenders.layers import factorized_top_k as top_k
+
+    if isinstance(index, top_k.Streaming):
+        dataset = getattr(index, "_candidates", None)
+        spec = None if dataset is None else dataset.element_spec
+        return spec[0].dtype if isinstance(spec, tuple) else None
+    identifiers = getattr(index, "_identifiers", None)
+    if identifiers is None:
+        return None
+    if isinstance(index, top_k.BruteForce) and identifiers.dtype == tf.int32:
+        with tf.init_scope():
+            values = np.asarray(identifiers.numpy()).reshape(-1)
+        if np.array_equal(values, np.arange(values.size)):
+            return None
+    return identifiers.dtype
+
+
+def metric_ids(metric, positive_ids: Optional[tf.Tensor]) -> Optional[tf.Tensor]:
+    """The ``true_candidate_ids`` a factorized metric gets: what stock TFRS gives it.
+
+    The ids go to a `tfrs.metrics.FactorizedTopK` only when its index has identifiers
+    (TFRS then matches by id); an index of embeddings alone gets none (TFRS then matches
+    by score), since comparing ids with positions breaks (strings) or is silently wrong
+    (integers). Integer ids are cast to the index's integer dtype. A metric without a
+    TFRS index (your own `Factorized`) gets the ids, as in TFRS.
+    """
+    index = getattr(metric, "_candidates", None)
+    if positive_ids is None or index is None:
+        return positive_ids
+    dtype = index_identifiers_dtype(index)
+    if dtype is None:
+        return None
+    if positive_ids.dtype == dtype:
+        return positive_ids
+    if positive_ids.dtype.is_integer and dtype.is_integer:
+        return tf.cast(positive_ids, dtype)
+    raise ValueError(
+        f"the index of metric {metric.name!r} holds {dtype.name} identifiers but "
+        f"`candidate_ids` are {positive_ids.dtype.name}: index the same ids as the task gets, "
+        "e.g. FactorizedTopK(candidates=items.batch(128).map(lambda i: (i, item_model(i))))."
+    )
 
 
 class CorrectedRetrieval(tfrs.tasks.Retrieval):
@@ -91,18 +145,16 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
     ``"logq-official"`` is standard logQ as the paper's official code computes it: the
     negatives corrected, the positive's logit not (numerator and denominator).
 
+    The constructor is TFRS's (``loss``, ``metrics``, ... ``name``, positionally too) with
+    this task's options after them, by keyword only.
+
     Args:
-      correction: str. ``"none"``, ``"logq-tfrs"`` (TFRS's standard logQ: the positive's
-        logit corrected too), ``"logq-official"`` (the paper's code: the positive
-        uncorrected) or ``"corrected"`` (`tfrs_logq.corrections`; a bare ``"logq"`` is
-        refused). Defaults to ``"corrected"``.
-      deduplicate_candidates: bool. When True a candidate id that occurs more
-        than once counts once as a negative (needs ``candidate_ids``).
-        Defaults to False.
-      reduction: str. ``"sum"`` (TFRS's behaviour), ``"sum_over_batch_size"``
-        (divided by the global batch size) or ``"none"`` (per-example
-        `[batch]` losses). Defaults to ``"sum"``.
-      metrics: factorized top-k metrics, as in TFRS.
+      loss: a Keras loss, as in TFRS: it replaces the cross-entropy over TFRS's logits
+        (``correction="none"`` or ``"logq-tfrs"`` only; the other forms are losses of
+        their own). Defaults to None: this task's loss, equal to TFRS's default.
+      metrics: factorized top-k metrics, as in TFRS. A metric whose index was built
+        from embeddings alone gets no ids (it matches by score, as in stock TFRS); one
+        whose index has identifiers gets the positives' ids (`metric_ids`).
       batch_metrics: in-batch metrics, as in TFRS.
       loss_metrics: metrics fed the loss, as in TFRS.
       temperature: float. Logits are divided by it. Defaults to None.
@@ -110,6 +162,18 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         with the largest corrected logits in each row. Defaults to None.
       remove_accidental_hits: bool. Mask accidental hits for ``"none"`` and the
         standard forms (always on for ``"corrected"``). Defaults to False.
+      name: str. Task name.
+      correction: str. ``"none"``, ``"logq-tfrs"`` (TFRS's standard logQ: the positive's
+        logit corrected too), ``"logq-official"`` (the paper's code: the positive
+        uncorrected) or ``"corrected"`` (`tfrs_logq.corrections`; a bare ``"logq"`` is
+        refused). Stock ``Retrieval`` called with ``candidate_sampling_probability`` is
+        ``"logq-tfrs"``, without it ``"none"``. Defaults to ``"corrected"``.
+      deduplicate_candidates: bool. When True a candidate id that occurs more
+        than once counts once as a negative (needs ``candidate_ids``).
+        Defaults to False.
+      reduction: str. ``"sum"`` (TFRS's behaviour), ``"sum_over_batch_size"``
+        (divided by the global batch size) or ``"none"`` (per-example
+        `[batch]` losses). Defaults to ``"sum"``.
       min_sampling_probability: float. ``candidate_sampling_probability`` is
         clipped to ``[min_sampling_probability, 1]`` before the log, as TFRS
         does with 1e-6. Lower it for catalogs with rarer items, or pass
@@ -122,24 +186,43 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         ``deduplicate_candidates``). With inclusion probabilities ``"corrected"``
         weights with the Horvitz-Thompson ``P(p|u)``
         (`tfrs_logq.losses.corrected_weight`); for extra per-draw negatives pass ``k Q``.
-      name: str. Task name.
     """
 
     def __init__(
         self,
-        correction: str = "corrected",
-        deduplicate_candidates: bool = False,
-        reduction: str = "sum",
+        loss: Optional[tf.keras.losses.Loss] = None,
         metrics: Optional[Sequence[tfrs.metrics.Factorized] | tfrs.metrics.Factorized] = None,
         batch_metrics: Optional[list[tf.keras.metrics.Metric]] = None,
         loss_metrics: Optional[list[tf.keras.metrics.Metric]] = None,
         temperature: Optional[float] = None,
         num_hard_negatives: Optional[int] = None,
         remove_accidental_hits: bool = False,
+        name: Optional[str] = None,
+        *,
+        correction: str = "corrected",
+        deduplicate_candidates: bool = False,
+        reduction: str = "sum",
         min_sampling_probability: float = 1e-6,
         sampling_probability: str = "per_draw",
-        name: Optional[str] = None,
     ) -> None:
+        if isinstance(loss, str):
+            raise TypeError(
+                f"CorrectedRetrieval's first argument is TFRS's `loss` (a Keras loss), received "
+                f"the string {loss!r}: pass the correction by name, "
+                f"CorrectedRetrieval(correction={loss!r})."
+            )
+        if loss is not None:
+            if correction not in ("none", "logq-tfrs"):
+                raise ValueError(
+                    f"`loss` replaces TFRS's cross-entropy and works with correction='none' or "
+                    f"'logq-tfrs' only (the forms TFRS computes); received correction="
+                    f"{correction!r}, whose loss is its own: drop `loss`."
+                )
+            if reduction != "sum":
+                raise ValueError(
+                    "`loss` reduces with its own reduction: leave `reduction` at 'sum' "
+                    f"(received {reduction!r})."
+                )
         check_correction(correction)
         if reduction not in REDUCTIONS:
             raise ValueError(f"`reduction` must be one of {REDUCTIONS}, received {reduction!r}.")
@@ -162,6 +245,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                              "deduplicated batch holds the candidate: pass "
                              "deduplicate_candidates=True.")
         super().__init__(
+            loss=loss,
             metrics=metrics,
             batch_metrics=batch_metrics,
             loss_metrics=loss_metrics,
@@ -178,6 +262,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         self._reduction = reduction
         self._min_sampling_probability = float(min_sampling_probability)
         self._sampling_probability = sampling_probability
+        self._custom_loss = loss is not None
+        self._warned_probability_ignored = False
 
     @property
     def correction(self) -> str:
@@ -203,6 +289,15 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         config.pop("trainable", None)
         config.pop("dtype", None)
         return config
+
+    def __call__(self, *args, **kwargs):
+        # Checked before Keras' Layer.__call__, which would wrap the one-line error in a
+        # dump of every argument.
+        bound = inspect.signature(self.call).bind_partial(*args, **kwargs).arguments
+        self._check_inputs(bound.get("candidate_ids"),
+                           bound.get("candidate_sampling_probability"),
+                           bound.get("candidate_log_sampling_probability"))
+        return super().__call__(*args, **kwargs)
 
     def call(
         self,
@@ -245,17 +340,12 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
         num_candidates_static = scores.shape[1]
 
+        self._check_inputs(candidate_ids, candidate_sampling_probability,
+                           candidate_log_sampling_probability)
         ids = None
         if candidate_ids is not None:
             ids = coded_candidate_ids(candidate_ids, num_candidates_static)
         remove_hits = self._correction == "corrected" or self._remove_accidental_hits
-        if ids is None and (remove_hits or self._deduplicate_candidates):
-            reason = (
-                "correction='corrected' always masks accidental hits"
-                if self._correction == "corrected"
-                else "accidental hit removal / deduplication is enabled"
-            )
-            raise ValueError(f"`candidate_ids` is required: {reason}.")
         is_negative, num_negatives = negative_mask(
             ids, num_queries, num_candidates,
             remove_accidental_hits=remove_hits,
@@ -276,7 +366,10 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             if self._sampling_probability == "per_draw_to_inclusion":
                 log_q = inclusion_log_q(log_q, num_queries)
 
-        if self._num_hard_negatives is None:
+        if self._custom_loss:
+            per_example = None
+            loss = self._stock_form_loss(scores, log_q, is_negative, sample_weight)
+        elif self._num_hard_negatives is None:
             positives = positive_scores(query_embeddings, candidate_embeddings,
                                         self._temperature)
             per_example = in_batch_softmax_loss(
@@ -289,7 +382,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             per_example = hard_negative_softmax_loss(
                 scores, log_q, is_negative, self._num_hard_negatives, self._correction,
                 self.proposal)
-        loss = reduce_loss(per_example, self._reduction, sample_weight)
+        if per_example is not None:
+            loss = reduce_loss(per_example, self._reduction, sample_weight)
 
         update_ops = self._update_metrics(
             loss, scores, log_q, is_negative, query_embeddings, candidate_embeddings,
@@ -298,6 +392,47 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
 
+    def _check_inputs(self, candidate_ids, probability, log_probability) -> None:
+        """One line naming every argument the correction needs and the call lacks."""
+        has_q = probability is not None or log_probability is not None
+        missing = []
+        if candidate_ids is None and (self._correction == "corrected"
+                                      or self._remove_accidental_hits
+                                      or self._deduplicate_candidates):
+            missing.append("`candidate_ids` (the candidates' ids, ints or strings: "
+                           + ("'corrected' always masks accidental hits)"
+                              if self._correction == "corrected"
+                              else "accidental hit removal / deduplication is on)"))
+        if self._correction != "none" and not has_q:
+            missing.append("`candidate_sampling_probability` (Q(d) of each candidate, e.g. "
+                           "tfrs_logq.ExactFrequency.from_dataset(item_ids).probability(ids))")
+        if missing:
+            stock = ("; for stock TFRS's loss without them, pass correction='none'"
+                     if self._correction != "none" else "")
+            raise ValueError(f"correction={self._correction!r} needs "
+                             + " and ".join(missing) + stock + ".")
+        if (self._correction == "none" and probability is not None
+                and not self._warned_probability_ignored):
+            self._warned_probability_ignored = True
+            warnings.warn(
+                "correction='none' ignores `candidate_sampling_probability`; stock TFRS applies "
+                "its logQ correction when it is given: pass correction='logq-tfrs' for that.",
+                UserWarning, stacklevel=3)
+
+    def _stock_form_loss(self, scores, log_q, is_negative, sample_weight) -> tf.Tensor:
+        """TFRS's computation with the user's `loss`: corrected logits (TFRS's standard form,
+        the positive's logit too), hits and `score_mask` masked, hard negatives mined."""
+        num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
+        labels = tf.eye(num_queries, num_candidates, dtype=scores.dtype)
+        logits = scores if log_q is None else scores - log_q[None, :]
+        if is_negative is not None:
+            keep = tf.logical_or(is_negative, tf.cast(labels, tf.bool))
+            logits = tf.where(keep, logits, masked_value(scores.dtype))
+        if self._num_hard_negatives is not None:
+            logits, labels = tfrs.layers.loss.HardNegativeMining(self._num_hard_negatives)(
+                logits, labels)
+        return self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
+
     def _update_metrics(self, loss, scores, log_q, is_negative, query_embeddings,
                         candidate_embeddings, candidate_ids, sample_weight,
                         compute_metrics, compute_batch_metrics) -> list:
@@ -305,15 +440,16 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
         query_embeddings = tf.convert_to_tensor(query_embeddings)
         if compute_metrics and query_embeddings.shape.rank == 2:
-            true_ids = None
+            positive_ids = None
             if candidate_ids is not None:
-                true_ids = tf.reshape(tf.convert_to_tensor(candidate_ids), [-1])[:num_queries]
+                positive_ids = tf.reshape(tf.convert_to_tensor(candidate_ids),
+                                          [-1])[:num_queries]
             for metric in self._factorized_metrics:
                 update_ops.append(
                     metric.update_state(
                         query_embeddings,
                         tf.convert_to_tensor(candidate_embeddings)[:num_queries],
-                        true_candidate_ids=true_ids,
+                        true_candidate_ids=metric_ids(metric, positive_ids),
                         sample_weight=sample_weight,
                     )
                 )
@@ -332,5 +468,6 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
 
 
 __all__ = ["CorrectedRetrieval", "REDUCTIONS", "SAMPLING_PROBABILITIES", "candidate_scores",
-           "coded_candidate_ids", "first_occurrence_mask", "inclusion_log_q", "negative_mask",
+           "coded_candidate_ids", "first_occurrence_mask", "inclusion_log_q",
+           "index_identifiers_dtype", "metric_ids", "negative_mask",
            "positive_scores", "proposal_log_q", "reduce_loss"]
