@@ -1,9 +1,12 @@
 """The public API drawn in one table (`tfrs_logq._api.PUBLIC`): docs/api.md lists the same
-names under the same packages, each package's ``__all__`` is its row of the table, every
-name is the object its module defines, documented, and importing the packages loads no
-TensorFlow until a name is used."""
+names under the same packages, each package's ``__all__`` is its row of the table and its
+``if TYPE_CHECKING:`` block imports the same row for static tools, every name is the object
+its module defines, documented, and importing the packages loads no TensorFlow until a name
+is used."""
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -38,6 +41,53 @@ def test_the_page_lists_the_table_and_is_the_generators_output():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "api_page.py"), "--check"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, "docs/api.md is stale: run tools/api_page.py" + proc.stderr
+
+
+def _api_page():
+    spec = importlib.util.spec_from_file_location("api_page", os.path.join(ROOT, "tools",
+                                                                           "api_page.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _type_checking_imports(text: str) -> dict:
+    """``{name: module}`` that the ``if TYPE_CHECKING:`` blocks of ``text`` import."""
+    imported: dict = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom), ast.dump(statement)
+                for alias in statement.names:
+                    assert alias.asname == alias.name, alias.name  # a re-export: `X as X`
+                    imported[alias.name] = statement.module
+    return imported
+
+
+@pytest.mark.parametrize("package", sorted(_api.PUBLIC))
+def test_each_package_imports_its_row_for_static_tools_as_the_tool_writes_it(package):
+    api_page = _api_page()
+    with open(api_page.init_path(package)) as f:
+        text = f.read()
+    assert _type_checking_imports(text) == _api.PUBLIC[package], (
+        f"{package}: run tools/api_page.py")
+    assert api_page.with_static_imports(text, _api.PUBLIC[package]) == text
+
+
+def test_the_tool_rewrites_a_stale_block_and_adds_a_missing_one():
+    api_page = _api_page()
+    table = {"load_run": "tfrs_logq.towers.run", "TwoTowerConfig": "tfrs_logq.towers.config"}
+    bare = '"""Doc."""\n\nfrom tfrs_logq import _api\n\nx = _api.exports("p")\n'
+    added = api_page.with_static_imports(bare, table)
+    assert added.startswith('"""Doc."""\n\nfrom typing import TYPE_CHECKING\n\nfrom tfrs_logq')
+    assert _type_checking_imports(added) == table
+    # A name added to the table (another one removed) is rewritten in place; the rest stays.
+    grown = {"load_run": "tfrs_logq.towers.run", "train_run": "tfrs_logq.towers.run"}
+    rewritten = api_page.with_static_imports(added + "y = 1\n", grown)
+    assert _type_checking_imports(rewritten) == grown
+    assert rewritten.endswith("    from tfrs_logq.towers.run import train_run as train_run\n"
+                              "y = 1\n")
+    assert api_page.with_static_imports(rewritten, grown) == rewritten
 
 
 @pytest.mark.parametrize("package", sorted(_api.PUBLIC))

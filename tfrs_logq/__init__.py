@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from tfrs_logq._version import __version__  # noqa: F401 (in __all__, through _api.exports)
 
@@ -37,3 +38,34 @@ _select_legacy_keras()
 from tfrs_logq import _api  # noqa: E402
 
 __all__, __getattr__, __dir__ = _api.exports(__name__, extra=("__version__",))
+
+# The public names for static tools (mypy, pyright, IDEs); at run time they load on
+# first use, through __getattr__.
+if TYPE_CHECKING:  # written by tools/api_page.py from tfrs_logq/_api.py
+    from tfrs_logq.corrections import CORRECTIONS as CORRECTIONS
+    from tfrs_logq.frequency import CountMinSketch as CountMinSketch
+    from tfrs_logq.frequency import ExactFrequency as ExactFrequency
+    from tfrs_logq.frequency import StreamingFrequency as StreamingFrequency
+    from tfrs_logq.lazy_adam import LazyAdam as LazyAdam
+    from tfrs_logq.losses import corrected_weight as corrected_weight
+    from tfrs_logq.losses import full_softmax_loss as full_softmax_loss
+    from tfrs_logq.losses import gbce_loss as gbce_loss
+    from tfrs_logq.losses import hard_negative_softmax_loss as hard_negative_softmax_loss
+    from tfrs_logq.losses import in_batch_softmax_loss as in_batch_softmax_loss
+    from tfrs_logq.losses import sampled_softmax_loss as sampled_softmax_loss
+    from tfrs_logq.metrics import popularity_bands as popularity_bands
+    from tfrs_logq.metrics import ranks_from_scores as ranks_from_scores
+    from tfrs_logq.metrics import recall_ndcg_from_ranks as recall_ndcg_from_ranks
+    from tfrs_logq.proposal import excluded_log_q as excluded_log_q
+    from tfrs_logq.proposal import inclusion_log_q as inclusion_log_q
+    from tfrs_logq.proposal import log_q_from_probability as log_q_from_probability
+    from tfrs_logq.proposal import mixture_probability as mixture_probability
+    from tfrs_logq.sampling import InBatchSampler as InBatchSampler
+    from tfrs_logq.sampling import MixedSampler as MixedSampler
+    from tfrs_logq.sampling import SampledNegatives as SampledNegatives
+    from tfrs_logq.sampling import UniformSampler as UniformSampler
+    from tfrs_logq.stats import classify as classify
+    from tfrs_logq.stats import paired_difference as paired_difference
+    from tfrs_logq.tasks import CorrectedRetrieval as CorrectedRetrieval
+    from tfrs_logq.two_tower import HistoryQueryTower as HistoryQueryTower
+    from tfrs_logq.two_tower import TwoTowerModel as TwoTowerModel
