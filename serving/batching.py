@@ -38,12 +38,16 @@ class Batcher:
         request_timeout_in_ms: int. Longest a request waits for its result.
         max_batch_rows_times_k: int or None. Most rows x (largest k) in one model call
             (a single request larger than it still runs alone). Defaults to no bound.
+        observe: ``observe(signature_name, rows, queue_waits_s)`` or None. Told of each
+            batch run: its rows and how long each of its requests waited in the queue.
     """
 
     def __init__(self, call: Callable[[str, dict], dict], max_batch_size: int,
                  batch_timeout_micros: int, request_timeout_in_ms: int,
-                 max_batch_rows_times_k: Optional[int] = None) -> None:
+                 max_batch_rows_times_k: Optional[int] = None,
+                 observe: Optional[Callable[[str, int, list], None]] = None) -> None:
         self._call = call
+        self._observe = observe
         self.max_batch_size = max_batch_size
         self.max_batch_rows_times_k = max_batch_rows_times_k
         self.batch_timeout_s = batch_timeout_micros / 1e6
@@ -68,7 +72,7 @@ class Batcher:
                 self._queues[key] = q
                 threading.Thread(target=self._batch_loop, args=(name, q), daemon=True,
                                  name=f"tfrs-logq-batch-{name}").start()
-            self._queues[key].put((inputs, future, k))
+            self._queues[key].put((inputs, future, k, time.monotonic()))
         try:
             return future.result(timeout=self.request_timeout_s)
         except concurrent.futures.TimeoutError:
@@ -129,9 +133,19 @@ class Batcher:
             q.put(held)  # failed with the rest of the queue
 
     def _run_batch(self, name: str, batch: list) -> None:
-        batch = [(inputs, f) for inputs, f, _ in batch if f.set_running_or_notify_cancel()]
+        started = time.monotonic()
+        batch = [(inputs, f, started - queued) for inputs, f, _, queued in batch
+                 if f.set_running_or_notify_cancel()]
+        waits = [wait for *_, wait in batch]
+        batch = [(inputs, f) for inputs, f, _ in batch]
         if not batch:
             return
+        if self._observe is not None:
+            try:
+                self._observe(name, sum(inputs["history"].shape[0] for inputs, _ in batch),
+                              waits)
+            except Exception:  # noqa: BLE001  (counting must never fail a request)
+                log.exception("recording a batch of %r failed", name)
         try:
             width = max(inputs["history"].shape[1] for inputs, _ in batch)
             pad = b"" if batch[0][0]["history"].dtype.kind in ("S", "O") else 0
@@ -170,7 +184,7 @@ class Batcher:
 def _fail_pending(q: queue.Queue, error: Exception) -> None:
     while True:
         try:
-            _, future, _ = q.get_nowait()
+            _, future, *_ = q.get_nowait()
         except queue.Empty:
             return
         if future.set_running_or_notify_cancel():

@@ -20,9 +20,12 @@ the white space around them first, as the training log's were,
 - ``query_embedding``: ``history`` -> ``query_embedding`` `[batch, dim]`.
 
 Index: ``scann`` (ScaNN ops; loads where ``import scann`` registered them, e.g. the
-``google/tf-serving-scann`` image) or ``brute-force`` (stock TensorFlow ops only:
-runs in a stock ``tensorflow_model_server``). ``assets/export.json`` records the
-index parameters, the vocabulary size, the padding value and the model config.
+``google/tf-serving-scann`` image), ``faiss`` (`tfrs_logq.serving.faiss_index`: an
+IVF-Flat index in ``assets/index.faiss`` beside a brute-force SavedModel; ``tfrs-logq
+serve`` searches the index, a stock ``tensorflow_model_server`` the SavedModel, exactly)
+or ``brute-force`` (stock TensorFlow ops only: runs in a stock ``tensorflow_model_server``).
+``assets/export.json`` records the index, its parameters and the recall measured against
+exact search, the vocabulary size, the padding value and the model config.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from tfrs_logq.pipelines.ids import normalize_id, normalize_id_tensor
 from tfrs_logq.sasrec import trained as sasrec_trained
 from tfrs_logq.towers import run as tower_run
 
-# "auto": ScaNN where its ops load (TensorFlow 2.20 with the scann extra), else brute force.
-INDEXES = ("auto", "scann", "brute-force")
+# "auto": ScaNN where its ops load (TensorFlow 2.20 with the scann extra), else faiss where
+# it imports (the serving extra), else brute force.
+INDEXES = ("auto", "scann", "faiss", "brute-force")
 # A servable name is one path component: no separators, no "..", nothing hidden.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TMP_PREFIX = ".tmp-"
@@ -153,27 +157,41 @@ def scann_parameters(num_items: int, k: int,
 
 
 def resolve_index(index: str) -> str:
-    """``index``, with ``"auto"`` made ``"scann"`` where ScaNN's ops load and
-    ``"brute-force"`` elsewhere (saying so in one log line).
+    """``index``, with ``"auto"`` made ``"scann"`` where ScaNN's ops load, else
+    ``"faiss"`` where faiss imports, else ``"brute-force"`` (saying so in one log line).
 
     Raises:
       ValueError: ``index`` is not one of `INDEXES`.
-      ImportError: ``"scann"`` where ScaNN cannot load (`scann_ops_or_error`'s line).
+      ImportError: ``"scann"`` where ScaNN cannot load (`scann_ops_or_error`'s line), or
+        ``"faiss"`` where faiss does not import (`faiss_index.faiss_or_error`'s line).
     """
+    from tfrs_logq.serving.faiss_index import EXTRA, faiss_or_error
+
     if index not in INDEXES:
         raise ValueError(f"`index` must be one of {INDEXES}, received {index!r}.")
     if index == "brute-force":
+        return index
+    if index == "faiss":
+        faiss_or_error()
         return index
     try:
         scann_ops_or_error()
     except ImportError:
         if index == "scann":
             raise
-        logger.warning("--index auto: ScaNN does not load with TensorFlow %s, so the export "
-                       "uses brute force (exact, stock TensorFlow ops; for a ScaNN index: "
-                       "pip install 'tfrs-logq[scann]', TensorFlow 2.20)", tf.__version__)
+    else:
+        return "scann"
+    try:
+        faiss_or_error()
+    except ImportError:
+        logger.warning("--index auto: neither ScaNN (it does not load with TensorFlow %s) nor "
+                       "faiss imports, so the export uses brute force (exact, stock "
+                       "TensorFlow ops; for a faiss index: %s)", tf.__version__, EXTRA)
         return "brute-force"
-    return "scann"
+    logger.warning("--index auto: ScaNN does not load with TensorFlow %s, so the export uses "
+                   "a faiss index tuned to --target-recall (served by tfrs-logq serve; stock "
+                   "TF Serving serves the same version by brute force)", tf.__version__)
+    return "faiss"
 
 
 def scann_ops_or_error():
@@ -365,6 +383,15 @@ class RetrievalModule(tf.Module):
     searched tuned to ``target_recall`` on ``tuning_queries`` (`tune_scann`) unless a
     ``search_fraction`` fixes them. Without ``tuning_queries`` nothing is measured and
     ``search_fraction`` (default 1/20) applies. ``self.scann_tuning`` is the report.
+
+    Args (faiss): the SavedModel searches by brute force (its signatures run in stock TF
+    Serving); ``self.faiss_index`` (`faiss_index.FaissIndex`, written beside it by
+    `export_version`) is what ``tfrs-logq serve`` searches. ``faiss_params`` fixes the
+    settings (`faiss_index.faiss_parameters`; measured, not tuned, when they hold
+    ``tuned`` or ``nprobe`` below ``nlist``); else the lists searched are tuned to
+    ``target_recall`` at ``default_k`` and ``max_k`` on ``tuning_queries``. An index that
+    cannot keep the target with every list it may search is refused (ValueError, one
+    line). ``self.faiss_tuning`` is the report (None without ``tuning_queries``).
     """
 
     def __init__(self, encoder, raw_item_ids: np.ndarray, index: str,
@@ -372,10 +399,12 @@ class RetrievalModule(tf.Module):
                  search_fraction: Optional[float] = None, *,
                  max_k: int = DEFAULT_MAX_K, target_recall: float = DEFAULT_TARGET_RECALL,
                  tuning_queries: Optional[np.ndarray] = None,
-                 queries_source: str = "given") -> None:
+                 queries_source: str = "given",
+                 faiss_params: Optional[dict] = None) -> None:
         super().__init__(name="retrieval")
-        if index not in ("scann", "brute-force"):
-            raise ValueError(f"`index` must be 'scann' or 'brute-force', received {index!r}.")
+        if index not in ("scann", "faiss", "brute-force"):
+            raise ValueError(f"`index` must be 'scann', 'faiss' or 'brute-force', received "
+                             f"{index!r}.")
         self.encoder = encoder
         self.max_length = encoder.max_length
         self.num_items = len(raw_item_ids)
@@ -392,6 +421,7 @@ class RetrievalModule(tf.Module):
         table = encoder.item_embeddings().numpy()[1:].astype(np.float32)  # row 0 is padding
         self.index_kind = index
         self.scann_params, self.scann_tuning = None, None
+        self.faiss_params, self.faiss_tuning, self.faiss_index = None, None, None
         if index == "scann":
             params = scann_params or scann_parameters(
                 self.num_items, self.default_k,
@@ -405,8 +435,11 @@ class RetrievalModule(tf.Module):
                     queries_source=queries_source)
             self.scann_params = params
             self.scann_index = searcher.serialize_to_module()
-        else:
+        else:  # brute force, and the faiss export's own signatures
             self.item_table = tf.Variable(table, trainable=False, name="item_embeddings")
+        if index == "faiss":
+            self._build_faiss(table, faiss_params, max_k, target_recall, tuning_queries,
+                              queries_source)
         history_spec = tf.TensorSpec([None, None], key_dtype, name="history")
         self.serving_default = tf.function(self._serve, input_signature=[history_spec])
         self.top_k = tf.function(
@@ -414,6 +447,30 @@ class RetrievalModule(tf.Module):
                 history_spec, tf.TensorSpec([], tf.int32, name="k"),
                 tf.TensorSpec([], tf.bool, name="exclude_history")])
         self.query_embedding = tf.function(self._query, input_signature=[history_spec])
+        # Not a signature: what `tfrs-logq serve` runs on the candidates an index outside
+        # the graph (faiss) found: the history's items left out, the best k, raw ids.
+        self.finish_search = tf.function(
+            self._finish, input_signature=[
+                history_spec, tf.TensorSpec([None, None], tf.int64, name="candidates"),
+                tf.TensorSpec([None, None], tf.float32, name="candidate_scores"),
+                tf.TensorSpec([], tf.int32, name="k"),
+                tf.TensorSpec([], tf.bool, name="exclude_history")])
+
+    def _build_faiss(self, table, faiss_params, max_k, target_recall, tuning_queries,
+                     queries_source) -> None:
+        from tfrs_logq.serving.faiss_index import FaissIndex, faiss_parameters
+
+        params = dict(faiss_params) if faiss_params else faiss_parameters(
+            self.num_items, self.default_k, max_k=max_k)
+        fixed = bool(params.get("tuned")) or params["nprobe"] < params["nlist"]
+        index = FaissIndex.build(table, params)
+        if tuning_queries is not None:
+            self.faiss_tuning = index.tune(table, tuning_queries, target_recall,
+                                           queries_source=queries_source, tune=not fixed)
+            refusal = index.unreached_line(self.faiss_tuning)
+            if refusal:
+                raise ValueError(refusal)
+        self.faiss_params, self.faiss_index = index.params, index
 
     def _lookup(self, history: tf.Tensor) -> tf.Tensor:
         """Raw ids -> internal ids (0: padding or unknown), text ids normalised first
@@ -446,11 +503,7 @@ class RetrievalModule(tf.Module):
         tf.debugging.assert_greater(k, 0, message="k must be positive")
         tf.debugging.assert_less_equal(k, self.num_items,
                                        message=f"k must be at most {self.num_items}")
-        # Items of the history are left out (the gSASRec protocol): search k + width
-        # candidates, drop the history's, keep the best k.
-        history_ids = self._lookup(history)  # internal ids, 0 = padding/unknown
-        extra = tf.where(exclude_history, tf.shape(history)[1], 0)
-        n = tf.minimum(k + extra, self.num_items)
+        n = tf.minimum(k + tf.where(exclude_history, tf.shape(history)[1], 0), self.num_items)
         if self.index_kind == "scann":
             scann_ops = scann_ops_or_error()
             searcher = scann_ops.searcher_from_module(self.scann_index)
@@ -458,6 +511,17 @@ class RetrievalModule(tf.Module):
         else:
             scores, idx = tf.math.top_k(tf.matmul(query, self.item_table, transpose_b=True), n)
             idx = tf.cast(idx, tf.int64)
+        return self._finish(history, idx, scores, k, exclude_history)
+
+    def _finish(self, history, idx, scores, k, exclude_history):
+        """Candidates (0-based rows, `[batch, n]`, best first) -> the best ``k`` that are
+        not in the history (when ``exclude_history``), as raw ids and scores."""
+        tf.debugging.assert_greater(k, 0, message="k must be positive")
+        tf.debugging.assert_less_equal(k, tf.shape(idx)[1],
+                                       message="k must be at most the candidates found")
+        # Items of the history are left out (the gSASRec protocol): search k + width
+        # candidates, drop the history's, keep the best k.
+        history_ids = self._lookup(history)  # internal ids, 0 = padding/unknown
         seen = tf.reduce_any(tf.equal((idx + 1)[:, :, None], history_ids[:, None, :]), axis=-1)
         scores = tf.where(tf.logical_and(seen, exclude_history), float("-inf"), scores)
         scores, best = tf.math.top_k(scores, k)
@@ -562,7 +626,8 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
                    search_fraction: Optional[float] = None,
                    target_recall: float = DEFAULT_TARGET_RECALL,
                    max_k: int = DEFAULT_MAX_K,
-                   tuning_queries: int = DEFAULT_TUNING_QUERIES) -> str:
+                   tuning_queries: int = DEFAULT_TUNING_QUERIES,
+                   faiss_params: Optional[dict] = None) -> str:
     """Writes ``base_path/VERSION`` atomically (TF Serving's ``--model_base_path``
     layout: ``base_path`` holds the integer versions); returns its path.
 
@@ -572,7 +637,10 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
     users (`run_queries`) and, unless ``scann_params`` or ``search_fraction`` fix its
     settings, its leaves searched are tuned to keep ``target_recall`` of the exact top-k
     at ``default_k`` and ``max_k`` (`tune_scann`); ``assets/export.json`` records the
-    settings (``scann``) and what was measured (``scann_tuning``).
+    settings (``scann``) and what was measured (``scann_tuning``). A faiss index is tuned
+    likewise (`faiss_index.FaissIndex.tune`; ``faiss_params`` fixes its settings) and
+    written as ``assets/index.faiss``, recorded as ``faiss`` and ``faiss_tuning``; one that
+    cannot keep ``target_recall`` is refused before anything is written (ValueError).
     """
     if version is not None:  # refused before the model is loaded and the index built
         _free_version_path(base_path, version)
@@ -588,10 +656,11 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
                            "answers at most %d items.", default_k, len(raw_ids), len(raw_ids))
         fingerprint = run_fingerprint(model_dir)
         queries, source = (run_queries(encoder, model_dir, raw_ids, tuning_queries)
-                           if index == "scann" else (None, ""))
+                           if index in ("scann", "faiss") else (None, ""))
         module = RetrievalModule(encoder, raw_ids, index, default_k, scann_params,
                                  search_fraction, max_k=max_k, target_recall=target_recall,
-                                 tuning_queries=queries, queries_source=source)
+                                 tuning_queries=queries, queries_source=source,
+                                 faiss_params=faiss_params)
     base = base_path
     os.makedirs(base, exist_ok=True)
     for path in remove_stale_temporaries(base):
@@ -610,6 +679,7 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
         meta = {
             "index": module.index_kind, "scann": module.scann_params,
             "scann_tuning": module.scann_tuning,
+            "faiss": None, "faiss_tuning": module.faiss_tuning,
             "num_items": module.num_items, "max_length": module.max_length,
             "default_k": module.default_k,
             "history_dtype": "string" if module.string_ids else "int64",
@@ -621,15 +691,45 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
                 "model_dir": os.path.abspath(model_dir), "fingerprint": fingerprint},
         }
         os.makedirs(os.path.join(tmp, "assets"), exist_ok=True)
+        if module.faiss_index is not None:
+            stored = module.faiss_index.save(os.path.join(tmp, "assets"))
+            # the index's own dicts: a tf.Module wraps those assigned to it for tracking
+            meta["faiss"] = {**module.faiss_index.params, "stored": stored}
+            meta["faiss_tuning"] = module.faiss_index.report
         with open(os.path.join(tmp, "assets", "export.json"), "w") as f:
             json.dump(meta, f, indent=2)
         publish_directory(tmp, final, replace=False)  # versions are immutable
     return final
 
 
+def describe_index(meta: dict) -> str:
+    """One line on an export's index (its ``assets/export.json``): the kind, its settings
+    and the recall@k measured against exact search; `tfrs-logq export` prints it."""
+    kind = meta.get("index")
+    if kind == "brute-force":
+        return "index: brute-force (exact: every item scored)"
+    tuning = meta.get(f"{kind}_tuning") or {}
+    if kind == "faiss":
+        p = meta.get("faiss") or {}
+        where = (f"faiss {p.get('type')} ({p.get('metric')}), {p.get('nlist')} lists, "
+                 "lists searched by k: " + ", ".join(f"k={k}: {n}" for k, n in
+                                                    p.get("tuned") or [[p.get('k'),
+                                                                        p.get('nprobe')]]))
+    else:
+        p = meta.get("scann") or {}
+        where = f"scann, {p.get('num_leaves')} leaves" if p.get("tree") else "scann, no tree"
+        where += ", tuned [k, leaves, reorder factor]: " + str(p.get("tuned"))
+    if not tuning.get("recall"):
+        return f"index: {where}; recall not measured"
+    recall = ", ".join(f"recall@{k} {r:.3f}" for k, r in tuning["recall"].items())
+    held_out = (tuning.get("num_queries") or {}).get("held_out")
+    return (f"index: {where}; {recall} against exact search ({held_out} held-out queries, "
+            f"target {tuning.get('target_recall')})")
+
+
 __all__ = ["DEFAULT_MAX_K", "DEFAULT_SEARCH_FRACTION", "DEFAULT_TARGET_RECALL",
            "DEFAULT_TUNING_QUERIES", "INDEXES", "MAX_REORDER_FACTOR", "REORDER_FACTOR",
-           "RetrievalModule", "build_scann_searcher", "check_model_name", "export",
+           "RetrievalModule", "build_scann_searcher", "check_model_name", "describe_index", "export",
            "export_version", "load_run_split", "load_trained", "remove_stale_temporaries",
            "resolve_index", "run_fingerprint", "run_queries", "scann_ops_or_error",
            "scann_parameters", "search_scann", "search_settings", "tune_scann"]

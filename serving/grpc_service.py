@@ -13,13 +13,16 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import json
+import time
 from typing import Optional
 
 import tensorflow as tf
 
 from tfrs_logq.serving.drain import InFlight
 from tfrs_logq.serving.errors import ServingError, shorten
+from tfrs_logq.serving.health import GrpcHealth
 from tfrs_logq.serving.manager import INT64_MAX, INT64_MIN, ModelManager
+from tfrs_logq.serving.metrics import ServerMetrics
 from tfrs_logq.serving.options import ServerOptions
 
 # GetModelMetadata's fields: TF Serving's, and the export's index (kind, ScaNN's
@@ -36,18 +39,37 @@ def _version_of(spec) -> Optional[int]:
     return None
 
 
+_METHODS = {"Predict": "predict", "GetModelMetadata": "metadata",
+            "GetModelStatus": "status"}  # the ``method`` label of each RPC
+
+
 def _guarded(fn):
-    """Counts the call in flight and answers a `ServingError` with its status."""
+    """Counts the call in flight and in the metrics, and answers a `ServingError` with its
+    status."""
+    method = _METHODS[fn.__name__]
 
     @functools.wraps(fn)
     def wrapper(self, request, context):
-        with self.in_flight.track() as tracked:
-            try:
-                response = fn(self, request, context)
-            except ServingError as exc:
-                context.abort(exc.grpc_status, str(exc))  # answered, with its error
-            tracked.cut = not context.is_active()  # cancelled, or cut by the drain
-            return response
+        start, status = time.perf_counter(), "OK"
+        signature = self.metrics.signature_label(
+            request.model_spec.signature_name) if method == "predict" else ""
+        try:
+            with self.in_flight.track() as tracked:
+                try:
+                    response = fn(self, request, context)
+                except ServingError as exc:
+                    status = exc.code
+                    context.abort(exc.grpc_status, str(exc))  # answered, with its error
+                except Exception:
+                    status = "INTERNAL"
+                    raise
+                tracked.cut = not context.is_active()  # cancelled, or cut by the drain
+                if tracked.cut:
+                    status = "CANCELLED"
+                return response
+        finally:
+            self.metrics.observe_request("grpc", method, signature, status,
+                                         time.perf_counter() - start)
 
     return wrapper
 
@@ -61,7 +83,7 @@ def _bounded(response, options: ServerOptions):
     return response
 
 
-def _services(manager: ModelManager, in_flight: InFlight):
+def _services(manager: ModelManager, in_flight: InFlight, metrics: ServerMetrics):
     from google.protobuf import struct_pb2
     from tensorflow_serving.apis import (
         get_model_metadata_pb2,
@@ -73,7 +95,7 @@ def _services(manager: ModelManager, in_flight: InFlight):
 
     class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         def __init__(self) -> None:
-            self.in_flight = in_flight
+            self.in_flight, self.metrics = in_flight, metrics
 
         @_guarded
         def Predict(self, request, context):  # noqa: N802 (gRPC method name)
@@ -119,7 +141,7 @@ def _services(manager: ModelManager, in_flight: InFlight):
 
     class ModelService(model_service_pb2_grpc.ModelServiceServicer):
         def __init__(self) -> None:
-            self.in_flight = in_flight
+            self.in_flight, self.metrics = in_flight, metrics
 
         @_guarded
         def GetModelStatus(self, request, context):  # noqa: N802
@@ -157,10 +179,16 @@ def build_grpc_server(options: ServerOptions):
                  ("grpc.so_reuseport", 0)])
 
 
-def add_services(server, manager: ModelManager, in_flight: InFlight) -> None:
-    prediction, model_service, pred_grpc, model_grpc = _services(manager, in_flight)
+def add_services(server, manager: ModelManager, in_flight: InFlight,
+                 metrics: ServerMetrics) -> GrpcHealth:
+    """Adds TF Serving's two services and the gRPC health service (`health.GrpcHealth`,
+    returned) to ``server``."""
+    prediction, model_service, pred_grpc, model_grpc = _services(manager, in_flight, metrics)
     pred_grpc.add_PredictionServiceServicer_to_server(prediction, server)
     model_grpc.add_ModelServiceServicer_to_server(model_service, server)
+    health = GrpcHealth(manager)
+    health.add_to(server)
+    return health
 
 
 def bind_grpc(server, host: str, port: int) -> int:

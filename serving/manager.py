@@ -92,6 +92,7 @@ class ModelManager:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._retired: list = []
+        self._listeners: list = []
         self.draining = False
         self.poll()
         self._thread = threading.Thread(target=self._watch, daemon=True,
@@ -154,6 +155,7 @@ class ModelManager:
             with self._lock:
                 old, self._servable = self._servable, servable
             log.info("serving %s version %d", self.options.model_name, version)
+            self._notify()
             if old is not None:
                 # Requests already holding `old` finish on it; its batchers stop later.
                 timer = threading.Timer(30.0, old.close)
@@ -189,6 +191,31 @@ class ModelManager:
     def begin_drain(self) -> None:
         """The server is shutting down: the served version reports ``UNLOADING``."""
         self.draining = True
+        self._notify()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Calls ``listener()`` now and whenever readiness may change (a version swapped
+        in, the drain begun): the gRPC health service follows the manager so."""
+        self._listeners.append(listener)
+        listener()
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # noqa: BLE001  (a listener must not stop a swap or a drain)
+                log.exception("a readiness listener failed")
+
+    def current(self) -> Optional[Servable]:
+        """The version served now, or None before one loads."""
+        return self._servable
+
+    def statuses(self) -> list[VersionStatus]:
+        """Every version's state, newest first (empty when there is none to report)."""
+        try:
+            return self.status(self.options.model_name)
+        except ServingError:
+            return []
 
     def ready(self) -> bool:
         """A version is served and the server is not draining (readiness)."""

@@ -3,7 +3,9 @@
 ``POST /v1/models/NAME[/versions/V]:predict`` ("instances" and "inputs" forms),
 ``GET /v1/models/NAME[/versions/V]`` (status) and ``.../metadata``, with TF Serving's
 JSON shapes (its ``http_rest_api_handler``), and ``GET /livez`` and ``/readyz`` (503
-once a shutdown has begun, or before a version loads). Every reply is JSON, refusals
+once a shutdown has begun, or before a version loads), the KServe V2 health routes
+(``GET /v2/health/live``, ``/v2/health/ready``, ``/v2/models/NAME[/versions/V]/ready``,
+the same readiness) and TF Serving's ``GET /monitoring/prometheus/metrics`` (`metrics`). Every reply is JSON, refusals
 included: ``{"error": "..."}`` with the status `errors.STATUS` gives. While the server
 drains (`RestApi.draining`) every reply carries ``Connection: close``. The body is read on the
 event loop, bounded in size (``max_request_bytes``, 413, refused from its
@@ -21,6 +23,7 @@ import concurrent.futures
 import functools
 import json
 import logging
+import time
 from typing import Optional
 
 import numpy as np
@@ -30,6 +33,8 @@ from tfrs_logq.serving.drain import InFlight
 from tfrs_logq.serving.errors import ServingError, shorten
 from tfrs_logq.serving.inputs import check_shape
 from tfrs_logq.serving.manager import INT64_MAX, ModelManager
+from tfrs_logq.serving.metrics import PATH as metrics_path
+from tfrs_logq.serving.metrics import ServerMetrics, status_of_http
 from tfrs_logq.serving.options import ServerOptions
 
 log = logging.getLogger("tfrs_logq.serving")
@@ -47,7 +52,9 @@ def json_response(status: int, body: dict, headers: Optional[dict] = None):
 
 
 def error_response(exc: ServingError, headers: Optional[dict] = None):
-    return json_response(exc.http_status, {"error": str(exc)}, headers)
+    response = json_response(exc.http_status, {"error": str(exc)}, headers)
+    response.canonical_status = exc.code  # the metrics' status label
+    return response
 
 
 def _register_segment() -> None:
@@ -75,10 +82,13 @@ class RestApi:
         options: `ServerOptions`. ``max_request_bytes``, ``rest_api_timeout_in_ms``,
             ``rest_api_num_threads``.
         in_flight: `InFlight`. Counts this protocol's requests (for the drain).
+        metrics: `ServerMetrics`. What ``/monitoring/prometheus/metrics`` shows and where
+            each request is counted. Defaults to a registry of this API's own.
     """
 
     def __init__(self, manager: ModelManager, options: ServerOptions,
-                 in_flight: Optional[InFlight] = None) -> None:
+                 in_flight: Optional[InFlight] = None,
+                 metrics: Optional[ServerMetrics] = None) -> None:
         from starlette.applications import Starlette
         from starlette.exceptions import HTTPException
         from starlette.routing import Route
@@ -86,6 +96,10 @@ class RestApi:
         _register_segment()
         self.manager, self.options = manager, options
         self.in_flight = in_flight or InFlight()
+        if metrics is None:
+            metrics = ServerMetrics(options.model_name)
+            metrics.watch(manager)
+        self.metrics = metrics
         self.draining = False  # set by the server's shutdown: replies say Connection: close
         self.drain_timeout_s: Optional[float] = None  # the shutdown's deadline, once begun
         self.pool = concurrent.futures.ThreadPoolExecutor(
@@ -102,6 +116,16 @@ class RestApi:
                                 methods=["GET"]))
         routes.append(Route("/livez", self._endpoint(self.live), methods=["GET"]))
         routes.append(Route("/readyz", self._endpoint(self.ready), methods=["GET"]))
+        # KServe's V2 (Open Inference Protocol) health routes, beside TF Serving's.
+        routes.append(Route("/v2/health/live", self._endpoint(self.live, "live"),
+                            methods=["GET"]))
+        routes.append(Route("/v2/health/ready", self._endpoint(self.ready, "ready"),
+                            methods=["GET"]))
+        v2_model = "/v2/models/{name:segment}"
+        for path in (v2_model + "/ready", v2_model + "/versions/{version:segment}/ready"):
+            routes.append(Route(path, self._endpoint(self.model_ready), methods=["GET"]))
+        routes.append(Route(metrics_path, self._endpoint(self.prometheus, "metrics"),
+                            methods=["GET"]))
         self.app = self._closing_while_draining(
             Starlette(routes=routes, exception_handlers={HTTPException: self._http_exception}))
 
@@ -124,35 +148,54 @@ class RestApi:
 
     # -- plumbing ----------------------------------------------------------------
 
-    def _endpoint(self, handler):
-        """Counts the request in flight; a `ServingError` or a bug becomes a JSON reply."""
+    def _endpoint(self, handler, method: Optional[str] = None):
+        """Counts the request in flight and in the metrics (``method``: its label, the
+        handler's name by default); a `ServingError` or a bug becomes a JSON reply."""
+        method = method or handler.__name__
 
         @functools.wraps(handler)
         async def endpoint(request):
-            with self.in_flight.track() as tracked:
-                try:
-                    return await handler(request)
-                except asyncio.CancelledError:  # the drain timed out: say so if we still can
-                    tracked.cut = True
-                    took = "" if self.drain_timeout_s is None else \
-                        f" within the {self.drain_timeout_s:g} s its shutdown gives requests"
-                    return error_response(ServingError(
-                        "UNAVAILABLE", f"the server shut down before this request finished"
-                                       f"{took} (drain_timeout_in_ms); send it again"),
-                        {"Connection": "close"})
-                except ServingError as exc:
-                    # A body that did not arrive in time leaves the framing unknown.
-                    return error_response(exc, {"Connection": "close"}
-                                          if exc.code == "REQUEST_TIMEOUT" else None)
-                except Exception as exc:  # a bug answers 500; the server keeps going
-                    log.exception("REST %s %s failed", request.method, request.url.path)
-                    return json_response(500, {"error": f"internal error: "
-                                                        f"{type(exc).__name__}: {exc}"})
+            start = time.perf_counter()
+            request.state.signature = None  # predict: the signature the body names
+            response = await self._answer(handler, request)
+            status = getattr(response, "canonical_status", None) or \
+                status_of_http(response.status_code)
+            self.metrics.observe_request("rest", method, self.metrics.signature_label(
+                request.state.signature), status, time.perf_counter() - start)
+            return response
 
         return endpoint
 
+    async def _answer(self, handler, request):
+        with self.in_flight.track() as tracked:
+            try:
+                return await handler(request)
+            except asyncio.CancelledError:  # the drain timed out: say so if we still can
+                tracked.cut = True
+                took = "" if self.drain_timeout_s is None else \
+                    f" within the {self.drain_timeout_s:g} s its shutdown gives requests"
+                return error_response(ServingError(
+                    "UNAVAILABLE", f"the server shut down before this request finished"
+                                   f"{took} (drain_timeout_in_ms); send it again"),
+                    {"Connection": "close"})
+            except ServingError as exc:
+                # A body that did not arrive in time leaves the framing unknown.
+                return error_response(exc, {"Connection": "close"}
+                                      if exc.code == "REQUEST_TIMEOUT" else None)
+            except Exception as exc:  # a bug answers 500; the server keeps going
+                log.exception("REST %s %s failed", request.method, request.url.path)
+                return json_response(500, {"error": f"internal error: "
+                                                    f"{type(exc).__name__}: {exc}"})
+
     async def _http_exception(self, request, exc):
-        """Starlette's own refusals (no route, a method the route does not take) as JSON."""
+        """Starlette's own refusals (no route, a method the route does not take) as JSON,
+        counted in the metrics as ``unmatched``."""
+        response = self._refusal(request, exc)
+        self.metrics.observe_request("rest", "unmatched", "", getattr(
+            response, "canonical_status", None) or status_of_http(response.status_code), 0.0)
+        return response
+
+    def _refusal(self, request, exc):
         method, path = request.method, request.url.path
         if exc.status_code == 405:
             method, path = method[:32], shorten(path)
@@ -199,6 +242,26 @@ class RestApi:
             "no version is loaded yet"
         return json_response(503, {"ready": False, "error": why})
 
+    async def model_ready(self, request):
+        """KServe V2 model readiness: 200 ``{"name", "ready": true}`` while this model (and
+        version, when named) is served and no shutdown began; 503 with ``ready: false``
+        before a version loads or once draining; 404 for another model or version."""
+        name, version = request.path_params["name"], self._version(request)
+        if name != self.options.model_name or self.manager.current() is not None:
+            self.manager.get(name, version)  # NOT_FOUND (404) for another name or version
+        if self.manager.ready():
+            return json_response(200, {"name": name, "ready": True})
+        why = "the server is shutting down" if self.manager.draining else \
+            "no version is loaded yet"
+        return json_response(503, {"name": name, "ready": False, "error": why})
+
+    async def prometheus(self, request):
+        """Every metric of this server in Prometheus' text format (`metrics`)."""
+        from starlette.responses import Response
+
+        body, content_type = self.metrics.exposition()
+        return Response(body, status_code=200, headers={"Content-Type": content_type})
+
     async def status(self, request):
         name = request.path_params["name"]
         versions = self.manager.status(name, self._version(request))
@@ -226,7 +289,7 @@ class RestApi:
         name, version = request.path_params["name"], self._version(request)
         servable = self.manager.get(name, version)
         reply = await self._in_worker(_predict_encoded, servable, body,
-                                      self.options.max_response_bytes)
+                                      self.options.max_response_bytes, request.state)
         from starlette.responses import Response
 
         return Response(reply, status_code=200, media_type="application/json")
@@ -279,9 +342,10 @@ class RestApi:
 # ------------------------------------------------------------------ JSON <-> tensors
 
 
-def _predict_encoded(servable, body: bytes, max_response_bytes: int) -> bytes:
-    """`_predict`, encoded as JSON and bounded (on a worker, as the rest)."""
-    reply = json.dumps(_predict(servable, body)).encode()
+def _predict_encoded(servable, body: bytes, max_response_bytes: int, seen=None) -> bytes:
+    """`_predict`, encoded as JSON and bounded (on a worker, as the rest); ``seen``: an
+    object whose ``signature`` is set to the signature name the body gives."""
+    reply = json.dumps(_predict(servable, body, seen)).encode()
     if len(reply) > max_response_bytes:
         raise ServingError("INVALID_ARGUMENT",
                            f"the reply would be {len(reply)} bytes, over {max_response_bytes} "
@@ -289,7 +353,7 @@ def _predict_encoded(servable, body: bytes, max_response_bytes: int) -> bytes:
     return reply
 
 
-def _predict(servable, body: bytes) -> dict:
+def _predict(servable, body: bytes, seen=None) -> dict:
     """Runs on a worker: decode, check, run, encode (TF Serving's JSON forms)."""
     request = _decode_json(body)
     if not isinstance(request, dict):
@@ -297,6 +361,8 @@ def _predict(servable, body: bytes) -> dict:
     signature = request.get("signature_name", "")
     if not isinstance(signature, str):
         raise ServingError("INVALID_ARGUMENT", "'signature_name' must be a string")
+    if seen is not None:
+        seen.signature = signature
     if ("instances" in request) == ("inputs" in request):
         raise ServingError("INVALID_ARGUMENT", "JSON Value must have exactly one of "
                                                "'instances' or 'inputs'")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +24,7 @@ from tfrs_logq.serving.inputs import (
     array_from_tensor_proto,
     check_inputs,
 )
+from tfrs_logq.serving.metrics import ServerMetrics
 from tfrs_logq.serving.options import ServerOptions
 
 
@@ -33,9 +35,11 @@ class Servable:
         path: str. The version's directory (``BASE/VERSION``).
         version: int. Its version number.
         options: `ServerOptions`. Batching and request limits.
+        metrics: `ServerMetrics` or None. Where batch sizes and queue waits are counted.
     """
 
-    def __init__(self, path: str, version: int, options: ServerOptions) -> None:
+    def __init__(self, path: str, version: int, options: ServerOptions,
+                 metrics: Optional[ServerMetrics] = None) -> None:
         try:
             import scann  # noqa: F401  (registers the ScaNN ops a ScaNN export needs)
         except Exception:  # noqa: BLE001  not installed, or its ops fail to load (TF 2.21)
@@ -49,19 +53,36 @@ class Servable:
             with open(meta_path) as f:
                 self.meta = json.load(f)
         self.signature_defs = read_signature_defs(path)
+        # An index outside the graph (faiss): checked against export.json here, so a
+        # version whose index is missing or altered fails to load and is never swapped in.
+        self.ann = None
+        if self.meta.get("index") == "faiss":
+            from tfrs_logq.serving.faiss_index import FaissIndex
+
+            self.ann = FaissIndex.load(path, self.meta)
+        self.metrics = metrics
         self.options = options
         self.limits = ShapeLimits(rows=options.max_request_rows,
                                   width=int(self.meta.get("max_length") or DEFAULT_MAX_WIDTH))
         self.batcher = Batcher(self._call, options.max_batch_size, options.batch_timeout_micros,
                                options.request_timeout_in_ms,
-                               max_batch_rows_times_k=options.max_rows_times_k)
+                               max_batch_rows_times_k=options.max_rows_times_k,
+                               observe=None if metrics is None else metrics.observe_batch)
 
     def index_summary(self) -> dict:
         """What the export says of its index (``assets/export.json``): its kind, ScaNN's
         settings and the recall the export measured against brute force (None where the
         export predates them, or for brute force)."""
         return {"kind": self.meta.get("index"), "scann": self.meta.get("scann"),
-                "scann_tuning": self.meta.get("scann_tuning")}
+                "scann_tuning": self.meta.get("scann_tuning"),
+                "faiss": self.meta.get("faiss"), "faiss_tuning": self.meta.get("faiss_tuning")}
+
+    def measured_recall(self) -> dict:
+        """``{k: recall@k}`` the export measured for its index against exact search (held-out
+        queries); empty for brute force (exact) and exports that predate the measure."""
+        kind = self.meta.get("index")
+        tuning = self.meta.get(f"{kind}_tuning") if kind in ("scann", "faiss") else None
+        return {str(k): float(r) for k, r in ((tuning or {}).get("recall") or {}).items()}
 
     def signature(self, signature_name: str):
         """``(name, concrete function)``; the default signature for ``""``."""
@@ -126,10 +147,27 @@ class Servable:
     def _call(self, name: str, inputs: dict) -> dict:
         tensors = {k: tf.constant(v) for k, v in inputs.items()}
         try:
-            outputs = self.signatures[name](**tensors)
+            if self.ann is not None and "item_ids" in self.signatures[name].structured_outputs:
+                outputs = self._search_index(tensors)
+            else:
+                outputs = self.signatures[name](**tensors)
         except tf.errors.InvalidArgumentError as exc:
             raise ServingError("INVALID_ARGUMENT", exc.message.split("\n")[0]) from None
         return {k: v.numpy() for k, v in outputs.items()}
+
+    def _search_index(self, tensors: dict) -> dict:
+        """``serving_default`` / ``top_k`` through the index outside the graph: the
+        SavedModel's query embedding, the index's candidates (k plus the history's width
+        when its items are left out), the SavedModel's ``finish_search`` (the history's
+        items dropped, the best k as raw ids), as the in-graph search does."""
+        history = tensors["history"]
+        k = int(tensors["k"]) if "k" in tensors else int(self.meta["default_k"])
+        exclude = bool(tensors["exclude_history"]) if "exclude_history" in tensors else True
+        query = self.signatures["query_embedding"](history=history)["query_embedding"]
+        n = min(k + (int(history.shape[1]) if exclude else 0), self.ann.num_items)
+        ids, scores = self.ann.search(query.numpy(), n)
+        return self.model.finish_search(history, tf.constant(ids), tf.constant(scores),
+                                        tf.constant(k, tf.int32), tf.constant(exclude))
 
     def close(self) -> None:
         self.batcher.close()

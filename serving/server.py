@@ -5,7 +5,10 @@ gRPC: ``tensorflow.serving.PredictionService/Predict``, ``/GetModelMetadata`` an
 ``tensorflow-serving-api`` messages, so existing TF Serving clients work unchanged.
 REST: ``POST /v1/models/NAME[/versions/V]:predict`` ("instances" and "inputs"
 forms), ``GET /v1/models/NAME[/versions/V]`` and ``.../metadata``, with TF
-Serving's JSON shapes and ``{"error": "..."}`` bodies.
+Serving's JSON shapes and ``{"error": "..."}`` bodies. Health: gRPC's standard
+``grpc.health.v1.Health`` and KServe V2's ``/v2/health/live``, ``/v2/health/ready`` and
+``/v2/models/NAME/ready`` beside ``/livez`` and ``/readyz``; Prometheus metrics at TF
+Serving's ``/monitoring/prometheus/metrics``.
 
 `ModelServer` is composition only, one concept a module as in TF Serving's
 ``model_servers/``:
@@ -15,14 +18,18 @@ Serving's JSON shapes and ``{"error": "..."}`` bodies.
 - ``servable``, ``inputs``, ``batching``: one loaded version, its input rules, batching;
 - ``grpc_service``: the gRPC services; ``rest_api``: the REST routes (Starlette);
   ``http_server``: the HTTP/1.1 server under them (uvicorn);
-- ``errors``: the status table both protocols answer with; ``drain``: requests in flight.
+- ``errors``: the status table both protocols answer with; ``drain``: requests in flight;
+- ``health``: the gRPC health service; ``metrics``: the Prometheus metrics (a registry
+  per server);
+- ``faiss_index``: the approximate index searched outside the SavedModel (faiss exports).
 
 Both ports are bound before the model loads, so a port in use fails at once. On
 SIGTERM or SIGINT (`ModelServer.serve_until_signal`) the server drains, in this order:
 
-1. readiness fails: ``GET /readyz`` answers 503 and the model status reports the
-   served version ``UNLOADING`` (REST and gRPC), and every REST reply from now on
-   carries ``Connection: close``;
+1. readiness fails: ``GET /readyz`` (and ``/v2/health/ready``) answers 503, the gRPC
+   health service says NOT_SERVING, the model status reports the served version
+   ``UNLOADING`` (REST and gRPC), and every REST reply from now on carries
+   ``Connection: close``;
 2. for ``drain_grace_in_ms`` both ports still accept and serve, so requests already
    sent (on a keep-alive connection, in the listen backlog, in transit) are answered,
    and keep-alive clients learn to reconnect, not to write into a closing socket;
@@ -34,6 +41,7 @@ SIGTERM or SIGINT (`ModelServer.serve_until_signal`) the server drains, in this 
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -46,6 +54,7 @@ from tfrs_logq.serving.grpc_service import add_services, bind_grpc, build_grpc_s
 from tfrs_logq.serving.http_server import HttpServer, bind_error
 from tfrs_logq.serving.inputs import check_inputs  # noqa: F401  (re-exported)
 from tfrs_logq.serving.manager import ModelManager, VersionStatus
+from tfrs_logq.serving.metrics import ServerMetrics
 from tfrs_logq.serving.options import ServerOptions
 from tfrs_logq.serving.rest_api import RestApi
 from tfrs_logq.serving.servable import Servable, read_signature_defs
@@ -84,9 +93,14 @@ class ModelServer:
             self.rest_port = self.http.port
             self.port = bind_grpc(self.grpc_server, options.host, options.port)
             self._grpc_bound = True
-            self.manager = ModelManager(options)
-            add_services(self.grpc_server, self.manager, self.grpc_in_flight)
-            self.rest_api = RestApi(self.manager, options, self.rest_in_flight)
+            # One registry per server (not prometheus_client's global one).
+            self.metrics = ServerMetrics(options.model_name)
+            self.manager = ModelManager(options, load=functools.partial(
+                Servable, metrics=self.metrics))
+            self.metrics.watch(self.manager)
+            self.health = add_services(self.grpc_server, self.manager, self.grpc_in_flight,
+                                       self.metrics)
+            self.rest_api = RestApi(self.manager, options, self.rest_in_flight, self.metrics)
         except BaseException:
             self._release()
             raise
@@ -177,5 +191,6 @@ class ModelServer:
         self.grpc_server.wait_for_termination()
 
 
-__all__ = ["ModelManager", "ModelServer", "Servable", "ServerOptions", "ServingError",
+__all__ = ["ModelManager", "ModelServer", "Servable", "ServerMetrics", "ServerOptions",
+           "ServingError",
            "VersionStatus", "bind_error", "check_inputs", "read_signature_defs"]

@@ -77,7 +77,7 @@ def test_status_and_metadata(server):
     assert code == 200 and "serving_default" in body["metadata"]["signature_def"]["signature_def"]
     # The export's index and what it measured, from its assets/export.json.
     index = body["metadata"]["index"]
-    assert set(index) == {"kind", "scann", "scann_tuning"}
+    assert set(index) == {"kind", "scann", "scann_tuning", "faiss", "faiss_tuning"}
     assert index["kind"] in ("scann", "brute-force")  # read from the export, not defaulted
     # The same over gRPC: our "index" field, a Struct (TF Serving has only signature_def).
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["index"])
