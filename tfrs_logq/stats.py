@@ -135,22 +135,25 @@ def equivalence_power(n: int, margin: float, sd: float, effect: float = 0.0,
         return 0.0
     if sd <= 0:
         return 1.0 if abs(effect) < margin else 0.0
-    from scipy import integrate
-
     df = n - 1
     critical = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, df))
     se = sd / math.sqrt(n)
-    # h(u) = critical * sd * sqrt(u / df) / sqrt(n) reaches the margin at u_max.
+    # h(u) = critical * sd * sqrt(u / df) / sqrt(n) reaches the margin at u = u_max.
     u_max = df * (margin * math.sqrt(n) / (critical * sd)) ** 2
+    # The expectation over u ~ chi2(df) as an integral over its probabilities, by
+    # Gauss-Legendre on [0, F(u_max)]: smooth there, and vectorised.
+    top = float(_scipy_stats.chi2.cdf(u_max, df))
+    nodes, weights = _LEGENDRE
+    u = _scipy_stats.chi2.ppf(top * (nodes + 1) / 2, df)
+    h = critical * sd * np.sqrt(u / df) / math.sqrt(n)
+    inside = np.clip(_scipy_stats.norm.cdf((margin - h - effect) / se)
+                     - _scipy_stats.norm.cdf((-margin + h - effect) / se), 0.0, None)
+    return min(1.0, max(0.0, float(np.dot(weights, inside)) * top / 2))
 
-    def inside(u: float) -> float:
-        h = critical * sd * math.sqrt(u / df) / math.sqrt(n)
-        p = (_scipy_stats.norm.cdf((margin - h - effect) / se)
-             - _scipy_stats.norm.cdf((-margin + h - effect) / se))
-        return max(0.0, float(p)) * float(_scipy_stats.chi2.pdf(u, df))
 
-    value, _ = integrate.quad(inside, 0.0, u_max, limit=200)
-    return min(1.0, max(0.0, value))
+_LEGENDRE = np.polynomial.legendre.leggauss(96)
+"""Gauss-Legendre nodes and weights of `equivalence_power`'s integral (checked against
+simulation in the tests)."""
 
 
 def _fewest_pairs(power_at: Callable[[int], float], target_power: float,
