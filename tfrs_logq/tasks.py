@@ -72,20 +72,30 @@ def index_identifiers_dtype(index) -> Optional[tf.DType]:
     return identifiers.dtype
 
 
-def metric_ids(metric, positive_ids: Optional[tf.Tensor]) -> Optional[tf.Tensor]:
+def metric_ids(metric, positive_ids: Optional[tf.Tensor],
+               by_id: Optional[bool] = None) -> Optional[tf.Tensor]:
     """The ``true_candidate_ids`` a factorized metric gets: what stock TFRS gives it.
 
     The ids go to a `tfrs.metrics.FactorizedTopK` only when its index has identifiers
     (TFRS then matches by id); an index of embeddings alone gets none (TFRS then matches
     by score), since comparing ids with positions breaks (strings) or is silently wrong
     (integers). Integer ids are cast to the index's integer dtype. A metric without a
-    TFRS index (your own `Factorized`) gets the ids, as in TFRS.
+    TFRS index (your own `Factorized`) gets the ids, as in TFRS. ``by_id`` False gives
+    no metric ids (score matching, as stock TFRS called without ids); True gives them
+    whatever the index holds.
     """
+    if by_id is False or positive_ids is None:
+        return None
     index = getattr(metric, "_candidates", None)
-    if positive_ids is None or index is None:
+    if index is None:
         return positive_ids
     dtype = index_identifiers_dtype(index)
     if dtype is None:
+        if by_id:
+            raise ValueError(
+                f"metrics_by_id=True but the index of metric {metric.name!r} has no "
+                "identifiers (it returns positions): index (id, embedding) pairs, e.g. "
+                "FactorizedTopK(candidates=items.batch(128).map(lambda i: (i, item_model(i)))).")
         return None
     if positive_ids.dtype == dtype:
         return positive_ids
@@ -186,6 +196,10 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         ``deduplicate_candidates``). With inclusion probabilities ``"corrected"``
         weights with the Horvitz-Thompson ``P(p|u)``
         (`tfrs_logq.losses.corrected_weight`); for extra per-draw negatives pass ``k Q``.
+      metrics_by_id: bool. Whether factorized metrics match the positives by id. None
+        (default): when their index has identifiers (`metric_ids`), so that ids passed
+        for the loss never break an index of embeddings alone; False: never (score
+        matching, as stock TFRS called without ``candidate_ids``); True: always.
     """
 
     def __init__(
@@ -204,6 +218,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         reduction: str = "sum",
         min_sampling_probability: float = 1e-6,
         sampling_probability: str = "per_draw",
+        metrics_by_id: Optional[bool] = None,
     ) -> None:
         if isinstance(loss, str):
             raise TypeError(
@@ -263,6 +278,17 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         self._min_sampling_probability = float(min_sampling_probability)
         self._sampling_probability = sampling_probability
         self._custom_loss = loss is not None
+        # TFRS's own forms, reduced as TFRS reduces them, run TFRS's computation: the same
+        # ops in the same order, so that weights trained through `model.fit` equal stock
+        # TFRS's to the bit (a score-based top-1 metric turns any last-bit difference of
+        # the towers into a different hit).
+        self._stock_form = self._custom_loss or (
+            correction in ("none", "logq-tfrs") and reduction == "sum"
+            and not deduplicate_candidates and sampling_probability == "per_draw")
+        if metrics_by_id not in (None, True, False):
+            raise ValueError(f"`metrics_by_id` must be None, True or False, received "
+                             f"{metrics_by_id!r}.")
+        self._metrics_by_id = metrics_by_id
         self._warned_probability_ignored = False
 
     @property
@@ -285,6 +311,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             remove_accidental_hits=self._remove_accidental_hits,
             min_sampling_probability=self._min_sampling_probability,
             sampling_probability=self._sampling_probability,
+            metrics_by_id=self._metrics_by_id,
         )
         config.pop("trainable", None)
         config.pop("dtype", None)
@@ -366,7 +393,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             if self._sampling_probability == "per_draw_to_inclusion":
                 log_q = inclusion_log_q(log_q, num_queries)
 
-        if self._custom_loss:
+        if self._stock_form:
             per_example = None
             loss = self._stock_form_loss(scores, log_q, is_negative, sample_weight)
         elif self._num_hard_negatives is None:
@@ -420,8 +447,9 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 UserWarning, stacklevel=3)
 
     def _stock_form_loss(self, scores, log_q, is_negative, sample_weight) -> tf.Tensor:
-        """TFRS's computation with the user's `loss`: corrected logits (TFRS's standard form,
-        the positive's logit too), hits and `score_mask` masked, hard negatives mined."""
+        """TFRS's computation (`tfrs.tasks.Retrieval.call`) with its loss or the user's:
+        logits corrected by ``log Q`` for ``"logq-tfrs"`` (the positive's too), hits and
+        ``score_mask`` masked, hard negatives mined, then ``loss(labels, logits)``."""
         num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
         labels = tf.eye(num_queries, num_candidates, dtype=scores.dtype)
         logits = scores if log_q is None else scores - log_q[None, :]
@@ -449,7 +477,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                     metric.update_state(
                         query_embeddings,
                         tf.convert_to_tensor(candidate_embeddings)[:num_queries],
-                        true_candidate_ids=metric_ids(metric, positive_ids),
+                        true_candidate_ids=metric_ids(metric, positive_ids,
+                                                      self._metrics_by_id),
                         sample_weight=sample_weight,
                     )
                 )

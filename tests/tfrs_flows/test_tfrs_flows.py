@@ -1,0 +1,109 @@
+"""TFRS's retrieval tutorials' flows, trained with stock `tfrs.tasks.Retrieval` and with
+`tfrs_logq.CorrectedRetrieval` swapped in (tutorial_models.py): ``none`` and ``logq-tfrs``
+give stock's loss history and metrics; every correction trains, evaluates, and its
+factorized metric equals the top-k accuracy computed here from the trained towers."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+import tutorial_models as tm
+
+from tfrs_logq import CorrectedRetrieval
+
+CORRECTIONS = ("none", "logq-tfrs", "logq-official", "corrected")
+# Stock's call for the loss each correction reproduces: TFRS without Q is `none`, with Q
+# `logq-tfrs`. Flows whose metric index has identifiers pass ids to stock too.
+STOCK_CALLS = {"none": "stock", "logq-tfrs": "stock-q"}
+
+
+@pytest.fixture(scope="module")
+def log():
+    return tm.make_log()
+
+
+def _stock_calls(flow, correction):
+    calls = STOCK_CALLS[correction]
+    if flow.metric_index in ("scann", "streaming-ids"):
+        return {"stock": "stock-ids", "stock-q": "switched"}[calls]
+    return calls
+
+
+def _assert_same_run(ours, stock):
+    for key, values in stock["history"].items():
+        np.testing.assert_allclose(ours["history"][key], values, rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
+    assert ours["evaluation"].keys() == stock["evaluation"].keys()
+    for key, value in stock["evaluation"].items():
+        np.testing.assert_allclose(ours["evaluation"][key], value, rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
+
+
+def _assert_metric_from_formula(flow, log, result, ks=(1, 5, 10)):
+    """The evaluation's top-k accuracy is what TFRS's metric gives when handed what stock
+    TFRS would hand it (ids only for an index with identifiers), and within the formula's
+    bounds at k >= 5 (at k = 1 the positive ties with its own score in the index)."""
+    model = result["model"]
+    queries, positives, catalog, ids = tm.embeddings(model, flow, log)
+    task = model.task if hasattr(model, "task") else model.retrieval_task
+    metric = task.factorized_metrics[0]
+    metric.reset_states()
+    with_ids = flow.metric_index != "streaming"
+    metric.update_state(tf.constant(queries), tf.constant(positives),
+                        true_candidate_ids=tf.constant(log.test[flow.id_key]) if with_ids
+                        else None)
+    fresh = {k: float(m.result()) for k, m in zip(metric._ks, metric._top_k_metrics)}
+    for k in ks:
+        got = result["evaluation"][f"factorized_top_k/top_{k}_categorical_accuracy"]
+        assert got == pytest.approx(fresh[k], abs=1.5 / len(queries)), (k, got, fresh[k])
+        if k < 5:
+            continue
+        if flow.metric_index == "streaming":
+            lower, upper = tm.score_based_top_k(queries, positives, catalog, k)
+        else:
+            lower, upper = tm.id_based_top_k(queries, catalog, ids, log.test[flow.id_key], k)
+        assert lower - 1e-6 <= got <= upper + 1e-6, (k, got, lower, upper)
+
+
+FAST_FLOWS = ("basic", "basic-integer-ids", "basic-index-ids")
+SLOW_FLOWS = ("deep-context", "multitask", "sequential-gru", "scann")
+
+
+def _check_flow(flow_name, log, strategy=None):
+    flow = tm.FLOWS[flow_name]
+    if flow.metric_index == "scann":
+        pytest.importorskip("scann")
+    stock = {}
+    for correction in STOCK_CALLS:
+        stock[correction] = tm.run(
+            flow, log, lambda metrics: tfrs.tasks.Retrieval(metrics=metrics),
+            _stock_calls(flow, correction), strategy=strategy)
+    for correction in CORRECTIONS:
+        with pytest.warns() if correction == "none" else _no_warning():
+            ours = tm.run(
+                flow, log,
+                lambda metrics: CorrectedRetrieval(metrics=metrics, correction=correction),
+                "switched", strategy=strategy)
+        if correction in STOCK_CALLS:
+            _assert_same_run(ours, stock[correction])
+        _assert_metric_from_formula(flow, log, ours)
+        assert np.isfinite(ours["history"]["loss"]).all()
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("flow_name", FAST_FLOWS)
+def test_flow_every_correction(flow_name, log):
+    _check_flow(flow_name, log)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow_name", SLOW_FLOWS)
+def test_flow_every_correction_slow(flow_name, log):
+    _check_flow(flow_name, log)
