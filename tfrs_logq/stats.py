@@ -9,7 +9,8 @@ to detect an effect and the pairs it needs, `equivalence_power` and
 `pairs_for_equivalence` the same for the reading "no difference larger than the
 margin"; `seed_outliers` flags a seed whose difference the others do not predict;
 `holm` adjusts a family of p-values; `divergence_rate` gives an exact interval of a
-rate of diverged runs. The distributions are SciPy's.
+rate of diverged runs; `seed_user_interval` counts the test users' noise too, from
+hits per user. The distributions are SciPy's.
 
 The reports (``tfrs-logq compare``'s, ``benchmarks/paired_report.py``,
 ``benchmarks/fdr_synthetic.py``, ``benchmarks/accelerator/curve_report.py``) pair their
@@ -288,6 +289,87 @@ def classify(diff: dict, margin: Optional[float]) -> str:
     return "within noise"
 
 
+def seed_user_interval(subject_hits, reference_hits, confidence: float = 0.95) -> dict:
+    """``subject - reference`` over seeds *and* test users: the interval of a difference
+    that holds for the users the test split drew from, not only for the ones it holds.
+
+    The per-seed t interval of `paired_difference` treats the test users as fixed: its
+    seeds share one test split, so user-to-user noise never enters it. Given each run's
+    hits per user (``[seeds, users]`` for each loss, the same users in the same order, a
+    seed's row of both from one seed), the differences ``D[s, u]`` are read as crossed
+    random effects ``mu + a_s + b_u + e_su``, whose mean has variance
+
+        Var(mean D) = sigma_a^2 / S + sigma_b^2 / U + sigma_e^2 / (S U)
+                    = (MS_seed + MS_user - MS_residual) / (S U)
+
+    estimated without bias by the two-way ANOVA mean squares (a component whose mean
+    square falls below the residual's is taken as 0). The t quantile takes ``S - 1``
+    degrees of freedom while the seeds' term is present (Satterthwaite's, otherwise:
+    with 3 seeds that one rises on exactly the draws whose seed spread came out small, and
+    covers 93 %). Simulated over fresh seeds and fresh users it covers 95-97 %. Not a
+    seed x user (pigeonhole) bootstrap: with 3 to 5 seeds its percentile interval covers
+    the true difference only 72-87 % of the time when the seeds' noise dominates (normal
+    quantiles where t(2)-t(4) are due), and more than 95 % when the users' does.
+
+    Args:
+      subject_hits: `[seeds, users]` of the subject's hits per user (a user's mean hit
+        over their test targets at the metric's k, or its Recall).
+      reference_hits: `[seeds, users]`, the reference's, paired row by row and column by
+        column.
+      confidence: float. Of the two-sided interval. Defaults to 0.95.
+
+    Returns: ``n`` (seeds), ``users``, ``mean``, ``se``, ``df``, ``half_width``,
+    ``low``/``high``, ``within_noise``, ``zero_spread`` (as `paired_difference`'s, so
+    `classify` reads it) and ``components`` (the seed, user and residual variances).
+
+    Raises:
+      ValueError: shapes that differ or hold fewer than 2 seeds or 2 users, or a value
+        that is not finite (a diverged run: leave its seed's row out of both).
+
+    >>> rng = np.random.default_rng(0)
+    >>> reference = rng.binomial(1, 0.3, size=(3, 1000)).astype(float)
+    >>> subject = np.where(rng.uniform(size=(3, 1000)) < 0.05, 1.0, reference)
+    >>> d = seed_user_interval(subject, reference)
+    >>> d["n"], d["users"], round(d["mean"], 4), d["low"] < d["mean"] < d["high"]
+    (3, 1000, 0.039, True)
+    """
+    a = np.asarray(reference_hits, dtype=float)
+    b = np.asarray(subject_hits, dtype=float)
+    if a.shape != b.shape or a.ndim != 2 or a.shape[0] < 2 or a.shape[1] < 2:
+        raise ValueError(f"`subject_hits` and `reference_hits` must both be [seeds, users] "
+                         f"with 2 or more of each, received shapes {b.shape} and {a.shape}.")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("a hit is not finite (a diverged run?): leave that seed's row out "
+                         "of both arrays before comparing.")
+    d = b - a
+    seeds, users = d.shape
+    mean = float(d.mean())
+    by_seed, by_user = d.mean(1), d.mean(0)
+    ms_seed = users * float(((by_seed - mean) ** 2).sum()) / (seeds - 1)
+    ms_user = seeds * float(((by_user - mean) ** 2).sum()) / (users - 1)
+    residual = d - by_seed[:, None] - by_user[None, :] + mean
+    ms_residual = float((residual ** 2).sum()) / ((seeds - 1) * (users - 1))
+    use_seed, use_user = ms_seed > ms_residual, ms_user > ms_residual
+    terms = [(1.0 * use_seed, ms_seed, seeds - 1), (1.0 * use_user, ms_user, users - 1),
+             (1.0 - use_seed - use_user, ms_residual, (seeds - 1) * (users - 1))]
+    combined = sum(c * ms for c, ms, _ in terms)  # = S U Var(mean D), at least 0
+    scale = max(float(np.abs(a).max()), float(np.abs(b).max()), abs(mean))
+    zero_spread = combined <= (ZERO_SPREAD_RTOL * scale) ** 2
+    se = math.sqrt(max(combined, 0.0) / (seeds * users))
+    if use_seed:  # the seeds' term, on S - 1 degrees of freedom, bounds the rest
+        df = float(seeds - 1)
+    else:
+        denominator = sum((c * ms) ** 2 / df for c, ms, df in terms if c)
+        df = combined ** 2 / denominator if denominator > 0 else float(seeds - 1)
+    half = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, df)) * se
+    components = {"seed": max(0.0, (ms_seed - ms_residual) / users),
+                  "user": max(0.0, (ms_user - ms_residual) / seeds), "residual": ms_residual}
+    return {"n": seeds, "users": users, "mean": mean, "se": se, "df": float(df),
+            "half_width": half, "low": mean - half, "high": mean + half,
+            "within_noise": mean - half <= 0.0 <= mean + half, "zero_spread": zero_spread,
+            "components": components}
+
+
 def paired_t_p_value(diff: dict) -> Optional[float]:
     """The two-sided p-value of the paired t-test of a `paired_difference`
     (``t = mean / se`` on ``n - 1`` degrees of freedom): 0 for zero spread with a non-zero
@@ -372,4 +454,4 @@ __all__ = ["MIN_PAIRS", "ZERO_SPREAD_RTOL", "classify", "divergence_rate",
            "equivalence_power", "finite_float", "format_interval", "format_signed", "holm",
            "paired_by_seed", "paired_difference", "paired_t_p_value",
            "pairs_for_equivalence", "pairs_for_power", "power", "sd_upper_limit",
-           "seed_outliers", "values_by_seed"]
+           "seed_outliers", "seed_user_interval", "values_by_seed"]
