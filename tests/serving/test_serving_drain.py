@@ -3,6 +3,7 @@ a grace with ``Connection: close`` on REST, no request sent before the signal fa
 either protocol, and the drain is bounded by its timeout and counts what it cut."""
 
 import http.client
+import itertools
 import json
 import os
 import signal
@@ -30,30 +31,76 @@ def _get(port, path, connection=None):
             connection.close()
 
 
-def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(tiny_export):
-    """Requests that wait in a 5 s batch window outlive a 0.5 s drain: they are cut,
-    counted as cut, and stop() returns in about the drain timeout."""
+def _hold_batches(monkeypatch) -> threading.Event:
+    """Every batch waits, before its model call, until the returned event is set: the
+    requests in it stay in flight for as long as the test says, whatever the clock."""
+    from tfrs_logq.serving.batching import Batcher
+
+    release = threading.Event()
+    run_batch = Batcher._run_batch
+
+    def held(self, name, batch):
+        release.wait(120)
+        return run_batch(self, name, batch)
+
+    monkeypatch.setattr(Batcher, "_run_batch", held)
+    return release
+
+
+def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(tiny_export, monkeypatch):
+    """Requests held in their batch outlive a 0.5 s drain: stop() returns while they are
+    still held (a drain that waited for them would not return until they were released),
+    and counts them as cut."""
+    release = _hold_batches(monkeypatch)
     options = ServerOptions(model_name="cut", port=0, rest_api_port=0,
                             model_base_path=os.path.dirname(tiny_export),
-                            batch_timeout_micros=5_000_000, max_batch_size=1000,
-                            drain_timeout_in_ms=500)
+                            max_batch_size=1000, drain_timeout_in_ms=500)
     srv = ModelServer(options).start()
     results: list = []
     threads = _predict_in_threads(srv.rest_port, srv.port, "cut", 2, results)
     _wait_for(lambda: srv.rest_in_flight.now + srv.grpc_in_flight.now == 4,
               what="4 requests in flight")
-    start = time.monotonic()
-    summary = srv.stop()
-    assert time.monotonic() - start < 4.0
+    summary: list = []
+    stopper = threading.Thread(target=lambda: summary.append(srv.stop()), daemon=True)
+    stopper.start()
+    try:
+        stopper.join(60)  # a guard against a hang, not a measure
+        assert not stopper.is_alive(), "stop() waited for the requests held in their batch"
+    finally:
+        release.set()
     for t in threads:
         t.join(timeout=30)
-    assert summary["cut"] == 4 and summary["drained"] == {"rest": 0, "grpc": 0}, summary
+    assert summary[0]["cut"] == 4 and summary[0]["drained"] == {"rest": 0, "grpc": 0}, summary
     assert not any(outcome in (200, "OK") for _, outcome, _ in results), results
 
 
-def test_readiness_fails_first_and_both_ports_serve_through_the_grace(tiny_export):
+class _HeldGrace:
+    """The server module's ``time`` with a ``sleep`` (the drain's grace) that lasts until
+    the test calls `end`: the checks made during the grace cannot outrun it."""
+
+    def __init__(self) -> None:
+        self.begun, self._end = threading.Event(), threading.Event()
+
+    def sleep(self, seconds) -> None:
+        self.begun.set()
+        self._end.wait(120)
+
+    def end(self) -> None:
+        self._end.set()
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_readiness_fails_first_and_both_ports_serve_through_the_grace(tiny_export,
+                                                                       monkeypatch):
     """Readiness is what a load balancer reads: it fails at the signal, while both ports
-    still answer (REST with Connection: close) until the grace ends."""
+    still answer (REST with Connection: close) until the grace ends (here: when the test
+    ends it), then both close."""
+    from tfrs_logq.serving import server as server_module
+
+    grace = _HeldGrace()
+    monkeypatch.setattr(server_module, "time", grace)
     options = ServerOptions(model_name="g", port=0, rest_api_port=0,
                             model_base_path=os.path.dirname(tiny_export),
                             drain_grace_in_ms=4000)
@@ -66,9 +113,9 @@ def test_readiness_fails_first_and_both_ports_serve_through_the_grace(tiny_expor
     stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
     status_stub = model_service_pb2_grpc.ModelServiceStub(channel)
     summary: list = []
-    stopper = threading.Thread(target=lambda: summary.append(srv.stop()))
-    start = time.monotonic()
+    stopper = threading.Thread(target=lambda: summary.append(srv.stop()), daemon=True)
     stopper.start()
+    _wait_for(grace.begun.is_set, what="the drain's grace begun (in time.sleep)")
     _wait_for(lambda: _get(srv.rest_port, "/readyz")[0] == 503, what="/readyz 503")
     code, _, body = _get(srv.rest_port, "/readyz")
     assert code == 503 and body["ready"] is False and "shutting down" in body["error"]
@@ -90,8 +137,9 @@ def test_readiness_fails_first_and_both_ports_serve_through_the_grace(tiny_expor
     assert response.status == 200 and response.getheader("Connection") == "close"
     response.read()
     assert stub.Predict(make_request("g", _histories()), timeout=15).outputs["item_ids"]
-    assert time.monotonic() - start < 4.0, "the checks above ran past the grace"
-    stopper.join(timeout=40)
+    assert stopper.is_alive() and not summary, "the drain ended during its grace"
+    grace.end()
+    stopper.join(timeout=60)
     channel.close()
     assert summary and summary[0]["cut"] == 0, summary
     with pytest.raises(ConnectionRefusedError):
@@ -109,10 +157,11 @@ def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to
     options = ServerOptions(model_name="t", port=0, rest_api_port=0,
                             model_base_path=os.path.dirname(tiny_export))
     srv = ModelServer(options).start()
-    results: list = []  # (kind, client, started, outcome, reused, told_to_close)
+    results: list = []  # (kind, client, its place in `order`, outcome, reused, told_to_close)
     lock = threading.Lock()
     signalled: list = []
-    stop_by = time.monotonic() + 60
+    order = itertools.count()  # orders the requests and the signal: no clock is compared
+    stop_by = time.monotonic() + 60  # a guard against a hang
 
     def record(*row):
         with lock:
@@ -125,7 +174,7 @@ def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to
             if connection is None or not keep_alive:
                 connection = http.client.HTTPConnection("127.0.0.1", srv.rest_port, timeout=30)
             reused = connection.sock is not None
-            started = time.monotonic()
+            started = next(order)
             try:
                 connection.request("POST", "/v1/models/t:predict", _predict_body())
                 response = connection.getresponse()
@@ -146,7 +195,7 @@ def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to
     def grpc_client(index):
         stub, channel = predict_stub(f"127.0.0.1:{srv.port}")
         while time.monotonic() < stop_by:
-            started = time.monotonic()
+            started = next(order)
             try:
                 stub.Predict(make_request("t", _histories()), timeout=30)
                 record("grpc", index, started, "OK", True, False)
@@ -166,7 +215,7 @@ def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to
                 return len({(r[0], r[1]) for r in results if r[3] in (200, "OK")}) == 16
 
         _wait_for(served, timeout=30, what="every client served once")
-        signalled.append(time.monotonic())
+        signalled.append(next(order))
         os.kill(os.getpid(), signal.SIGTERM)
 
     for t in threads:
@@ -224,11 +273,12 @@ def test_clients_cut_by_the_drain_are_told_the_deadline_that_cut_them(tmp_path):
     for t in threads:
         t.start()
     _wait_for(lambda: srv.rest_in_flight.now == 1, what="the body's request in flight")
-    start = time.monotonic()
+    _wait_for(lambda: len(srv.http._server.server_state.connections) == 2,
+              what="both clients connected")
     srv.stop()
     for t in threads:
-        t.join(timeout=30)
-    assert time.monotonic() - start < 6.0
+        t.join(timeout=60)  # a guard against a hang, not a measure
+    assert not any(t.is_alive() for t in threads) and set(replies) == {"head", "body"}, replies
     status, error = replies["head"]
     assert status == 503 and "within the 1 s" in error and "30 s" not in error, error
     status, error = replies["body"]
