@@ -202,3 +202,63 @@ def test_estimators_under_mirrored_strategy_see_the_global_stream(mirrored_strat
     assert float(exact.total.numpy()) == 40
     assert float(sketch.total.numpy()) == 40
     assert (sketch.count(np.arange(20)).numpy() >= 2).all()
+
+
+def test_exact_keyed_by_strings_from_a_dataset_and_from_counts(tmp_path):
+    ids, _ = _zipf_stream(30, 600, seed=3)
+    titles = np.array([f"title {i}" for i in ids])
+    est = ExactFrequency.from_dataset(tf.data.Dataset.from_tensor_slices(titles).batch(7))
+    vocabulary, counts = np.unique(titles, return_counts=True)
+    np.testing.assert_array_equal(est.vocabulary.astype(str), vocabulary)
+    query = np.array([vocabulary[0], vocabulary[-1], "never seen"])
+    expected = np.log(np.array([counts[0], counts[-1], 1.0]) / counts.sum())
+    np.testing.assert_allclose(est.log_q(query).numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(est.probability(query).numpy(), np.exp(expected), rtol=1e-6)
+    # From counts with the ids, updated in a graph, checkpointed.
+    built = ExactFrequency.from_counts(counts, ids=vocabulary)
+    tf.function(built.update)(tf.constant([vocabulary[1], vocabulary[1]]))
+    assert built.count([vocabulary[1]]).numpy()[0] == counts[1] + 2
+    path = tf.train.Checkpoint(est=built).save(str(tmp_path / "ckpt"))
+    restored = ExactFrequency(vocabulary=vocabulary)
+    tf.train.Checkpoint(est=restored).restore(path).assert_consumed()
+    np.testing.assert_allclose(restored.log_q(query).numpy(), built.log_q(query).numpy())
+    # Integer ids without num_items: the ids seen are the vocabulary, not positions.
+    sparse = ExactFrequency.from_dataset(tf.data.Dataset.from_tensor_slices(
+        tf.constant([10**12, 7, 10**12], tf.int64)))
+    np.testing.assert_allclose(sparse.probability([10**12, 7]).numpy(), [2 / 3, 1 / 3],
+                               rtol=1e-6)
+
+
+def test_exact_vocabulary_refusals():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ids must be in the vocabulary"):
+        ExactFrequency(vocabulary=["a", "b"]).update(tf.constant(["c"]))
+    with pytest.raises(ValueError, match="each id once"):
+        ExactFrequency(vocabulary=["a", "a"])
+    with pytest.raises(ValueError, match="are int64 but the vocabulary holds string"):
+        ExactFrequency(vocabulary=["a", "b"]).log_q(tf.constant([1], tf.int64))
+    with pytest.raises(ValueError, match="one count per id"):
+        ExactFrequency.from_counts([1, 2], ids=["a"])
+    with pytest.raises(ValueError, match="map it to the id column"):
+        ExactFrequency.from_dataset(tf.data.Dataset.from_tensor_slices({"t": ["a"]}))
+
+
+@pytest.mark.parametrize("make", [lambda: CountMinSketch(depth=3, width=512),
+                                  lambda: StreamingFrequency(num_buckets=512)])
+def test_hashed_estimators_take_strings_as_their_fingerprints(make):
+    """A string id is its 64-bit fingerprint: the estimator fed the strings equals the one
+    fed `tf.strings.to_hash_bucket_fast(ids, 2**63 - 1)`, in a graph too."""
+    ids, _ = _zipf_stream(40, 400, seed=5)
+    titles = tf.constant([f"t{i}" for i in ids])
+    keys = tf.strings.to_hash_bucket_fast(titles, (1 << 63) - 1)
+    by_string, by_key = make(), make()
+    for start in range(0, 400, 50):
+        tf.function(by_string.update)(titles[start:start + 50])
+        by_key.update(keys[start:start + 50])
+    np.testing.assert_allclose(by_string.log_q(titles[:20]).numpy(),
+                               by_key.log_q(keys[:20]).numpy())
+    if isinstance(by_string, CountMinSketch):
+        counts = np.bincount(ids)
+        assert (by_string.count(titles).numpy() >= counts[ids]).all()  # never undercounts
+        from_dataset = CountMinSketch.from_dataset(
+            tf.data.Dataset.from_tensor_slices(titles).batch(64), depth=3, width=512)
+        np.testing.assert_allclose(from_dataset.counters.numpy(), by_string.counters.numpy())

@@ -149,3 +149,24 @@ def test_score_mask_is_the_diagonal_then_the_valid_negatives():
     np.testing.assert_array_equal(neg.score_mask(4).numpy(), expected)
     traced = tf.function(lambda n: neg.score_mask(n))(tf.constant(4))  # dynamic batch
     np.testing.assert_array_equal(traced.numpy(), expected)
+
+
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_in_batch_sampler_draws_string_ids_as_their_codes(deduplicate):
+    """String ids are drawn through their codes (first occurrence order): the same draw
+    as integer ids with those codes, "" (or a given pad string) as padding."""
+    codes = np.array([3, 1, 3, 2, 0, 1, 4, 0], np.int64)  # 0 is padding
+    names = np.array(["", "a", "b", "c", "d"])[codes]
+    # First-occurrence codes of the strings, padding -> -1.
+    first = {v: i for i, v in reversed(list(enumerate(dict.fromkeys(names.tolist()))))}
+    by_int = InBatchSampler(4, deduplicate=deduplicate, seed=7)(
+        tf.constant([first[n] + 1 if n else 0 for n in names], tf.int64))
+    by_str = InBatchSampler(4, deduplicate=deduplicate, seed=7)(tf.constant(names))
+    lookup = {first[n] + 1: n for n in names if n}
+    expected = [lookup[i] if ok else "" for i, ok in zip(by_int.ids.numpy(),
+                                                        by_int.is_valid.numpy())]
+    assert [s.decode() for s in by_str.ids.numpy()] == expected
+    np.testing.assert_array_equal(by_str.is_valid.numpy(), by_int.is_valid.numpy())
+    np.testing.assert_allclose(by_str.log_q.numpy(), by_int.log_q.numpy())
+    padded = InBatchSampler(4, pad_id="<pad>", seed=1)(tf.constant(["x", "<pad>", "x"]))
+    assert padded.ids.numpy().tolist() == [b"x", b"<pad>", b"<pad>", b"<pad>"]
