@@ -215,9 +215,12 @@ def test_no_request_sent_before_sigterm_fails_and_keep_alive_clients_are_told_to
                 return len({(r[0], r[1]) for r in results if r[3] in (200, "OK")}) == 16
 
         _wait_for(served, timeout=30, what="every client served once")
+        _wait_for(lambda: signal.getsignal(signal.SIGTERM) is not handler_before,
+                  what="the server's SIGTERM handler")
         signalled.append(next(order))
         os.kill(os.getpid(), signal.SIGTERM)
 
+    handler_before = signal.getsignal(signal.SIGTERM)
     for t in threads:
         t.start()
     threading.Thread(target=signal_when_every_client_has_been_served, daemon=True).start()

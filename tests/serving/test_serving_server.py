@@ -199,12 +199,27 @@ def test_a_second_server_on_a_port_in_use_is_refused(server, exports):
     assert _http(server, "POST", "/v1/models/ml:predict", {"instances": [[101]]})[0] == 200
 
 
-# `python -m tfrs_logq.cli` with one addition: a line on stdout, "in flight: N", each time the
-# server's count of requests in flight changes, so that a test can wait for a count.
+# `python -m tfrs_logq.cli` with two additions: a line on stdout, "in flight: N", each time
+# the server's count of requests in flight changes, so that a test can wait for a count; and
+# every batch held before its model call until the server's stop (the drain) begins, so
+# that the requests are still in flight when the signal comes, whatever the clock.
 _CLI_REPORTING_IN_FLIGHT = """
 import runpy, threading, time
-from tfrs_logq.serving import server
+from tfrs_logq.serving import batching, server
 
+draining = threading.Event()
+run_batch, stop = batching.Batcher._run_batch, server.ModelServer.stop
+
+def held_run_batch(self, name, batch):
+    draining.wait(120)
+    return run_batch(self, name, batch)
+
+def stop_and_release(self, *args, **kwargs):
+    draining.set()
+    return stop(self, *args, **kwargs)
+
+batching.Batcher._run_batch = held_run_batch
+server.ModelServer.stop = stop_and_release
 start = server.ModelServer.start
 
 def start_and_report(self):
@@ -225,16 +240,16 @@ runpy.run_module("tfrs_logq.cli", run_name="__main__", alter_sys=True)
 
 
 def test_sigterm_drains_requests_in_flight_on_both_protocols_and_exits_0(trained, exports):
-    """The requests wait in a 4 s batch window when SIGTERM arrives: all are answered,
-    the log says how many were drained, the exit code is 0 (it was -15: killed)."""
+    """The requests wait in their batch (held until the drain begins) when SIGTERM
+    arrives: all are answered, the log says how many were drained, the exit code is 0
+    (it was -15: killed)."""
     import queue
     import signal
 
     proc = subprocess.Popen(
         [sys.executable, "-c", _CLI_REPORTING_IN_FLIGHT, "serve", "--model_name", "drain",
          "--model_base_path", str(exports["base"] / "brute_force"), "--port", "0",
-         "--rest_api_port", "0", "--batch_timeout_micros", "4000000",
-         "--max_batch_size", "1000"],
+         "--rest_api_port", "0", "--max_batch_size", "1000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [*map(lines.put, proc.stdout), lines.put(None)],
@@ -256,7 +271,7 @@ def test_sigterm_drains_requests_in_flight_on_both_protocols_and_exits_0(trained
         line = next_line("serving drain")  # "serving drain from ...: gRPC H:P, REST H:P"
         grpc_port = int(line.split("gRPC ")[1].split(",")[0].rsplit(":", 1)[1])
         rest_port = int(line.split("REST ")[1].strip().rsplit(":", 1)[1])
-        # A first request opens the batch window; the others join it.
+        # The first batch is held until the drain; the other requests queue behind it.
         results: list = []
         threads = _predict_in_threads(rest_port, grpc_port, "drain", 6, results)
         next_line("in flight: 12", timeout=30)  # every request has reached the server ...
@@ -278,18 +293,43 @@ def test_sigterm_drains_requests_in_flight_on_both_protocols_and_exits_0(trained
     assert "drained 12 request(s) in flight (REST 6, gRPC 6)" in drained[0], drained
 
 
-def test_sigint_drains_in_process_and_the_ports_then_refuse(exports):
+def test_sigint_drains_in_process_and_the_ports_then_refuse(exports, monkeypatch):
+    """SIGINT comes once the 4 requests are in flight, held in their batch until the drain
+    begins (no timer and no batch window): all 4 are drained and answered."""
     import signal
     import socket
 
+    from tfrs_logq.serving.batching import Batcher
+
+    draining = threading.Event()
+    run_batch, stop = Batcher._run_batch, ModelServer.stop
+
+    def held_run_batch(self, name, batch):
+        draining.wait(120)
+        return run_batch(self, name, batch)
+
+    def stop_and_release(self, *args, **kwargs):
+        draining.set()
+        return stop(self, *args, **kwargs)
+
+    monkeypatch.setattr(Batcher, "_run_batch", held_run_batch)
+    monkeypatch.setattr(ModelServer, "stop", stop_and_release)
     options = ServerOptions(model_name="int", port=0, rest_api_port=0,
                             model_base_path=str(exports["base"] / "brute_force"),
-                            batch_timeout_micros=2_000_000, max_batch_size=1000)
+                            max_batch_size=1000)
     srv = ModelServer(options).start()
     handler_before = signal.getsignal(signal.SIGINT)
     results: list = []
     threads = _predict_in_threads(srv.rest_port, srv.port, "int", 2, results)
-    threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    def interrupt_when_all_are_in_flight():
+        _wait_for(lambda: srv.rest_in_flight.now + srv.grpc_in_flight.now == 4,
+                  what="4 requests in flight")
+        _wait_for(lambda: signal.getsignal(signal.SIGINT) is not handler_before,
+                  what="the server's SIGINT handler")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_all_are_in_flight, daemon=True).start()
     summary = srv.serve_until_signal()
     for t in threads:
         t.join(timeout=30)
