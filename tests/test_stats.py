@@ -11,18 +11,18 @@ from tfrs_logq.stats import (
     classify,
     divergence_rate,
     equivalence_power,
-    holm,
-    pairs_for_equivalence,
-    seed_outliers,
-    seed_user_interval,
     format_interval,
     format_signed,
+    holm,
     paired_by_seed,
     paired_difference,
     paired_t_p_value,
+    pairs_for_equivalence,
     pairs_for_power,
     power,
     sd_upper_limit,
+    seed_outliers,
+    seed_user_interval,
     values_by_seed,
 )
 
@@ -329,7 +329,7 @@ def test_the_seed_user_interval_covers_new_seeds_and_new_users_95_percent(
     rng = np.random.default_rng(18)
     effect, reps = 0.01, 400
     covered, ses, means, by_seed, boot = 0, [], [], 0, 0
-    for _ in range(reps):
+    for rep in range(reps):
         d = _crossed(rng, seeds, users, effect, seed_sd, user_sd, residual_sd)
         zero = np.zeros_like(d)
         got = seed_user_interval(d, zero)
@@ -338,7 +338,7 @@ def test_the_seed_user_interval_covers_new_seeds_and_new_users_95_percent(
         means.append(got["mean"])
         t = paired_difference([0.0] * seeds, d.mean(1).tolist())
         by_seed += t["low"] <= effect <= t["high"]
-        if seed_sd > 0.02 and _ < 100:
+        if seed_sd > 0.02 and rep < 100:
             low, high = _pigeonhole(d, rng)
             boot += low <= effect <= high
     assert 0.93 <= covered / reps <= 0.985  # 95 %, conservative where users dominate
@@ -358,13 +358,13 @@ def test_the_seed_user_interval_on_binary_hits_per_user():
     population's difference is 95 %."""
     rng = np.random.default_rng(19)
     seeds, users, reps = 4, 600, 300
+    truth = 0.03 * (1 - 2 / 7)  # the share of misses turned: lift x P(miss), Beta(2, 5)
     covered = 0
     for _ in range(reps):
         rate = rng.beta(2, 5, users)  # a fresh draw of test users
         reference = rng.binomial(1, np.clip(rate + rng.normal(0, 0.01, (seeds, 1)), 0, 1))
         lift = np.clip(0.03 + rng.normal(0, 0.005, (seeds, 1)), 0, 1)
         subject = np.where(rng.uniform(size=(seeds, users)) < lift, 1, reference)
-        truth = 0.03 * (1 - 2 / 7)  # the share of misses turned: lift x P(miss)
         got = seed_user_interval(subject, reference)
         covered += got["low"] <= truth <= got["high"]
     assert 0.92 <= covered / reps <= 0.985
