@@ -24,6 +24,14 @@ def _scann_loads() -> bool:
     return True
 
 
+def _faiss_imports() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 def test_tensorflow_version_is_a_supported_one():
     major_minor = tuple(int(x) for x in tf.__version__.split(".")[:2])
     assert major_minor in ((2, 20), (2, 21)), tf.__version__
@@ -103,6 +111,8 @@ def test_the_default_index_is_scann_where_it_loads_else_brute_force(smoke_model,
     said = [r.getMessage() for r in caplog.records if "--index auto" in r.getMessage()]
     if _scann_loads():
         assert kind == "scann" and not said
+    elif _faiss_imports():  # the serving extra: an approximate index all the same
+        assert kind == "faiss" and len(said) == 1 and "faiss" in said[0]
     else:
         assert kind == "brute-force" and len(said) == 1 and "brute force" in said[0]
     assert export_lib.resolve_index("brute-force") == "brute-force"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import sys
 from typing import Annotated, Literal, Optional
 
 from tyro.conf import arg
@@ -25,17 +27,18 @@ class Flags(Verbose):
     """integer version"""
     index: Literal[INDEXES] = INDEXES[0]
     """scann: ScaNN index (needs the ScaNN ops to serve: the scann extra, TensorFlow 2.20);
-    brute-force: exact, stock TensorFlow ops only; auto: scann where ScaNN loads, else
-    brute-force"""
+    faiss: a faiss index searched by tfrs-logq serve (the serving extra; stock TF Serving
+    serves the same version by brute force); brute-force: exact, stock TensorFlow ops only;
+    auto: scann where ScaNN loads, else faiss where it imports, else brute-force"""
     k: int = 100
     """results of serving_default (top_k takes k per request)"""
     target_recall: Annotated[float, arg(metavar="R")] = DEFAULT_TARGET_RECALL
-    """ScaNN: search the fewest tree leaves that keep this share of the exact top-k (at
-    --k and --max-k), measured at export against brute force on validation users'
-    queries (docs/export.md)"""
+    """ScaNN, faiss: search the fewest tree leaves (faiss: lists) that keep this share of
+    the exact top-k (at --k and --max-k), measured at export against brute force on
+    validation users' queries (docs/export.md); faiss refuses to export below it"""
     max_k: int = DEFAULT_MAX_K
-    """ScaNN: the largest k the recall is tuned for (top_k serves larger k at the same
-    leaves)"""
+    """ScaNN, faiss: the largest k the recall is tuned for (top_k serves larger k at the
+    same leaves)"""
     scann_search_fraction: Annotated[Optional[float], arg(metavar="F")] = None
     """fix the share of the ScaNN tree's leaves a query searches instead of tuning it to
     --target-recall (the recall is still measured)"""
@@ -53,13 +56,17 @@ def run(args) -> int:
             f"--model_base_path {base} is a file, not a directory: give the directory that "
             "holds (or will hold) the model's integer versions.")
     read_model_config(args.model_dir)
-    from tfrs_logq.serving.export import check_model_name, export_version
+    from tfrs_logq.serving.export import check_model_name, describe_index, export_version
 
     check_model_name(args.model_name)
     path = export_version(args.model_dir, base, version=args.version, index=args.index,
                           default_k=args.k, search_fraction=args.scann_search_fraction,
                           target_recall=args.target_recall, max_k=args.max_k)
-    print(path)
+    print(path)  # stdout: the path alone, for scripts; the index's line for people
+    meta = os.path.join(path, "assets", "export.json")
+    if os.path.exists(meta):  # every export writes it; a stand-in in tests may not
+        with open(meta) as f:
+            print(describe_index(json.load(f)), file=sys.stderr)
     return 0
 
 

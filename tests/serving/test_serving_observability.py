@@ -1,0 +1,146 @@
+"""serving/metrics.py and serving/health.py through a running server: the Prometheus
+endpoint's counts change with the requests sent (labels bounded: a client's signature name
+never becomes a label), each server counts in its own registry, and the gRPC health
+service and the KServe V2 routes follow the load of a version and the drain."""
+
+import os
+import urllib.request
+
+import numpy as np
+import pytest
+from serving_helpers import _histories, _http, _tiny_export
+
+from tfrs_logq.serving.metrics import METHODS, PATH
+
+prometheus_parser = pytest.importorskip("prometheus_client.parser")
+
+
+def _scrape(server) -> dict:
+    """``{(name, labels as a sorted tuple): value}`` of every sample at the metrics path."""
+    url = f"http://127.0.0.1:{server.rest_port}{PATH}"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in prometheus_parser.text_string_to_metric_families(text)
+            for s in family.samples}
+
+
+def _requests(samples, **labels) -> float:
+    want = tuple(sorted(labels.items()))
+    return samples.get(("tfrs_logq_requests_total", want), 0.0)
+
+
+def _server(base, **options):
+    from tfrs_logq.serving.server import ModelServer, ServerOptions
+
+    return ModelServer(ServerOptions(model_name="ml", model_base_path=str(base), port=0,
+                                     rest_api_port=0, file_system_poll_wait_seconds=3600,
+                                     **options)).start()
+
+
+def test_metrics_count_requests_by_protocol_signature_and_status(tiny_server):
+    from tfrs_logq.serving.client import make_request, predict_stub
+
+    before = _scrape(tiny_server)
+    long_name = "sig-" + "x" * 500
+    ok = {"signature_name": "top_k", "inputs": {"history": [[101, 102]], "k": 3}}
+    assert _http(tiny_server, "POST", "/v1/models/ml:predict", ok)[0] == 200
+    assert _http(tiny_server, "POST", "/v1/models/ml:predict", ok)[0] == 200
+    bad = {"signature_name": long_name, "inputs": {"history": [[101]]}}
+    assert _http(tiny_server, "POST", "/v1/models/ml:predict", bad)[0] == 400
+    assert _http(tiny_server, "GET", "/v1/models/nope")[0] == 404
+    stub, channel = predict_stub(f"127.0.0.1:{tiny_server.port}")
+    stub.Predict(make_request("ml", _histories()), timeout=30)
+    channel.close()
+    after = _scrape(tiny_server)
+
+    def delta(**labels):
+        return _requests(after, **labels) - _requests(before, **labels)
+
+    assert delta(protocol="rest", method="predict", signature="top_k", status="OK") == 2
+    assert delta(protocol="rest", method="predict", signature="unknown",
+                 status="INVALID_ARGUMENT") == 1
+    assert delta(protocol="rest", method="status", signature="", status="NOT_FOUND") == 1
+    assert delta(protocol="grpc", method="predict", signature="serving_default",
+                 status="OK") == 1
+    # Each request's latency is in its histogram; the batched calls in theirs.
+    count = ("tfrs_logq_request_latency_seconds_count",
+             (("method", "predict"), ("protocol", "rest"), ("signature", "top_k")))
+    assert after[count] - before.get(count, 0) == 2
+    rows = ("tfrs_logq_batch_size_sum", (("signature", "top_k"),))
+    assert after[rows] - before.get(rows, 0) == 2  # one row each
+    waits = ("tfrs_logq_batch_queue_wait_seconds_count", (("signature", "top_k"),))
+    assert after[waits] - before.get(waits, 0) == 2
+    # The version and the index of the version served.
+    assert after[("tfrs_logq_served_version", (("model", "ml"),))] == 1
+    assert after[("tfrs_logq_model_versions", (("model", "ml"), ("state", "AVAILABLE")))] == 1
+    assert after[("tfrs_logq_index_info", (("kind", "brute-force"), ("model", "ml")))] == 1
+    # Bounded labels: no label value comes from the request.
+    values = {(k, v) for _, labels in after for k, v in labels}
+    assert not any(long_name in v or "nope" in v for _, v in values)
+    assert {v for k, v in values if k == "method"} <= set(METHODS)
+    assert {v for k, v in values if k == "signature"} <= {
+        "", "unknown", "serving_default", "top_k", "query_embedding"}
+    assert {v for k, v in values if k == "protocol"} <= {"rest", "grpc"}
+
+
+def test_each_server_counts_in_its_own_registry(tiny_server, tiny_export):
+    _http(tiny_server, "POST", "/v1/models/ml:predict", {"instances": [[101, 102]]})
+    other = _server(os.path.dirname(tiny_export))
+    try:
+        samples = _scrape(other)  # its own scrape is the only request it has seen
+        predicts = [v for (name, labels), v in samples.items()
+                    if name == "tfrs_logq_requests_total" and ("method", "predict") in labels]
+        assert predicts == []
+        assert _requests(_scrape(other), protocol="rest", method="metrics", signature="",
+                         status="OK") == 1
+    finally:
+        other.stop(0)
+
+
+def _health(server, service=""):
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=30)
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+def test_grpc_health_and_v2_routes_follow_the_load_and_the_drain(tmp_path):
+    base = tmp_path / "ml"
+    base.mkdir()
+    server = _server(base)
+    try:
+        # No version yet: alive, not ready.
+        assert _health(server) == "NOT_SERVING"
+        assert _http(server, "GET", "/v2/health/live") == (200, {"live": True})
+        assert _http(server, "GET", "/v2/health/ready")[0] == 503
+        assert _http(server, "GET", "/v2/models/ml/ready")[0] == 503
+
+        _tiny_export(base, np.arange(100, 140))
+        server.manager.poll()  # what the watcher does every file_system_poll_wait_seconds
+        for service in ("", "tensorflow.serving.PredictionService",
+                        "tensorflow.serving.ModelService"):
+            assert _health(server, service) == "SERVING"
+        assert _http(server, "GET", "/v2/health/ready") == (200, {"ready": True})
+        assert _http(server, "GET", "/v2/models/ml/ready") == (200, {"name": "ml",
+                                                                     "ready": True})
+        assert _http(server, "GET", "/v2/models/ml/versions/1/ready")[0] == 200
+        assert _http(server, "GET", "/v2/models/ml/versions/7/ready")[0] == 404
+        assert _http(server, "GET", "/v2/models/other/ready")[0] == 404
+
+        # The drain's first step (`ModelServer.stop` takes it before its grace, while the
+        # ports still accept): readiness fails on every route and service at once.
+        server.manager.begin_drain()
+        assert _health(server) == "NOT_SERVING"
+        assert _health(server, "tensorflow.serving.PredictionService") == "NOT_SERVING"
+        assert _http(server, "GET", "/v2/health/ready")[0] == 503
+        status, body = _http(server, "GET", "/v2/models/ml/ready")
+        assert status == 503 and body["ready"] is False and "shutting down" in body["error"]
+        assert _http(server, "GET", "/v2/health/live")[0] == 200
+    finally:
+        server.stop(0)
