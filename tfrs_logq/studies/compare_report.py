@@ -1,17 +1,20 @@
 """The report of `tfrs-logq compare`: the answer first, then the evidence.
 
-- **The verdict**, one sentence per comparison and Recall@k: the corrected loss
-  against each standard form in the plan (otherwise each loss against the baseline),
-  with its paired 95 % interval, read by `tfrs_logq.stats.classify` against an
-  equivalence margin (``--margin``: relative to the reference's value by default, so
-  Recall@10 and Recall@1000 are read alike).
+- **The verdict**, at most three sentences on one primary comparison named before the
+  runs (`primary_comparison`: the corrected loss against the loss the user runs now,
+  TFRS's logQ by default, at one metric, Recall@100 by default): its paired 95 %
+  interval, the decision (switch, keep, no difference larger than the margin, or how
+  many more seeds), and what it rests on (the seeds, divergence with an exact interval,
+  a trade-off across k that survives Holm's correction).
+- **One multiplicity rule**: the primary comparison at 5 %, every other difference of
+  the table under Holm's correction, the popularity bands exploratory.
 - **The run facts**: test targets and users, the share of repeat and cold targets,
-  duplicates dropped, diverged runs (left out of the pairs, and named), the trained
-  baseline's positive share.
-- The table of every metric, the same differences by the popularity band of the
-  target (head, torso, tail of the training counts), the pairs a test with 80 %
-  power against the margin needs (at the pilot's spread and at its upper 95 % limit),
-  the multiple-comparison line over what was actually compared, and the charts.
+  duplicates dropped, diverged runs (left out of the pairs, and named), runs of the plan
+  still missing, the trained baseline's positive share.
+- The table of every metric; every paired difference with its p-value and the pairs for
+  80 % power to detect a difference of the margin and to read a true 0 as no difference;
+  each seed's difference at the primary metric with an outlier flag; the differences by
+  popularity band of the target with a tail - head contrast; the charts.
 
 `write_report` writes ``report.md``, ``paired.png`` and ``learning_curves.png``; it is
 a function of ``results.csv``, ``curves.csv`` and the plan alone (``tfrs-logq compare
