@@ -139,7 +139,7 @@ def test_rest_200_concurrent_clients_all_succeed(server):
     import http.client
 
     clients, per_client = 200, 3
-    barrier = threading.Barrier(clients, timeout=30)
+    barrier = threading.Barrier(clients, timeout=120)
     errors, done = [], []
     lock = threading.Lock()
 
@@ -151,7 +151,7 @@ def test_rest_200_concurrent_clients_all_succeed(server):
             for _ in range(per_client):
                 if connection is None or not keep_alive:
                     connection = http.client.HTTPConnection("127.0.0.1", server.rest_port,
-                                                            timeout=15)
+                                                            timeout=120)
                 connection.request("POST", "/v1/models/ml:predict", _predict_body(),
                                    {"Content-Type": "application/json"})
                 response = connection.getresponse()
@@ -170,11 +170,10 @@ def test_rest_200_concurrent_clients_all_succeed(server):
                 connection.close()
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    start = time.monotonic()
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(timeout=max(1.0, 40 - (time.monotonic() - start)))
+    for t in threads:  # guards against a hang, not a measure: a loaded machine is slow
+        t.join(timeout=300)
     assert not errors, f"{len(errors)} of {clients} clients failed, e.g. {errors[:3]}"
     assert len(done) == clients
 
