@@ -172,6 +172,38 @@ def test_index_saved_and_reloaded_with_the_task_swapped(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("correction", ["none", "corrected"])
+def test_scann_index_of_the_switched_model(tmp_path, correction):
+    """The efficient-serving tutorial: a ScaNN index of the trained towers (exact here: one
+    leaf, every candidate reordered) answers as BruteForce does, saved with
+    ``namespace_whitelist=["Scann"]`` and reloaded."""
+    pytest.importorskip("scann")
+    log = tm.make_log(num_ratings=600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # 'none' with Q: warned once
+        result = tm.run(tm.FLOWS["basic"], log,
+                        lambda m: CorrectedRetrieval(metrics=m, correction=correction),
+                        "switched")
+    model = result["model"]
+    brute = tfrs.layers.factorized_top_k.BruteForce(model.query_model, k=5)
+    brute.index_from_dataset(tm.candidates(log, model, "movie_title"))
+    scann = tfrs.layers.factorized_top_k.ScaNN(
+        model.query_model, k=5, num_leaves=1, num_leaves_to_search=1,
+        num_reordering_candidates=len(log.titles))
+    scann.index_from_dataset(tm.candidates(log, model, "movie_title"))
+    users = tf.constant(["u3", "u17", "u40"])
+    path = str(tmp_path / "scann")
+    tf.saved_model.save(scann, path,
+                        options=tf.saved_model.SaveOptions(namespace_whitelist=["Scann"]))
+    loaded = tf.saved_model.load(path)
+    expected_scores, expected_titles = brute(users)
+    for index in (scann, loaded):
+        scores, titles = index(users)
+        np.testing.assert_array_equal(titles.numpy(), expected_titles.numpy())
+        np.testing.assert_allclose(scores.numpy(), expected_scores.numpy(), rtol=1e-5)
+
+
+@pytest.mark.slow
 def test_flow_under_mirrored_strategy(mirrored_strategy):
     """The basic flow under MirroredStrategy on two logical CPUs: 'none' and 'logq-tfrs'
     equal stock's history and evaluation, 'corrected' trains and evaluates."""

@@ -3,6 +3,8 @@
 give stock's loss history and metrics; every correction trains, evaluates, and its
 factorized metric equals the top-k accuracy computed here from the trained towers."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -24,7 +26,7 @@ def log():
 
 def _stock_calls(flow, correction):
     calls = STOCK_CALLS[correction]
-    if flow.metric_index in ("scann", "streaming-ids"):
+    if flow.metric_index == "streaming-ids":
         return {"stock": "stock-ids", "stock-q": "switched"}[calls]
     return calls
 
@@ -66,13 +68,11 @@ def _assert_metric_from_formula(flow, log, result, ks=(1, 5, 10)):
 
 
 FAST_FLOWS = ("basic", "basic-integer-ids", "basic-index-ids")
-SLOW_FLOWS = ("deep-context", "multitask", "sequential-gru", "scann")
+SLOW_FLOWS = ("deep-context", "multitask", "sequential-gru")
 
 
 def _check_flow(flow_name, log, strategy=None):
     flow = tm.FLOWS[flow_name]
-    if flow.metric_index == "scann":
-        pytest.importorskip("scann")
     stock = {}
     for correction in STOCK_CALLS:
         stock[correction] = tm.run(
@@ -107,3 +107,16 @@ def test_flow_every_correction(flow_name, log):
 @pytest.mark.parametrize("flow_name", SLOW_FLOWS)
 def test_flow_every_correction_slow(flow_name, log):
     _check_flow(flow_name, log)
+
+
+ML1M = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "ml-1m-partial")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow_name", ["basic", "deep-context"])
+def test_flow_on_movielens_1m(flow_name):
+    """The tutorials' own data: MovieLens-1M ratings with timestamps (300 users, research
+    use only, read from the shared data folder, never committed)."""
+    if not os.path.exists(os.path.join(ML1M, "ratings.dat.gz")):
+        pytest.skip("MovieLens-1M ratings (ml-1m-partial) not present")
+    _check_flow(flow_name, tm.ml1m_log(ML1M))

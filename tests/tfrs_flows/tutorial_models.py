@@ -7,7 +7,9 @@ user ids and titles), featurization and deep retrieval (timestamps normalized an
 discretized, titles through TextVectorization, Dense layers on top), multitask
 (retrieval with a rating model), efficient serving (BruteForce and ScaNN indexes), a
 sequential query tower (GRU over the history), and any of them under
-`tf.distribute.MirroredStrategy`. The data is a small MovieLens-like log made here
+`tf.distribute.MirroredStrategy`. (A ScaNN index serves the trained towers, as the
+efficient-serving tutorial builds it; as a training metric its variables would join the
+model's, which TFRS's tutorials never do.) The data is a small MovieLens-like log made here
 (string user ids and titles, integer movie ids, timestamps, ratings).
 
 How the model calls its task (``calls``):
@@ -76,6 +78,43 @@ def make_log(num_users: int = 120, num_movies: int = 60, num_ratings: int = 1600
     return Log(train={k: v[:cut] for k, v in rows.items()},
                test={k: v[cut:] for k, v in rows.items()},
                titles=titles, movie_ids=movie_ids)
+
+
+def ml1m_log(data_dir: str, num_users: int = 300, history: int = 5) -> Log:
+    """MovieLens-1M's ratings with timestamps (``ratings.dat.gz``, ``movies.dat.gz``: the
+    ``ml-1m-partial`` layout) for the first ``num_users`` users, as the tutorials read
+    MovieLens: string user ids and titles, integer movie ids, timestamps, ratings; the
+    last fifth by time is the test split."""
+    import gzip
+    import os
+
+    with gzip.open(os.path.join(data_dir, "movies.dat.gz"), "rt", encoding="latin-1") as f:
+        names = dict(line.rstrip("\n").split("::")[:2] for line in f)
+    rows = []
+    with gzip.open(os.path.join(data_dir, "ratings.dat.gz"), "rt") as f:
+        for line in f:
+            user, movie, rating, stamp = line.split("::")
+            if int(user) > num_users:
+                break
+            rows.append((int(stamp), int(user), int(movie), float(rating)))
+    rows.sort()
+    stamps, users, movies, ratings = (np.array(c) for c in zip(*rows))
+    catalog = np.unique(movies)
+    past: dict = {}
+    histories = []
+    for u, m in zip(users, movies):
+        seen = past.setdefault(u, [])[-history:]
+        histories.append([""] * (history - len(seen)) + [names[str(i)] for i in seen])
+        past[u].append(m)
+    split = dict(user_id=np.array([str(u) for u in users]),
+                 movie_title=np.array([names[str(m)] for m in movies]),
+                 movie_id=movies.astype(np.int64), timestamp=stamps.astype(np.int64),
+                 user_rating=ratings.astype(np.float32), history=np.array(histories))
+    cut = int(len(rows) * 0.8)
+    titles = np.unique(split["movie_title"])
+    return Log(train={k: v[:cut] for k, v in split.items()},
+               test={k: v[cut:] for k, v in split.items()},
+               titles=titles, movie_ids=catalog.astype(np.int64))
 
 
 def dataset(split: dict, batch_size: int) -> tf.data.Dataset:
@@ -262,7 +301,7 @@ class Flow:
     build: Callable  # (log, task, caller) -> tfrs.Model
     id_key: str = "movie_title"
     query_key: str = "user_id"
-    metric_index: str = "streaming"  # "streaming", "streaming-ids", "scann", "none"
+    metric_index: str = "streaming"  # or "streaming-ids": (id, embedding) pairs
     optimizer: Callable = lambda: tf.keras.optimizers.Adagrad(learning_rate=0.1)
 
 
@@ -297,7 +336,6 @@ FLOWS = {
                                    model_class=ContextRetrievalModel),
     "multitask": multitask_flow(0.5, 0.5),
     "sequential-gru": retrieval_flow("sequential-gru", gru_towers, query_key="history"),
-    "scann": retrieval_flow("scann", basic_towers, metric_index="scann"),
 }
 
 
@@ -312,8 +350,8 @@ def _candidate_model(model):
 
 
 def metric_for(flow: Flow, log: Log, model, ks=(1, 5, 10)):
-    """The flow's FactorizedTopK: over embeddings alone (as the tutorials build it), over
-    (id, embedding) pairs, or a ScaNN index with identifiers (exact: one leaf, reorder all)."""
+    """The flow's FactorizedTopK: over embeddings alone (as the tutorials build it) or over
+    (id, embedding) pairs."""
     tower = _candidate_model(model)
     ids = log.movie_ids if flow.id_key == "movie_id" else log.titles
     items = tf.data.Dataset.from_tensor_slices(ids)
@@ -322,11 +360,6 @@ def metric_for(flow: Flow, log: Log, model, ks=(1, 5, 10)):
     if flow.metric_index == "streaming-ids":
         return tfrs.metrics.FactorizedTopK(
             candidates=items.batch(32).map(lambda i: (i, tower(i))), ks=ks)
-    if flow.metric_index == "scann":
-        index = tfrs.layers.factorized_top_k.ScaNN(
-            k=max(ks), num_leaves=1, num_leaves_to_search=1,
-            num_reordering_candidates=len(ids))
-        return "scann", index, ks
     raise ValueError(flow.metric_index)
 
 
@@ -347,17 +380,10 @@ def run(flow: Flow, log: Log, task_fn: Callable, calls: str, *, seed: int = 0,
         holder = _TaskHolder()
         model = flow.build(log, holder, caller)
         metric = metric_for(flow, log, model)
-        index = None
-        if isinstance(metric, tuple):  # ScaNN: indexed after training, ids required
-            _, index, ks = metric
-            index.index_from_dataset(candidates(log, model, flow.id_key))
-            metric = tfrs.metrics.FactorizedTopK(candidates=index, ks=ks)
         task = task_fn([metric])
         _set_task(model, task)
         model.compile(optimizer=flow.optimizer())
     history = model.fit(dataset(log.train, batch_size), epochs=epochs, verbose=0)
-    if flow.metric_index == "scann":  # the tutorial indexes the trained tower
-        index.index_from_dataset(candidates(log, model, flow.id_key))
     test = dataset(log.test, batch_size)
     evaluation = model.evaluate(test, return_dict=True, verbose=0)
     return {"history": history.history, "evaluation": evaluation, "model": model,
