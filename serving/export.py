@@ -729,7 +729,7 @@ def describe_index(meta: dict) -> str:
 
 __all__ = ["DEFAULT_MAX_K", "DEFAULT_SEARCH_FRACTION", "DEFAULT_TARGET_RECALL",
            "DEFAULT_TUNING_QUERIES", "INDEXES", "MAX_REORDER_FACTOR", "REORDER_FACTOR",
-           "RetrievalModule", "build_scann_searcher", "check_model_name", "describe_index", "export",
-           "export_version", "load_run_split", "load_trained", "remove_stale_temporaries",
+           "RetrievalModule", "build_scann_searcher", "check_model_name", "describe_index",
+           "export", "export_version", "load_run_split", "load_trained", "remove_stale_temporaries",
            "resolve_index", "run_fingerprint", "run_queries", "scann_ops_or_error",
            "scann_parameters", "search_scann", "search_settings", "tune_scann"]

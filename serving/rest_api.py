@@ -5,9 +5,10 @@
 JSON shapes (its ``http_rest_api_handler``), and ``GET /livez`` and ``/readyz`` (503
 once a shutdown has begun, or before a version loads), the KServe V2 health routes
 (``GET /v2/health/live``, ``/v2/health/ready``, ``/v2/models/NAME[/versions/V]/ready``,
-the same readiness) and TF Serving's ``GET /monitoring/prometheus/metrics`` (`metrics`). Every reply is JSON, refusals
-included: ``{"error": "..."}`` with the status `errors.STATUS` gives. While the server
-drains (`RestApi.draining`) every reply carries ``Connection: close``. The body is read on the
+the same readiness) and TF Serving's ``GET /monitoring/prometheus/metrics`` (`metrics`,
+Prometheus' text format). Every other reply is JSON, refusals included:
+``{"error": "..."}`` with the status `errors.STATUS` gives. While the server drains
+(`RestApi.draining`) every reply carries ``Connection: close``. The body is read on the
 event loop, bounded in size (``max_request_bytes``, 413, refused from its
 Content-Length before it is read) and in time (``rest_api_timeout_in_ms``, 408); the
 JSON decoding, the model call and the encoding run on ``rest_api_num_threads`` workers.
