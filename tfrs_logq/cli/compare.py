@@ -226,4 +226,6 @@ def _data_identity(args, split) -> dict:
                 "users": int(inter.num_users), "items": int(inter.num_items),
                 "skipped_lines": int(inter.skipped_lines)}
     identity.update({n: getattr(args, n) for n in _LOG_ONLY})
+    if args.interactions and args.log_format == inter.data_format:  # as the extensions say
+        identity["log_format"] = None
     return identity
