@@ -54,7 +54,8 @@ def test_the_drain_is_bounded_by_its_timeout_and_counts_what_it_cut(tiny_export,
     release = _hold_batches(monkeypatch)
     options = ServerOptions(model_name="cut", port=0, rest_api_port=0,
                             model_base_path=os.path.dirname(tiny_export),
-                            max_batch_size=1000, drain_timeout_in_ms=500)
+                            max_batch_size=1000, drain_timeout_in_ms=500,
+                            request_timeout_in_ms=600_000)  # only the drain can end them
     srv = ModelServer(options).start()
     results: list = []
     threads = _predict_in_threads(srv.rest_port, srv.port, "cut", 2, results)
@@ -80,10 +81,13 @@ class _HeldGrace:
 
     def __init__(self) -> None:
         self.begun, self._end = threading.Event(), threading.Event()
+        self.asked: list = []  # the seconds of each sleep
 
     def sleep(self, seconds) -> None:
-        self.begun.set()
-        self._end.wait(120)
+        self.asked.append(seconds)
+        if seconds > 0:  # a grace of none is not held
+            self.begun.set()
+            self._end.wait(120)
 
     def end(self) -> None:
         self._end.set()
@@ -138,6 +142,7 @@ def test_readiness_fails_first_and_both_ports_serve_through_the_grace(tiny_expor
     response.read()
     assert stub.Predict(make_request("g", _histories()), timeout=15).outputs["item_ids"]
     assert stopper.is_alive() and not summary, "the drain ended during its grace"
+    assert grace.asked == [4.0], grace.asked  # drain_grace_in_ms
     grace.end()
     stopper.join(timeout=60)
     channel.close()
