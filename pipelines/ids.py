@@ -25,13 +25,22 @@ The same rule, written once here, runs in each layer that reads ids:
 
 Integer ids need no normalisation: a typed column holds numbers, and a CSV's text
 ids are trimmed by this rule before they are read as numbers.
+
+A text id is at most `MAX_ID_CHARS` characters (1,024) once trimmed: a log's row with a
+longer id is malformed (`too_long_ids`). The bound keeps what a vocabulary holds in
+proportion to the log: numpy keeps text ids in a fixed-width array, every id as wide as
+the longest, so one 5,000,000-character id among 100,000 ids would take 2 TB.
 """
 
 from __future__ import annotations
 
 from typing import Union
 
-__all__ = ["ID_WHITESPACE", "normalize_id", "normalize_id_column", "normalize_id_tensor"]
+__all__ = ["ID_WHITESPACE", "MAX_ID_CHARS", "normalize_id", "normalize_id_column",
+           "normalize_id_tensor", "too_long_ids"]
+
+# The most characters of a text id (after trimming); a longer one makes a log's row malformed.
+MAX_ID_CHARS = 1024
 
 # Unicode's White_Space property (PropList.txt), every character of it.
 ID_WHITESPACE = ("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
@@ -59,6 +68,19 @@ def normalize_id_column(column):
     import pyarrow.compute as pc
 
     return pc.utf8_trim(column, characters=ID_WHITESPACE)
+
+
+def too_long_ids(column):
+    """`[n]` numpy bool: which ids of a pyarrow column are longer than `MAX_ID_CHARS`
+    characters (all False for a column that is not text)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return np.zeros(len(column), bool)
+    longer = pc.greater(pc.utf8_length(column), MAX_ID_CHARS).fill_null(False)
+    return np.asarray(longer.to_numpy(zero_copy_only=False), bool)
 
 
 def _re2_class() -> str:

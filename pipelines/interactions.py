@@ -36,6 +36,24 @@ from tfrs_logq._util.fingerprint import file_fingerprint
 log = logging.getLogger("tfrs_logq.data")
 
 
+# Epoch times' units, and the smallest magnitude read as each (`epoch_unit`).
+EPOCH_UNITS = ("seconds", "milliseconds", "microseconds", "nanoseconds")
+_EPOCH_LOWEST = (0, 10**11, 10**14, 10**17)
+UNIT_PER_SECOND = {"seconds": 1, "milliseconds": 10**3, "microseconds": 10**6,
+                   "nanoseconds": 10**9}
+
+
+def epoch_unit(values: np.ndarray) -> np.ndarray:
+    """`[n]` int8: the unit (an index into `EPOCH_UNITS`) each epoch time is written
+    in, by its magnitude: seconds below 10^11 (the year 5138), milliseconds below 10^14,
+    microseconds below 10^17, else nanoseconds. Times of one unit fall in one band
+    unless they reach back before 1973 (10^11 ms), which a log of milliseconds rarely
+    does."""
+    magnitude = np.abs(np.asarray(values, np.int64))
+    return (np.searchsorted(np.asarray(_EPOCH_LOWEST[1:], np.int64), magnitude,
+                            side="right")).astype(np.int8)
+
+
 class DataFormatError(ValueError):
     """A malformed or damaged input file (the message names the file, and the line
     where there is one)."""
@@ -135,7 +153,7 @@ class Interactions:
     Attributes:
       user: `[n]` int32 contiguous user index ``0..num_users-1``.
       item: `[n]` int32 item id ``1..num_items`` (0 is padding).
-      timestamp: `[n]` int64 seconds, or None.
+      timestamp: `[n]` int64 times since 1970 in ``time_unit``, or None.
       raw_users: `[num_users]` the source's user ids (index = user).
       raw_items: `[num_items]` the source's item ids (item ``d`` is ``raw_items[d - 1]``).
       name: str. Dataset name.
@@ -144,6 +162,9 @@ class Interactions:
       num_rows: int. Rows read from the file, before any filtering.
       skipped_lines: int. Malformed lines skipped (``skip_bad_lines``).
       weight: `[n]` float64 per-interaction weight (a user log's weight column), or None.
+      time_unit: str. The unit of ``timestamp``, one of `EPOCH_UNITS`: ``"seconds"``
+        (the built-in datasets, ISO 8601 text, Parquet timestamps), or the one a log's
+        epoch integers are written in (`epoch_unit`).
     """
 
     user: np.ndarray
@@ -157,6 +178,7 @@ class Interactions:
     num_rows: int = 0
     skipped_lines: int = 0
     weight: Optional[np.ndarray] = None
+    time_unit: str = "seconds"
 
     @property
     def num_users(self) -> int:

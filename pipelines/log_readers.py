@@ -25,6 +25,16 @@ Memory stays bounded on any input, text or not: a line is read at most a block
 line longer than that (a file of zero bytes, a damaged copy, one enormous field) is
 a `DataFormatError` naming the file, the line and its byte offset. A text format
 given to a Parquet file (its magic bytes ``PAR1``) is refused, naming the format.
+
+Text is UTF-8: a UTF-16 or UTF-32 file (a byte-order mark, or every other byte NUL) is
+refused before reading, saying so ("save it as UTF-8"), and so is a file with bytes that
+are not UTF-8. Column names are matched after Unicode normalisation (NFC): ``"café"``
+typed as one code point finds a header that spells it ``e`` + U+0301; two columns of a
+file that differ only in normalisation are refused, their code points shown.
+
+With ``skip_bad_lines`` every line dropped is counted: a CSV row that swallows the lines
+after it (a stray ``"`` opening a quoted field to the end of the file) counts as all of
+its lines, not as one row.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import gzip
 import io
 import json
 import os
+import unicodedata
 import zlib
 from typing import Callable, Iterator, Optional
 
@@ -146,12 +157,37 @@ def read_batches(piece: Piece, columns: list, *, skip_bad_lines: bool = False,
     yield from read(piece, list(columns), skip_bad_lines, report)
 
 
-def _missing(path: str, columns: list, found: list, what: str = "columns") -> None:
-    absent = [c for c in columns if c not in found]
-    if absent:
-        listed = ", ".join(_shorten(c) for c in found[:50]) + (" ..." if len(found) > 50 else "")
-        raise DataFormatError(f"{path}: no column {_shorten(absent[0])}; the file has the {what} "
-                              f"{listed or '(none)'}.")
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
+
+
+def _resolve(path: str, columns: list, found: list, what: str = "columns") -> dict:
+    """``{column asked for: the file's name of it}``, names compared after Unicode
+    normalisation (NFC).
+
+    Raises:
+      DataFormatError: a column the file does not have (the message lists those it
+        has), or one that two of the file's names both spell (they differ only in
+        normalisation; the message shows their code points).
+    """
+    by_nfc: dict = {}
+    for name in found:
+        by_nfc.setdefault(_nfc(name), []).append(name)
+    resolved = {}
+    for column in columns:
+        names = by_nfc.get(_nfc(column), [])
+        if not names:
+            listed = ", ".join(_shorten(c) for c in found[:50]) + (" ..." if len(found) > 50
+                                                                     else "")
+            raise DataFormatError(f"{path}: no column {_shorten(column)}; the file has the "
+                                  f"{what} {listed or '(none)'}.")
+        if len(names) > 1:
+            raise DataFormatError(
+                f"{path}: the {what} {' and '.join(ascii(n) for n in names)} differ only in "
+                f"Unicode normalisation, so {_shorten(column)} could mean either: rename one "
+                "of them in the file.")
+        resolved[column] = names[0]
+    return resolved
 
 
 def _shorten(text: str, limit: int = 60) -> str:
@@ -161,27 +197,60 @@ def _shorten(text: str, limit: int = 60) -> str:
     return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text):,} characters)"
 
 
-def _skip_or_raise(message: str, skip: bool, report: ParseReport) -> None:
+def _skip_or_raise(message: str, skip: bool, report: ParseReport, lines: int = 1) -> None:
     if not skip:
         raise DataFormatError(f"{message} {SKIP_HINT}")
-    report.skipped += 1
+    report.skipped += lines
     if len(report.first_errors) < 5:
         report.first_errors.append(message)
 
 
 def _damaged(path: str, exc: BaseException) -> DataFormatError:
+    if isinstance(exc, UnicodeDecodeError):
+        return DataFormatError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+                               f"at offset {exc.start:,} of a block): save it as UTF-8.")
     return DataFormatError(f"{path}: the file is truncated or corrupt ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''}); copy it again.")
 
 
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def _text_encoding_problem(head: bytes) -> Optional[str]:
+    """``"UTF-16"``/``"UTF-32"`` for text that starts with their byte-order mark, or
+    whose first bytes are every other one NUL (UTF-16 without a mark); else None."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return f"{name} (it starts with a {name} byte-order mark)"
+    pairs = head[: len(head) // 2 * 2]
+    if len(pairs) >= 8:
+        even, odd = pairs[0::2], pairs[1::2]
+        if (not odd.strip(b"\0") and even.strip(b"\0")) or \
+                (not even.strip(b"\0") and odd.strip(b"\0")):
+            return "UTF-16 (every other byte is NUL)"
+    return None
+
+
 def _check_not_parquet(path: str, fmt: str) -> None:
-    """Refuses a Parquet file (its magic bytes ``PAR1``) read as text ``fmt``."""
+    """Refuses a Parquet file (its magic bytes ``PAR1``) read as text ``fmt``, and text
+    that is UTF-16 or UTF-32 rather than UTF-8."""
     with open(path, "rb") as f:
         magic = f.read(len(_PARQUET_MAGIC))
     if magic == _PARQUET_MAGIC:
         raise DataFormatError(f"{path} is a Parquet file (it starts with Parquet's magic bytes "
                               f"PAR1), not {fmt}: read it with --log-format parquet "
                               "(format='parquet'), or name it *.parquet.")
+    try:
+        with _open_binary(path) as f:
+            head = f.read(64)
+    except _DAMAGED:
+        return  # the reader names the damage
+    problem = _text_encoding_problem(head)
+    if problem:
+        raise DataFormatError(f"{path} is {problem}, not UTF-8: save it as UTF-8 (iconv -f "
+                              f"{problem.split()[0]} -t UTF-8, or your editor's 'save as "
+                              "UTF-8').")
 
 
 def _first_long_line(path: str, limit: int) -> Optional[tuple]:
@@ -267,17 +336,23 @@ def _csv_header(path: str, fmt: str, dialect: dict) -> Optional[list]:
 def _csv_line_of_row(path: str, dialect: dict, fields: int, row: int) -> int:
     """The line on which data row ``row`` (0-based, counting the rows pyarrow keeps:
     not blank, ``fields`` fields) ends: the error path's second reading."""
-    with open_text(path, encoding="utf-8-sig") as f:
-        reader = csv.reader(f, delimiter=dialect["delimiter"],
-                            quoting=csv.QUOTE_MINIMAL if dialect["quoting"] else csv.QUOTE_NONE)
-        next(reader, None)
-        seen = 0
-        for record in reader:
-            if len(record) != fields:
-                continue
-            if seen == row:
-                return reader.line_num
-            seen += 1
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, CSV_BLOCK_BYTES))  # a field as long as a row may be
+    try:
+        with open_text(path, encoding="utf-8-sig") as f:
+            reader = csv.reader(f, delimiter=dialect["delimiter"],
+                                quoting=csv.QUOTE_MINIMAL if dialect["quoting"]
+                                else csv.QUOTE_NONE)
+            next(reader, None)
+            seen = 0
+            for record in reader:
+                if len(record) != fields:
+                    continue
+                if seen == row:
+                    return reader.line_num
+                seen += 1
+    finally:
+        csv.field_size_limit(limit)
     return -1
 
 
@@ -289,14 +364,18 @@ def _csv_batches(piece: Piece, columns: list, skip: bool, report: ParseReport):
     header = _csv_header(path, piece.fmt, dialect)
     if header is None:  # an empty file: no rows (the caller reports an empty log)
         return
-    _missing(path, columns, header, "header columns")
+    names = _resolve(path, columns, header, "header columns")
     refused: list = []
 
     def on_invalid(row) -> str:
-        message = (f"{path}, line {row.number}: expected {row.expected_columns} fields, found "
-                   f"{row.actual_columns}: {row.text[:200]!r}")
+        lines = row.text.count("\n") + 1  # a stray quote's row runs to the next quote
+        where = f"line {row.number}" if row.number is not None else "a row"
+        message = (f"{path}, {where}: expected {row.expected_columns} fields, found "
+                   f"{row.actual_columns}"
+                   + (f" in {lines:,} lines (a quote left open?)" if lines > 1 else "")
+                   + f": {row.text[:200]!r}")
         if skip:
-            _skip_or_raise(message, True, report)
+            _skip_or_raise(message, True, report, lines)
             return "skip"
         refused.append(message)
         return "error"
@@ -306,8 +385,8 @@ def _csv_batches(piece: Piece, columns: list, skip: bool, report: ParseReport):
                                  quote_char='"' if dialect["quoting"] else False,
                                  newlines_in_values=dialect["quoting"],
                                  invalid_row_handler=on_invalid),
-               pcsv.ConvertOptions(include_columns=columns,
-                                   column_types={c: pa.string() for c in columns},
+               pcsv.ConvertOptions(include_columns=[names[c] for c in columns],
+                                   column_types={names[c]: pa.string() for c in columns},
                                    strings_can_be_null=False, quoted_strings_can_be_null=False))
     first = 0
     try:
@@ -322,7 +401,7 @@ def _csv_batches(piece: Piece, columns: list, skip: bool, report: ParseReport):
                 return f"{path}, line {_csv_line_of_row(path, dialect, len(header), offset + k)}"
 
             report.rows += record_batch.num_rows
-            yield Batch({c: record_batch.column(c) for c in columns}, where, path)
+            yield Batch({c: record_batch.column(names[c]) for c in columns}, where, path)
             first += record_batch.num_rows
     except pa.ArrowInvalid as exc:
         if refused:
@@ -331,6 +410,10 @@ def _csv_batches(piece: Piece, columns: list, skip: bool, report: ParseReport):
             return
         if "straddl" in str(exc):  # a row longer than a block
             raise _long_line(path, piece.fmt, CSV_BLOCK_BYTES, first) from None
+        if "UTF8" in str(exc) or "UTF-8" in str(exc):
+            raise DataFormatError(f"{path}: a value is not UTF-8 text "
+                                  f"({str(exc).splitlines()[0]}): save the file as UTF-8."
+                                  ) from None
         raise DataFormatError(f"{path}: {str(exc).splitlines()[0]}") from None
     except _DAMAGED as exc:
         raise _damaged(path, exc) from None
@@ -358,12 +441,13 @@ def _parquet_file(path: str):
 def _parquet_batches(piece: Piece, columns: list, skip: bool, report: ParseReport):
     path = piece.path
     parquet = _parquet_file(path)
-    _missing(path, columns, parquet.schema_arrow.names)
+    names = _resolve(path, columns, parquet.schema_arrow.names)
     groups = None if piece.row_group is None else [piece.row_group]
     first = piece.first_row
     try:
         for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS,
-                                                 row_groups=groups, columns=columns):
+                                                 row_groups=groups,
+                                                 columns=[names[c] for c in columns]):
             offset = first
 
             def where(k: int, offset: int = offset) -> str:
@@ -371,7 +455,7 @@ def _parquet_batches(piece: Piece, columns: list, skip: bool, report: ParseRepor
 
             report.rows += record_batch.num_rows
             report.lines += record_batch.num_rows
-            yield Batch({c: record_batch.column(c) for c in columns}, where, path)
+            yield Batch({c: record_batch.column(names[c]) for c in columns}, where, path)
             first += record_batch.num_rows
     except (pa.ArrowInvalid, OSError) as exc:
         raise _damaged(path, exc) from None
@@ -412,6 +496,7 @@ def _jsonl_batches(piece: Piece, columns: list, skip: bool, report: ParseReport)
     import pyarrow.json as pjson
 
     path, seen_columns = piece.path, False
+    names = {c: c for c in columns}  # the file's spelling of each column (`_resolve`)
     _check_not_parquet(path, "jsonl")
     for first_line, block in _jsonl_blocks(path):
         table = None
@@ -423,7 +508,8 @@ def _jsonl_batches(piece: Piece, columns: list, skip: bool, report: ParseReport)
         if table is not None and table.num_rows == 0:
             continue
         if table is not None and not seen_columns:
-            _missing(path, columns, table.column_names, "fields (in its first lines)")
+            names.update(_resolve(path, columns, table.column_names,
+                                  "fields (in its first lines)"))
         if table is not None:
             lines = None
 
@@ -432,10 +518,11 @@ def _jsonl_batches(piece: Piece, columns: list, skip: bool, report: ParseReport)
                            if text.strip()]
                 return f"{path}, line {numbers[k]}"
 
-            arrays = {c: (table.column(c).combine_chunks() if c in table.column_names
-                          else pa.nulls(table.num_rows)) for c in columns}
+            arrays = {c: (table.column(names[c]).combine_chunks()
+                          if names[c] in table.column_names else pa.nulls(table.num_rows))
+                      for c in columns}
         else:
-            arrays, lines = _jsonl_by_line(path, block, first_line, columns, skip, report,
+            arrays, lines = _jsonl_by_line(path, block, first_line, names, skip, report,
                                            require_columns=not seen_columns)
             if lines is None:
                 continue
@@ -449,9 +536,12 @@ def _jsonl_batches(piece: Piece, columns: list, skip: bool, report: ParseReport)
         yield Batch(arrays, where, path)
 
 
-def _jsonl_by_line(path: str, block: bytes, first_line: int, columns: list, skip: bool,
+def _jsonl_by_line(path: str, block: bytes, first_line: int, names: dict, skip: bool,
                    report: ParseReport, require_columns: bool):
-    """The slow path: ``json.loads`` per line; values of mixed types become text."""
+    """The slow path: ``json.loads`` per line; values of mixed types become text.
+    ``names``: ``{column: the file's spelling}``, updated on the first line when
+    ``require_columns``."""
+    columns = list(names)
     values: dict = {c: [] for c in columns}
     lines, keys = [], None
     for number, raw in enumerate(block.split(b"\n"), start=first_line):
@@ -469,10 +559,10 @@ def _jsonl_by_line(path: str, block: bytes, first_line: int, columns: list, skip
         if keys is None:
             keys = list(record)
             if require_columns:
-                _missing(path, columns, keys, "fields (on its first line)")
+                names.update(_resolve(path, columns, keys, "fields (on its first line)"))
         lines.append(number)
         for c in columns:
-            values[c].append(record.get(c))
+            values[c].append(record.get(names[c]))
     if not lines:
         return None, None
     return {c: _arrow_values(v) for c, v in values.items()}, lines

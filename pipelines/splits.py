@@ -237,7 +237,8 @@ def duplicate_counts(interactions: Interactions) -> dict:
 def data_stats(split: Split, dataset: str) -> dict:
     """The JSON object ``tfrs-logq data stats --json`` prints, for any source: the
     dataset's name, the split's, where the data came from
-    (`Interactions.provenance`) and the counts (`Split.stats`).
+    (`Interactions.provenance`), the counts (`Split.stats`), ``time_unit`` (that of
+    ``time_range``, `Interactions.time_unit`), and a weight column's summary.
 
     Args:
       split: `Split`. The split, of a built-in dataset or of a user's log.
@@ -247,11 +248,23 @@ def data_stats(split: Split, dataset: str) -> dict:
            **split.stats(), "duplicates": duplicate_counts(split.interactions)}
     facts = target_facts(split, split.test, sent_length=0)
     out["test"].update({k: facts[k] for k in ("repeat_share", "cold_share")})
+    out["time_unit"] = split.interactions.time_unit
     weight = split.interactions.weight
     if weight is not None and len(weight):
-        out["weights"] = {"min": float(weight.min()), "mean": float(weight.mean()),
+        out["weights"] = {"min": float(weight.min()), "mean": finite_mean(weight),
                           "max": float(weight.max()), "zeros": int(np.sum(weight == 0))}
     return out
+
+
+def finite_mean(values: np.ndarray) -> float:
+    """The mean of finite float64 ``values`` without overflow: of the values scaled by
+    the largest magnitude, scaled back (``[1e308, 1e308]`` has mean 1e308, where
+    ``np.mean`` sums to inf)."""
+    values = np.asarray(values, np.float64)
+    scale = float(np.max(np.abs(values))) if len(values) else 0.0
+    if scale == 0.0 or not np.isfinite(scale):
+        return float(np.mean(values)) if len(values) else float("nan")
+    return float(np.mean(values / scale) * scale)
 
 
 def make_split(interactions: Interactions, name: str, **kwargs) -> Split:

@@ -14,15 +14,21 @@ extension or from ``format``. Reading streams (`tfrs_logq.pipelines.log_readers`
   `tfrs_logq.pipelines.ids.normalize_id`, as the export and the server trim a
   request's ids) become codes in order of first appearance through a
   vocabulary of distinct ids (`IdEncoder`); a CSV's ids that are all integers are
-  integers. An empty or missing id makes the row malformed.
-- **time** (optional): integer seconds, or ISO 8601 text (``2000-10-04``,
+  integers. An empty or missing id, or one longer than
+  `tfrs_logq.pipelines.ids.MAX_ID_CHARS` characters, makes the row malformed.
+- **time** (optional): integers since 1970, or ISO 8601 text (``2000-10-04``,
   ``2000-10-04T12:00:00``, ``...Z``, ``...+02:00``, fractions of a second dropped;
-  without an offset: UTC), or a Parquet/JSON timestamp or date. A value that is
-  none of these makes the row malformed ("unparseable timestamp").
+  without an offset: UTC; years 1 to 9999), or a Parquet/JSON timestamp or date. A
+  value that is none of these makes the row malformed ("unparseable timestamp"). A
+  column has one unit: integers are seconds, milliseconds, microseconds or
+  nanoseconds by their magnitude (`interactions.epoch_unit`), dates are seconds; a
+  time in another unit than the column's first is refused, naming its row (a log
+  that mixes seconds and milliseconds would otherwise sort 1970 before 2025).
 - **weight** (optional): a number per interaction, kept in `Interactions.weight`.
 
 A malformed row raises `DataFormatError` naming the file and line (the row of a
-Parquet file), or with ``skip_bad_lines`` is skipped and counted. Then the same
+Parquet file), or with ``skip_bad_lines`` is skipped and counted; more than
+``max_bad_share`` of the lines skipped (1 % by default) is refused. Then the same
 preprocessing as the built-in datasets (`build_interactions`: minimum counts per
 item and user, optional deduplication, ids from 1, each user's interactions in time
 order with ties in file order) and the same splits (`make_split`), so that a log
@@ -39,31 +45,37 @@ import glob
 import logging
 import os
 import stat
+import unicodedata
 from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tfrs_logq.pipelines.ids import normalize_id_column
+from tfrs_logq._util.hostinfo import available_memory_bytes
+from tfrs_logq.pipelines.ids import MAX_ID_CHARS, normalize_id_column, too_long_ids
 from tfrs_logq.pipelines.interactions import (
+    EPOCH_UNITS,
     DataFormatError,
     Interactions,
     ParseReport,
     build_interactions,
+    epoch_unit,
 )
 from tfrs_logq.pipelines.log_readers import FORMATS, Batch, Piece, format_of, pieces, read_batches
 from tfrs_logq.pipelines.log_readers import SKIP_HINT as _SKIP_HINT
 from tfrs_logq.pipelines.splits import SPLITS, Split, make_split
 from tfrs_logq.pipelines.vocabulary import IdEncoder
 
-__all__ = ["UserLogSource", "RawLog", "FORMATS", "DEFAULT_TEMPORAL_FRACTION", "read_user_log",
+__all__ = ["UserLogSource", "RawLog", "FORMATS", "DEFAULT_TEMPORAL_FRACTION",
+           "DEFAULT_MAX_BAD_SHARE", "read_user_log",
            "read_piece", "merge_raw_logs", "interactions_from_raw", "split_interactions",
            "load_user_log", "load_user_log_split"]
 
 log = logging.getLogger("tfrs_logq.data")
 
 DEFAULT_TEMPORAL_FRACTION = 0.1  # ML-1M's (and the paper's) test and validation fraction
+DEFAULT_MAX_BAD_SHARE = 0.01  # the most of a log's lines skip_bad_lines may skip
 _SPLIT_HINTS = {
     "temporal": "raise temporal_fraction (--temporal-fraction), or give a longer log",
     "loo": "leave-one-out validates and tests only users with 3 or more interactions; give "
@@ -89,6 +101,9 @@ class UserLogSource:
         Defaults to None: each file's extension.
       skip_bad_lines: bool. Skip and count malformed rows instead of failing.
         Defaults to False.
+      max_bad_share: float. With ``skip_bad_lines``, the largest share of the lines
+        read that may be skipped; more is refused (a log that lost that much is not
+        the log). Defaults to 0.01 (`DEFAULT_MAX_BAD_SHARE`).
     """
 
     path: str
@@ -98,14 +113,18 @@ class UserLogSource:
     weight_column: Optional[str] = None
     format: Optional[str] = None
     skip_bad_lines: bool = False
+    max_bad_share: float = DEFAULT_MAX_BAD_SHARE
 
     def __post_init__(self) -> None:
         if self.format is not None and self.format not in FORMATS:
             raise ValueError(f"`format` must be one of {FORMATS}, received {self.format!r}.")
+        if not 0 <= self.max_bad_share <= 1:
+            raise ValueError(f"`max_bad_share` (--max-bad-share) must be in [0, 1], received "
+                             f"{self.max_bad_share!r}.")
         for name in ("path", "user_column", "item_column"):
             if not str(getattr(self, name) or "").strip():
                 raise ValueError(f"`{name}` is empty.")
-        named = [c for c in self.columns()]
+        named = [unicodedata.normalize("NFC", c) for c in self.columns()]
         if len(set(named)) != len(named):
             raise ValueError(f"the user, item, time and weight columns must differ, received "
                              f"{named}.")
@@ -177,12 +196,14 @@ class RawLog:
 
     Attributes:
       user, item: `[n]` int32 codes (`IdEncoder`, first appearance in reading order).
-      timestamp: `[n]` int64 seconds, or None. weight: `[n]` float64, or None.
+      timestamp: `[n]` int64 times in ``time_unit``, or None. weight: `[n]` float64,
+        or None.
       users, items: `IdEncoder`. The distinct ids.
       report: `ParseReport`. Rows read, skipped and the first messages.
       formats: list. The formats read.
       text_ids: bool. Some file is text (CSV/TSV): ids that are all integers are read
         as integers.
+      time_unit: str. The unit of ``timestamp`` (one of `EPOCH_UNITS`).
     """
 
     user: np.ndarray
@@ -194,6 +215,7 @@ class RawLog:
     report: ParseReport
     formats: list
     text_ids: bool
+    time_unit: str = "seconds"
 
     def __len__(self) -> int:
         return int(len(self.user))
@@ -217,25 +239,38 @@ def _ids(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
 _UNIT = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
-def _iso_seconds(text: Optional[str]) -> Optional[int]:
-    """Seconds of one ISO 8601 text (UTC without an offset), None if it is not one."""
+_DATES = len(EPOCH_UNITS)  # the kind of a time written as a date (ISO text, a timestamp)
+_INT64 = 2**63
+
+
+def _iso_seconds(text: Optional[str]) -> tuple:
+    """``(time, is a date)`` of one text: an integer as it is, ISO 8601 text (years 1
+    to 9999; UTC without an offset) in seconds; ``(None, False)`` if it is neither."""
     if text is None:
-        return None
+        return None, False
     text = text.strip()
     try:
         if text.lstrip("+-").isdigit():
-            return int(text)
+            value = int(text)
+            return (value, False) if -_INT64 < value < _INT64 else (None, False)
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        return None
+        return None, False
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return int(np.floor(moment.timestamp()))
+    return int(np.floor(moment.timestamp())), True
 
 
-def _seconds(column: pa.Array, name: str, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(seconds, valid)`` of a time column: integers, whole floats, timestamps,
-    dates, or text (integers or ISO 8601).
+def _kinds(values: np.ndarray, dates) -> np.ndarray:
+    """`[n]` int8: each time's unit (an index into `EPOCH_UNITS`), or `_DATES` where
+    ``dates`` (bool, or a `[n]` bool array) says it was written as a date."""
+    return np.where(dates, _DATES, epoch_unit(values)).astype(np.int8)
+
+
+def _seconds(column: pa.Array, name: str, where: str) -> tuple:
+    """``(times, valid, kinds)`` of a time column: integers, whole floats, timestamps,
+    dates, or text (integers or ISO 8601). Integers are kept as written (their unit,
+    `_kinds`, is checked by the caller); dates become seconds.
 
     Raises:
       DataFormatError: a column type that cannot hold times.
@@ -243,32 +278,54 @@ def _seconds(column: pa.Array, name: str, where: str) -> tuple[np.ndarray, np.nd
     kind = column.type
     valid = ~np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), bool)
     if pa.types.is_integer(kind):
-        return column.fill_null(0).cast(pa.int64()).to_numpy(), valid
+        values = column.fill_null(0).cast(pa.int64()).to_numpy()
+        return values, valid, _kinds(values, False)
     if pa.types.is_floating(kind):
         values = column.fill_null(0).to_numpy()
-        valid &= np.isfinite(values) & (np.floor(values) == values)
-        return np.where(valid, values, 0).astype(np.int64), valid
+        valid &= np.isfinite(values) & (np.floor(values) == values) & (np.abs(values) < 2**63)
+        values = np.where(valid, values, 0).astype(np.int64)
+        return values, valid, _kinds(values, False)
     if pa.types.is_timestamp(kind):
         ticks = column.cast(pa.timestamp(kind.unit)).cast(pa.int64()).fill_null(0).to_numpy()
-        return np.floor_divide(ticks, _UNIT[kind.unit]), valid
+        values = np.floor_divide(ticks, _UNIT[kind.unit])
+        return values, valid, _kinds(values, True)
     if pa.types.is_date32(kind):
-        return column.cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64) * 86400, valid
+        values = column.cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64) * 86400
+        return values, valid, _kinds(values, True)
     if pa.types.is_date64(kind):
-        return np.floor_divide(column.cast(pa.int64()).fill_null(0).to_numpy(), 1000), valid
+        values = np.floor_divide(column.cast(pa.int64()).fill_null(0).to_numpy(), 1000)
+        return values, valid, _kinds(values, True)
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise DataFormatError(f"{where}: the time column {name!r} holds {kind}; it must be "
-                              "integer seconds or ISO 8601 text (2000-10-04T12:00:00Z).")
+                              "integers since 1970 or ISO 8601 text (2000-10-04T12:00:00Z).")
     text = pc.utf8_trim_whitespace(column.cast(pa.string()))
     for target, scale in ((pa.int64(), 1), (pa.timestamp("us"), 1_000_000),
                           (pa.timestamp("us", tz="UTC"), 1_000_000)):
         try:  # the whole batch in one format: Arrow's parsers
             ticks = text.cast(target).cast(pa.int64()).fill_null(0).to_numpy()
-            return np.floor_divide(ticks, scale), valid
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
+        values = np.floor_divide(ticks, scale)
+        inside = values[valid]
+        if scale > 1 and ((inside < _YEAR_1).any() or (inside >= _YEAR_10000).any()):
+            break  # a year Arrow reads and ISO 8601 does not (0, 10000): row by row
+        return values, valid, _kinds(values, scale > 1)
     parsed = [_iso_seconds(v) for v in text.to_pylist()]  # mixed, or some unparseable
-    valid &= np.array([p is not None for p in parsed], bool)
-    return np.array([p or 0 for p in parsed], np.int64), valid
+    valid &= np.array([p is not None for p, _ in parsed], bool)
+    values = np.array([p or 0 for p, _ in parsed], np.int64)
+    return values, valid, _kinds(values, np.array([d for _, d in parsed], bool))
+
+
+_YEAR_1 = -62135596800  # 0001-01-01T00:00:00Z in seconds
+_YEAR_10000 = 253402300800  # 10000-01-01T00:00:00Z
+
+
+def _kind_name(kind: int) -> str:
+    return "a date (seconds)" if kind == _DATES else f"epoch {EPOCH_UNITS[kind]}"
+
+
+def _unit(kind: int) -> str:
+    return EPOCH_UNITS[0] if kind == _DATES else EPOCH_UNITS[kind]
 
 
 def _weights(column: pa.Array, name: str, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -294,6 +351,45 @@ def _float(text: Optional[str]) -> Optional[float]:
         return None
 
 
+class _Shown(str):
+    """A value as an error message shows it (its repr, long ones cut)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _shown(value, limit: int = 60):
+    """A value for an error message: long text cut to ``limit`` characters."""
+    if isinstance(value, str) and len(value) > limit:
+        return _Shown(f"{value[:limit]!r}... ({len(value):,} characters)")
+    return value
+
+
+def _check_one_unit(batch: Batch, column: str, kinds: np.ndarray, keep: np.ndarray,
+                    raw: dict) -> None:
+    """Refuses a time in another unit than the column's first (`_kinds`), naming its
+    row and the first time's; records the first."""
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return
+    if raw["time_kind"] is None:
+        k = int(rows[0])
+        raw["time_kind"] = (int(kinds[k]), batch.columns[column][k].as_py(),
+                            lambda where=batch.where, k=k: where(k))
+    first_kind, first_value, first_where = raw["time_kind"]
+    units = np.array([_unit(int(k)) for k in range(len(EPOCH_UNITS) + 1)])
+    other = np.flatnonzero(units[kinds[rows]] != _unit(first_kind))
+    if len(other):
+        k = int(rows[other[0]])
+        value = _shown(batch.columns[column][k].as_py())
+        raise DataFormatError(
+            f"{batch.where(k)}: the time column {column!r} mixes units: {value!r} is "
+            f"{_kind_name(int(kinds[k]))} and the first time, {_shown(first_value)!r} "
+            f"({first_where()}), is {_kind_name(first_kind)}: write every time of the "
+            "column in one unit (all epoch seconds, all epoch milliseconds, or all ISO 8601 "
+            "text).")
+
+
 def _codes(codes: np.ndarray, encoder: IdEncoder, path: str) -> np.ndarray:
     """int32 codes (half the memory of a log's largest columns)."""
     if len(encoder) > np.iinfo(np.int32).max:
@@ -311,12 +407,16 @@ def _convert(batch: Batch, source: UserLogSource, raw: dict, report: ParseReport
     for role, name in (("user", source.user_column), ("item", source.item_column)):
         ids[role], missing = _ids(batch.columns[name])
         reasons.append((missing, f"no {role} id in column {name!r}"))
-    times = weights = None
+        reasons.append((too_long_ids(ids[role]), f"a {role} id longer than "
+                        f"{MAX_ID_CHARS:,} characters in column {name!r} (an id is at most "
+                        f"{MAX_ID_CHARS:,}: is the column the id?)"))
+    times = weights = kinds = None
     if source.time_column is not None:
-        times, valid = _seconds(batch.columns[source.time_column], source.time_column, path)
+        times, valid, kinds = _seconds(batch.columns[source.time_column],
+                                       source.time_column, path)
         reasons.append((~valid, f"unparseable timestamp in column {source.time_column!r} "
-                                "(integer seconds or ISO 8601 text such as "
-                                "2000-10-04T12:00:00Z)"))
+                                "(integers since 1970 or ISO 8601 text such as "
+                                "2000-10-04T12:00:00Z, years 1 to 9999)"))
     if source.weight_column is not None:
         weights, valid = _weights(batch.columns[source.weight_column], source.weight_column,
                                   path)
@@ -328,7 +428,7 @@ def _convert(batch: Batch, source: UserLogSource, raw: dict, report: ParseReport
             if source.skip_bad_lines and len(report.first_errors) >= 5:
                 break
             what = next(why for mask, why in reasons if mask[k])
-            values = {c: batch.columns[c][int(k)].as_py() for c in source.columns()}
+            values = {c: _shown(batch.columns[c][int(k)].as_py()) for c in source.columns()}
             message = f"{batch.where(int(k))}: {what}: {values}"
             if not source.skip_bad_lines:
                 raise DataFormatError(f"{message} {_SKIP_HINT}")
@@ -336,6 +436,8 @@ def _convert(batch: Batch, source: UserLogSource, raw: dict, report: ParseReport
         report.skipped += int(bad.sum())
         report.rows -= int(bad.sum())
     keep = ~bad
+    if kinds is not None:
+        _check_one_unit(batch, source.time_column, kinds, keep, raw)
     for role, name, encoder in (("user", source.user_column, raw["users"]),
                                 ("item", source.item_column, raw["items"])):
         column = ids[role].filter(pa.array(keep)) if bad.any() else ids[role]
@@ -359,7 +461,7 @@ def _convert(batch: Batch, source: UserLogSource, raw: dict, report: ParseReport
 def _read(source: UserLogSource, parts: list, users: IdEncoder, items: IdEncoder) -> RawLog:
     report = ParseReport()
     raw = {"user": [], "item": [], "timestamp": [], "weight": [], "users": users,
-           "items": items}
+           "items": items, "time_kind": None}
     for piece in parts:
         batches: Iterator[Batch] = read_batches(piece, source.columns(),
                                                 skip_bad_lines=source.skip_bad_lines,
@@ -373,10 +475,12 @@ def _read(source: UserLogSource, parts: list, users: IdEncoder, items: IdEncoder
             np.zeros(0, dtype)
 
     formats = sorted({p.fmt for p in parts})
+    kind = raw["time_kind"]
     return RawLog(joined("user", np.int32), joined("item", np.int32),
                   joined("timestamp", np.int64) if source.time_column else None,
                   joined("weight", np.float64) if source.weight_column else None,
-                  users, items, report, formats, any(f in ("csv", "tsv") for f in formats))
+                  users, items, report, formats, any(f in ("csv", "tsv") for f in formats),
+                  _unit(kind[0]) if kind is not None else EPOCH_UNITS[0])
 
 
 def read_piece(source: UserLogSource, piece: Piece) -> RawLog:
@@ -417,12 +521,17 @@ def merge_raw_logs(parts: list) -> RawLog:
     if not parts:
         raise ValueError("merge_raw_logs needs at least one part.")
     first = parts[0]
+    units = sorted({p.time_unit for p in parts if len(p) and p.timestamp is not None})
+    if len(units) > 1:
+        raise DataFormatError(f"the log's files write times in different units ("
+                              f"{' and '.join('epoch ' + u for u in units)}): write every time "
+                              "in one unit (all epoch seconds, or all ISO 8601 text).")
     join = lambda key, dtype: np.concatenate(columns[key]).astype(dtype, copy=False)  # noqa: E731
     return RawLog(join("user", np.int32), join("item", np.int32),
                   join("timestamp", np.int64) if first.timestamp is not None else None,
                   join("weight", np.float64) if first.weight is not None else None,
                   users, items, report, sorted({f for p in parts for f in p.formats}),
-                  any(p.text_ids for p in parts))
+                  any(p.text_ids for p in parts), units[0] if units else EPOCH_UNITS[0])
 
 
 # -------------------------------------------------------------------- preprocessing
@@ -442,6 +551,14 @@ def interactions_from_raw(raw: RawLog, source: UserLogSource, *, name: Optional[
         first = f"; first: {report.first_errors[0]}" if report.first_errors else ""
         raise DataFormatError(f"{where}: no interactions ({report.rows} rows read, "
                               f"{report.skipped} skipped as malformed{first}).")
+    _check_bad_share(report, source)
+    need = _id_table_bytes(raw.users) + _id_table_bytes(raw.items)
+    have = available_memory_bytes()
+    if need > have:
+        raise DataFormatError(
+            f"{where}: the log's ids would take {need / 2**30:.1f} GiB as arrays (each text "
+            f"id as wide as the longest), and this machine has {have / 2**30:.1f} GiB "
+            "available: shorten the ids (integers, or a hash of long ones).")
     interactions = build_interactions(
         raw.user, raw.item, raw.timestamp, weight=raw.weight, deduplicate=deduplicate,
         min_item_interactions=min_item_interactions,
@@ -460,7 +577,34 @@ def interactions_from_raw(raw: RawLog, source: UserLogSource, *, name: Optional[
     interactions.data_format = ",".join(raw.formats)
     interactions.num_rows = report.rows
     interactions.skipped_lines = report.skipped
+    interactions.time_unit = raw.time_unit
     return interactions
+
+
+def _check_bad_share(report: ParseReport, source: UserLogSource) -> None:
+    """Refuses a log whose skipped lines are more than ``source.max_bad_share`` of the
+    lines read (rows kept and lines skipped)."""
+    total = report.rows + report.skipped
+    if not report.skipped or report.skipped <= source.max_bad_share * total:
+        return
+    first = f"; first: {report.first_errors[0]}" if report.first_errors else ""
+    raise DataFormatError(
+        f"{source.path}: {report.skipped:,} of {total:,} lines "
+        f"({report.skipped / total:.1%}) were skipped as malformed, more than the "
+        f"{source.max_bad_share:.1%} --skip-bad-lines may skip (--max-bad-share "
+        f"{source.max_bad_share:g}){first}: repair the file, or raise --max-bad-share if "
+        "losing them is acceptable.")
+
+
+def _id_table_bytes(encoder: IdEncoder) -> int:
+    """The bytes of `IdEncoder.values`' numpy array: 8 an integer id; text ids as wide
+    as the longest (4 bytes a character)."""
+    values = encoder.arrow_values()
+    if not len(values) or not (pa.types.is_string(values.type)
+                               or pa.types.is_large_string(values.type)):
+        return 8 * len(values)
+    longest = pc.max(pc.utf8_length(values)).as_py() or 1
+    return len(values) * 4 * int(longest)
 
 
 def split_interactions(interactions: Interactions, split: str, *,

@@ -314,7 +314,7 @@ def test_decimal_weights_are_numbers(tmp_path):
                       "weight": pa.array([decimal.Decimal("0.125"), decimal.Decimal("1.500"),
                                           None], pa.decimal128(10, 3))})
     pq.write_table(table, tmp_path / "d.parquet")
-    got = load_user_log(source(tmp_path / "d.parquet", skip_bad_lines=True),
+    got = load_user_log(source(tmp_path / "d.parquet", skip_bad_lines=True, max_bad_share=1.0),
                         min_item_interactions=1)
     assert sorted(got.weight.tolist()) == [0.125, 1.5]  # the null is a skipped bad row
     assert got.skipped_lines == 1
@@ -359,7 +359,7 @@ def test_a_malformed_row_names_file_and_line_and_skip_bad_lines_counts(tmp_path)
         load_user_log(source(tmp_path / "bad.csv"), min_item_interactions=1)
     one_line(excinfo, f"{tmp_path / 'bad.csv'}, line 5:", "expected 4 fields, found 3",
              "--skip-bad-lines")
-    got = load_user_log(source(tmp_path / "bad.csv", skip_bad_lines=True),
+    got = load_user_log(source(tmp_path / "bad.csv", skip_bad_lines=True, max_bad_share=1.0),
                         min_item_interactions=1)
     assert (got.skipped_lines, got.num_rows) == (2, len(rows))
     assert_same_interactions(got, reference(rows, min_item_interactions=1))
@@ -369,7 +369,7 @@ def test_a_malformed_row_names_file_and_line_and_skip_bad_lines_counts(tmp_path)
     with pytest.raises(DataFormatError) as excinfo:
         load_user_log(source(tmp_path / "bad.jsonl"), min_item_interactions=1)
     one_line(excinfo, f"{tmp_path / 'bad.jsonl'}, line 6:")
-    got = load_user_log(source(tmp_path / "bad.jsonl", skip_bad_lines=True),
+    got = load_user_log(source(tmp_path / "bad.jsonl", skip_bad_lines=True, max_bad_share=1.0),
                         min_item_interactions=1)
     assert (got.skipped_lines, got.num_rows) == (1, 6)
 
@@ -382,7 +382,7 @@ def test_an_empty_id_or_an_unparseable_timestamp_is_a_malformed_row(tmp_path):
         load_user_log(source(tmp_path / "t.csv"), min_item_interactions=1)
     one_line(excinfo, f"{tmp_path / 't.csv'}, line 4:", "unparseable timestamp",
              "'yesterday'")
-    got = load_user_log(source(tmp_path / "t.csv", skip_bad_lines=True),
+    got = load_user_log(source(tmp_path / "t.csv", skip_bad_lines=True, max_bad_share=1.0),
                         min_item_interactions=1)
     assert got.skipped_lines == 2 and sorted(got.raw_users.tolist()) == ["a", "b", "d"]
     rows[2] = ("c", "x", "6", 1)

@@ -38,6 +38,9 @@ def require_modules(*names: str) -> None:
 class LoadOptions:  # how a data file is read (`train`, `data stats`, `evaluate`)
     skip_bad_lines: bool = False
     """skip malformed lines of the data file and report how many"""
+    max_bad_share: Optional[float] = None
+    """with --skip-bad-lines, the largest share of your log's lines (--interactions) it may
+    skip; more is an error (unset: 0.01)"""
     cache: bool = True
     """read and write the preprocessed-data cache ($TFRS_LOGQ_CACHE_DIR)"""
     download: bool = True
@@ -47,6 +50,19 @@ class LoadOptions:  # how a data file is read (`train`, `data stats`, `evaluate`
 def load_options(args) -> dict:
     return {"skip_bad_lines": args.skip_bad_lines, "use_cache": args.cache,
             "download_ok": args.download}
+
+
+def bad_share(args) -> dict:
+    """``{"max_bad_share": ...}`` of ``--max-bad-share`` where the command has the flag
+    and it is given (it needs ``--skip-bad-lines``), else nothing: `UserLogSource`'s
+    default, 0.01."""
+    share = getattr(args, "max_bad_share", None)
+    if share is None:
+        return {}
+    if not getattr(args, "skip_bad_lines", False):
+        raise ValueError("--max-bad-share bounds what --skip-bad-lines skips: give "
+                         "--skip-bad-lines too, or leave it out.")
+    return {"max_bad_share": share}
 
 
 def default_split(data_format: Optional[str]) -> str:

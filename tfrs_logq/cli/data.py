@@ -8,7 +8,13 @@ from typing import Annotated, Optional
 
 from tyro.conf import arg
 
-from tfrs_logq.cli._common import LoadOptions, default_log_split, default_split, load_options
+from tfrs_logq.cli._common import (
+    LoadOptions,
+    bad_share,
+    default_log_split,
+    default_split,
+    load_options,
+)
 from tfrs_logq.cli._flags import Verbose, check
 from tfrs_logq.cli._train_flags import train_options
 
@@ -62,7 +68,8 @@ def load_any_split(args):
         source = UserLogSource(args.interactions, args.user_column, args.item_column,
                                time_column=args.time_column,
                                weight_column=getattr(args, "weight_column", None),
-                               format=args.log_format, skip_bad_lines=args.skip_bad_lines)
+                               format=args.log_format, skip_bad_lines=args.skip_bad_lines,
+                               **bad_share(args))
         split_name = args.split or default_log_split(args.time_column)
         knobs = {k: getattr(args, k) for k in ("min_item_interactions", "min_user_interactions",
                                                "deduplicate") if hasattr(args, k)}
@@ -73,6 +80,9 @@ def load_any_split(args):
     from tfrs_logq.pipelines.datasets import load_split
     from tfrs_logq.sasrec.config import TrainConfig
 
+    if getattr(args, "max_bad_share", None) is not None:
+        raise ValueError("--max-bad-share bounds what --skip-bad-lines skips of --interactions "
+                         "(your log); a built-in dataset has no such bound: leave it out.")
     if getattr(args, "weight_column", None):
         raise ValueError("--weight-column names a column of --interactions (your log); the "
                          "built-in datasets have no weight column.")
@@ -85,29 +95,23 @@ def load_any_split(args):
                          {"skip_bad_lines": bool(getattr(args, "skip_bad_lines", False))})), dataset
 
 
-_UNITS = ((10**17, 10**9, "nanoseconds"), (10**14, 10**6, "microseconds"),
-          (10**11, 10**3, "milliseconds"), (0, 1, "seconds"))
-
-
-def time_unit(largest: int) -> tuple:
-    """``(divisor, name)`` of epoch times whose largest value is ``largest``: seconds up to
-    1e11 (the year 5138), then milliseconds, microseconds, nanoseconds. Only the order of
-    times matters to the splits; the unit is for showing dates."""
-    return next((d, name) for low, d, name in _UNITS if abs(int(largest)) >= low)
-
-
-def _time_range(first: int, last: int) -> str:
-    """The range as UTC dates, in the unit the values show (`time_unit`)."""
+def time_range_text(first: int, last: int, unit: str = "seconds") -> str:
+    """The range as UTC dates (``0001-01-01 00:00:00``, four-digit years), the times read
+    in ``unit`` (`tfrs_logq.pipelines.interactions.EPOCH_UNITS`), the log's own."""
     import datetime
 
-    divisor, unit = time_unit(max(abs(first), abs(last)))
+    from tfrs_logq.pipelines.interactions import UNIT_PER_SECOND
+
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
     try:
-        shown = [datetime.datetime.fromtimestamp(v / divisor, datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M:%S") for v in (first, last)]
-    except (OverflowError, OSError, ValueError):
-        return f"{first} .. {last} (not dates)"
-    return f"{shown[0]} .. {shown[1]} UTC" + ("" if unit == "seconds" else
-                                              f" (the times are epoch {unit})")
+        shown = [epoch + datetime.timedelta(microseconds=v * 10**6 // UNIT_PER_SECOND[unit])
+                 for v in (first, last)]
+    except (OverflowError, ValueError):
+        return f"{first} .. {last} (epoch {unit}, outside the years 1 to 9999)"
+    text = [f"{d.year:04d}-{d.month:02d}-{d.day:02d} {d.hour:02d}:{d.minute:02d}:"
+            f"{d.second:02d}" for d in shown]
+    return f"{text[0]} .. {text[1]} UTC" + ("" if unit == "seconds" else
+                                            f" (the times are epoch {unit})")
 
 
 def run(args) -> int:
@@ -134,7 +138,8 @@ def run(args) -> int:
     print(f"  source: {inter.source} ({inter.data_format}), {inter.num_rows:,} rows{skipped}")
     print(f"  users {result['num_users']:,}  items {result['num_items']:,}  "
           f"interactions {result['num_interactions']:,}")
-    print(f"  time range: {_time_range(*tr)}" if tr else "  time range: none (no timestamps)")
+    print(f"  time range: {time_range_text(*tr, result['time_unit'])}" if tr
+          else "  time range: none (no timestamps)")
     dup = result["duplicates"]
     print(f"  duplicates: {dup['rows']:,} rows repeat an earlier row exactly; {dup['pairs']:,} "
           f"repeat an earlier (user, item) pair (--deduplicate keeps the first)")

@@ -56,6 +56,9 @@ def run(args) -> int:
     from tfrs_logq.serving.evaluation import evaluate_through_server
 
     read_model_config(args.model_dir)  # a directory that is no training output: one line
+    if args.max_bad_share is not None:
+        raise ValueError("--max-bad-share is a flag of data stats and train: evaluate reads "
+                         "the data as the run read it.")
     result = evaluate_through_server(
         args.server, args.model_name, args.model_dir, dataset=args.dataset, split=args.split,
         data_dir=args.data_dir, data_format=args.data_format, max_targets=args.max_targets,

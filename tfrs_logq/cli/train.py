@@ -12,6 +12,7 @@ from tyro.conf import DisallowNone, arg
 
 from tfrs_logq.cli._common import (
     LoadOptions,
+    bad_share,
     data_record,
     default_log_split,
     default_split,
@@ -100,7 +101,11 @@ def _load(config, overrides: dict, args):
         config = training.examples_config(config, explicit=set(overrides))
         return config, training.load_config_split(config)
     if config.interactions:
-        return config, training.load_config_split(config, skip_bad_lines=args.skip_bad_lines)
+        return config, training.load_config_split(config, skip_bad_lines=args.skip_bad_lines,
+                                                  **bad_share(args))
+    if args.max_bad_share is not None:
+        raise ValueError("--max-bad-share bounds what --skip-bad-lines skips of --interactions "
+                         "(your log); a built-in dataset has no such bound: leave it out.")
     split = load_split(config.dataset, config.split, config.data_dir,
                        data_format=config.data_format,
                        temporal_fraction=config.temporal_fraction, **load_options(args))
@@ -163,7 +168,7 @@ def _run_two_tower(args) -> int:
                              "leave the flag out.")
         # load_config_split refuses a weight column without --interactions.
         split = load_config_split(data_config, weight_column=weight_column,
-                                  skip_bad_lines=args.skip_bad_lines)
+                                  skip_bad_lines=args.skip_bad_lines, **bad_share(args))
     else:
         data_config, split = _load(data_config, overrides, args)
     # Built (and the weights checked) before --model-dir is touched.

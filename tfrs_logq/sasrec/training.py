@@ -181,13 +181,15 @@ def build_encoder(config: TrainConfig, num_items: int, length_buckets: Optional[
 
 
 def load_config_split(config: TrainConfig, weight_column: Optional[str] = None,
-                      skip_bad_lines: bool = False) -> Split:
+                      skip_bad_lines: bool = False, max_bad_share: Optional[float] = None
+                      ) -> Split:
     """The split ``config`` trains on: its ExampleGen artifact's (``config.examples``),
     else its dataset's file loaded in memory (`tfrs_logq.pipelines.datasets.load_split`
     of its data fields). ``weight_column``: a column of ``config.interactions`` read as
     each interaction's loss weight (`Split.train_weights`; a two-tower run's).
     ``skip_bad_lines``: malformed rows of the log or dataset file are skipped and
-    counted (``split.interactions.skipped_lines``) instead of an error.
+    counted (``split.interactions.skipped_lines``) instead of an error;
+    ``max_bad_share``: the largest share of a log's lines they may be (None: 0.01).
 
     Raises:
       ValueError: ``config.split`` is not the artifact's split, or ``weight_column`` is
@@ -209,7 +211,9 @@ def load_config_split(config: TrainConfig, weight_column: Optional[str] = None,
 
         source = UserLogSource(config.interactions, config.user_column, config.item_column,
                                time_column=config.time_column, weight_column=weight_column,
-                               format=config.log_format, skip_bad_lines=skip_bad_lines)
+                               format=config.log_format, skip_bad_lines=skip_bad_lines,
+                               **({} if max_bad_share is None else
+                                  {"max_bad_share": max_bad_share}))
         return load_user_log_split(source, config.split,
                                    temporal_fraction=config.temporal_fraction)
     return load_dataset_split(config.dataset, config.split, config.data_dir,
@@ -230,7 +234,8 @@ def load_recorded_split(config: TrainConfig, record: dict):
     skipped = int(record.get("skipped_lines") or 0)
     # A row may be malformed by its weight alone: read the weight column the run read.
     split = load_config_split(config, weight_column=record.get("weight_column") or None,
-                              skip_bad_lines=bool(skipped))
+                              skip_bad_lines=bool(skipped),
+                              max_bad_share=1.0 if skipped and config.interactions else None)
     if split.interactions.skipped_lines != skipped:
         raise ValueError(f"{split.interactions.source} now has "
                          f"{split.interactions.skipped_lines:,} malformed lines and the run "
