@@ -39,7 +39,6 @@ MODULES = _modules_with_examples()
 MIN_EXAMPLES = {
     "tfrs_logq.tasks": 3,
     "tfrs_logq.tasks.CorrectedRetrieval": 3,
-    "tfrs_logq._tasks_impl": 1,
     "tfrs_logq.proposal": 6,
     "tfrs_logq.losses": 1,
     "tfrs_logq.metrics": 3,

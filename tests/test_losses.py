@@ -320,16 +320,17 @@ def _above_one_inputs():
 @pytest.mark.parametrize("correction", ["logq-official", "corrected"])
 def test_log_q_above_zero_is_refused_eagerly(correction):
     s_p, s_n, log_q = _above_one_inputs()
-    with pytest.raises(ValueError, match=r"`negative_log_q` must be the log of a per-draw .*"
+    with pytest.raises(ValueError, match=r"`negative_log_q` must hold per-draw proposal .*"
                                          r"received 2\.079 \(Q = 8\)"):
         sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=log_q)
-    with pytest.raises(ValueError, match="`negative_log_q` must be"):  # a shared [n] log Q
+    # A shared [n] log Q.
+    with pytest.raises(ValueError, match="`negative_log_q` must hold per-draw proposal"):
         sampled_softmax_loss(s_p, s_n, correction=correction, negative_log_q=log_q[1])
 
 
 def test_positive_log_q_above_zero_is_refused():
     s_p, s_n, log_q = _above_one_inputs()
-    with pytest.raises(ValueError, match="`positive_log_q` must be the log of a per-draw"):
+    with pytest.raises(ValueError, match="`positive_log_q` must hold per-draw proposal"):
         sampled_softmax_loss(s_p, s_n, correction="logq-tfrs",
                              negative_log_q=log_q[:1].repeat(2, 0),
                              positive_log_q=np.array([-1.0, 0.5]))
@@ -346,7 +347,8 @@ def test_log_q_above_zero_is_refused_in_a_tf_function(correction):
 
     good = np.log(np.full((2, 3), 0.2))
     assert np.all(np.isfinite(loss(s_p, s_n, good).numpy()))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="`negative_log_q` must be"):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="`negative_log_q` must hold per-draw proposal probabilities"):
         loss(s_p, s_n, log_q)
 
 

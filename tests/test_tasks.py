@@ -429,11 +429,18 @@ def test_probabilities_above_one_are_rejected(bad):
     key = next(iter(bad))
     value = prob * 16 if bad[key] == "batch" else np.log(prob) + 2.0
     task = CorrectedRetrieval()
-    with pytest.raises(ValueError, match="per-draw proposal probability"):
+    with pytest.raises(ValueError, match=f"^`{key}` must hold per-draw proposal probabilities"):
         task(q, c, candidate_ids=ids, **{key: value})
     graph = tf.function(lambda v: task(q, c, candidate_ids=ids, **{key: v}))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="per-draw proposal probability"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="per-draw proposal probabilities"):
         graph(tf.constant(value))
+
+
+def test_negative_probabilities_are_rejected_with_the_same_message():
+    q, c, ids, prob, _ = _batch(seed=26)
+    with pytest.raises(ValueError, match="must hold per-draw proposal probabilities .*"
+                                         "received a negative or NaN probability"):
+        CorrectedRetrieval()(q, c, candidate_ids=ids, candidate_sampling_probability=-prob)
 
 
 def test_per_draw_to_inclusion_matches_reference():

@@ -6,13 +6,14 @@ two-tower losses (`tfrs_logq.towers.config`), the SASRec objectives
 `check_correction` (the configuration modules that build the command line's flags import
 it without loading TensorFlow).
 
-- ``none``: no correction, ``-s_p + log(e^{s_p} + sum_i e^{s_i})``.
+- ``none``: no correction;
 - ``logq-tfrs``: standard logQ as TFRS's ``Retrieval`` computes it, the positive's logit
-  corrected too: ``-s_p + log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)})``.
+  corrected too;
 - ``logq-official``: standard logQ as the paper's official code computes it, the positive
-  uncorrected: ``-s_p + log(e^{s_p} + sum_i e^{s_i - log Q(d_i)})``.
+  uncorrected;
 - ``corrected``: the corrected loss of Khrylchenko et al. (RecSys 2025).
 
+Their formulas are written once, in `tfrs_logq.losses`.
 A bare ``logq`` names neither standard form and is refused.
 """
 

@@ -68,28 +68,44 @@ def refuse_where(tensor, violation, message: str) -> tf.Tensor:
 
 
 def check_log_q(log_q, name: str, is_valid=None) -> tf.Tensor:
-    """``log_q``, refused where an entry is above 0 (``Q > 1``: not a per-draw probability).
+    """``log_q``, refused where an entry is above 0 or NaN (``Q > 1`` or ``Q < 0``: not a
+    per-draw probability). The one check of ``Q`` in the library, with one message.
 
     Entries where ``is_valid`` (bool, broadcast against ``log_q``) is False may
     hold anything (accidental hits, padding). Checked as `refuse_where` does: a
     one-line ``ValueError`` for known values, a ``tf.debugging`` assertion in a graph.
+    A probability is checked through its unclipped log (`check_probability`).
 
     >>> check_log_q(tf.math.log([0.5, 2.0]), "log_q", is_valid=[True, False]).numpy().round(4)
     array([-0.6931,  0.6931], dtype=float32)
     """
     log_q = tf.convert_to_tensor(log_q)
-    too_large = log_q > tf.cast(Q_TOLERANCE, log_q.dtype)
+    bad = tf.logical_or(log_q > tf.cast(Q_TOLERANCE, log_q.dtype), tf.math.is_nan(log_q))
     if is_valid is not None:
-        too_large = tf.logical_and(tf.convert_to_tensor(is_valid), too_large)
-    flags, values = tf.get_static_value(too_large), tf.get_static_value(log_q)
-    received = "received a value above 0"
+        bad = tf.logical_and(tf.convert_to_tensor(is_valid), bad)
+    flags, values = tf.get_static_value(bad), tf.get_static_value(log_q)
+    received = "received a value above 1"
     if flags is not None and values is not None and np.any(flags):
-        largest = float(np.max(np.where(flags, values, -np.inf)))
-        received = f"received {largest:.4g} (Q = {np.exp(largest):.4g})"
-    message = (f"`{name}` must be the log of a per-draw proposal probability (log Q <= 0, "
-               f"Q <= 1), {received}: pass the probability that one draw returns the "
-               "item (count / total), not its chance to appear in a batch.")
-    return refuse_where(log_q, too_large, message)
+        worst = np.where(flags, values, -np.inf)
+        if np.isnan(worst).any():
+            received = "received a negative or NaN probability"
+        else:
+            largest = float(np.max(worst))
+            received = f"received {largest:.4g} (Q = {np.exp(largest):.4g})"
+    message = (f"`{name}` must hold per-draw proposal probabilities (0 <= Q <= 1, log Q <= "
+               f"0), {received}: pass the probability that one draw returns the item "
+               "(count / total), not its chance to appear in a batch.")
+    return refuse_where(log_q, bad, message)
+
+
+def check_probability(probability, name: str, min_probability: float = MIN_PROBABILITY
+                      ) -> tf.Tensor:
+    """``log Q`` of per-draw probabilities, checked by `check_log_q` on the unclipped log
+    (so ``Q > 1`` and ``Q < 0`` are refused), then clipped as `log_q_from_probability`."""
+    q = tf.convert_to_tensor(probability)
+    checked = check_log_q(tf.math.log(q), name)
+    with tf.control_dependencies([checked]):
+        return log_q_from_probability(q, min_probability)
 
 
 def log_complement(log_q) -> tf.Tensor:
@@ -184,6 +200,7 @@ def unigram_log_tables(counts) -> tuple[np.ndarray, float, np.ndarray]:
 
 __all__ = [
     "COMPLEMENT_EPSILON",
+    "check_probability",
     "MIN_PROBABILITY",
     "Q_TOLERANCE",
     "check_log_q",

@@ -17,6 +17,7 @@ and negatives.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Iterable, Optional
 
@@ -117,10 +118,10 @@ def make_optimizer(run):
 def checkpoint_key(run) -> str:
     """What a run's `StepCheckpoint` belongs to: its ``run_id`` and the code's
     `source_fingerprint` (the package and its pipelines)."""
-    import tfrs_logq
     import tfrs_logq.pipelines
 
-    code = source_fingerprint(tfrs_logq.__path__[0], tfrs_logq.pipelines.__path__[0])
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tfrs_logq/
+    code = source_fingerprint(package, tfrs_logq.pipelines.__path__[0])
     return f"{run.run_id}|code={code}"
 
 
