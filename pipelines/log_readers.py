@@ -207,8 +207,9 @@ def _skip_or_raise(message: str, skip: bool, report: ParseReport, lines: int = 1
 
 def _damaged(path: str, exc: BaseException) -> DataFormatError:
     if isinstance(exc, UnicodeDecodeError):
-        return DataFormatError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
-                               f"at offset {exc.start:,} of a block): save it as UTF-8.")
+        return DataFormatError(f"{path} is not UTF-8 text (it holds the byte "
+                               f"{exc.object[exc.start]:#04x}, which UTF-8 text cannot): save "
+                               "it as UTF-8.")
     return DataFormatError(f"{path}: the file is truncated or corrupt ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''}); copy it again.")
 

@@ -318,3 +318,19 @@ def test_finite_mean_against_exact_arithmetic():
                    rng.uniform(size=77), np.array([0.0, 0.0]), np.array([5e-324, 0.0])):
         exact = math.fsum(v / 2**1000 for v in values) / len(values) * 2**1000
         assert splits.finite_mean(values) == pytest.approx(exact, rel=1e-12, abs=1e-320)
+
+
+def test_ids_that_would_not_fit_in_memory_are_refused_before_their_array_is_built(
+        tmp_path, monkeypatch):
+    from tfrs_logq.pipelines import user_log
+
+    rows = [f"{'u' * 1000}{k % 50},i{k % 20}" for k in range(200)]
+    path = write_csv(tmp_path / "wide.csv", rows, "user,item")
+    need = 50 * 4 * 1002 + 20 * 4 * 3  # distinct ids x 4 bytes x the longest, per kind
+    monkeypatch.setattr(user_log, "available_memory_bytes", lambda: need - 1)
+    with pytest.raises(DataFormatError, match=r"wide.csv: the log's ids would take .* GiB "
+                                              r"as arrays .*: shorten the ids"):
+        load_user_log(UserLogSource(str(path), "user", "item"), min_item_interactions=1)
+    monkeypatch.setattr(user_log, "available_memory_bytes", lambda: need)
+    got = load_user_log(UserLogSource(str(path), "user", "item"), min_item_interactions=1)
+    assert got.raw_users.dtype.itemsize == 4 * 1002
