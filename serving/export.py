@@ -470,6 +470,12 @@ class RetrievalModule(tf.Module):
             refusal = index.unreached_line(self.faiss_tuning)
             if refusal:
                 raise ValueError(refusal)
+            for k, recall in self.faiss_tuning["recall"].items():
+                if recall < target_recall:  # reached on the tuning half, not on the other
+                    logger.warning(
+                        "the faiss index keeps %.3f of the exact top-%s on the %d held-out "
+                        "queries, below --target-recall %g (the tuning queries reached it)",
+                        recall, k, self.faiss_tuning["num_queries"]["held_out"], target_recall)
         self.faiss_params, self.faiss_index = index.params, index
 
     def _lookup(self, history: tf.Tensor) -> tf.Tensor:
