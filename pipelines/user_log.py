@@ -375,7 +375,7 @@ def _check_one_unit(batch: Batch, column: str, kinds: np.ndarray, keep: np.ndarr
     if raw["time_kind"] is None:
         k = int(rows[0])
         raw["time_kind"] = (int(kinds[k]), batch.columns[column][k].as_py(),
-                            lambda where=batch.where, k=k: where(k))
+                            batch.where(k))  # named now: a batch is not kept
     first_kind, first_value, first_where = raw["time_kind"]
     units = np.array([_unit(int(k)) for k in range(len(EPOCH_UNITS) + 1)])
     other = np.flatnonzero(units[kinds[rows]] != _unit(first_kind))
@@ -385,7 +385,7 @@ def _check_one_unit(batch: Batch, column: str, kinds: np.ndarray, keep: np.ndarr
         raise DataFormatError(
             f"{batch.where(k)}: the time column {column!r} mixes units: {value!r} is "
             f"{_kind_name(int(kinds[k]))} and the first time, {_shown(first_value)!r} "
-            f"({first_where()}), is {_kind_name(first_kind)}: write every time of the "
+            f"({first_where}), is {_kind_name(first_kind)}: write every time of the "
             "column in one unit (all epoch seconds, all epoch milliseconds, or all ISO 8601 "
             "text).")
 
