@@ -48,7 +48,12 @@ class ServerMetrics:
     """
 
     def __init__(self, model_name: str) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Histogram
+        except ImportError as exc:
+            raise ImportError(
+                f"tfrs-logq serve needs prometheus-client ({exc}): install the serving extra, "
+                "pip install -e \".[serving]\" (or pip install 'tfrs-logq[serving]')") from exc
 
         self.model_name = model_name
         self.registry = CollectorRegistry(auto_describe=True)
