@@ -54,10 +54,10 @@ def _servable(path):
                     ServerOptions(model_name="ml", model_base_path=os.path.dirname(path)))
 
 
-def _brute_force_top_k(path, histories, k, exclude):
-    """The reference: numpy scores of the export's own query embeddings against every item
-    embedding, the history's items dropped, the best k as raw ids."""
-    loaded = tf.saved_model.load(path)
+def _brute_force_top_k(loaded, histories, k, exclude):
+    """The reference: numpy scores of the export's own query embeddings (``loaded``: the
+    SavedModel) against every item embedding, the history's items dropped, the best k as
+    raw ids."""
     query = loaded.signatures["query_embedding"](history=tf.constant(histories))
     scores = query["query_embedding"].numpy() @ loaded.item_table.numpy().T
     if exclude:
@@ -73,6 +73,7 @@ def test_faiss_built_as_exact_search_returns_brute_forces_top_k(tmp_path):
     params = faiss_parameters(len(RAW_IDS), 10, max_k=50, nlist=12)
     path = _faiss_export(tmp_path / "m", faiss_params=params)
     servable = _servable(path)
+    loaded = tf.saved_model.load(path)
     try:
         assert servable.ann is not None and servable.ann.nprobe_for(10) == 12
         histories = np.array([[101, 102, 250, 0, 0], [0, 0, 0, 0, 399], [105, 106, 107, 108,
@@ -81,14 +82,14 @@ def test_faiss_built_as_exact_search_returns_brute_forces_top_k(tmp_path):
             checked = servable.validate("top_k", {"history": histories, "k": np.int32(k),
                                                   "exclude_history": np.bool_(exclude)})
             got = servable.run(checked)
-            ids, scores = _brute_force_top_k(path, histories, k, exclude)
+            ids, scores = _brute_force_top_k(loaded, histories, k, exclude)
             np.testing.assert_allclose(got["scores"], scores, rtol=1e-5, atol=1e-6)
             assert (got["item_ids"] == ids).mean() > 0.97  # equal up to ties of equal score
             if exclude:
                 assert not any(set(r) & set(h) for r, h in zip(got["item_ids"], histories))
         # serving_default: the export's default k, history excluded, as the SavedModel's own
         got = servable.run(servable.validate("", {"history": histories}))
-        ids, _ = _brute_force_top_k(path, histories, 10, True)
+        ids, _ = _brute_force_top_k(loaded, histories, 10, True)
         assert got["item_ids"].shape == (3, 10) and (got["item_ids"] == ids).mean() > 0.97
     finally:
         servable.close()
