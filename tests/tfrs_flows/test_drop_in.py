@@ -192,6 +192,7 @@ def test_scann_index_of_the_switched_model(tmp_path, correction):
         num_reordering_candidates=len(log.titles))
     scann.index_from_dataset(tm.candidates(log, model, "movie_title"))
     users = tf.constant(["u3", "u17", "u40"])
+    scann(users)  # traced before saving, as the tutorial does
     path = str(tmp_path / "scann")
     tf.saved_model.save(scann, path,
                         options=tf.saved_model.SaveOptions(namespace_whitelist=["Scann"]))
