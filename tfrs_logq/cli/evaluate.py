@@ -56,7 +56,7 @@ def run(args) -> int:
     from tfrs_logq.serving.evaluation import evaluate_through_server
 
     read_model_config(args.model_dir)  # a directory that is no training output: one line
-    if args.max_bad_share is not None:
+    if getattr(args, "max_bad_share", None) is not None:
         raise ValueError("--max-bad-share is a flag of data stats and train: evaluate reads "
                          "the data as the run read it.")
     result = evaluate_through_server(
