@@ -20,7 +20,8 @@ TF221_STAMP    := $(TF221_VENV)/.installed-$(shell cat pyproject.toml | cksum | 
 TF221_TESTS    ?= tests/test_tf_versions.py tests/test_losses.py tests/test_tasks.py \
                   tests/test_sampling.py tests/test_frequency.py \
                   tests/serving/test_serving_inputs.py tests/serving/test_serving_rest_api.py \
-                  tests/serving/test_serving_grpc_service.py \
+                  tests/serving/test_serving_grpc_service.py tests/serving/test_serving_faiss.py \
+                  tests/tfrs_flows/test_drop_in.py \
                   tests/sasrec/test_training_cli.py::test_train_cli_smoke_writes_model_dir_and_json \
                   tests/cli/test_quiet.py
 PIP_PROGRESS   := --progress-bar off
@@ -141,7 +142,8 @@ test-keras-torch-tf: $(STAMP) $(KERAS_STAMP)
 
 # tfrs-logq on TensorFlow 2.21: task, losses, samplers, frequency, training smoke, a
 # brute-force export (test_tf_versions.py), both protocols' request checks and a server
-# answering and refusing on both (test_serving_{inputs,rest_api,grpc_service}.py).
+# answering and refusing on both (test_serving_{inputs,rest_api,grpc_service}.py), the faiss
+# index that serves there in ScaNN's place, and the drop-in's contract with TFRS.
 test-tf221: $(TF221_STAMP)
 	@echo "== tfrs-logq on TensorFlow 2.21 ($(TF221_VENV)): $(TF221_TESTS)"
 	$(TF221_PY) -m pytest -q $(TF221_TESTS)
