@@ -7,7 +7,14 @@ from scipy import stats
 
 from tfrs_logq import CorrectedRetrieval
 from tfrs_logq.frequency import ExactFrequency
-from tfrs_logq.sampling import InBatchSampler, MixedSampler, UniformSampler
+from tfrs_logq.sampling import (
+    NEGATIVES_SALT,
+    InBatchSampler,
+    MixedSampler,
+    UniformSampler,
+    distinct_in_random_order,
+    sample_negatives,
+)
 
 
 def test_uniform_sampler_is_uniform_over_catalog_excluding_padding():
@@ -170,3 +177,80 @@ def test_in_batch_sampler_draws_string_ids_as_their_codes(deduplicate):
     np.testing.assert_allclose(by_str.log_q.numpy(), by_int.log_q.numpy())
     padded = InBatchSampler(4, pad_id="<pad>", seed=1)(tf.constant(["x", "<pad>", "x"]))
     assert padded.ids.numpy().tolist() == [b"x", b"<pad>", b"<pad>", b"<pad>"]
+
+
+# ------------------------------------------------------------- stateless draws of a step
+
+
+def _halves(seed, step):
+    """The two keys of step ``step`` from the formula: fold ``step`` (int64) into
+    ``[seed, salt]`` (salt: "negative" in ASCII), split in two."""
+    assert NEGATIVES_SALT == int.from_bytes(b"negative", "big")
+    key = tf.random.experimental.stateless_fold_in(
+        tf.constant([seed, NEGATIVES_SALT], tf.int64), tf.constant(step, tf.int64))
+    return tf.unstack(tf.random.experimental.stateless_split(key, 2))
+
+
+def test_sample_negatives_is_the_uniform_then_the_in_batch_draw_of_the_step_key():
+    positives = tf.constant([4, 9, 9, 2, 7, 4, 0, 11], tf.int64)
+    table = tf.constant(np.log(np.arange(1, 22) / 231.0), tf.float32)
+    out = sample_negatives(positives, 3, 17, num_uniform=5, num_in_batch=6, num_items=20,
+                           log_q=table)
+    s_uniform, s_in_batch = _halves(3, 17)
+    uniform = tf.random.stateless_uniform([5], seed=s_uniform, minval=1, maxval=21,
+                                          dtype=tf.int64).numpy()
+    in_batch, valid = distinct_in_random_order(positives, 6, s_in_batch)
+    ids = np.concatenate([uniform, in_batch.numpy()])
+    is_valid = np.concatenate([np.ones(5, bool), valid.numpy()])
+    np.testing.assert_array_equal(out.ids.numpy(), ids)
+    np.testing.assert_array_equal(out.is_valid.numpy(), is_valid)
+    assert is_valid.sum() == 10 and set(ids[5:][is_valid[5:]]) == {2, 4, 7, 9, 11}
+    expected = np.where(is_valid, np.log(np.arange(1, 22) / 231.0)[ids], 0.0)
+    np.testing.assert_allclose(out.log_q.numpy(), expected, rtol=1e-6)
+    # A function of (seed, step) alone: the same again, another step or seed differs.
+    again = sample_negatives(positives, 3, tf.constant(17, tf.int64), num_uniform=5,
+                             num_in_batch=6, num_items=20, log_q=table)
+    np.testing.assert_array_equal(again.ids.numpy(), ids)
+    for seed, step in ((3, 18), (4, 17)):
+        other = sample_negatives(positives, seed, step, num_uniform=5, num_items=20)
+        assert not np.array_equal(other.ids.numpy(), ids[:5])
+    # Each part alone is that part of the mix; a function of the ids gives log Q too.
+    alone = sample_negatives(positives, 3, 17, num_in_batch=6,
+                             log_q=lambda drawn: -tf.cast(drawn, tf.float32))
+    np.testing.assert_array_equal(alone.ids.numpy(), ids[5:])
+    np.testing.assert_allclose(alone.log_q.numpy(), np.where(is_valid[5:], -ids[5:], 0.0))
+
+
+def test_sample_negatives_refuses_no_negatives():
+    with pytest.raises(ValueError, match="`num_uniform` and `num_in_batch`"):
+        sample_negatives(tf.constant([1, 2]), 0, 0)
+    with pytest.raises(ValueError, match="`num_items` must be a positive int"):
+        sample_negatives(None, 0, 0, num_uniform=2)
+
+
+def test_samplers_draw_at_their_counter_or_the_given_step():
+    positives = np.array([3, 5, 5, 8, 13, 2])
+    freq = ExactFrequency.from_counts(np.arange(20, dtype=float))
+    pairs = [
+        (lambda: InBatchSampler(4, frequency=freq, seed=7),
+         dict(num_in_batch=4, log_q=lambda ids: freq.log_q(ids))),
+        (lambda: UniformSampler(19, 4, seed=7),
+         dict(num_uniform=4, num_items=19, log_q=lambda ids: tf.fill([4], -np.log(19.0)))),
+        (lambda: MixedSampler(UniformSampler(19, 3, seed=1),
+                              InBatchSampler(4, frequency=freq, seed=7)),
+         dict(num_uniform=3, num_in_batch=4, num_items=19,
+              log_q=lambda ids: freq.log_q(ids))),
+    ]
+    ids = tf.constant(positives, tf.int64)
+    for make, kwargs in pairs:
+        counted, stepped = make(), make()
+        for call in (1, 2, 3):
+            drawn = counted(positives)
+            at_step = stepped(positives, step=tf.constant(call, tf.int64))
+            reference = sample_negatives(ids, 7, call, **kwargs)
+            for out in (drawn, at_step):
+                np.testing.assert_array_equal(out.ids.numpy(), reference.ids.numpy())
+                np.testing.assert_array_equal(out.is_valid.numpy(),
+                                              reference.is_valid.numpy())
+                np.testing.assert_allclose(out.log_q.numpy(), reference.log_q.numpy(),
+                                           rtol=1e-6)

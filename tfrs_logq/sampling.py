@@ -1,5 +1,11 @@
 """Negative samplers: in-batch, uniform over a catalog, and mixed.
 
+One function draws the negatives of a step, `sample_negatives`: stateless, keyed by
+``(seed, step)`` alone (`step_key`), so a resumed run draws what an uninterrupted one
+does. The two-tower trainer calls it with its step; the sampler classes
+(`InBatchSampler`, `UniformSampler`, `MixedSampler`) call it with the ``step=`` they
+are given or else their call counter.
+
 Every sampler returns `SampledNegatives`: a fixed-size `[k]` vector of ids, the
 ``log Q`` to correct them with, and an ``is_valid`` mask (False marks padding
 when fewer than ``k`` distinct in-batch items exist). The negatives are shared
@@ -132,6 +138,86 @@ def uniform_ids(shape, num_items: int, seed, first_id: int = 1, dtype=tf.int32) 
                                        maxval=first_id + num_items, dtype=dtype)
 
 
+# Salts every draw's key: the two-tower trainer keys batch i of seed s by
+# [world_seed, s * 10^8 + i], which an unsalted [seed, step] would equal for seed 0 of
+# world 0 (its uniform negatives would then be the users' draw scaled).
+NEGATIVES_SALT = 0x6E65676174697665  # "negative"
+
+
+def step_key(seed, step) -> tf.Tensor:
+    """`[2]` int64 key of the negatives of ``step``: ``stateless_fold_in([seed, salt], step)``.
+
+    A function of ``(seed, step)`` alone, so a resumed run, or two runs that differ only
+    in their correction, draw the same negatives at the same step.
+    """
+    return tf.random.experimental.stateless_fold_in(
+        tf.constant([seed, NEGATIVES_SALT], tf.int64), tf.cast(step, tf.int64))
+
+
+def sample_negatives(positive_ids, seed, step, num_uniform: int = 0, num_in_batch: int = 0,
+                     num_items: int = 0, log_q=None, first_id: int = 1, pad_id=0,
+                     deduplicate: bool = True) -> SampledNegatives:
+    """The negatives of one step, drawn from ``(seed, step)`` alone (stateless).
+
+    ``num_uniform`` ids uniform with replacement over ``first_id .. first_id + num_items - 1``
+    (`uniform_ids`), then ``num_in_batch`` of the batch's distinct ``positive_ids`` in random
+    order (`distinct_in_random_order`; padded, ``is_valid`` False, when the batch holds
+    fewer): in-batch, uniform, or their mix (Yang et al. 2020). The key is `step_key`,
+    split in two: one half for each part.
+
+    Args:
+      positive_ids: the batch's positive ids (any shape; int or string), or None when
+        ``num_in_batch`` is 0.
+      seed: int. The run's seed.
+      step: int or int scalar tensor. The step (or call) number.
+      num_uniform: int. Uniform negatives. Defaults to 0.
+      num_in_batch: int. In-batch negatives. Defaults to 0.
+      num_items: int. Catalog size of the uniform part.
+      log_q: the negatives' ``log Q``: a `[num_ids]` table read by id, or a function of the
+        `[k]` drawn ids; None gives zeros. Padding entries hold 0 whatever it says.
+      first_id: int. Smallest id of the uniform part. Defaults to 1.
+      pad_id: int (or str). Padding of ``positive_ids`` and of the output. Defaults to 0.
+      deduplicate: bool. In-batch negatives from distinct ids (else positions without
+        replacement). Defaults to True.
+
+    Returns:
+      `SampledNegatives` of ``k = num_uniform + num_in_batch`` entries, uniform first.
+    """
+    if num_uniform < 0 or num_in_batch < 0 or num_uniform + num_in_batch < 1:
+        raise ValueError(f"`num_uniform` and `num_in_batch` must be >= 0 and add up to at "
+                         f"least 1, received {num_uniform!r} and {num_in_batch!r}.")
+    s_uniform, s_in_batch = tf.unstack(tf.random.experimental.stateless_split(
+        step_key(seed, step), 2))
+    ids, valid = [], []
+    if num_uniform:
+        num_items = _check_positive_int(num_items, "num_items")
+        ids.append(uniform_ids([num_uniform], num_items, s_uniform, first_id=first_id,
+                               dtype=tf.int64))
+        valid.append(tf.ones([num_uniform], tf.bool))
+    if num_in_batch:
+        b_ids, b_valid = distinct_in_random_order(positive_ids, num_in_batch, s_in_batch,
+                                                  pad_id=pad_id, distinct=deduplicate)
+        ids.append(b_ids)
+        valid.append(b_valid)
+    ids, is_valid = tf.concat(ids, 0), tf.concat(valid, 0)
+    if log_q is None:
+        values = tf.zeros(tf.shape(ids), tf.float32)
+    elif callable(log_q):
+        values = tf.cast(log_q(ids), tf.float32)
+    else:
+        values = tf.cast(tf.gather(log_q, ids), tf.float32)
+    log_q = tf.where(is_valid, values, tf.zeros(tf.shape(ids), tf.float32))
+    return SampledNegatives(ids, log_q, is_valid)
+
+
+def _next_step(calls: tf.Variable, step):
+    """``step`` when given, else the sampler's call counter, advanced by one."""
+    if step is not None:
+        return step
+    calls.assign_add(1)
+    return calls.read_value()
+
+
 class InBatchSampler:
     """Negatives drawn from the batch's own positives (a unigram proposal).
 
@@ -147,8 +233,9 @@ class InBatchSampler:
         uses the batch's own item frequencies.
       pad_id: int (or str). Id of padding in ``positive_ids`` (ignored) and of padding
         entries in the output; for string ids an int means ``""``. Defaults to 0.
-      seed: int. Seed for the stateless shuffle; combined with the sampler's
-        call counter so that every call differs. Defaults to 0.
+      seed: int. Seed of the stateless draw (`sample_negatives`), whose step is the
+        call's ``step`` or else the sampler's call counter, so that every call differs.
+        Defaults to 0.
     """
 
     def __init__(
@@ -166,29 +253,26 @@ class InBatchSampler:
         self._seed = int(seed)
         self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sampler_calls")
 
-    def _next_seed(self) -> tf.Tensor:
-        self._calls.assign_add(1)
-        return tf.stack([tf.constant(self._seed, tf.int64), self._calls.read_value()])
-
     def log_q(self, ids: tf.Tensor, batch_ids: tf.Tensor, is_real=None) -> tf.Tensor:
         if self.frequency is None:
             return batch_log_frequency(ids, batch_ids, is_real)
         return tf.cast(self.frequency.log_q(ids), tf.float32)
 
-    def __call__(self, positive_ids) -> SampledNegatives:
+    def __call__(self, positive_ids, step=None) -> SampledNegatives:
+        """The negatives of ``positive_ids`` at ``step`` (int or int scalar tensor;
+        None: the sampler's call counter)."""
         ids = tf.reshape(tf.convert_to_tensor(positive_ids), [-1])
         pad = self.pad_id
         if ids.dtype == tf.string:
             pad = pad if isinstance(pad, str) else ""
         else:
             ids = tf.cast(ids, tf.int64)
-        padded, is_valid = distinct_in_random_order(
-            ids, self.num_negatives, self._next_seed(), pad_id=pad,
-            distinct=self.deduplicate)
         # Batch frequencies over real positives (a valid negative never equals pad_id).
-        log_q = tf.where(is_valid, self.log_q(padded, ids, tf.not_equal(ids, pad)),
-                         tf.zeros([self.num_negatives], tf.float32))
-        return SampledNegatives(padded, log_q, is_valid)
+        is_real = tf.not_equal(ids, pad)
+        return sample_negatives(ids, self._seed, _next_step(self._calls, step),
+                                num_in_batch=self.num_negatives, pad_id=pad,
+                                deduplicate=self.deduplicate,
+                                log_q=lambda drawn: self.log_q(drawn, ids, is_real))
 
 
 class UniformSampler:
@@ -201,7 +285,8 @@ class UniformSampler:
       num_items: int. Catalog size ``V``.
       num_negatives: int. ``k``.
       first_id: int. Smallest catalog id. Defaults to 1.
-      seed: int. Seed of the stateless generator. Defaults to 0.
+      seed: int. Seed of the stateless draw, whose step is the call's ``step`` or else
+        the sampler's call counter. Defaults to 0.
     """
 
     def __init__(self, num_items: int, num_negatives: int, first_id: int = 1, seed: int = 0):
@@ -211,13 +296,14 @@ class UniformSampler:
         self._seed = int(seed)
         self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sampler_calls")
 
-    def __call__(self, positive_ids=None) -> SampledNegatives:
-        self._calls.assign_add(1)
-        seed = tf.stack([tf.constant(self._seed, tf.int64), self._calls.read_value()])
-        ids = uniform_ids([self.num_negatives], self.num_items, seed,
-                          first_id=self.first_id, dtype=tf.int64)
-        log_q = tf.fill([self.num_negatives], -tf.math.log(float(self.num_items)))
-        return SampledNegatives(ids, log_q, tf.ones([self.num_negatives], tf.bool))
+    def __call__(self, positive_ids=None, step=None) -> SampledNegatives:
+        """``k`` uniform negatives at ``step`` (None: the sampler's call counter);
+        ``positive_ids`` is not read."""
+        log_q = -tf.math.log(float(self.num_items))
+        return sample_negatives(None, self._seed, _next_step(self._calls, step),
+                                num_uniform=self.num_negatives, num_items=self.num_items,
+                                first_id=self.first_id,
+                                log_q=lambda ids: tf.fill(tf.shape(ids), log_q))
 
 
 class MixedSampler:
@@ -231,6 +317,9 @@ class MixedSampler:
         or ``"mixture"`` (the proposal of a negative slot of the mixture,
         ``Q(d) = a / V + (1 - a) Q_unigram(d)`` with ``a = k_uniform / k``).
         Defaults to ``"unigram"``.
+
+    One `sample_negatives` draw gives both parts, keyed by the in-batch sampler's seed
+    and its call counter (or the call's ``step``).
     """
 
     LOG_Q_MODES = ("unigram", "mixture")
@@ -246,19 +335,22 @@ class MixedSampler:
     def num_negatives(self) -> int:
         return self.uniform.num_negatives + self.in_batch.num_negatives
 
-    def __call__(self, positive_ids) -> SampledNegatives:
+    def __call__(self, positive_ids, step=None) -> SampledNegatives:
+        """The ``k_uniform`` then ``k_in_batch`` negatives at ``step`` (None: the in-batch
+        sampler's call counter)."""
         ids_all = tf.reshape(tf.cast(tf.convert_to_tensor(positive_ids), tf.int64), [-1])
         is_real = tf.not_equal(ids_all, self.in_batch.pad_id)
-        uni = self.uniform(positive_ids)
-        inb = self.in_batch(positive_ids)
-        ids = tf.concat([uni.ids, inb.ids], 0)
-        is_valid = tf.concat([uni.is_valid, inb.is_valid], 0)
-        unigram = tf.concat([self.in_batch.log_q(uni.ids, ids_all, is_real), inb.log_q], 0)
-        if self.log_q_mode == "unigram":
-            log_q = unigram
-        else:
-            a = self.uniform.num_negatives / self.num_negatives
-            log_q = tf.math.log(mixture_probability(tf.exp(unigram), a, self.uniform.num_items))
-        log_q = tf.where(is_valid, log_q, tf.zeros_like(log_q))
-        return SampledNegatives(ids, log_q, is_valid)
+        a = self.uniform.num_negatives / self.num_negatives
+
+        def log_q(ids):
+            unigram = self.in_batch.log_q(ids, ids_all, is_real)
+            if self.log_q_mode == "unigram":
+                return unigram
+            return tf.math.log(mixture_probability(tf.exp(unigram), a, self.uniform.num_items))
+
+        return sample_negatives(
+            ids_all, self.in_batch._seed, _next_step(self.in_batch._calls, step),
+            num_uniform=self.uniform.num_negatives, num_in_batch=self.in_batch.num_negatives,
+            num_items=self.uniform.num_items, log_q=log_q, first_id=self.uniform.first_id,
+            pad_id=self.in_batch.pad_id, deduplicate=self.in_batch.deduplicate)
 

@@ -28,7 +28,7 @@ from tfrs_logq._util.step_checkpoint import StepCheckpoint, source_fingerprint
 from tfrs_logq.corrections import CORRECTIONS
 from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.proposal import inclusion_log_q, mixture_probability
-from tfrs_logq.sampling import SampledNegatives, distinct_in_random_order, uniform_ids
+from tfrs_logq.sampling import sample_negatives
 from tfrs_logq.tasks import CorrectedRetrieval
 from tfrs_logq.towers.config import OPTIMIZERS
 from tfrs_logq.two_tower import HistoryQueryTower
@@ -53,34 +53,6 @@ def positive_log_q(run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
     """``log Q(p)`` of the positives' columns (``logq-official`` reads it for no term of
     the loss: the task leaves the positive uncorrected)."""
     return tf.gather(table, positives)
-
-
-# Salts the negatives' key: the stream keys batch i of seed s by [world_seed, s * 10^8 + i],
-# which an unsalted [seed, step] would equal for seed 0 of world 0 (its uniform negatives
-# would then be the users' draw scaled: neg - 1 = user mod num_users).
-NEGATIVES_SALT = 0x6E65676174697665  # "negative"
-
-
-def draw_negatives(run, positives: tf.Tensor, step: tf.Tensor,
-                   table: tf.Tensor) -> SampledNegatives:
-    """The run's negatives at ``step``: stateless, keyed by ``(seed, step)`` only (and a
-    salt that keeps the key apart from the stream's)."""
-    key = tf.random.experimental.stateless_fold_in(
-        tf.constant([run.seed, NEGATIVES_SALT], tf.int64), tf.cast(step, tf.int64))
-    s_uniform, s_in_batch = tf.unstack(tf.random.experimental.stateless_split(key, 2))
-    ids, valid = [], []
-    if run.num_uniform_negatives:
-        ids.append(uniform_ids([run.num_uniform_negatives], run.num_items, s_uniform,
-                               dtype=tf.int64))
-        valid.append(tf.ones([run.num_uniform_negatives], tf.bool))
-    if run.num_in_batch_negatives:
-        b_ids, b_valid = distinct_in_random_order(positives, run.num_in_batch_negatives,
-                                                  s_in_batch)
-        ids.append(b_ids)
-        valid.append(b_valid)
-    ids, is_valid = tf.concat(ids, 0), tf.concat(valid, 0)
-    log_q = tf.where(is_valid, tf.gather(table, ids), tf.zeros(tf.shape(ids), tf.float32))
-    return SampledNegatives(ids, log_q, is_valid)
 
 
 # ---------------------------------------------------------------------------- training
@@ -160,7 +132,11 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
     @tf.function
     def step(batch, index):
         positives = batch["target"]
-        negatives = draw_negatives(run, positives, index, table)
+        # Stateless: keyed by (seed, step) alone, log Q read from the proposal's table.
+        negatives = sample_negatives(positives, run.seed, index,
+                                     num_uniform=run.num_uniform_negatives,
+                                     num_in_batch=run.num_in_batch_negatives,
+                                     num_items=run.num_items, log_q=table)
         ids = tf.concat([positives, negatives.ids], 0)
         log_q = tf.concat([positive_log_q(run, table, positives), negatives.log_q], 0)
         with tf.GradientTape() as tape:
@@ -208,6 +184,6 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
                    "diverged": not finite}
 
 
-__all__ = ["CORRECTIONS", "NEGATIVES_SALT", "OPTIMIZERS", "PROPOSALS", "SAMPLERS", "TowerModel",
-           "checkpoint_key", "draw_negatives", "make_optimizer", "make_task", "positive_log_q",
+__all__ = ["CORRECTIONS", "OPTIMIZERS", "PROPOSALS", "SAMPLERS", "TowerModel",
+           "checkpoint_key", "make_optimizer", "make_task", "positive_log_q",
            "proposal_log_q_table", "train_loop"]
