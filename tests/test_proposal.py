@@ -24,6 +24,7 @@ from tfrs_logq.proposal import (
     log_complement,
     log_q_from_probability,
     mixture_probability,
+    proposal_log_q_table,
     unigram_log_tables,
 )
 
@@ -260,3 +261,24 @@ def test_mixture_log_q_is_the_same_in_the_sampler_and_in_diagnose():
     np.testing.assert_allclose(diag.log_q(), np.log(0.5 / 3 + 0.5 * unigram[1:]), rtol=1e-12)
     np.testing.assert_allclose(Proposal("mixed-unigram", 4, unigram[1:]).log_q(),
                                np.log(unigram[1:]), rtol=1e-12)
+
+
+def test_proposal_log_q_table_of_each_kind_from_the_unigram_table():
+    counts = np.array([0.0, 6.0, 3.0, 1.0])  # row 0: padding, never drawn
+    with np.errstate(divide="ignore"):
+        unigram = np.log(counts / counts.sum())
+    np.testing.assert_array_equal(proposal_log_q_table(unigram, "unigram"), unigram)
+    # MNS with 3 uniform and 1 in-batch negative per step over V = 3 items: a = 3 / 4.
+    q = counts / counts.sum()
+    mixture = proposal_log_q_table(unigram, "mixture", num_items=3, num_uniform=3,
+                                   num_in_batch=1)
+    np.testing.assert_allclose(mixture, np.log(0.75 / 3 + 0.25 * q), rtol=1e-12)
+    # Deduplicated in-batch negatives of a batch of 4 draws: 1 - (1 - Q)^4.
+    with np.errstate(divide="ignore"):
+        inclusion = proposal_log_q_table(unigram, "inclusion", num_draws=4)
+        expected = np.log(1.0 - (1.0 - q) ** 4)
+    np.testing.assert_allclose(inclusion[1:], expected[1:], rtol=1e-9)
+    assert inclusion[0] == -np.inf and inclusion.dtype == np.float64
+    with pytest.raises(ValueError, match="^`proposal` must be one of unigram, mixture, "
+                                         "inclusion, received 'per_draw'.$"):
+        proposal_log_q_table(unigram, "per_draw")

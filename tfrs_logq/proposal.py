@@ -23,7 +23,8 @@ Clipping policy (the only one; every caller goes through these functions):
   (``#d = 0`` would give ``log Q = -inf``).
 
 Functions take TensorFlow tensors; `mixture_probability` is plain arithmetic and
-also takes numpy arrays.
+also takes numpy arrays. `proposal_log_q_table` gives a trainer's whole `[V + 1]` table of
+a proposal (unigram, mixture or inclusion) from the unigram one, in float64 numpy.
 """
 
 from __future__ import annotations
@@ -164,6 +165,49 @@ def mixture_probability(unigram, uniform_fraction: float, num_items: int):
     return a / num_items + (1.0 - a) * unigram
 
 
+PROPOSAL_KINDS = ("unigram", "mixture", "inclusion")
+
+
+def proposal_log_q_table(log_q_unigram, proposal: str, num_items: int = 0,
+                         num_uniform: int = 0, num_in_batch: int = 0,
+                         num_draws: int = 0) -> np.ndarray:
+    """`[V + 1]` float64 ``log Q(d)`` of a proposal for every id, from the unigram table.
+
+    - ``unigram``: ``log Q_unigram(d)``, the table as given;
+    - ``mixture``: ``log(a / V + (1 - a) Q_unigram(d))`` (`mixture_probability`), with
+      ``a = num_uniform / (num_uniform + num_in_batch)`` and ``V = num_items``;
+    - ``inclusion``: ``log(1 - (1 - Q_unigram(d))^B)`` (`inclusion_log_q`), ``B = num_draws``
+      (the batch size: deduplicated in-batch negatives).
+
+    Args:
+      log_q_unigram: `[V + 1]` float64 ``log Q_unigram`` by id (row 0, padding, may be
+        ``-inf``).
+      proposal: str. One of `PROPOSAL_KINDS`.
+      num_items: int. ``V`` (``mixture``).
+      num_uniform: int. Uniform negatives per step (``mixture``).
+      num_in_batch: int. In-batch negatives per step (``mixture``).
+      num_draws: int. Draws per batch (``inclusion``).
+
+    >>> table = np.log([0.5, 0.25, 0.25])
+    >>> np.exp(proposal_log_q_table(table, "mixture", 2, 1, 1)).round(4)
+    array([0.5  , 0.375, 0.375])
+    >>> np.exp(proposal_log_q_table(table, "inclusion", num_draws=2)).round(4)
+    array([0.75  , 0.4375, 0.4375])
+    """
+    log_q_unigram = np.asarray(log_q_unigram, np.float64)
+    if proposal == "unigram":
+        return log_q_unigram
+    if proposal == "mixture":
+        k = num_in_batch + num_uniform
+        with np.errstate(divide="ignore"):
+            return np.log(mixture_probability(np.exp(log_q_unigram), num_uniform / k,
+                                              num_items))
+    if proposal == "inclusion":
+        return inclusion_log_q(tf.constant(log_q_unigram), num_draws).numpy()
+    raise ValueError(f"`proposal` must be one of {', '.join(PROPOSAL_KINDS)}, received "
+                     f"{str(proposal)[:40]!r}.")
+
+
 def standard_positive_share(p_over_q, num_negatives: int):
     """The positive's share of the standard logQ loss's denominator at the truth.
 
@@ -209,6 +253,8 @@ __all__ = [
     "log_complement",
     "log_q_from_probability",
     "mixture_probability",
+    "PROPOSAL_KINDS",
+    "proposal_log_q_table",
     "refuse_where",
     "standard_positive_share",
     "unigram_log_tables",

@@ -76,17 +76,16 @@ def test_two_corrections_see_the_same_batches_negatives_and_initial_weights(spli
     """Common random numbers, what compare's pairing rests on: runs that differ only in the
     correction train on the same batches, draw the same negatives and start from the same
     weights; another seed draws other negatives."""
-    from tfrs_logq.towers.loop import TowerModel, proposal_log_q_table, train_loop
+    from tfrs_logq.towers.loop import TowerModel, train_loop
 
     def recorded(correction_loss, seed=0):
         config = TwoTowerConfig(loss=correction_loss, steps=3, batch_size=32, embedding_dim=8,
                                 history_length=6, num_negatives=16, seed=seed)
         spec = training.run_spec(config, split.num_items)
-        table = proposal_log_q_table(spec, split.train_log_q())
         record: list = []
         first = [w.numpy() for w in TowerModel(spec).weights]  # seeded by the spec's seed
         batches = Examples(split, 6).batches(seed, 32, 3)
-        train_loop(spec, batches, table, record=record)
+        train_loop(spec, batches, split.train_log_q(), record=record)
         return first, record
 
     base = loss.replace("-corrected", "")

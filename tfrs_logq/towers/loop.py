@@ -27,26 +27,14 @@ import tensorflow as tf
 from tfrs_logq._util.step_checkpoint import StepCheckpoint, source_fingerprint
 from tfrs_logq.corrections import CORRECTIONS
 from tfrs_logq.lazy_adam import LazyAdam
-from tfrs_logq.proposal import inclusion_log_q, mixture_probability
+from tfrs_logq.proposal import PROPOSAL_KINDS, proposal_log_q_table
 from tfrs_logq.sampling import sample_negatives
 from tfrs_logq.tasks import CorrectedRetrieval
 from tfrs_logq.towers.config import OPTIMIZERS
 from tfrs_logq.two_tower import HistoryQueryTower
 
 SAMPLERS = ("in-batch", "uniform", "mixed")
-PROPOSALS = ("unigram", "mixture", "inclusion")
-
-
-def proposal_log_q_table(run, log_q_unigram: np.ndarray) -> np.ndarray:
-    """`[V + 1]` float64 ``log Q(d)`` of the run's proposal for every id (row 0: padding)."""
-    if run.proposal == "unigram":
-        return log_q_unigram
-    if run.proposal == "mixture":
-        k = run.num_in_batch_negatives + run.num_uniform_negatives
-        with np.errstate(divide="ignore"):
-            return np.log(mixture_probability(np.exp(log_q_unigram),
-                                              run.num_uniform_negatives / k, run.num_items))
-    return inclusion_log_q(tf.constant(log_q_unigram), run.batch_size).numpy()
+PROPOSALS = PROPOSAL_KINDS
 
 
 def positive_log_q(run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
@@ -97,7 +85,7 @@ def checkpoint_key(run) -> str:
     return f"{run.run_id}|code={code}"
 
 
-def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.ndarray,
+def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.ndarray,
           record: Optional[list] = None, checkpoint_dir: Optional[str] = None,
           checkpoint_seconds: float = 120.0,
           on_step: Optional[Callable[[int], None]] = None,
@@ -108,7 +96,9 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
     each example's loss weight; batch ``i`` a function of the seed and ``i`` only);
     returns the model and ``{"seconds_per_step", "resumed_from_step", "diverged"}``
     (seconds per step of this process, its first step and the saves excluded; NaN when
-    it trained fewer than 2 steps).
+    it trained fewer than 2 steps). ``log_q_unigram``: `[V + 1]` float64 unigram ``log Q``
+    by id (the split's training frequencies); the run's proposal's table is built from it
+    (`tfrs_logq.proposal.proposal_log_q_table`).
 
     ``record``, when a list, receives ``(batch, negatives)`` numpy pairs of every step
     (tests/towers check common random numbers with it). ``checkpoint_dir``: the run's state is saved
@@ -127,6 +117,10 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
         checkpoint = StepCheckpoint(checkpoint_dir, checkpoint_key(run), checkpoint_seconds,
                                     model=model, optimizer=optimizer)
         first_step = checkpoint.restore()
+    log_q_table = proposal_log_q_table(
+        log_q_unigram, run.proposal, num_items=run.num_items,
+        num_uniform=run.num_uniform_negatives, num_in_batch=run.num_in_batch_negatives,
+        num_draws=run.batch_size)
     table = tf.constant(np.where(np.isfinite(log_q_table), log_q_table, 0.0), tf.float32)
 
     @tf.function
@@ -186,4 +180,4 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_table: np.nd
 
 __all__ = ["CORRECTIONS", "OPTIMIZERS", "PROPOSALS", "SAMPLERS", "TowerModel",
            "checkpoint_key", "make_optimizer", "make_task", "positive_log_q",
-           "proposal_log_q_table", "train_loop"]
+           "train_loop"]

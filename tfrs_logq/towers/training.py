@@ -48,7 +48,7 @@ from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
 from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
 from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.towers.config import TwoTowerConfig
-from tfrs_logq.towers.loop import TowerModel, proposal_log_q_table, train_loop
+from tfrs_logq.towers.loop import TowerModel, train_loop
 
 BATCH_SALT = 0x6261746368  # "batch": keeps the batches' key apart from the negatives'
 
@@ -239,7 +239,6 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     spec = run_spec(config, split.num_items)
     examples = examples or Examples(split, config.history_length)
     log_q = split.train_log_q()
-    table = proposal_log_q_table(spec, log_q)
     arrays = evaluation_arrays(split, split.test, config.history_length, config.exclude_seen)
     if not len(arrays["targets"]):
         raise ValueError("the test split is empty: nothing to evaluate.")
@@ -265,7 +264,7 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
 
     model, timing = train_loop(spec, examples.batches(config.seed, config.batch_size,
                                                      config.steps),
-                               table, checkpoint_dir=checkpoint_dir,
+                               log_q, checkpoint_dir=checkpoint_dir,
                                checkpoint_seconds=checkpoint_seconds, on_step=on_step,
                                on_eval=evaluated)
     if on_trained is not None:
