@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from tfrs_logq._util.atomic import save_figure, write_text
+from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.metrics import BANDS
 from tfrs_logq.stats import (
     MIN_PAIRS,
@@ -99,7 +100,7 @@ class Margin:
 def form_of(loss: str) -> str:
     """``inbatch-logq-tfrs`` -> ``logq-tfrs``; a SASRec objective without a form (bce,
     ...) is its own name."""
-    return loss.split("-", 1)[1] if loss.startswith(("inbatch-", "mns-")) else loss
+    return parse_loss_name(loss, None).correction or loss
 
 
 def describe(loss: str) -> str:
@@ -166,7 +167,8 @@ def primary_comparison(plan: Plan, rows: list[dict], primary_metric: Optional[st
         notes.append(f"{describe(DEFAULT_PRIMARY_BASELINE)} was not compared; the primary "
                      f"baseline is the plan's, {reference}")
     corrected = [x for x in plan.losses if form_of(x) == "corrected" and x != reference]
-    same_negatives = [x for x in corrected if x.split("-")[0] == reference.split("-")[0]]
+    negatives = parse_loss_name(reference, None).negatives
+    same_negatives = [x for x in corrected if parse_loss_name(x, None).negatives == negatives]
     others = [x for x in plan.losses if x != reference]
     subject = (same_negatives or corrected or others)[0]
     return {"subject": subject, "reference": reference, "metric": metric, "notes": notes}
