@@ -98,8 +98,11 @@ def test_objective_names_and_errors():
     assert objective_spec("mns-corrected").num_uniform == 128
     assert objective_spec("mns-corrected").num_in_batch == 128
     assert objective_spec("gbce").gbce_t == 0.75
-    with pytest.raises(ValueError, match="unknown loss"):
+    with pytest.raises(ValueError, match=r"^`loss` must be one of bce, gbce, uniform, "
+                                         r"inbatch-none, .*; received 'softmax'\.$"):
         objective_spec("softmax")
+    with pytest.raises(ValueError, match="^loss 'mns-logq' is ambiguous: use 'mns-logq-tfrs'"):
+        objective_spec("mns-logq")
     with pytest.raises(ValueError, match="item_counts"):
         make_objective("inbatch-corrected", 10, None)
 

@@ -3,9 +3,12 @@ a direct construction, common random numbers, learning, exact resume, bad config
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from tfrs_logq.corrections import LossName
 from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import make_split
 from tfrs_logq.towers import training
@@ -59,6 +62,16 @@ def test_losses_map_to_the_studys_forms():
     assert (spec.sampler, spec.correction, spec.num_uniform_negatives) == (
         "in-batch", "logq-official", 0)
     assert TwoTowerConfig(steps=1200, eval_every=500).eval_steps == (500, 1000, 1200)
+
+
+def test_the_loss_is_parsed_and_stays_out_of_the_fields():
+    config = TwoTowerConfig(loss="mns-logq-official")
+    assert config.loss_name == LossName("mns", "logq-official")
+    replaced = dataclasses.replace(config, loss="inbatch-none")
+    assert replaced.loss_name == LossName("inbatch", "none")
+    assert "loss_name" not in config.run_id and "loss_name" not in dataclasses.asdict(config)
+    assert TwoTowerConfig(**config.__dict__) == config
+    assert replaced == TwoTowerConfig(loss="inbatch-none")
 
 
 @pytest.mark.parametrize("field, value", [("loss", "inbatch-nope"), ("steps", 0),

@@ -30,7 +30,7 @@ import numbers
 import typing
 from typing import Any, Mapping, Optional
 
-from tfrs_logq.corrections import CORRECTIONS, check_loss_name
+from tfrs_logq.corrections import CORRECTIONS, NEGATIVES, LossNameError, parse_loss_name
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
 from tfrs_logq.pipelines.splits import SPLITS
 
@@ -45,8 +45,7 @@ MONITOR = "val_ndcg@10"
 CORRECTED_NAMES = CORRECTIONS
 OBJECTIVES = (
     "bce", "gbce", "uniform",
-    *(f"inbatch-{c}" for c in CORRECTED_NAMES),
-    *(f"mns-{c}" for c in CORRECTED_NAMES),
+    *(f"{n}-{c}" for n in NEGATIVES for c in CORRECTED_NAMES),
     "full-softmax",
 )
 
@@ -181,14 +180,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self._check_types()
-        names = {"loss": OBJECTIVES, "strategy": STRATEGIES, "split": SPLITS,
+        names = {"strategy": STRATEGIES, "split": SPLITS,
                  "mixed_precision": MIXED_PRECISION_POLICIES}
-        if isinstance(self.loss, str) and self.loss.endswith("-logq"):
-            try:
-                check_loss_name(self.loss, OBJECTIVES)
-            except ValueError as error:
-                # the ambiguity, after the field and its flag
-                raise ConfigError("loss", str(error).split(" ", 1)[1]) from None
+        try:
+            parse_loss_name(self.loss, OBJECTIVES)
+        except LossNameError as error:
+            raise ConfigError("loss", error.problem) from None  # after the field and its flag
         for name, allowed in names.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"must be one of {allowed}, received "

@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq import native
-from tfrs_logq.corrections import STANDARD_FORMS
+from tfrs_logq.corrections import STANDARD_FORMS, parse_loss_name
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, sampled_softmax_loss
 from tfrs_logq.proposal import unigram_log_tables
 from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
@@ -120,9 +120,8 @@ class ObjectiveSpec:
 
 def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) -> ObjectiveSpec:
     """The objective called ``name`` with ``num_negatives`` negatives (split in
-    half for MNS)."""
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown loss {name!r}; expected one of {OBJECTIVES}.")
+    half for MNS); an unknown name raises `tfrs_logq.corrections.parse_loss_name`'s error."""
+    loss = parse_loss_name(name, OBJECTIVES)
     if name == "bce":
         return ObjectiveSpec(name, "bce", num_uniform=1)
     if name == "gbce":
@@ -131,12 +130,12 @@ def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) ->
         return ObjectiveSpec(name, "softmax", num_uniform=num_negatives)
     if name == "full-softmax":
         return ObjectiveSpec(name, "full")
-    sampling, correction = name.split("-", 1)
-    if sampling == "inbatch":
-        return ObjectiveSpec(name, "softmax", num_in_batch=num_negatives, correction=correction)
+    if loss.negatives == "inbatch":
+        return ObjectiveSpec(name, "softmax", num_in_batch=num_negatives,
+                             correction=loss.correction)
     half = num_negatives // 2
     return ObjectiveSpec(name, "softmax", num_uniform=num_negatives - half, num_in_batch=half,
-                         correction=correction)
+                         correction=loss.correction)
 
 
 class SampledIds(NamedTuple):

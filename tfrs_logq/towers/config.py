@@ -6,7 +6,8 @@ distinct targets) or ``mns`` (those plus uniform ones shared by the batch); corr
 ``none``, ``logq-tfrs`` (standard logQ as TFRS's ``Retrieval`` computes it: the positive's
 logit corrected too), ``logq-official`` (as the paper's official code computes it: the
 positive uncorrected) or ``corrected``: the names of `tfrs_logq.corrections`, which the
-study and the task take too (a bare ``<negatives>-logq`` is refused).
+study and the task take too (a bare ``<negatives>-logq`` is refused). The name is parsed
+by `tfrs_logq.corrections.parse_loss_name` into `TwoTowerConfig.loss_name`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import dataclasses
 
 import numpy as np
 
-from tfrs_logq.corrections import CORRECTIONS, check_loss_name
+from tfrs_logq.corrections import LOSS_NAMES, NEGATIVES, LossName, parse_loss_name
 
 OPTIMIZERS = ("adam", "lazy-adam")
-NEGATIVES = ("inbatch", "mns")
-LOSSES = tuple(f"{n}-{c}" for n in NEGATIVES for c in CORRECTIONS)
+LOSSES = LOSS_NAMES
 MAX_EMBEDDING_DIM = 4096
 MAX_HISTORY_LENGTH = 10_000
 
@@ -52,7 +52,7 @@ class TwoTowerConfig:
     """leave the user's history out of the ranking (the gSASRec protocol)"""
 
     def __post_init__(self) -> None:
-        check_loss_name(self.loss, LOSSES)
+        parse_loss_name(self.loss, LOSSES)  # the one check of the name
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}, received "
                              f"{str(self.optimizer)[:40]!r}.")
@@ -67,6 +67,12 @@ class TwoTowerConfig:
         if not 0 < self.learning_rate < 10:
             raise ValueError(f"`learning_rate` must be in (0, 10), received "
                              f"{self.learning_rate}.")
+
+    @property
+    def loss_name(self) -> LossName:
+        """``loss`` parsed: its negatives (``inbatch``/``mns``) and its correction (the
+        checked name, read by the one parser; a property, so the fields stay the run's)."""
+        return parse_loss_name(self.loss, None)
 
     @property
     def eval_steps(self) -> tuple:

@@ -65,11 +65,11 @@ class _Spec:
 
     @property
     def negatives(self) -> str:
-        return self.config.loss.split("-", 1)[0]
+        return self.config.loss_name.negatives
 
     @property
     def correction(self) -> str:
-        return self.config.loss.split("-", 1)[1]
+        return self.config.loss_name.correction
 
     @property
     def sampler(self) -> str:
