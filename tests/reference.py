@@ -67,11 +67,16 @@ COUNT_MIN_PRIME = 2**31 - 1
 
 
 def count_min_cells(ids, depth, width, seed):
-    """`[depth, n]` flat counter indices ``r * width + ((a_r (d mod p) + b_r) mod p) mod
-    width`` of a count-min sketch (``p = 2^31 - 1``, ``a, b`` drawn by
-    ``numpy.random.default_rng(seed)``), with Python integers: no overflow."""
+    """`[depth, n]` flat counter indices ``r * width + ((a_r lo + a_r^2 hi + b_r) mod p) mod
+    width`` of a count-min sketch, ``d = hi * 2^31 + lo`` (``p = 2^31 - 1``, ``a, b`` drawn
+    by ``numpy.random.default_rng(seed)``), with Python integers: no overflow."""
     rng = np.random.default_rng(seed)
     p = COUNT_MIN_PRIME
     a, b = rng.integers(1, p, size=depth).tolist(), rng.integers(0, p, size=depth).tolist()
-    return np.array([[r * width + (a[r] * (int(d) % p) + b[r]) % p % width for d in ids]
-                     for r in range(depth)], np.int64).reshape(depth, len(ids))
+
+    def cell(r, d):
+        hi, lo = divmod(int(d), 2**31)
+        return r * width + (a[r] * lo + a[r] ** 2 * hi + b[r]) % p % width
+
+    return np.array([[cell(r, d) for d in ids] for r in range(depth)],
+                    np.int64).reshape(depth, len(ids))

@@ -262,3 +262,40 @@ def test_hashed_estimators_take_strings_as_their_fingerprints(make):
         from_dataset = CountMinSketch.from_dataset(
             tf.data.Dataset.from_tensor_slices(titles).batch(64), depth=3, width=512)
         np.testing.assert_allclose(from_dataset.counters.numpy(), by_string.counters.numpy())
+
+
+def test_counts_restored_into_another_vocabulary_are_refused(tmp_path):
+    saved = ExactFrequency.from_counts([10, 1], ids=["Heat", "Up"])
+    path = tf.train.Checkpoint(est=saved).save(str(tmp_path / "ckpt"))
+    other = ExactFrequency(vocabulary=["Alien", "Heat"])
+    tf.train.Checkpoint(est=other).restore(path)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="another vocabulary"):
+        other.log_q(["Heat"])
+    same = ExactFrequency(vocabulary=["Heat", "Up"])
+    tf.train.Checkpoint(est=same).restore(path).assert_consumed()
+    np.testing.assert_allclose(same.probability(["Heat"]).numpy(), [10 / 11], rtol=1e-6)
+
+
+def test_one_id_per_element_is_read_in_batches():
+    """`from_dataset(ratings.map(lambda x: x["title"]))`, unbatched: equal counts."""
+    titles = np.array([f"t{i % 7}" for i in range(3000)])
+    unbatched = ExactFrequency.from_dataset(tf.data.Dataset.from_tensor_slices(titles))
+    np.testing.assert_allclose(np.sort(unbatched.counts.numpy()),
+                               np.sort(np.unique(titles, return_counts=True)[1]))
+
+
+@pytest.mark.parametrize("make", [lambda: CountMinSketch(depth=4, width=1 << 16),
+                                  lambda: StreamingFrequency(num_buckets=1 << 16)])
+def test_ids_equal_mod_p_do_not_collide_in_every_row(make):
+    """Two 64-bit keys congruent mod 2^31 - 1 (string fingerprints, large integer ids)
+    are hashed apart: the count-min bound holds for them."""
+    first = np.int64(5_000_000_000)
+    second = first + np.int64(P)  # first + (2^31 - 1): equal mod p
+    estimator = make()
+    for _ in range(10):
+        estimator.update(tf.constant([first] * 100, tf.int64))
+    if isinstance(estimator, CountMinSketch):
+        assert estimator.count(tf.constant([second], tf.int64)).numpy()[0] == 0
+    else:
+        assert estimator.log_q(tf.constant([second], tf.int64)).numpy()[0] < \
+            estimator.log_q(tf.constant([first], tf.int64)).numpy()[0]

@@ -146,6 +146,18 @@ class ExactFrequency(_Estimator):
         self.min_count = float(min_count)
         self.counts = _state_variable(tf.zeros([self.num_items], tf.float64), "counts")
         self.total = _state_variable(tf.zeros([], tf.float64), "total")
+        # The vocabulary's fingerprint is checkpointed with the counts: counts restored into
+        # an estimator of another vocabulary (the same length, other ids or order) would
+        # belong to other ids; `update` and `count` refuse them.
+        self._vocabulary_key = tf.constant(
+            0 if self._table is None else _fingerprint(keys), tf.int64)
+        self.vocabulary_fingerprint = _state_variable(self._vocabulary_key, "vocabulary")
+
+    def _check_vocabulary(self):
+        return tf.debugging.assert_equal(
+            self.vocabulary_fingerprint, self._vocabulary_key,
+            message="these counts were saved with another vocabulary: build the estimator "
+                    "with the vocabulary it was saved with")
 
     @property
     def vocabulary(self) -> Optional[np.ndarray]:
@@ -158,6 +170,8 @@ class ExactFrequency(_Estimator):
     def _positions(self, ids) -> tf.Tensor:
         """`[n]` int64 positions of ``ids`` in the counts (-1: not in the vocabulary)."""
         ids = tf.reshape(tf.convert_to_tensor(ids), [-1])
+        with tf.control_dependencies([self._check_vocabulary()]):
+            ids = tf.identity(ids)
         if self._table is None:
             return _as_ids(ids)
         if (ids.dtype == tf.string) != (self._table.key_dtype == tf.string):
@@ -200,6 +214,8 @@ class ExactFrequency(_Estimator):
         if not isinstance(spec, tf.TensorSpec):
             raise ValueError("`dataset` must yield tensors of ids (map it to the id column "
                              f"first), received elements of {spec}.")
+        if spec.shape.rank == 0:  # one id per element: read in large batches
+            dataset = dataset.batch(1 << 16)
         if num_items is not None and spec.dtype != tf.string:
             counts = dataset.map(lambda x: _as_ids(x)).reduce(
                 tf.zeros([int(num_items)], tf.int64),
@@ -227,6 +243,8 @@ class ExactFrequency(_Estimator):
     def count(self, ids) -> tf.Tensor:
         """`[n]` float64 counts (0 for an id outside the vocabulary)."""
         positions = self._positions(ids)
+        if self._table is None:
+            _check_range(positions, self.num_items)
         counts = tf.gather(self.counts, tf.maximum(positions, 0))
         return tf.where(positions >= 0, counts, tf.zeros_like(counts))
 
@@ -234,6 +252,14 @@ class ExactFrequency(_Estimator):
         """`[n]` float32 ``log Q(d)`` of each id."""
         counts = tf.maximum(self.count(ids), self.min_count)
         return tf.cast(tf.math.log(counts) - tf.math.log(tf.maximum(self.total, 1.0)), tf.float32)
+
+
+def _fingerprint(keys: tf.Tensor) -> int:
+    """A 63-bit fingerprint of a vocabulary's ids, in order."""
+    text = keys if keys.dtype == tf.string else tf.strings.as_string(keys)
+    joined = tf.strings.reduce_join(tf.strings.as_string(tf.strings.length(text)) + b":"
+                                    + text, separator="\x00")
+    return int(tf.strings.to_hash_bucket_fast(joined, _STRING_KEYS).numpy())
 
 
 def _check_range(ids: tf.Tensor, size: int, message: Optional[str] = None) -> None:

@@ -271,29 +271,40 @@ def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None) -> t
 SAMPLING_PROBABILITIES = ("per_draw", "inclusion", "per_draw_to_inclusion")
 
 
-def index_identifiers_dtype(index) -> Optional[tf.DType]:
-    """The dtype of the identifiers a TFRS top-k index returns, or None when it returns
-    positions (built from embeddings alone, as TFRS's tutorials build it).
+_POSITIONS = "positions"
 
-    `tfrs.layers.factorized_top_k.Streaming` over a dataset of embeddings, `BruteForce`
-    indexed without identifiers (its identifiers are then ``0..n-1`` as int32) and
-    `ScaNN` without identifiers return positions. Read when the metric's step is traced.
+
+def index_identifiers_dtype(index):
+    """What a TFRS top-k index returns as identifiers: their dtype; ``"positions"`` when
+    it was built from embeddings alone (as TFRS's tutorials build it); None when this
+    cannot be read (an index class of your own).
+
+    `tfrs.layers.factorized_top_k.Streaming` over a dataset of embeddings and `ScaNN`
+    without identifiers return positions; so does `BruteForce` indexed without
+    identifiers, whose identifiers are then ``0..n-1`` as int32 (an index given exactly
+    those int32 ids reads the same: they are its positions). Read when the metric's step is
+    traced.
     """
     from tensorflow_recommenders.layers import factorized_top_k as top_k
 
     if isinstance(index, top_k.Streaming):
         dataset = getattr(index, "_candidates", None)
         spec = None if dataset is None else dataset.element_spec
-        return spec[0].dtype if isinstance(spec, tuple) else None
-    identifiers = getattr(index, "_identifiers", None)
-    if identifiers is None:
-        return None
-    if isinstance(index, top_k.BruteForce) and identifiers.dtype == tf.int32:
-        with tf.init_scope():
-            values = np.asarray(identifiers.numpy()).reshape(-1)
-        if np.array_equal(values, np.arange(values.size)):
-            return None
-    return identifiers.dtype
+        return spec[0].dtype if isinstance(spec, tuple) else _POSITIONS
+    if isinstance(index, top_k.ScaNN):
+        identifiers = getattr(index, "_identifiers", None)
+        return _POSITIONS if identifiers is None else identifiers.dtype
+    if isinstance(index, top_k.BruteForce):
+        identifiers = getattr(index, "_identifiers", None)
+        if identifiers is None:
+            return _POSITIONS
+        if identifiers.dtype == tf.int32:
+            with tf.init_scope():
+                values = np.asarray(identifiers.numpy()).reshape(-1)
+            if np.array_equal(values, np.arange(values.size)):
+                return _POSITIONS
+        return identifiers.dtype
+    return None
 
 
 def metric_ids(metric, positive_ids: Optional[tf.Tensor],
@@ -303,10 +314,11 @@ def metric_ids(metric, positive_ids: Optional[tf.Tensor],
     The ids go to a `tfrs.metrics.FactorizedTopK` only when its index has identifiers
     (TFRS then matches by id); an index of embeddings alone gets none (TFRS then matches
     by score), since comparing ids with positions breaks (strings) or is silently wrong
-    (integers). Integer ids are cast to the index's integer dtype. A metric without a
-    TFRS index (your own `Factorized`) gets the ids, as in TFRS. ``by_id`` False gives
-    no metric ids (score matching, as stock TFRS called without ids); True gives them
-    whatever the index holds.
+    (integers). Integer ids are cast to the index's integer dtype. A metric whose index
+    is not one of TFRS's (`index_identifiers_dtype` None), or that is not a
+    `FactorizedTopK`, gets the ids, as in TFRS. ``by_id`` False gives no metric ids
+    (score matching, as stock TFRS called without ids); True gives them to any index
+    but one known to return positions.
     """
     if by_id is False or positive_ids is None:
         return None
@@ -315,12 +327,16 @@ def metric_ids(metric, positive_ids: Optional[tf.Tensor],
         return positive_ids
     dtype = index_identifiers_dtype(index)
     if dtype is None:
-        if by_id:
+        return positive_ids
+    if dtype == _POSITIONS:
+        if by_id and not isinstance(index, _tfrs_top_k().BruteForce):
             raise ValueError(
                 f"metrics_by_id=True but the index of metric {metric.name!r} has no "
                 "identifiers (it returns positions): index (id, embedding) pairs, e.g. "
                 "FactorizedTopK(candidates=items.batch(128).map(lambda i: (i, item_model(i)))).")
-        return None
+        if not by_id:
+            return None
+        dtype = tf.int32
     if positive_ids.dtype == dtype:
         return positive_ids
     if positive_ids.dtype.is_integer and dtype.is_integer:
@@ -330,6 +346,12 @@ def metric_ids(metric, positive_ids: Optional[tf.Tensor],
         f"`candidate_ids` are {positive_ids.dtype.name}: index the same ids as the task gets, "
         "e.g. FactorizedTopK(candidates=items.batch(128).map(lambda i: (i, item_model(i))))."
     )
+
+
+def _tfrs_top_k():
+    from tensorflow_recommenders.layers import factorized_top_k
+
+    return factorized_top_k
 
 
 class CorrectedRetrieval(tfrs.tasks.Retrieval):
@@ -541,7 +563,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
     def __call__(self, *args, **kwargs):
         # Checked before Keras' Layer.__call__, which would wrap the one-line error in a
         # dump of every argument.
-        bound = inspect.signature(self.call).bind_partial(*args, **kwargs).arguments
+        call_kwargs = {k: v for k, v in kwargs.items() if k not in ("training", "mask")}
+        bound = inspect.signature(self.call).bind_partial(*args, **call_kwargs).arguments
         self._check_inputs(bound.get("candidate_ids"),
                            bound.get("candidate_sampling_probability"),
                            bound.get("candidate_log_sampling_probability"))
@@ -620,9 +643,11 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             if self._sampling_probability == "per_draw_to_inclusion":
                 log_q = inclusion_log_q(log_q, num_queries)
 
+        batch_logits = None
         if self._stock_form:
             per_example = None
-            loss = self._stock_form_loss(scores, log_q, is_negative, sample_weight)
+            loss, batch_logits = self._stock_form_loss(scores, log_q, is_negative,
+                                                       sample_weight)
         elif self._num_hard_negatives is None:
             positives = positive_scores(query_embeddings, candidate_embeddings,
                                         self._temperature)
@@ -642,6 +667,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         update_ops = self._update_metrics(
             loss, scores, log_q, is_negative, query_embeddings, candidate_embeddings,
             candidate_ids, sample_weight, compute_metrics, compute_batch_metrics,
+            batch_logits,
         )
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
@@ -676,7 +702,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
     def _stock_form_loss(self, scores, log_q, is_negative, sample_weight) -> tf.Tensor:
         """TFRS's computation (`tfrs.tasks.Retrieval.call`) with its loss or the user's:
         logits corrected by ``log Q`` for ``"logq-tfrs"`` (the positive's too), hits and
-        ``score_mask`` masked, hard negatives mined, then ``loss(labels, logits)``."""
+        ``score_mask`` masked, hard negatives mined, then ``loss(labels, logits)``.
+        Returns the loss and ``(labels, logits)``, which TFRS hands its batch metrics."""
         num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
         labels = tf.eye(num_queries, num_candidates, dtype=scores.dtype)
         logits = scores if log_q is None else scores - log_q[None, :]
@@ -686,11 +713,12 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         if self._num_hard_negatives is not None:
             logits, labels = tfrs.layers.loss.HardNegativeMining(self._num_hard_negatives)(
                 logits, labels)
-        return self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
+        loss = self._loss(y_true=labels, y_pred=logits, sample_weight=sample_weight)
+        return loss, (labels, logits)
 
     def _update_metrics(self, loss, scores, log_q, is_negative, query_embeddings,
                         candidate_embeddings, candidate_ids, sample_weight,
-                        compute_metrics, compute_batch_metrics) -> list:
+                        compute_metrics, compute_batch_metrics, batch_logits=None) -> list:
         update_ops = [metric.update_state(loss) for metric in self._loss_metrics]
         num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
         query_embeddings = tf.convert_to_tensor(query_embeddings)
@@ -709,7 +737,12 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                         sample_weight=sample_weight,
                     )
                 )
-        if compute_batch_metrics and self._batch_metrics:
+        if compute_batch_metrics and self._batch_metrics and batch_logits is not None:
+            labels, logits = batch_logits  # TFRS's: after hard-negative mining
+            for metric in self._batch_metrics:
+                update_ops.append(
+                    metric.update_state(labels, logits, sample_weight=sample_weight))
+        elif compute_batch_metrics and self._batch_metrics:
             labels = tf.eye(num_queries, num_candidates, dtype=scores.dtype)
             metric_scores = scores if log_q is None else scores - log_q[None, :]
             if is_negative is not None:
@@ -721,6 +754,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                     metric.update_state(labels, metric_scores, sample_weight=sample_weight)
                 )
         return update_ops
+
 
 __all__ = ["CorrectedRetrieval", "REDUCTIONS", "SAMPLING_PROBABILITIES", "candidate_scores",
            "coded_candidate_ids", "first_occurrence_mask", "inclusion_log_q",

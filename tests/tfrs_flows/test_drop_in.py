@@ -83,10 +83,10 @@ def test_index_identifiers_are_read_from_each_kind_of_index():
     pairs = tf.data.Dataset.zip(
         (tf.data.Dataset.from_tensor_slices(titles).batch(4), embeddings))
     streaming = tfrs.layers.factorized_top_k.Streaming(k=3)
-    assert index_identifiers_dtype(streaming.index_from_dataset(embeddings)) is None
+    assert index_identifiers_dtype(streaming.index_from_dataset(embeddings)) == "positions"
     streaming = tfrs.layers.factorized_top_k.Streaming(k=3)
     assert index_identifiers_dtype(streaming.index_from_dataset(pairs)) == tf.string
-    assert index_identifiers_dtype(_brute_force(catalog)) is None  # positions 0..n-1
+    assert index_identifiers_dtype(_brute_force(catalog)) == "positions"  # 0..n-1
     assert index_identifiers_dtype(_brute_force(catalog, titles)) == tf.string
     ids = tf.constant(np.arange(100, 109), tf.int64)
     assert index_identifiers_dtype(_brute_force(catalog, ids)) == tf.int64
@@ -139,8 +139,68 @@ def test_metric_ids_refusals_and_choices():
     positions = tfrs.metrics.FactorizedTopK(candidates=_brute_force(catalog))
     assert metric_ids(positions, titles[:6], by_id=False) is None
     assert metric_ids(by_int, tf.constant(np.arange(6), tf.int64), by_id=False) is None
+    streaming = tfrs.metrics.FactorizedTopK(
+        candidates=tf.data.Dataset.from_tensor_slices(catalog).batch(4))
     with pytest.raises(ValueError, match="metrics_by_id=True but the index"):
-        metric_ids(positions, titles[:6], by_id=True)
+        metric_ids(streaming, titles[:6], by_id=True)
+    # BruteForce's positions are int32 0..n-1: by_id=True hands them integer ids (as stock).
+    assert metric_ids(positions, tf.constant(np.arange(6), tf.int64), by_id=True).dtype \
+        == tf.int32
+
+
+class _OwnIndex(tfrs.layers.factorized_top_k.TopK):
+    """An index class of the user's own: ids kept in an attribute TFRS's classes lack."""
+
+    def __init__(self, catalog, ids, k=3):
+        super().__init__(k=k)
+        self.catalog, self.item_ids = tf.constant(catalog), tf.constant(ids)
+
+    def index(self, candidates, identifiers=None):
+        return self
+
+    def call(self, queries, k=None):
+        scores, positions = tf.math.top_k(tf.matmul(queries, self.catalog, transpose_b=True),
+                                          k=k or self._k)
+        return scores, tf.gather(self.item_ids, positions)
+
+    def is_exact(self):
+        return True
+
+
+def test_an_index_class_of_the_users_own_gets_the_ids_as_in_tfrs():
+    q, catalog = _embeddings(queries=9)
+    ids = tf.constant([f"x{i}" for i in range(9)])
+    ours = tfrs.metrics.FactorizedTopK(candidates=_OwnIndex(catalog, ids), ks=(1, 3))
+    stock = tfrs.metrics.FactorizedTopK(candidates=_OwnIndex(catalog, ids), ks=(1, 3))
+    other = tf.constant([f"t{i}" for i in range(9)])  # by id: never found
+    CorrectedRetrieval(metrics=ours, correction="none")(q, catalog, candidate_ids=other)
+    tfrs.tasks.Retrieval(metrics=stock)(q, catalog, candidate_ids=other)
+    np.testing.assert_array_equal(_top_k_values(ours), _top_k_values(stock))
+    np.testing.assert_array_equal(_top_k_values(ours), [0.0, 0.0])
+
+
+def test_keras_call_arguments_and_batch_metrics_as_in_tfrs():
+    """`training=` passes through as Keras layers take it; batch metrics see TFRS's logits
+    and labels, after hard-negative mining, with the loss metrics and a score mask."""
+    q, c = _embeddings(queries=8, items=8)
+    rng = np.random.default_rng(3)
+    mask = rng.random((8, 8)) > 0.2
+    np.fill_diagonal(mask, True)
+    weights = rng.random(8).astype(np.float32)
+
+    def make(task_class, **kwargs):
+        return task_class(
+            batch_metrics=[tf.keras.metrics.TopKCategoricalAccuracy(k=2)],
+            loss_metrics=[tf.keras.metrics.Mean()], num_hard_negatives=3, temperature=0.5,
+            **kwargs)
+
+    stock, ours = make(tfrs.tasks.Retrieval), make(CorrectedRetrieval, correction="none")
+    expected = stock(q, c, sample_weight=weights, score_mask=mask, training=True)
+    got = ours(q, c, sample_weight=weights, score_mask=mask, training=True)
+    assert float(got) == float(expected)
+    for a, b in zip(ours._batch_metrics + ours._loss_metrics,
+                    stock._batch_metrics + stock._loss_metrics):
+        assert float(a.result()) == float(b.result())
     with pytest.raises(ValueError, match="metrics_by_id"):
         CorrectedRetrieval(metrics_by_id="yes")
 

@@ -1,6 +1,7 @@
 """The universal hashes of the count-min sketch and the streaming estimator (numpy only).
 
-``h_r(d) = ((a_r (d mod p) + b_r) mod p) mod width`` for ``r = 0..depth-1``, with the
+``h_r(d) = ((a_r lo + a_r^2 hi + b_r) mod p) mod width`` for ``r = 0..depth-1``, where
+``d = hi * 2^31 + lo`` (for ids below ``2^31``: ``((a_r d + b_r) mod p) mod width``), with the
 Mersenne prime ``p = 2^31 - 1`` and ``a_r`` in ``[1, p)``, ``b_r`` in ``[0, p)`` drawn by
 ``numpy.random.default_rng(seed)`` (Carter & Wegman 1979). `tfrs_logq.frequency` hashes
 in-graph with these coefficients and this function (TensorFlow tensors), the batch
@@ -25,14 +26,26 @@ def hash_coefficients(depth: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.integers(1, PRIME, size=depth), rng.integers(0, PRIME, size=depth)
 
 
+LIMB = 1 << 31  # an int64 id is split into two limbs below and above 2^31
+
+
 def buckets(ids, a, b, width: int):
     """`[depth, n]` buckets ``h_r(id)`` in ``[0, width)`` of `[n]` int64 ``ids``.
 
-    Written with ``%`` and broadcasting only, so ``ids``, ``a`` and ``b`` may be numpy
-    arrays or int64 TensorFlow tensors (``%`` is the floored modulus in both).
+    An id is read as two limbs, ``id = hi * 2^31 + lo``, and hashed as the polynomial
+    ``(a_r lo + a_r^2 hi + b_r) mod p``: two distinct 64-bit ids (string fingerprints,
+    large integer ids) collide in a row with probability at most ``2 / p`` over the
+    coefficients, never in every row at once because they agree mod ``p``. For ids below
+    ``2^31`` (``hi = 0``) this is ``(a_r id + b_r) mod p``. Written with ``%``, ``//``
+    and broadcasting only, so ``ids``, ``a`` and ``b`` may be numpy arrays or int64
+    TensorFlow tensors (``%`` and ``//`` are floored in both); every product stays below
+    ``2^62``.
     """
-    x = (ids % PRIME)[None, :]
-    return (a[:, None] * x + b[:, None]) % PRIME % width
+    lo = (ids % LIMB % PRIME)[None, :]
+    hi = (ids // LIMB % PRIME)[None, :]
+    a, b = a[:, None], b[:, None]
+    square = a * a % PRIME
+    return (a * lo % PRIME + square * hi % PRIME + b) % PRIME % width
 
 
 def flat_cells(ids, a, b, width: int):
@@ -43,4 +56,4 @@ def flat_cells(ids, a, b, width: int):
     return buckets(ids, a, b, width) + rows[:, None]
 
 
-__all__ = ["PRIME", "buckets", "flat_cells", "hash_coefficients"]
+__all__ = ["LIMB", "PRIME", "buckets", "flat_cells", "hash_coefficients"]
