@@ -52,9 +52,9 @@ from tfrs_logq.stats import (
 from tfrs_logq.studies.compare import Plan, metric_names
 
 DEFAULT_MARGIN = "0.002"
-"""Absolute: below the smallest difference this project has measured outside noise
-(+0.0028 Recall@20 on ML-1M, +0.0029 Recall@100 at 1M items), so "no difference larger
-than the margin" rules out effects of the size found; docs/compare.md says why not 2 %."""
+"""Absolute, below the smallest differences outside noise in results/README.md, so "no
+difference larger than the margin" rules out effects of that size; docs/compare.md says
+why not 2 %."""
 DEFAULT_PRIMARY_METRIC = "recall@100"
 DEFAULT_PRIMARY_BASELINE = "logq-tfrs"
 POWER = 0.8
@@ -431,9 +431,8 @@ def _facts(plan: Plan, rows: list[dict], diverged: list[tuple]) -> list[str]:
             f"test targets: {float(np.median(base)):.3f}. It measures how large a part of "
             f"the standard loss's denominator the positive's own term is, (P/Q) / (P/Q + "
             f"n): where the standard and corrected losses differ. It describes the regime "
-            f"and does not predict the verdict (this project has measured differences "
-            f"outside noise at shares from 0.005 to 0.04, and inside noise at the same "
-            f"shares).")
+            f"and does not predict the verdict (results/README.md lists differences outside "
+            f"noise and inside noise at the same shares).")
     return lines
 
 
