@@ -46,6 +46,8 @@ PUBLIC: dict[str, dict[str, str]] = {
         "popularity_bands": "tfrs_logq.metrics",
         "paired_difference": "tfrs_logq.stats",
         "classify": "tfrs_logq.stats",
+        # Your own tfrs.Model, trained with each loss and compared (tfrs-logq compare's).
+        "compare_model": "tfrs_logq.studies.user_model",
     },
     "tfrs_logq.pipelines": {
         "load_user_log": "tfrs_logq.pipelines.user_log",

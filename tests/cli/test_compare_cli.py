@@ -216,3 +216,77 @@ def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
         errors = [line for line in proc.stderr.splitlines() if "error:" in line]
         assert proc.returncode == 2 and len(errors) == 1 and message in errors[0], proc.stderr
         assert not (tmp_path / "x").exists()
+
+
+# A user's module, as `tfrs-logq compare --model-fn log_model:build` imports it from the
+# current directory: TFRS's quickstart model over the log's ids, read from the log itself.
+LOG_MODEL = '''
+import csv
+
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+with open({log!r}) as f:
+    ROWS = list(csv.DictReader(f))
+USERS = sorted({{r["user"] for r in ROWS}})
+ITEMS = sorted({{r["item"] for r in ROWS}})
+
+
+class LogModel(tfrs.Model):
+    def __init__(self, task):
+        super().__init__()
+        self.query_model = tf.keras.Sequential([
+            tf.keras.layers.StringLookup(vocabulary=USERS, mask_token=None),
+            tf.keras.layers.Embedding(len(USERS) + 1, 8)])
+        self.candidate_model = tf.keras.Sequential([
+            tf.keras.layers.StringLookup(vocabulary=ITEMS, mask_token=None),
+            tf.keras.layers.Embedding(len(ITEMS) + 1, 8)])
+        self.task = task
+
+    def compute_loss(self, features, training=False):
+        return self.task(self.query_model(features["user_id"]),
+                         self.candidate_model(features["item_id"]),
+                         candidate_ids=features["item_id"])
+
+
+def build(task):
+    model = LogModel(task)
+    model.compile(optimizer=tf.keras.optimizers.Adagrad(learning_rate=0.1))
+    return model
+'''
+
+
+def test_compare_takes_your_own_tfrs_model_with_model_fn(log_csv, tmp_path, monkeypatch,
+                                                         capsys, request):
+    (tmp_path / "log_model.py").write_text(LOG_MODEL.format(log=log_csv))
+    monkeypatch.chdir(tmp_path)  # the module is found in the current directory
+    request.addfinalizer(lambda: sys.modules.pop("log_model", None))
+    out = str(tmp_path / "mine")
+    log = ("--interactions", log_csv, "--user-column", "user", "--item-column", "item",
+           "--split", "loo")
+    proc = cli_in_process(capsys, "compare", *log, "--model-fn", "log_model:build",
+                          "--losses", "inbatch-logq-tfrs,inbatch-corrected", "--seeds", "0",
+                          "--steps", "4", "--eval-every", "2", "--window", "1",
+                          "--batch-size", "32", "--output-dir", out, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(r["loss"], r["seed"]) for r in result["results"]] == [
+        ("inbatch-logq-tfrs", "0"), ("inbatch-corrected", "0")]
+    assert result["plan"]["model"] == "tfrs-model"
+    assert result["plan"]["config"]["model_fn"] == "log_model:build"
+    assert result["plan"]["source"] == "events.csv, split loo"
+    assert result["results"][0]["num_users"] == "120"  # the split's facts
+    assert "Model: tfrs-model" in open(os.path.join(out, "report.md")).read()
+    again = cli_in_process(capsys, "compare", "--report-only", "--output-dir", out)
+    assert again.returncode == 0, again.stderr[-2000:]
+    for flags, message in (
+            (("--model-fn", "no_such_module:build"), "no module named 'no_such_module'"),
+            (("--model-fn", "log_model:nothing"), "has no function 'nothing'"),
+            (("--model-fn", "log_model:build", "--embedding-dim", "8"),
+             "--embedding-dim is a flag of the built-in models"),
+            (("--query-model", "user_model"), "--query-model is a flag of --model-fn")):
+        bad = cli_in_process(capsys, "compare", *log, *flags, "--output-dir",
+                             str(tmp_path / "refused"))
+        errors = [line for line in bad.stderr.splitlines() if "error:" in line]
+        assert bad.returncode == 2 and len(errors) == 1 and message in errors[0], bad.stderr
+        assert not (tmp_path / "refused").exists()

@@ -59,6 +59,16 @@ class CompareFlags(Verbose):
     """the evaluation split (temporal needs --time-column)"""
     model: Literal["two-tower", "sasrec"] = "two-tower"
     """the model family"""
+    model_fn: Annotated[Optional[str], arg(metavar="MODULE:FUNCTION"), shown(
+        "none: --model")] = None
+    """your own TFRS model instead of --model: a function model_fn(task) returning a
+    compiled tfrs.Model whose compute_loss returns task(...) with candidate_ids; trained on
+    your log's {"user_id", "item_id"} examples (text ids), the module looked up from the
+    current directory too (docs/compare.md)"""
+    query_model: str = "query_model"
+    """--model-fn: the model's attribute that embeds a query (called with user ids)"""
+    candidate_model: str = "candidate_model"
+    """--model-fn: the model's attribute that embeds a candidate (called with item ids)"""
     losses: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     """the losses compared (the first is the baseline unless --baseline); two-tower:
     inbatch|mns x none|logq-tfrs|logq-official|corrected"""
@@ -128,7 +138,7 @@ def run(args) -> int:
         from tfrs_logq.studies.compare import report_only
 
         ignored = [n for n in ("interactions", "dataset", "losses", "seeds", "model", "steps",
-                               "baseline", "window", "exclude_seen")
+                               "baseline", "window", "exclude_seen", "model_fn")
                    if getattr(args, n) != _default(n)]
         if ignored:
             raise ValueError(f"--report-only rebuilds the report of --output-dir from its "
@@ -138,6 +148,12 @@ def run(args) -> int:
         if args.json:
             print(json.dumps({"output_dir": args.output_dir, "report": text}))
         return 0
+    if args.model_fn:
+        return _run_model_fn(args, say, margin)
+    unused = [n for n in _MODEL_FN_ONLY if getattr(args, n) != _default(n)]
+    if unused:
+        raise ValueError(f"--{unused[0].replace('_', '-')} is a flag of --model-fn (your own "
+                         f"model).")
     if args.model == "sasrec" and not args.exclude_seen:
         raise ValueError("--no-exclude-seen is a two-tower flag: SASRec is evaluated "
                          "exclude-seen, as its export serves by default.")
@@ -175,11 +191,54 @@ def run(args) -> int:
     return 0
 
 
+def _run_model_fn(args, say, margin) -> int:
+    """``--model-fn``: the user's own TFRS model on the log (`tfrs_logq.compare_model`)."""
+    from tfrs_logq.cli.data import load_any_split
+    from tfrs_logq.studies.user_model import compare_split, load_model_fn
+
+    given = [n for n in ("model", "sasrec_preset", *_TWO_TOWER_ONLY)
+             if n not in _MODEL_FN_TAKES and getattr(args, n) != _default(n)]
+    if given:
+        raise ValueError(f"--{given[0].replace('_', '-')} is a flag of the built-in models; "
+                         f"with --model-fn your model_fn builds the model (and compiles "
+                         f"its optimizer).")
+    if args.weight_column:
+        raise ValueError("--weight-column weights the built-in two-tower's loss; --model-fn "
+                         "trains your model unweighted: leave it out.")
+    if bool(args.interactions) == bool(args.dataset):
+        raise ValueError("give either --interactions (with --user-column and --item-column) "
+                         "or --dataset.")
+    _refuse_unused(args)
+    model_fn = load_model_fn(args.model_fn, "--model-fn")  # before the log is read
+    if args.split is None:
+        args.split = default_log_split(args.time_column) if args.interactions else "temporal"
+    split, name = load_any_split(args)
+    rows = compare_split(
+        model_fn, split, history_length=args.history_length, exclude_seen=args.exclude_seen,
+        data_identity=_data_identity(args, split), model_fn_flag="--model-fn",
+        query_model=args.query_model, candidate_model=args.candidate_model,
+        losses=tuple(args.losses), seeds=tuple(args.seeds), steps=args.steps,
+        eval_every=args.eval_every, window=args.window, batch_size=args.batch_size,
+        baseline=args.baseline, output_dir=args.output_dir, margin=margin,
+        max_runs=args.max_runs, source=f"{name}, split {args.split}", say=say)
+    if args.json:
+        from tfrs_logq.studies.compare import load_plan
+
+        plan = load_plan(args.output_dir)
+        print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
+                          "losses": list(plan.losses), "seeds": list(plan.seeds),
+                          "results": rows}))
+    return 0
+
+
 # The flags only a user's log takes (their defaults), and those only the two-tower takes.
 _LOG_ONLY = ("user_column", "item_column", "time_column", "weight_column", "log_format",
              "min_item_interactions", "min_user_interactions", "deduplicate")
 _TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "num_negatives",
                    "learning_rate")
+# What --model-fn takes of those (the batch, the history a request sends), and its own.
+_MODEL_FN_TAKES = ("batch_size", "history_length")
+_MODEL_FN_ONLY = ("query_model", "candidate_model")
 
 
 def _default(name: str):

@@ -6,7 +6,9 @@ for a fixed number of steps (no early stopping); the test split is scored every
 ``eval_every`` steps and a run's result is the mean of its last ``window``
 evaluations (the fixed-length protocol that produced this project's ML-1M result).
 The differences against the baseline loss are then paired by seed
-(`tfrs_logq.studies.compare_report`).
+(`tfrs_logq.studies.compare_report`). `run_plan` drives any model family through a
+`Trainer`: the built-in two-tower and SASRec here (`run_compare`), a user's own
+`tfrs.Model` in `tfrs_logq.studies.user_model` (``model="tfrs-model"``).
 
 Output directory:
 
@@ -41,7 +43,10 @@ from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
 from tfrs_logq.towers.training import Examples
 
-MODELS = ("two-tower", "sasrec")
+MODELS = ("two-tower", "sasrec", "tfrs-model")
+TFRS_MODEL_LOSSES = tuple(loss for loss in LOSSES if loss.startswith("inbatch-"))
+"""The losses of a user's own TFRS model (`tfrs_logq.studies.user_model`): its task scores
+the batch's candidates, in-batch negatives only."""
 
 
 class CompareError(ValueError):
@@ -50,7 +55,9 @@ class CompareError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What `run_compare` trains: ``losses`` x ``seeds`` runs of ``config``'s model."""
+    """What `run_compare` trains: ``losses`` x ``seeds`` runs of ``config``'s model
+    (``model="tfrs-model"``: a user's own model, `tfrs_logq.studies.user_model`, whose
+    ``config`` is a `ModelFnConfig`)."""
 
     losses: tuple = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     seeds: tuple = (0, 1, 2)
@@ -72,7 +79,8 @@ class Plan:
         if self.model not in MODELS:
             raise CompareError(f"`model` must be one of {MODELS}, received "
                                f"{str(self.model)[:40]!r}.")
-        known = LOSSES if self.model == "two-tower" else _sasrec_losses()
+        known = {"two-tower": LOSSES, "tfrs-model": TFRS_MODEL_LOSSES}.get(self.model) \
+            or _sasrec_losses()
         for loss in self.losses:  # a bare logq names two losses: say which two
             if isinstance(loss, str) and loss.endswith("-logq"):
                 try:
@@ -152,10 +160,13 @@ def load_plan(output_dir: str) -> Plan:
     with open(path) as f:
         saved = json.load(f)
     fixed = saved["fixed"]
-    known = {f.name for f in dataclasses.fields(TwoTowerConfig)}
-    config = TwoTowerConfig(**{k: v for k, v in fixed["config"].items() if k in known})
+    config_class = TwoTowerConfig
+    if fixed["model"] == "tfrs-model":
+        from tfrs_logq.studies.user_model import ModelFnConfig as config_class
+    known = {f.name for f in dataclasses.fields(config_class)}
+    config = config_class(**{k: v for k, v in fixed["config"].items() if k in known})
     losses = tuple(saved["losses"])
-    if fixed["model"] == "two-tower":  # a loss of the plan sets the config's (checked) loss
+    if fixed["model"] != "sasrec":  # a loss of the plan sets the config's (checked) loss
         config = dataclasses.replace(config, loss=losses[0])
     return Plan(losses=losses, seeds=tuple(saved["seeds"]), config=config,
                 window=fixed["window"], baseline=saved.get("baseline", ""),
@@ -267,9 +278,60 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
                            f"machine has {have / 2**30:.1f} GiB available: lower {lower}.")
     say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB "
         f"({have / 2**30:.1f} GiB available)")
+    if plan.model == "sasrec":
+        trainer = Trainer(
+            catalog=f"compare: {split.num_items:,} items, {len(split.test):,} test targets",
+            key=lambda loss, seed: repr(plan.sasrec_config(loss, seed)),
+            train=lambda loss, seed, run_dir, on_eval, on_step, evaluations: _sasrec_row(
+                plan, loss, seed, split, run_dir, on_eval))
+    else:
+        trainer = _two_tower_trainer(plan, split, examples)
+    return run_plan(plan, output_dir, trainer, say=say, max_runs=max_runs, margin=margin)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """How `run_plan` trains one run of a plan's model family.
+
+    Attributes:
+      catalog: str. The line said before the first run is trained (the data's sizes).
+      key: ``(loss, seed) -> str``. What identifies a run: its checkpoint directory under
+        ``runs/`` is named after it.
+      train: ``(loss, seed, run_dir, on_eval, on_step, evaluations) -> dict``. Trains the
+        run (resuming from ``run_dir``'s checkpoint) and returns its results row.
+        ``on_eval(row)`` takes each evaluation ``{"steps", metrics...}`` as it is made, but
+        those already in ``evaluations`` (the run's rows of curves.csv, made before a kill;
+        ``on_eval`` appends to it); ``on_step(i)`` is called after step ``i`` (0-based).
+    """
+
+    catalog: str
+    key: Callable[[str, int], str]
+    train: Callable[..., dict]
+
+
+def _two_tower_trainer(plan: Plan, split: Split, examples: Examples) -> Trainer:
+    def train(loss, seed, run_dir, on_eval, on_step, evaluations) -> dict:
+        last = towers.train(plan.run_config(loss, seed), split, checkpoint_dir=run_dir,
+                            on_eval=on_eval, done=tuple(int(r["steps"]) for r in evaluations),
+                            on_step=on_step, examples=examples)
+        return {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split)}
+
+    return Trainer(catalog=f"compare: {split.num_items:,} items, {len(split.test):,} test "
+                           f"targets, {len(examples):,} training examples",
+                   key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=train)
+
+
+def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
+             say: Callable[[str], None] = print, max_runs: Optional[int] = None,
+             margin=None) -> list[dict]:
+    """Trains the plan's unfinished runs with ``trainer`` into ``output_dir`` (seed by
+    seed, so that an interrupted comparison holds whole pairs), then writes the report;
+    returns the rows of results.csv. Holds the directory's lock (one process per
+    directory) and refuses a directory of another plan (``plan.json``). `run_compare`
+    runs the built-in models through it, `tfrs_logq.studies.user_model` a user's own."""
     with exclusive_output_dir(output_dir):
         _check_plan(plan, output_dir)
-        _run_all(plan, split, output_dir, say, max_runs, examples)
+        _run_all(plan, output_dir, trainer, say, max_runs)
         rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows:
             from tfrs_logq.studies.compare_report import write_report
@@ -279,8 +341,7 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     return rows
 
 
-def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
-             examples: Optional[Examples]) -> None:
+def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> None:
     results_path = os.path.join(output_dir, "results.csv")
     curves_path = os.path.join(output_dir, "curves.csv")
     done = {(r["loss"], int(r["seed"])) for r in read_rows(results_path)}
@@ -294,17 +355,11 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
         todo = todo[:max_runs]
     if not todo:
         return
-    say(f"compare: {split.num_items:,} items, {len(split.test):,} test targets"
-        + (f", {len(examples):,} training examples" if examples else ""))
+    say(trainer.catalog)
     pace: dict = {}
     for number, (loss, seed) in enumerate(todo, 1):
         run_start = time.perf_counter()
-        if plan.model == "sasrec":
-            config, key = None, repr(plan.sasrec_config(loss, seed))
-        else:
-            config = plan.run_config(loss, seed)
-            key = config.run_id
-        run_dir = _run_dir(output_dir, key)
+        run_dir = _run_dir(output_dir, trainer.key(loss, seed))
         old = [r for r in read_rows(curves_path)
                if r["loss"] == loss and int(r["seed"]) == seed]
         say(f"run {number}/{len(todo)}: {loss}, seed {seed}")
@@ -322,13 +377,7 @@ def _run_all(plan: Plan, split: Split, output_dir: str, say, max_runs,
         def on_step(i: int, number=number) -> None:
             _progress(i, plan.config.steps, number, len(todo), pace, say)
 
-        if plan.model == "sasrec":
-            row = _sasrec_row(plan, loss, seed, split, run_dir, on_eval)
-        else:
-            last = towers.train(config, split, checkpoint_dir=run_dir, on_eval=on_eval,
-                                done=tuple(int(r["steps"]) for r in old), on_step=on_step,
-                                examples=examples)
-            row = {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split)}
+        row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
         append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
         if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
@@ -396,5 +445,6 @@ def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> No
         say(f"  {100 * (i + 1) // steps}% ({i + 1:,}/{steps:,} steps)")
 
 
-__all__ = ["CompareError", "LOSSES", "MODELS", "Plan", "band_names", "load_plan",
-           "metric_names", "report_only", "run_compare", "window_row"]
+__all__ = ["CompareError", "LOSSES", "MODELS", "Plan", "TFRS_MODEL_LOSSES", "Trainer",
+           "band_names", "load_plan", "metric_names", "report_only", "run_compare", "run_plan",
+           "window_row"]

@@ -1,0 +1,887 @@
+"""`compare_model`: the corrected loss against the standard ones on *your* TFRS model.
+
+`tfrs-logq compare` (`tfrs_logq.studies.compare`) trains the built-in models; this module
+trains a user's own `tfrs.Model`, written as TFRS's tutorials write it, with two changes:
+the model is built around the task it is given, and passes ``candidate_ids`` to it::
+
+    class MovielensModel(tfrs.Model):
+        def __init__(self, task):                  # 1. was tfrs.tasks.Retrieval(...) inside
+            super().__init__()
+            self.query_model = ...                 # StringLookup + Embedding over user ids
+            self.candidate_model = ...             # StringLookup + Embedding over titles
+            self.task = task
+
+        def compute_loss(self, features, training=False):
+            return self.task(self.query_model(features["user_id"]),
+                             self.candidate_model(features["movie_title"]),
+                             candidate_ids=features["movie_title"])   # 2. the ids
+
+    def model_fn(task):
+        model = MovielensModel(task)
+        model.compile(optimizer=tf.keras.optimizers.Adagrad(0.1))
+        return model
+
+For every loss and seed of the plan, `compare_model`:
+
+- builds the task: `tfrs_logq.CorrectedRetrieval` with the loss's correction, accidental
+  hits masked for every loss (the losses differ in the correction alone), which looks
+  ``log Q(d)`` up by the ``candidate_ids`` it is passed: ``Q`` is the candidates'
+  frequency in the training set (`tfrs_logq.ExactFrequency` of the ids under
+  ``candidate_id``), the proposal of in-batch negatives. A ``candidate_sampling_probability``
+  passed by the model is used instead;
+- trains with common random numbers: `tf.keras.utils.set_random_seed` before ``model_fn``
+  (the initial weights), the batches a function of the seed alone (the training set
+  shuffled with the seed, batched with ``drop_remainder``), and Keras' random layers
+  (Dropout, ...) drawing from `tf.random.Generator`s seeded in the same order: two losses
+  of one seed share their batches, initial weights and dropout masks;
+- trains through ``model.fit`` for a fixed number of steps, checkpointing the model, its
+  optimizer, those generators and the step (`StepCheckpoint`); the step is the dataset's
+  position (the batches are a function of the seed and the step), so a killed run goes on
+  from its last checkpoint and ends as the uninterrupted run would;
+- evaluates as the model will be served: every candidate embedded by the model's own
+  candidate tower, the test queries by its query tower, exact top-k over all candidates,
+  the query's history left out when the test set gives one (`tfrs_logq.metrics.target_ranks`,
+  the served policy), Recall/NDCG at 10, 100 and 1000 below the catalog's size;
+- writes what ``tfrs-logq compare`` writes (`tfrs_logq.studies.compare.run_plan`: the same
+  ``plan.json``, run directories, lock, ``results.csv``, ``curves.csv`` and report).
+
+Bad input is refused in one line naming the fix, before the output directory is made and
+before any training: a ``model_fn`` that cannot be imported or does not return a compiled
+`tfrs.Model`, a model whose ``compute_loss`` never calls the task it was given, candidates
+without ids, test targets that are not candidates, training examples already batched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import logging
+import os
+import sys
+import time
+import types
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+from tfrs_logq._util.fingerprint import file_fingerprint
+from tfrs_logq._util.step_checkpoint import StepCheckpoint
+from tfrs_logq.corrections import check_loss_name
+from tfrs_logq.frequency import ExactFrequency
+from tfrs_logq.metrics import (
+    popularity_bands,
+    recall_ndcg_by_band,
+    recall_ndcg_from_ranks,
+    target_ranks,
+)
+from tfrs_logq.pipelines.splits import MIN_RANKED_ITEMS, MIN_TEST_USERS, Split
+from tfrs_logq.proposal import standard_positive_share
+from tfrs_logq.studies.compare import (
+    TFRS_MODEL_LOSSES,
+    CompareError,
+    Plan,
+    Trainer,
+    run_plan,
+    window_row,
+)
+from tfrs_logq.tasks import CorrectedRetrieval
+from tfrs_logq.towers.loop import checkpoint_key
+from tfrs_logq.towers.training import _ks as cutoffs
+
+DEFAULT_SHUFFLE_BUFFER = 100_000
+"""The training set's shuffle buffer, as in TFRS's tutorials."""
+EVAL_BATCH = 1024
+Embedder = Union[str, Callable[[Any, Any], Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFnConfig:
+    """One run of a user's model: the plan's ``config`` for ``model="tfrs-model"``, what
+    `compare_model` was given and what it measured of the model (so that ``plan.json``
+    refuses a rerun with another model or settings, and the report says what trained)."""
+
+    loss: str = "inbatch-corrected"
+    """one of `tfrs_logq.studies.compare.TFRS_MODEL_LOSSES`"""
+    seed: int = 0
+    """initial weights, batches and dropout masks (common random numbers across losses)"""
+    steps: int = 3000
+    """training steps (fixed: no early stopping)"""
+    batch_size: int = 512
+    """training examples per step"""
+    eval_every: int = 500
+    """evaluate the test queries every this many steps (and at the last step)"""
+    exclude_seen: bool = True
+    """the test set gives a history per query, left out of the ranking"""
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    """the training set's shuffle buffer"""
+    model_fn: str = ""
+    """``module:function`` of the function that builds the model"""
+    query_model: str = "query_model"
+    """the model's attribute (or the function) that embeds a query"""
+    candidate_model: str = "candidate_model"
+    """the model's attribute (or the function) that embeds a candidate"""
+    optimizer: str = ""
+    """the class of the optimizer ``model_fn`` compiled the model with"""
+    learning_rate: Optional[float] = None
+    """its learning rate (None: a schedule)"""
+    embedding_dim: int = 0
+    """the size of the towers' embeddings"""
+    history_length: int = 0
+    """the longest history a test query gives (the items a request sends)"""
+
+    def __post_init__(self) -> None:
+        check_loss_name(self.loss, TFRS_MODEL_LOSSES)
+        for name, low in (("steps", 1), ("batch_size", 2), ("eval_every", 1),
+                          ("shuffle_buffer", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) \
+                    or value < low:
+                raise CompareError(f"`{name}` must be an integer >= {low}, received "
+                                   f"{str(value)[:40]}.")
+
+    @property
+    def eval_steps(self) -> tuple:
+        """The steps at which the test queries are evaluated, the last one included."""
+        return (*range(self.eval_every, self.steps, self.eval_every), self.steps)
+
+    @property
+    def run_id(self) -> str:
+        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
+
+
+# ---------------------------------------------------------------------------- the task
+
+class ComparedTask(CorrectedRetrieval):
+    """The task `compare_model` hands ``model_fn``: `CorrectedRetrieval` with one loss's
+    correction and accidental hits masked (every loss alike), which takes ``log Q(d)``
+    from ``frequency`` (the training set's `ExactFrequency`, keyed by the candidates' ids)
+    of the ``candidate_ids`` it is passed, unless the model passes a sampling probability;
+    it counts its calls (``calls``), so that a model that never calls it is refused before
+    training."""
+
+    def __init__(self, correction: str, frequency: ExactFrequency,
+                 name: Optional[str] = None) -> None:
+        super().__init__(correction=correction, remove_accidental_hits=True, name=name)
+        self.calls = 0
+        self.frequency = frequency
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        given = inspect.signature(self.call).bind_partial(*args, **kwargs).arguments
+        if given.get("candidate_ids") is None:
+            raise CompareError(
+                "the model's compute_loss calls its task without candidate_ids: pass the "
+                "positives' ids, self.task(query_embeddings, candidate_embeddings, "
+                "candidate_ids=features[...]) (the task looks Q up by id and masks "
+                "accidental hits).")
+        if given.get("candidate_sampling_probability") is None and \
+                given.get("candidate_log_sampling_probability") is None:
+            kwargs["candidate_log_sampling_probability"] = self.frequency.log_q(
+                given["candidate_ids"])
+        return super().__call__(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------- the data
+
+def _describe(spec) -> str:
+    text = " ".join(str(spec).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _id_kind(dtype: tf.DType) -> Optional[str]:
+    return "string" if dtype == tf.string else "integer" if dtype.is_integer else None
+
+
+def _as_numpy_ids(values: np.ndarray) -> np.ndarray:
+    """Ids as one numpy kind: bytes (``S``) or int64."""
+    values = np.asarray(values)
+    return values.astype(np.int64) if values.dtype.kind in "iu" else values.astype("S")
+
+
+class _Ids:
+    """Positions of ids in a vocabulary (sorted search): -1 where an id is not in it."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+        self.order = np.argsort(ids, kind="stable")
+        self.sorted = ids[self.order]
+
+    def positions(self, values: np.ndarray) -> np.ndarray:
+        values = _as_numpy_ids(values)
+        if values.dtype.kind != self.ids.dtype.kind:
+            return np.full(values.shape, -1, np.int64)
+        at = np.searchsorted(self.sorted, values).clip(max=len(self.sorted) - 1)
+        found = self.sorted[at] == values
+        return np.where(found, self.order[at], -1).astype(np.int64)
+
+
+@dataclasses.dataclass
+class _Data:
+    """What `compare_model` reads of its three datasets, once."""
+
+    train: tf.data.Dataset
+    probe_batch: Any
+    num_examples: int
+    candidate_ids: np.ndarray
+    candidate_batches: list
+    query_batches: list
+    targets: np.ndarray
+    exclude: Optional[np.ndarray]
+    counts: np.ndarray
+    frequency: ExactFrequency
+    candidate_log_q: np.ndarray
+    facts: dict
+    identity: dict
+
+
+def _read_candidates(candidates) -> tuple[np.ndarray, list]:
+    spec = getattr(candidates, "element_spec", None)
+    ok = (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], tf.TensorSpec)
+          and spec[0].shape.rank == 0 and _id_kind(spec[0].dtype) is not None)
+    if not ok:
+        raise CompareError(
+            f"candidates must yield (id, features) pairs, the id a string or integer "
+            f"scalar, as TFRS's index_from_dataset takes them (e.g. movies.map(lambda "
+            f"title: (title, title))); received elements {_describe(spec)}: map each "
+            f"candidate to (id, features).")
+    ids = [b.numpy() for b in candidates.map(lambda i, f: i).batch(1 << 16)]
+    ids = _as_numpy_ids(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) < len(ids):
+        raise CompareError(f"candidates hold the id {unique[counts > 1][0]!r} "
+                           f"{counts.max()} times: give each candidate once.")
+    if len(ids) < MIN_RANKED_ITEMS:
+        raise CompareError(f"candidates hold {len(ids)} items: Recall@10 is 1.0 for any "
+                           f"model below {MIN_RANKED_ITEMS}; give the whole catalog.")
+    return ids, list(candidates.map(lambda i, f: f).batch(EVAL_BATCH))
+
+
+def _read_training_ids(train, candidate_id: str, batch_size: int) -> np.ndarray:
+    """The candidate id of every training example, in one pass."""
+    spec = getattr(train, "element_spec", None)
+    if spec is None:
+        raise CompareError(f"train must be a tf.data.Dataset of training examples, "
+                           f"received {type(train).__name__}.")
+    if not isinstance(spec, dict) or candidate_id not in spec:
+        names = sorted(spec) if isinstance(spec, dict) else _describe(spec)
+        raise CompareError(
+            f"train's examples have no feature {candidate_id!r} (their features: {names}): "
+            f"give candidate_id= the feature holding the positive's id (a dict of features "
+            f"per example, as TFRS's tutorials read MovieLens).")
+    id_spec = spec[candidate_id]
+    if not isinstance(id_spec, tf.TensorSpec) or _id_kind(id_spec.dtype) is None:
+        raise CompareError(f"train's candidate id {candidate_id!r} must be a string or "
+                           f"integer tensor, received {_describe(id_spec)}.")
+    if id_spec.shape.rank != 0:
+        raise CompareError(
+            f"train must yield one example at a time (its candidate id {candidate_id!r} "
+            f"has shape {id_spec.shape}): leave out .batch(); compare_model shuffles and "
+            f"batches it (batch_size={batch_size}).")
+    ids = train.map(lambda example: example[candidate_id], num_parallel_calls=tf.data.AUTOTUNE,
+                    deterministic=False).batch(1 << 16).prefetch(2)
+    ids = [b.numpy() for b in ids]
+    return _as_numpy_ids(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
+
+
+def _read_test(test, kind: str, candidates: _Ids) -> tuple[list, np.ndarray,
+                                                            Optional[np.ndarray], int]:
+    spec = getattr(test, "element_spec", None)
+    ok = isinstance(spec, tuple) and len(spec) in (2, 3) and all(
+        isinstance(s, (tf.TensorSpec, tf.RaggedTensorSpec)) and _id_kind(s.dtype) == kind
+        for s in spec[1:]) and spec[1].shape.rank == 0 and (
+        len(spec) == 2 or spec[2].shape.rank == 1)
+    if not ok:
+        raise CompareError(
+            f"test must yield (query features, target id) or (query features, target id, "
+            f"history ids), the ids {kind}s like the candidates', the history a vector of "
+            f"the ids to leave out of the ranking; received elements {_describe(spec)}.")
+    queries = list(test.map(lambda *e: e[0]).batch(EVAL_BATCH))
+    raw = [b.numpy() for b in test.map(lambda *e: e[1]).batch(1 << 16)]
+    raw = _as_numpy_ids(np.concatenate(raw)) if raw else np.zeros(0, np.int64)
+    targets = candidates.positions(raw)
+    unknown = int(np.sum(targets < 0))
+    if unknown:
+        raise CompareError(
+            f"{unknown:,} of the {len(targets):,} test targets are not candidates (the "
+            f"first: {raw[targets < 0][0]!r}): the served index can never return them; "
+            f"add them to the candidates or leave those queries out.")
+    exclude = None
+    if len(spec) == 3:
+        parts = []
+        for history, length in test.map(lambda *e: (e[2], tf.size(e[2]))).padded_batch(
+                1 << 16):
+            history, length = history.numpy(), length.numpy()
+            at = candidates.positions(history.reshape(-1)).reshape(history.shape)
+            parts.append(np.where(np.arange(history.shape[1])[None, :] < length[:, None],
+                                  at, -1))
+        width = max([p.shape[1] for p in parts] + [1])
+        exclude = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])),
+                                         constant_values=-1) for p in parts]) \
+            if parts else np.zeros((0, 1), np.int64)
+    queries_seen = set()
+    for batch in queries:
+        rows = [np.asarray(t.to_list() if isinstance(t, tf.RaggedTensor) else t.numpy(),
+                           dtype=object) for t in tf.nest.flatten(batch)]
+        for i in range(len(rows[0]) if rows else 0):
+            queries_seen.add(repr([r[i].tolist() if hasattr(r[i], "tolist") else r[i]
+                                   for r in rows]))
+    return queries, targets, exclude, len(queries_seen)
+
+
+def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
+    candidate_ids, candidate_batches = _read_candidates(candidates)
+    kind = "integer" if candidate_ids.dtype.kind in "iu" else "string"
+    training_ids = _read_training_ids(train, candidate_id, batch_size)
+    if len(training_ids) and training_ids.dtype.kind != candidate_ids.dtype.kind:
+        raise CompareError(f"train's candidate ids are "
+                           f"{'integers' if training_ids.dtype.kind in 'iu' else 'strings'} "
+                           f"and the candidates' {kind}s: give both the same ids.")
+    if len(training_ids) < batch_size:
+        raise CompareError(f"batch_size {batch_size:,} is larger than the "
+                           f"{len(training_ids):,} training examples: lower it.")
+    seen, seen_counts = np.unique(training_ids, return_counts=True)
+    vocabulary = np.unique(np.concatenate([candidate_ids, seen]))
+    counts = np.zeros(len(vocabulary), np.float64)
+    counts[np.searchsorted(vocabulary, seen)] = seen_counts
+    frequency = ExactFrequency.from_counts(counts, ids=vocabulary)  # Q(d) = #d / N
+    candidate_counts = counts[np.searchsorted(vocabulary, candidate_ids)]
+    candidate_log_q = frequency.log_q(candidate_ids).numpy().astype(np.float64)
+    index = _Ids(candidate_ids)
+    queries, targets, exclude, num_queries = _read_test(test, kind, index)
+    if num_queries < MIN_TEST_USERS:
+        raise CompareError(f"the test set has {num_queries} distinct query(ies) "
+                           f"({len(targets)} targets): a metric over fewer than "
+                           f"{MIN_TEST_USERS} measures one person, not the model.")
+    cold = candidate_counts[targets] == 0
+    if cold.all():
+        raise CompareError("every test target is a candidate never seen in training "
+                           "(cold): no trained model can rank it; test on items the "
+                           "training set holds.")
+    facts = {"num_targets": len(targets), "num_users": num_queries,
+             "cold_share": float(cold.mean())}
+    if exclude is not None:
+        share = float(np.mean(np.any(exclude == targets[:, None], axis=1)))
+        facts.update(repeat_share=share, sent_repeat_share=share)
+    digest = hashlib.sha256()
+    for array in (vocabulary, counts, candidate_ids, targets,
+                  exclude if exclude is not None else np.zeros(0)):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    identity = {"train_examples": int(len(training_ids)),
+                "candidates": int(len(candidate_ids)), "test_queries": int(len(targets)),
+                "digest": digest.hexdigest()[:16]}
+    return _Data(train=train, probe_batch=next(iter(train.batch(batch_size))),
+                 num_examples=int(len(training_ids)), candidate_ids=candidate_ids,
+                 candidate_batches=candidate_batches, query_batches=queries,
+                 targets=targets, exclude=exclude, counts=candidate_counts,
+                 frequency=frequency,
+                 candidate_log_q=candidate_log_q, facts=facts, identity=identity)
+
+
+def training_batches(train: tf.data.Dataset, seed: int, batch_size: int,
+                     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+                     first_step: int = 0) -> tf.data.Dataset:
+    """The batches every run of ``seed`` trains on, from ``first_step`` on: ``train``
+    shuffled with ``seed`` (reshuffled every pass, repeated), cut into ``batch_size``
+    batches (the last partial one of a pass joins the next pass). A function of the seed
+    and the step alone: two losses of one seed train on the same batches, and a run
+    resumed at step ``s`` reads the batches it would have."""
+    return (train.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+            .repeat().batch(batch_size, drop_remainder=True).skip(first_step))
+
+
+# ---------------------------------------------------------------------------- the model
+
+def load_model_fn(spec: str, flag: str = "model_fn") -> Callable:
+    """The function ``"module:function"`` names (the current directory on the path, as
+    ``python -m`` has it), or a one-line error naming ``flag``."""
+    module_name, _, name = str(spec).partition(":")
+    if not module_name or not name:
+        raise CompareError(f"{flag} {spec!r} is not 'module:function' (e.g. my_models:build, "
+                           f"with my_models.py in the current directory or installed).")
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not module_name.startswith(error.name):
+            raise  # the module was found: one of its own imports is missing
+        raise CompareError(f"{flag} {spec}: no module named {error.name!r}; run from the "
+                           f"directory that holds {module_name.replace('.', '/')}.py or "
+                           f"install it (module:function).") from None
+    finally:
+        if added:
+            sys.path.remove(here)
+    found = module
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    if not callable(found):
+        raise CompareError(f"{flag} {spec}: module {module_name!r} has no function {name!r}; "
+                           f"name the function that builds the model (model_fn(task) -> "
+                           f"tfrs.Model).")
+    return found
+
+
+def _name(obj) -> str:
+    if isinstance(obj, str):
+        return obj
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _embedder(how: Embedder, role: str) -> Callable[[Any, Any], tf.Tensor]:
+    if callable(how):
+        return how
+
+    def embed(model, features):
+        tower = getattr(model, how, None)
+        if tower is None or not callable(tower):
+            raise CompareError(
+                f"the model has no {role} tower {how!r}: pass {role}_model= the attribute "
+                f"that embeds a {role} (TFRS's tutorials: query_model/candidate_model, "
+                f"user_model/movie_model) or a function (model, features) -> embeddings.")
+        return tower(features)
+    return embed
+
+
+def _embeddings(embed, model, batches: list, role: str) -> tf.Tensor:
+    out = [tf.cast(embed(model, b), tf.float32) for b in batches]
+    result = tf.concat(out, 0) if out else tf.zeros([0, 0])
+    if result.shape.rank != 2:
+        raise CompareError(f"the {role} tower returns embeddings of shape {result.shape}; "
+                           f"compare ranks by dot product of [n, dim] embeddings.")
+    return result
+
+
+class _SeededRandomLayers:
+    """Within the block, Keras' random layers (Dropout, ...) built draw from a
+    `tf.random.Generator` seeded from `tf.keras.utils.set_random_seed`'s stream (in the
+    order they are built), not from a process-wide op seed: their masks are then the same
+    for every loss of a seed, and their state can be checkpointed (`_random_generators`)."""
+
+    def __enter__(self):
+        experimental = tf.keras.backend.experimental
+        self.was = experimental.is_tf_random_generator_enabled()
+        experimental.enable_tf_random_generator()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.was:
+            tf.keras.backend.experimental.disable_tf_random_generator()
+
+
+def _random_generators(model) -> list:
+    """The `tf.random.Generator` of each random layer of ``model``: Keras leaves them out
+    of its checkpoints, so they are saved beside the model, and a resumed run draws the
+    masks the uninterrupted run would have."""
+    found: list = []
+    for layer in model.submodules:
+        generator = getattr(getattr(layer, "_random_generator", None), "_generator", None)
+        if isinstance(generator, tf.random.Generator) and all(generator is not g
+                                                              for g in found):
+            found.append(generator)
+    return found
+
+
+def _check_model(model, query_embed, candidate_embed, data: _Data, task: ComparedTask,
+                 model_fn_name: str) -> dict:
+    """Refuses, in one line, a model `compare_model` cannot train or evaluate; returns
+    what the plan records of it (optimizer, learning rate, embedding size)."""
+    if not isinstance(model, tfrs.models.Model):
+        raise CompareError(
+            f"model_fn {model_fn_name} returned a {type(model).__name__}, not a tfrs.Model: "
+            f"return the tfrs.Model built around its task argument (class M(tfrs.Model) "
+            f"with self.task = task).")
+    if not getattr(model, "_is_compiled", False) or model.optimizer is None:
+        raise CompareError(
+            f"model_fn {model_fn_name} returned a model that is not compiled: compile it "
+            f"there, e.g. model.compile(optimizer=tf.keras.optimizers.Adagrad(0.1)) "
+            f"(compare trains it with model.fit).")
+    per_execution = getattr(model, "_steps_per_execution", None)
+    if per_execution is not None and int(per_execution.numpy()) != 1:
+        raise CompareError("model_fn compiled the model with steps_per_execution > 1: "
+                           "leave it at 1 (compare evaluates and checkpoints at exact "
+                           "steps).")
+    try:
+        model.compute_loss(data.probe_batch, training=False)
+    except CompareError:
+        raise
+    except Exception as error:  # the user's code on our batch: say what the batch held
+        raise CompareError(
+            f"the model's compute_loss failed on a batch of the training set "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]}); its examples "
+            f"hold {_describe(data.train.element_spec)}.") from None
+    if task.calls == 0:
+        raise CompareError(
+            f"the model of model_fn {model_fn_name} never calls the task it was given: its "
+            f"compute_loss uses another; build the model around the task argument "
+            f"(self.task = task) and return self.task(...) from compute_loss.")
+    queries = _embeddings(query_embed, model, data.query_batches[:1], "query")
+    items = _embeddings(candidate_embed, model, data.candidate_batches[:1], "candidate")
+    if queries.shape[1] != items.shape[1]:
+        raise CompareError(f"the query tower's embeddings have {queries.shape[1]} "
+                           f"dimensions and the candidate tower's {items.shape[1]}: a dot "
+                           f"product needs the same size.")
+    optimizer = model.optimizer
+    try:
+        rate = optimizer.learning_rate
+        rate = float(f"{float(rate.numpy() if hasattr(rate, 'numpy') else rate):.6g}")
+    except (TypeError, ValueError, AttributeError):
+        rate = None
+    return {"optimizer": type(optimizer).__name__, "learning_rate": rate,
+            "embedding_dim": int(items.shape[1])}
+
+
+# ---------------------------------------------------------------------------- training
+
+class _Batches(tf.keras.callbacks.Callback):
+    """Calls ``on_batch(step, logs)`` after each step ``model.fit`` trains (0-based,
+    counted from the run's first step)."""
+
+    def __init__(self, first_step: int, on_batch: Callable[[int, dict], None]) -> None:
+        super().__init__()
+        self.first_step, self.on_batch = first_step, on_batch
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self.on_batch(self.first_step + int(batch), logs or {})
+
+
+class _QuietSlowCallback(logging.Filter):
+    """Drops Keras' warning that a callback is slower than a step: evaluating and saving a
+    checkpoint at some steps is what `_Batches` is for."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is slow compared to the batch time" not in record.getMessage()
+
+
+class _ModelFnTrainer:
+    """Builds, trains and evaluates the runs of a user's model (`Trainer.train`)."""
+
+    def __init__(self, plan: Plan, model_fn: Callable, data: _Data, query_model: Embedder,
+                 candidate_model: Embedder, checkpoint_seconds: float, extra: dict) -> None:
+        self.plan, self.model_fn, self.data = plan, model_fn, data
+        self.query_embed = _embedder(query_model, "query")
+        self.candidate_embed = _embedder(candidate_model, "candidate")
+        self.checkpoint_seconds = float(checkpoint_seconds)
+        self.extra = extra
+        self.ks = cutoffs(len(data.candidate_ids))
+        self.target_bands = popularity_bands(data.counts)[data.targets]
+        source = None
+        try:
+            source = inspect.getsourcefile(model_fn)
+        except TypeError:
+            pass
+        self.code = file_fingerprint(source)[:16] if source and os.path.isfile(source) \
+            else "unknown"
+
+    def build(self, loss: str, seed: int, batch_size: int, shuffle_buffer: int):
+        """``(model, task, batches, facts)`` of a run: the seed set, then the task, the
+        batches (`training_batches`) and the model (``model_fn(task)``), checked and built
+        on a batch (`_check_model`, whose ``facts`` these are)."""
+        task = ComparedTask(loss.split("-", 1)[1], self.data.frequency)
+        with _SeededRandomLayers():
+            tf.keras.utils.set_random_seed(seed)
+            batches = training_batches(self.data.train, seed, batch_size, shuffle_buffer)
+            model = self.model_fn(task)
+            facts = _check_model(model, self.query_embed, self.candidate_embed, self.data,
+                                 task, _name(self.model_fn))
+        return model, task, batches, facts
+
+    def evaluate(self, model, steps: int) -> tuple[dict, tf.Tensor, tf.Tensor]:
+        items = _embeddings(self.candidate_embed, model, self.data.candidate_batches,
+                            "candidate")
+        queries = _embeddings(self.query_embed, model, self.data.query_batches, "query")
+        ranks = target_ranks(queries, items, self.data.targets, exclude=self.data.exclude,
+                             padding_id=None, chunk_size=EVAL_BATCH)
+        metrics = recall_ndcg_from_ranks(ranks, self.ks)
+        metrics.update(recall_ndcg_by_band(ranks, self.target_bands, self.ks))
+        return {"steps": steps, **metrics}, queries, items
+
+    def positive_share(self, queries: tf.Tensor, items: tf.Tensor) -> dict:
+        """The regime, as the built-in two-tower reports it
+        (`tfrs_logq.towers.training.positive_share`): quantiles of the trained model's
+        ``P(p|u)`` over all candidates and of the positive's share of the standard logQ
+        denominator, ``(P/Q) / (P/Q + n)``, ``n`` the batch's negatives."""
+        log_p = []
+        for start in range(0, len(self.data.targets), EVAL_BATCH):
+            scores = tf.matmul(queries[start:start + EVAL_BATCH], items, transpose_b=True)
+            column = tf.constant(self.data.targets[start:start + EVAL_BATCH])
+            log_p.append((tf.gather(scores, column, batch_dims=1)
+                          - tf.reduce_logsumexp(scores, axis=1)).numpy())
+        log_p = np.concatenate(log_p) if log_p else np.zeros(0)
+        p_over_q = np.exp(log_p - self.data.candidate_log_q[self.data.targets])
+        share = np.asarray(standard_positive_share(p_over_q, self.plan.config.batch_size))
+        out = {}
+        for q in (10, 50, 90):
+            out[f"model_p_q{q}"] = float(np.percentile(np.exp(log_p), q)) if len(log_p) else 0.0
+            out[f"positive_share_q{q}"] = float(np.percentile(share, q)) if len(share) else 0.0
+        return out
+
+    def train(self, loss, seed, run_dir, on_eval, on_step, evaluations) -> dict:
+        config = self.plan.run_config(loss, seed)
+        done = {int(r["steps"]) for r in evaluations}
+        model, _, batches, _ = self.build(loss, seed, config.batch_size,
+                                          config.shuffle_buffer)
+        weights = model.trainable_variables
+        if callable(getattr(model.optimizer, "build", None)):
+            model.optimizer.build(weights)  # slots exist before a restore
+        generators = _random_generators(model)
+        checkpoint = StepCheckpoint(
+            run_dir, f"{checkpoint_key(config)}|model_fn_source={self.code}",
+            self.checkpoint_seconds, model=model, optimizer=model.optimizer,
+            **({"random_generators": generators} if generators else {}))
+        first = checkpoint.restore()
+        batches = batches.skip(first)  # the dataset's position: the step restored
+        eval_at = set(config.eval_steps[:-1])
+        state = {"loss": float("nan"), "start": time.perf_counter(), "saving": 0.0}
+
+        def timing(step: int) -> dict:
+            timed = step - first - 1
+            spent = time.perf_counter() - state["start"] - state["saving"]
+            per_step = spent / timed if timed > 0 else float("nan")
+            return {"seconds_per_step": round(per_step, 5) if np.isfinite(per_step) else None,
+                    "resumed_from_step": first}
+
+        def on_batch(i: int, logs: dict) -> None:
+            state["loss"] = float(logs.get("loss", float("nan")))
+            if i == first:  # the first step traces the function: not timed
+                state["start"] = time.perf_counter()
+            if i + 1 in eval_at and i + 1 not in done:
+                began = time.perf_counter()
+                row, _, _ = self.evaluate(model, i + 1)
+                on_eval({**row, **timing(i + 1)})
+                state["saving"] += time.perf_counter() - began
+            if i + 1 < config.steps:
+                before = checkpoint.seconds_saving
+                checkpoint.step_done(i + 1)
+                state["saving"] += checkpoint.seconds_saving - before
+            on_step(i)
+
+        if first < config.steps:
+            quiet = _QuietSlowCallback()
+            tf.get_logger().addFilter(quiet)
+            try:
+                model.fit(batches, steps_per_epoch=config.steps - first, epochs=1,
+                          verbose=0, callbacks=[_Batches(first, on_batch)])
+            finally:
+                tf.get_logger().removeFilter(quiet)
+            checkpoint.save(config.steps)  # a kill while evaluating does not repeat training
+        last, queries, items = self.evaluate(model, config.steps)
+        last.update(timing(config.steps))
+        last.update(self.positive_share(queries, items))
+        last.update(self.data.facts)
+        finite = (first >= config.steps or np.isfinite(state["loss"])) and all(
+            bool(np.all(np.isfinite(w.numpy()))) for w in model.trainable_variables)
+        last["diverged"] = int(not finite)
+        if config.steps not in done:
+            on_eval(last)
+        return {**window_row(self.plan, loss, seed, evaluations, last), **self.extra}
+
+
+# ---------------------------------------------------------------------------- the API
+
+def compare_model(
+    model_fn: Union[Callable[[CorrectedRetrieval], tfrs.Model], str],
+    train: tf.data.Dataset,
+    test: tf.data.Dataset,
+    candidates: tf.data.Dataset,
+    *,
+    candidate_id: str,
+    query_model: Embedder = "query_model",
+    candidate_model: Embedder = "candidate_model",
+    losses: Sequence[str] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected"),
+    seeds: Sequence[int] = (0, 1, 2),
+    steps: int = 3000,
+    eval_every: int = 500,
+    window: Optional[int] = None,
+    batch_size: int = 512,
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    baseline: Optional[str] = None,
+    output_dir: str = "compare_output",
+    margin: Optional[str] = None,
+    max_runs: Optional[int] = None,
+    source: str = "",
+    checkpoint_seconds: float = 120.0,
+    say: Callable[[str], None] = print,
+) -> list[dict]:
+    """Compares the corrected logQ loss with the standard ones on your own `tfrs.Model`,
+    paired by seed, and writes what ``tfrs-logq compare`` writes into ``output_dir``.
+
+    Your model is a TFRS tutorial's with two changes: it is built around the task it is
+    given, and it passes the positives' ids to it, ``self.task(query_embeddings,
+    candidate_embeddings, candidate_ids=features["movie_title"])``; the task looks up
+    ``Q(d)``, the candidates' frequency in ``train``, by id. ``model_fn`` compiles the
+    model (its optimizer). Each loss x seed run is built after
+    ``tf.keras.utils.set_random_seed(seed)``, trains ``steps`` steps of ``model.fit`` on
+    the seed's batches (common random numbers: the runs of one seed share batches, initial
+    weights and dropout masks) with a checkpoint every ``checkpoint_seconds`` (a killed
+    comparison goes on from it when called again), and is scored every ``eval_every``
+    steps by exact top-k over all candidates' embeddings, as served; its result is the
+    mean of its last ``window`` evaluations. See docs/compare.md ("Your own TFRS model").
+
+    Args:
+      model_fn: ``model_fn(task) -> tfrs.Model``, compiled, its ``compute_loss`` returning
+        ``task(...)``; or ``"module:function"`` naming one.
+      train: `tf.data.Dataset` of single training examples (not batched: it is shuffled
+        with the seed and batched by ``batch_size``), as ``compute_loss`` takes them.
+      test: `tf.data.Dataset` of ``(query features, target id)`` or ``(query features,
+        target id, history ids)``: the features the query tower takes, the id of the
+        candidate to find, and optionally the ids to leave out of the ranking (what the
+        served ``top_k`` is sent as the history: a target among them is a miss).
+      candidates: `tf.data.Dataset` of ``(id, features)``: every candidate once, its
+        features as the candidate tower takes them (TFRS's ``index_from_dataset`` form).
+      candidate_id: str. The feature of ``train``'s examples (dicts of features, as TFRS's
+        tutorials read MovieLens) holding the positive's id, one of the candidates' ids
+        (``"movie_title"``); ``Q`` is its frequency.
+      query_model: str or callable. The model's attribute that embeds a query (called with
+        the test set's query features), or ``f(model, features) -> [n, dim]``. Defaults to
+        ``"query_model"``.
+      candidate_model: str or callable. The same for candidates (called with their
+        features). Defaults to ``"candidate_model"``.
+      losses: the losses compared, ``inbatch-`` + ``none``/``logq-tfrs``/``logq-official``/
+        ``corrected`` (`tfrs_logq.studies.compare.TFRS_MODEL_LOSSES`); the first is the
+        baseline unless ``baseline``.
+      seeds: one pair per seed. Defaults to (0, 1, 2).
+      steps: training steps of every run (fixed: no early stopping). Defaults to 3000.
+      eval_every: evaluate every this many steps (and at the last). Defaults to 500.
+      window: a run's result is the mean of its last this many evaluations. Defaults to
+        3, or every evaluation when fewer.
+      batch_size: training examples per step. Defaults to 512.
+      shuffle_buffer: the training set's shuffle buffer. Defaults to 100,000.
+      baseline: the loss the others are paired against. Defaults to the first.
+      output_dir: where plan.json, results.csv, curves.csv, report.md and the charts go
+        (a rerun goes on; another plan is refused). Defaults to ``"compare_output"``.
+      margin: the equivalence margin, an absolute difference (``"0.002"``) or a share of
+        the reference's value (``"2%"``). Defaults to the report's
+        (`tfrs_logq.studies.compare_report.DEFAULT_MARGIN`).
+      max_runs: train at most this many unfinished runs, then stop. Defaults to all.
+      source: words naming the data in the report. Defaults to none.
+      checkpoint_seconds: the least time between two checkpoints of a run. Defaults to 120.
+      say: where progress lines go. Defaults to `print`.
+
+    Returns:
+      The rows of ``results.csv``: one per finished loss and seed.
+
+    Raises:
+      tfrs_logq.studies.compare.CompareError: bad input (one line naming the fix), before
+        the output directory is made and before any training.
+    """
+    return _compare(model_fn, train, test, candidates, candidate_id=candidate_id,
+                    query_model=query_model, candidate_model=candidate_model, losses=losses,
+                    seeds=seeds, steps=steps, eval_every=eval_every, window=window,
+                    batch_size=batch_size, shuffle_buffer=shuffle_buffer, baseline=baseline,
+                    output_dir=output_dir, margin=margin, max_runs=max_runs, source=source,
+                    checkpoint_seconds=checkpoint_seconds, say=say)
+
+
+def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict] = None,
+             facts: Optional[dict] = None, extra: Optional[dict] = None,
+             model_fn_flag: str = "model_fn", **given) -> list[dict]:
+    """`compare_model` (``given``: its keyword arguments; the others take its defaults),
+    with what a log adds (`compare_split`): its identity and facts (``data_identity``,
+    ``facts``), columns for every row (``extra``), the flag that names ``model_fn``."""
+    from tfrs_logq.studies._grid import check_output_dir
+    from tfrs_logq.studies.compare_report import Margin
+
+    parameters = inspect.signature(compare_model).parameters
+    unknown = sorted(set(given) - set(parameters))
+    if unknown:
+        raise TypeError(f"compare_model() got an unexpected keyword argument {unknown[0]!r}")
+    o = types.SimpleNamespace(**{**{n: p.default for n, p in parameters.items()
+                                    if p.default is not inspect.Parameter.empty}, **given})
+    check_output_dir(o.output_dir)
+    margin = o.margin if o.margin is None or isinstance(o.margin, Margin) else Margin(o.margin)
+    name = _name(model_fn)
+    if isinstance(model_fn, str):
+        model_fn = load_model_fn(model_fn, model_fn_flag)
+    elif not callable(model_fn):
+        raise CompareError(f"model_fn must be a function model_fn(task) -> tfrs.Model or "
+                           f"'module:function', received {type(model_fn).__name__}.")
+    config = ModelFnConfig(steps=o.steps, batch_size=o.batch_size, eval_every=o.eval_every,
+                           shuffle_buffer=o.shuffle_buffer, model_fn=name,
+                           query_model=_name(o.query_model),
+                           candidate_model=_name(o.candidate_model))
+    # The plan (losses, baseline, window) is checked before the data is read.
+    plan = Plan(losses=tuple(o.losses), seeds=tuple(o.seeds), config=config,
+                window=o.window or min(3, len(config.eval_steps)), baseline=o.baseline or "",
+                model="tfrs-model", source=o.source)
+    data = _read_data(train, test, candidates, o.candidate_id, o.batch_size)
+    data.facts.update(facts or {})
+    trainer = _ModelFnTrainer(plan, model_fn, data, o.query_model, o.candidate_model,
+                              o.checkpoint_seconds, extra or {})
+    # The model checked (and measured) before the output directory is made.
+    _, _, _, measured = trainer.build(plan.losses[0], plan.seeds[0], o.batch_size,
+                                      o.shuffle_buffer)
+    history = 0 if data.exclude is None else int(data.exclude.shape[1])
+    config = dataclasses.replace(config, loss=plan.losses[0], history_length=history,
+                                 exclude_seen=data.exclude is not None, **measured)
+    plan = trainer.plan = dataclasses.replace(
+        plan, config=config, data={**(data_identity or {}), **data.identity})
+    o.say(f"compare: your model ({name}): {data.num_examples:,} training examples, "
+          f"{len(data.candidate_ids):,} candidates, {len(data.targets):,} test queries; "
+          f"{config.optimizer}, embeddings of {config.embedding_dim}")
+    return run_plan(plan, o.output_dir, Trainer(
+        catalog=f"compare: {len(data.candidate_ids):,} candidates, {len(data.targets):,} "
+                f"test targets, {data.num_examples:,} training examples",
+        key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train),
+        say=o.say, max_runs=o.max_runs, margin=margin)
+
+
+# ---------------------------------------------------------------------------- a log
+
+def log_datasets(split: Split, history_length: int = 50,
+                 exclude_seen: bool = True) -> tuple[tf.data.Dataset, tf.data.Dataset,
+                                                     tf.data.Dataset]:
+    """``(train, test, candidates)`` of a log's `Split` as `compare_model` takes them, the
+    log's ids as text (``tfrs-logq compare --model-fn``):
+
+    - ``train``: every training interaction, ``{"user_id": tf.string, "item_id": tf.string}``
+      (``candidate_id="item_id"``);
+    - ``test``: ``(user id, target item id, history)`` per test target, the history the
+      last ``history_length`` items before it (what a request sends, left out of the
+      ranking), padded with ``""``; without the history when not ``exclude_seen``;
+    - ``candidates``: ``(item id, item id)`` for every item of the catalog.
+    """
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
+
+    inter = split.interactions
+    users = np.asarray([str(u) for u in inter.raw_users], dtype=str)
+    items = np.asarray([""] + [str(i) for i in inter.raw_items], dtype=str)
+    lengths = np.asarray(split.train_lengths, np.int64)
+    train_users = np.repeat(np.arange(len(lengths)), lengths)
+    train_items = (np.concatenate([s[:n] for s, n in zip(split.sequences, lengths)])
+                   if len(lengths) else np.zeros(0, np.int64))
+    train = tf.data.Dataset.from_tensor_slices(
+        {"user_id": users[train_users], "item_id": items[train_items]})
+    arrays = evaluation_arrays(split, split.test, history_length, exclude_seen)
+    parts = (users[split.test.users], items[arrays["targets"]])
+    if exclude_seen:
+        parts += (items[arrays["history"]],)
+    candidates = tf.data.Dataset.from_tensor_slices((items[1:], items[1:]))
+    return train, tf.data.Dataset.from_tensor_slices(parts), candidates
+
+
+def compare_split(model_fn, split: Split, *, history_length: int = 50,
+                  exclude_seen: bool = True, data_identity: Optional[dict] = None,
+                  model_fn_flag: str = "model_fn", **options) -> list[dict]:
+    """`compare_model` on a log's `Split` (``tfrs-logq compare --model-fn``): its
+    `log_datasets` (``candidate_id="item_id"``), the report's facts from the split (test
+    users, repeat and cold targets, duplicates), ``data_identity`` (the file and its
+    preprocessing) in the plan; ``options``: `compare_model`'s keyword arguments."""
+    from tfrs_logq.pipelines.splits import check_evaluable, target_facts
+    from tfrs_logq.studies.compare import _duplicates
+
+    check_evaluable(split, split.test)
+    train, test, candidates = log_datasets(split, history_length, exclude_seen)
+    return _compare(model_fn, train, test, candidates, candidate_id="item_id",
+                    data_identity=data_identity, model_fn_flag=model_fn_flag,
+                    facts=target_facts(split, split.test, history_length),
+                    extra=_duplicates(split), **options)
+
+
+__all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "compare_model",
+           "compare_split", "load_model_fn", "log_datasets", "training_batches"]
