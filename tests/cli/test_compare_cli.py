@@ -279,6 +279,15 @@ def test_compare_takes_your_own_tfrs_model_with_model_fn(log_csv, tmp_path, monk
     assert "Model: tfrs-model" in open(os.path.join(out, "report.md")).read()
     again = cli_in_process(capsys, "compare", "--report-only", "--output-dir", out)
     assert again.returncode == 0, again.stderr[-2000:]
+    # The primary comparison named by flags: the verdict's first sentence answers it.
+    assert "Defaults that did not apply: recall@100 was not recorded" in \
+        open(os.path.join(out, "report.md")).read()
+    named = cli_in_process(capsys, "compare", "--report-only", "--output-dir", out,
+                           "--primary-metric", "recall@10", "--primary-baseline", "logq-tfrs")
+    assert named.returncode == 0, named.stderr[-2000:]
+    report = open(os.path.join(out, "report.md")).read()
+    assert "against TFRS's logQ (inbatch-logq-tfrs) at Recall@10" in report.split("\n\n")[2]
+    assert "recall@100 was not recorded" not in report  # named, not defaulted
     for flags, message in (
             (("--model-fn", "no_such_module:build"), "no module named 'no_such_module'"),
             (("--model-fn", "log_model:nothing"), "has no function 'nothing'"),

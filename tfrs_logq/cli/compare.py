@@ -101,9 +101,16 @@ class CompareFlags(Verbose):
     """the evaluation policy, as the served top_k's exclude_history: leave the items of
     the history a request sends out of the ranking (a repeat target is then a miss);
     --no-exclude-seen ranks them (send exclude_history false to serve that way)"""
-    margin: Annotated[str, arg(metavar="M")] = "2%"
+    margin: Annotated[str, arg(metavar="M")] = "0.002"
     """the equivalence margin: an interval inside ±M reads "no difference larger than
-    M"; a percentage of the reference's value (2%) or an absolute difference (0.003)"""
+    M"; an absolute difference (0.002) or a percentage of the reference's value (2%)"""
+    primary_metric: Annotated[Optional[str], arg(metavar="METRIC"), shown("recall@100")] = None
+    """the primary comparison's metric, named before the runs (recall@K or K): the
+    verdict's first sentence answers it at 5 %, the others are secondary (Holm)"""
+    primary_baseline: Annotated[Optional[str], arg(metavar="LOSS"),
+                                shown("logq-tfrs, else --baseline")] = None
+    """the loss you run now, which the corrected loss is judged against (a loss of
+    --losses or its form, logq-tfrs)"""
     report_only: bool = False
     """rebuild report.md and the charts from --output-dir's results.csv (no training)"""
     output_dir: Annotated[str, arg(metavar="DIR")] = "compare_output"
@@ -142,9 +149,11 @@ def run(args) -> int:
                    if getattr(args, n) != _default(n)]
         if ignored:
             raise ValueError(f"--report-only rebuilds the report of --output-dir from its "
-                             f"results.csv and plan.json, and takes --margin only; "
+                             f"results.csv and plan.json, and takes --margin and --primary-* "
+                             f"only; "
                              f"--{ignored[0].replace('_', '-')} belongs to a comparison run.")
-        text = report_only(args.output_dir, say=say, margin=margin)
+        text = report_only(args.output_dir, say=say, margin=margin,
+                           primary=(args.primary_metric, args.primary_baseline))
         if args.json:
             print(json.dumps({"output_dir": args.output_dir, "report": text}))
         return 0
@@ -183,7 +192,7 @@ def run(args) -> int:
         + (f", weighted by {args.weight_column}" if args.weight_column else ""),
         data=_data_identity(args, split))
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs,
-                       margin=margin)
+                       margin=margin, primary=(args.primary_metric, args.primary_baseline))
     if args.json:
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
                           "losses": list(plan.losses), "seeds": list(plan.seeds),
@@ -220,6 +229,7 @@ def _run_model_fn(args, say, margin) -> int:
         losses=tuple(args.losses), seeds=tuple(args.seeds), steps=args.steps,
         eval_every=args.eval_every, window=args.window, batch_size=args.batch_size,
         baseline=args.baseline, output_dir=args.output_dir, margin=margin,
+        primary_metric=args.primary_metric, primary_baseline=args.primary_baseline,
         max_runs=args.max_runs, source=f"{name}, split {args.split}", say=say)
     if args.json:
         from tfrs_logq.studies.compare import load_plan

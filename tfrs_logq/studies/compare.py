@@ -175,7 +175,7 @@ def load_plan(output_dir: str) -> Plan:
 
 
 def report_only(output_dir: str, say: Callable[[str], None] = print,
-                margin=None) -> str:
+                margin=None, primary: Optional[tuple] = None) -> str:
     """Rebuilds ``report.md`` and the charts from ``output_dir``'s ``results.csv`` and
     ``curves.csv`` (no training)."""
     from tfrs_logq.studies.compare_report import write_report
@@ -186,7 +186,14 @@ def report_only(output_dir: str, say: Callable[[str], None] = print,
         raise CompareError(f"{output_dir}/results.csv holds no finished run: nothing to "
                            f"report.")
     return write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
-                        output_dir, say=say, margin=margin)
+                        output_dir, say=say, margin=margin, **_primary(primary))
+
+
+def _primary(primary: Optional[tuple]) -> dict:
+    """``(metric, baseline)`` (either None: the report's default) as `write_report`'s
+    keyword arguments."""
+    metric, baseline = primary or (None, None)
+    return {"primary_metric": metric, "primary_baseline": baseline}
 
 
 def _check_plan(plan: Plan, output_dir: str) -> None:
@@ -239,7 +246,8 @@ def _duplicates(split: Split) -> dict:
 
 
 def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], None] = print,
-                max_runs: Optional[int] = None, margin=None) -> list[dict]:
+                max_runs: Optional[int] = None, margin=None,
+                primary: Optional[tuple] = None) -> list[dict]:
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
     interrupted comparison holds whole pairs), then writes the report. Returns the rows
     of results.csv. One process per directory (`RunLock`)."""
@@ -286,7 +294,8 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
                 plan, loss, seed, split, run_dir, on_eval))
     else:
         trainer = _two_tower_trainer(plan, split, examples)
-    return run_plan(plan, output_dir, trainer, say=say, max_runs=max_runs, margin=margin)
+    return run_plan(plan, output_dir, trainer, say=say, max_runs=max_runs, margin=margin,
+                    primary=primary)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +332,7 @@ def _two_tower_trainer(plan: Plan, split: Split, examples: Examples) -> Trainer:
 
 def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
              say: Callable[[str], None] = print, max_runs: Optional[int] = None,
-             margin=None) -> list[dict]:
+             margin=None, primary: Optional[tuple] = None) -> list[dict]:
     """Trains the plan's unfinished runs with ``trainer`` into ``output_dir`` (seed by
     seed, so that an interrupted comparison holds whole pairs), then writes the report;
     returns the rows of results.csv. Holds the directory's lock (one process per
@@ -337,7 +346,7 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
             from tfrs_logq.studies.compare_report import write_report
 
             write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
-                         output_dir, say=say, margin=margin)
+                         output_dir, say=say, margin=margin, **_primary(primary))
     return rows
 
 

@@ -703,6 +703,8 @@ def compare_model(
     baseline: Optional[str] = None,
     output_dir: str = "compare_output",
     margin: Optional[str] = None,
+    primary_metric: Optional[str] = None,
+    primary_baseline: Optional[str] = None,
     max_runs: Optional[int] = None,
     source: str = "",
     checkpoint_seconds: float = 120.0,
@@ -774,7 +776,8 @@ def compare_model(
                     query_model=query_model, candidate_model=candidate_model, losses=losses,
                     seeds=seeds, steps=steps, eval_every=eval_every, window=window,
                     batch_size=batch_size, shuffle_buffer=shuffle_buffer, baseline=baseline,
-                    output_dir=output_dir, margin=margin, max_runs=max_runs, source=source,
+                    output_dir=output_dir, margin=margin, primary_metric=primary_metric,
+                    primary_baseline=primary_baseline, max_runs=max_runs, source=source,
                     checkpoint_seconds=checkpoint_seconds, say=say)
 
 
@@ -828,7 +831,8 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
         catalog=f"compare: {len(data.candidate_ids):,} candidates, {len(data.targets):,} "
                 f"test targets, {data.num_examples:,} training examples",
         key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train),
-        say=o.say, max_runs=o.max_runs, margin=margin)
+        say=o.say, max_runs=o.max_runs, margin=margin,
+        primary=(o.primary_metric, o.primary_baseline))
 
 
 # ---------------------------------------------------------------------------- a log
