@@ -126,7 +126,8 @@ class CompareFlags(Verbose):
         check(self, at_least={"seeds": 0, "steps": 1, "eval_every": 1, "window": 1,
                               "batch_size": 2, "embedding_dim": 1, "history_length": 1,
                               "num_negatives": 1, "max_runs": 0},
-              above={"learning_rate": 0, "temporal_fraction": 0})
+              above={"learning_rate": 0, "temporal_fraction": 0},
+              at_most={"seeds": 2**32 - 1})
 
 
 Flags = CompareFlags

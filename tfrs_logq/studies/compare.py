@@ -43,6 +43,8 @@ from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
 from tfrs_logq.towers.training import Examples
 
+MAX_SEED = 2**32 - 1
+"""The largest seed (NumPy's and TensorFlow's seeds are 32-bit)."""
 MODELS = ("two-tower", "sasrec", "tfrs-model")
 TFRS_MODEL_LOSSES = tuple(loss for loss in LOSSES if loss.startswith("inbatch-"))
 """The losses of a user's own TFRS model (`tfrs_logq.studies.user_model`): its task scores
@@ -94,6 +96,10 @@ class Plan:
                                f"{', '.join(map(str, self.losses))[:200]}.")
         if not self.seeds:
             raise CompareError("compare needs at least one seed.")
+        outside = [s for s in self.seeds if not 0 <= s <= MAX_SEED]
+        if outside:
+            raise CompareError(f"a seed must be in [0, {MAX_SEED}] (--seeds), received "
+                               f"{outside[0]}.")
         if not self.baseline:
             object.__setattr__(self, "baseline", self.losses[0])
         if self.baseline not in self.losses:
