@@ -196,7 +196,7 @@ def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
         again = cli_in_process(capsys, "compare", "--interactions", log, *common, *more,
                                "--output-dir", out)
         assert again.returncode == 2, again.stderr[-2000:]
-        assert "the data (path, preprocessing flags or its size) differs" in again.stderr
+        assert "holds a comparison with another plan (data." in again.stderr
     # A directory made before plans recorded the data is taken as it is.
     plan_path = os.path.join(out, "plan.json")
     plan = json.load(open(plan_path))

@@ -70,7 +70,9 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     with pytest.raises(compare.CompareError, match="another plan"):
         compare.run_compare(other, split, out, say=said.append)
     more = dataclasses.replace(plan, seeds=(0, 1, 2))
-    assert compare._check_plan(more, out) is None
+    assert compare._check_plan(more, out).seeds == (0, 1, 2)
+    fewer = dataclasses.replace(plan, seeds=(0,))  # a rerun naming fewer keeps them all
+    assert compare._check_plan(fewer, out).seeds == (0, 1, 2)
 
 
 def _rows(values_by_loss, **extra):

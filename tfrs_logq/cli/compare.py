@@ -195,6 +195,9 @@ def run(args) -> int:
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs,
                        margin=margin, primary=(args.primary_metric, args.primary_baseline))
     if args.json:
+        from tfrs_logq.studies.compare import load_plan
+
+        plan = load_plan(args.output_dir)  # the seeds and losses of every run of the directory
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
                           "losses": list(plan.losses), "seeds": list(plan.seeds),
                           "results": rows}))
@@ -285,7 +288,8 @@ def _refuse_unused(args) -> None:
 
 def _data_identity(args, split) -> dict:
     """What makes two runs' data the same: the file (absolute path) or dataset, every
-    preprocessing flag, and the split's size (a file rewritten in place differs there)."""
+    preprocessing flag, the split and its fraction, the split's size and a hash of its
+    arrays (a file edited in place differs there, whatever its size)."""
     import os
 
     inter = split.interactions
@@ -296,6 +300,14 @@ def _data_identity(args, split) -> dict:
                 "users": int(inter.num_users), "items": int(inter.num_items),
                 "skipped_lines": int(inter.skipped_lines)}
     identity.update({n: getattr(args, n) for n in _LOG_ONLY})
+    from tfrs_logq.pipelines import datasets, user_log
+    from tfrs_logq.studies.compare import split_fingerprint
+
+    default = (datasets.DEFAULT_TEMPORAL_FRACTION[args.dataset] if args.dataset
+               else user_log.DEFAULT_TEMPORAL_FRACTION)  # as the loaders resolve None
+    identity["temporal_fraction"] = ((args.temporal_fraction or default)
+                                     if args.split == "temporal" else None)
+    identity["fingerprint"] = split_fingerprint(split)
     if args.interactions and args.log_format == inter.data_format:  # as the extensions say
         identity["log_format"] = None
     return identity

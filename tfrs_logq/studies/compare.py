@@ -12,8 +12,10 @@ The differences against the baseline loss are then paired by seed
 
 Output directory:
 
-- ``plan.json``: what is compared (a rerun with another plan is refused; more seeds
-  or losses may be added);
+- ``plan.json``: what is compared: every setting that changes a result, the data's
+  identity (file, preprocessing flags, split and its fraction, a hash of the split's
+  arrays) included (a rerun with another plan is refused, naming what differs; more
+  seeds or losses may be added, and a rerun naming fewer keeps those planned);
 - ``curves.csv``: every evaluation of every run; ``results.csv``: a row per loss and
   seed (the window's means, the regime, seconds per step);
 - ``report.md``, ``learning_curves.png``, ``paired.png``;
@@ -38,7 +40,8 @@ from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
 from tfrs_logq.corrections import check_loss_name
 from tfrs_logq.metrics import BANDS
 from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
-from tfrs_logq.studies._grid import append_row, exclusive_output_dir, missing, read_rows
+from tfrs_logq.studies._grid import (append_row, check_output_dir, exclusive_output_dir, missing,
+                                     read_rows)
 from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
 from tfrs_logq.towers.training import Examples
@@ -156,28 +159,114 @@ def band_names(rows: Sequence[dict]) -> list[str]:
                    and k.split(":", 1)[0] in ("head", "torso", "tail")})
 
 
+def split_fingerprint(split: Split) -> str:
+    """A hash of the split's arrays (the interactions, their ids, times and weights, each
+    user's sequence, the training lengths, the validation and test parts): the same
+    sizes with other content give another fingerprint."""
+    digest = hashlib.sha256()
+
+    def add(name: str, array) -> None:
+        digest.update(name.encode())
+        if array is None:
+            digest.update(b"none")
+            return
+        array = np.asarray(array)
+        if array.dtype == object:
+            digest.update(json.dumps([str(v) for v in array.ravel()]).encode())
+        else:
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+
+    inter = split.interactions
+    for name in ("user", "item", "timestamp", "weight", "raw_users", "raw_items"):
+        add(name, getattr(inter, name, None))
+    lengths = [len(s) for s in split.sequences]
+    add("sequence_lengths", np.asarray(lengths, np.int64))
+    add("sequences", np.concatenate([np.asarray(s, np.int64) for s in split.sequences])
+        if split.sequences else np.zeros(0, np.int64))
+    add("train_lengths", split.train_lengths)
+    for part_name in ("validation", "test"):
+        part = getattr(split, part_name)
+        for field in ("users", "history_lengths", "targets"):
+            add(f"{part_name}.{field}", getattr(part, field))
+    return digest.hexdigest()[:32]
+
+
+def _plan_error(path: str, what: str) -> CompareError:
+    return CompareError(f"{path} is not a plan `tfrs-logq compare` wrote ({what}): restore "
+                        f"it from the run that made the directory, or use another "
+                        f"--output-dir.")
+
+
+def read_plan_json(output_dir: str) -> Optional[dict]:
+    """``output_dir``'s ``plan.json`` (None when there is none), checked: an edited file
+    is refused in one line naming it and what is wrong."""
+    path = os.path.join(output_dir, "plan.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError) as error:
+        raise _plan_error(path, f"unreadable: {str(error)[:80]}") from None
+    except json.JSONDecodeError as error:
+        raise _plan_error(path, f"invalid JSON at line {error.lineno}") from None
+    if not isinstance(saved, dict):
+        raise _plan_error(path, f"a JSON {type(saved).__name__}, not an object")
+    fixed = saved.get("fixed")
+    if not isinstance(fixed, dict):
+        raise _plan_error(path, "no `fixed` object")
+    checks = (
+        (isinstance(fixed.get("model"), str) and fixed.get("model") in MODELS,
+         f"`fixed.model` must be one of {', '.join(MODELS)}"),
+        (isinstance(fixed.get("window"), int) and not isinstance(fixed.get("window"), bool)
+         and fixed["window"] >= 1, "`fixed.window` must be an integer >= 1"),
+        (isinstance(fixed.get("config"), dict), "`fixed.config` must be an object"),
+        (isinstance(fixed.get("source", ""), str), "`fixed.source` must be text"),
+        (fixed.get("data") is None or isinstance(fixed.get("data"), dict),
+         "`fixed.data` must be an object"),
+        (isinstance(saved.get("losses"), list) and len(saved["losses"]) >= 2
+         and all(isinstance(x, str) for x in saved["losses"]),
+         "`losses` must list two or more loss names"),
+        (isinstance(saved.get("seeds"), list) and saved["seeds"]
+         and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_SEED
+                 for x in saved["seeds"]),
+         f"`seeds` must list one or more integers in [0, {MAX_SEED}]"),
+        (isinstance(saved.get("baseline", ""), str), "`baseline` must be a loss name"),
+    )
+    for ok, what in checks:
+        if not ok:
+            raise _plan_error(path, what)
+    return saved
+
+
 def load_plan(output_dir: str) -> Plan:
     """The plan a comparison directory was run with (its ``plan.json``), to rebuild its
     report (``tfrs-logq compare --report-only``)."""
-    path = os.path.join(output_dir, "plan.json")
-    if not os.path.isfile(path):
+    saved = read_plan_json(output_dir)
+    if saved is None:
         raise CompareError(f"{output_dir} holds no plan.json: it is not the output of "
                            f"`tfrs-logq compare` (give the --output-dir of a comparison).")
-    with open(path) as f:
-        saved = json.load(f)
+    return _plan_of(saved, os.path.join(output_dir, "plan.json"))
+
+
+def _plan_of(saved: dict, path: str) -> Plan:
     fixed = saved["fixed"]
     config_class = TwoTowerConfig
     if fixed["model"] == "tfrs-model":
         from tfrs_logq.studies.user_model import ModelFnConfig as config_class
     known = {f.name for f in dataclasses.fields(config_class)}
-    config = config_class(**{k: v for k, v in fixed["config"].items() if k in known})
     losses = tuple(saved["losses"])
-    if fixed["model"] != "sasrec":  # a loss of the plan sets the config's (checked) loss
-        config = dataclasses.replace(config, loss=losses[0])
-    return Plan(losses=losses, seeds=tuple(saved["seeds"]), config=config,
-                window=fixed["window"], baseline=saved.get("baseline", ""),
-                model=fixed["model"], source=fixed.get("source", ""),
-                sasrec_preset=fixed.get("sasrec_preset", "cpu"), data=fixed.get("data"))
+    try:
+        config = config_class(**{k: v for k, v in fixed["config"].items() if k in known})
+        if fixed["model"] != "sasrec":  # a loss of the plan sets the config's (checked) loss
+            config = dataclasses.replace(config, loss=losses[0])
+        return Plan(losses=losses, seeds=tuple(saved["seeds"]), config=config,
+                    window=fixed["window"], baseline=saved.get("baseline", ""),
+                    model=fixed["model"], source=fixed.get("source", ""),
+                    sasrec_preset=fixed.get("sasrec_preset", "cpu"), data=fixed.get("data"))
+    except (ValueError, TypeError, KeyError) as error:
+        raise _plan_error(path, str(error).rstrip(".")[:160]) from None
 
 
 def report_only(output_dir: str, say: Callable[[str], None] = print,
@@ -202,23 +291,69 @@ def _primary(primary: Optional[tuple]) -> dict:
     return {"primary_metric": metric, "primary_baseline": baseline}
 
 
-def _check_plan(plan: Plan, output_dir: str) -> None:
+def _differences(old, new, prefix: str = "") -> list[str]:
+    """The keys (dotted) whose values differ between two plans' fixed fields."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in list(old) + [k for k in new if k not in old]:
+            out += _differences(old.get(key, "(none)"), new.get(key, "(none)"),
+                                f"{prefix}{key}.")
+        return out
+    if old == new:
+        return []
+    def shown(value):
+        text = json.dumps(value) if not isinstance(value, str) else value
+        return text if len(text) <= 40 else text[:37] + "..."
+    return [f"{prefix.rstrip('.')} {shown(old)} there, {shown(new)} now"]
+
+
+def _check_plan(plan: Plan, output_dir: str, write: bool = True) -> Plan:
+    """Refuses a directory of another plan (every fixed field, the data's included, must
+    match); returns the plan with the seeds and losses of the directory's plan added (a
+    rerun adds seeds or losses, never drops those already planned), written to
+    ``plan.json`` when ``write``."""
     path = os.path.join(output_dir, "plan.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
+    saved = read_plan_json(output_dir)
+    if saved is not None:
         fixed = json.loads(json.dumps(plan.fixed_fields()))
-        old = saved.get("fixed")
-        if isinstance(old, dict) and "data" not in old:  # written before plans held it
+        old = saved["fixed"]
+        if "data" not in old:  # written before plans held the data
             fixed.pop("data", None)
-        if old != fixed:
-            what = ("the data (path, preprocessing flags or its size) differs"
-                    if isinstance(old, dict) and old.get("data") != fixed.get("data")
-                    else "model, source, window or training settings differ")
-            raise CompareError(f"{output_dir} holds a comparison with another plan ({what}); "
-                               f"use another --output-dir.")
-    write_json(path, {"fixed": plan.fixed_fields(), "losses": list(plan.losses),
-                      "seeds": list(plan.seeds), "baseline": plan.baseline})
+        diffs = _differences(old, fixed)
+        if diffs:
+            raise CompareError(
+                f"{output_dir} holds a comparison with another plan ({'; '.join(diffs[:3])}"
+                f"{f'; {len(diffs) - 3} more' if len(diffs) > 3 else ''}): rerun with its "
+                f"settings and data, or use another --output-dir.")
+        try:
+            plan = dataclasses.replace(
+                plan, losses=tuple(dict.fromkeys([*saved["losses"], *plan.losses])),
+                seeds=tuple(dict.fromkeys([*saved["seeds"], *plan.seeds])))
+        except CompareError as error:
+            raise _plan_error(path, str(error).rstrip(".")[:160]) from None
+    if write:
+        write_json(path, {"fixed": plan.fixed_fields(), "losses": list(plan.losses),
+                          "seeds": list(plan.seeds), "baseline": plan.baseline})
+    return plan
+
+
+OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs")
+
+
+def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
+    """Reads, writing nothing, what ``output_dir`` holds: refuses a folder with a
+    comparison's files but no plan.json (another tool's), another plan, a damaged
+    plan.json; returns the plan `_check_plan` will write."""
+    if not os.path.isdir(output_dir):
+        return plan
+    if not os.path.exists(os.path.join(output_dir, "plan.json")):
+        found = [n for n in OUTPUT_FILES if os.path.exists(os.path.join(output_dir, n))]
+        if found:
+            raise CompareError(f"{output_dir} holds {found[0]} but no plan.json: it is not a "
+                               f"directory `tfrs-logq compare` wrote; give a new or empty "
+                               f"--output-dir.")
+        return plan
+    return _check_plan(plan, output_dir, write=False)
 
 
 def _run_dir(output_dir: str, key: str) -> str:
@@ -344,8 +479,10 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
     returns the rows of results.csv. Holds the directory's lock (one process per
     directory) and refuses a directory of another plan (``plan.json``). `run_compare`
     runs the built-in models through it, `tfrs_logq.studies.user_model` a user's own."""
+    check_output_dir(output_dir)
+    plan = check_output_dir_contents(plan, output_dir)  # before anything is written
     with exclusive_output_dir(output_dir):
-        _check_plan(plan, output_dir)
+        plan = _check_plan(plan, output_dir)
         _run_all(plan, output_dir, trainer, say, max_runs)
         rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows:
@@ -460,6 +597,7 @@ def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> No
         say(f"  {100 * (i + 1) // steps}% ({i + 1:,}/{steps:,} steps)")
 
 
-__all__ = ["CompareError", "LOSSES", "MODELS", "Plan", "TFRS_MODEL_LOSSES", "Trainer",
-           "band_names", "load_plan", "metric_names", "report_only", "run_compare", "run_plan",
+__all__ = ["CompareError", "LOSSES", "MAX_SEED", "MODELS", "Plan", "TFRS_MODEL_LOSSES", "Trainer",
+           "band_names", "check_output_dir_contents", "load_plan", "metric_names",
+           "read_plan_json", "report_only", "split_fingerprint", "run_compare", "run_plan",
            "window_row"]
