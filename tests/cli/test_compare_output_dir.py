@@ -139,3 +139,34 @@ def test_an_edited_plan_json_is_named_in_one_line(finished, tmp_path, capsys, ed
         _one_error(proc, f"{path} is not a plan")
     finally:
         open(path, "w").write(saved)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda lines: lines[:-1] + [",".join(lines[-1].split(",")[:3])], "line 5 has fewer cells"),
+    (lambda lines: lines[:-1] + [_cell(lines[-1], 6, "abc")],
+     "line 5: recall@10 is 'abc', not a number"),
+    (lambda lines: lines[:-1] + [_cell(lines[-1], 6, "1.7")],
+     "line 5: recall@10 is 1.7, outside [0, 1]"),
+    (lambda lines: lines[:-1] + [_cell(lines[-1], 6, "-0.3")],
+     "line 5: recall@10 is -0.3, outside [0, 1]"),
+    (lambda lines: lines + [lines[-1]], "line 6 repeats the run"),
+    (lambda lines: [lines[0] + ",recall@5"] + [line + ",0.1" for line in lines[1:]],
+     "a column 'recall@5'"),
+])
+def test_a_damaged_results_csv_is_a_damaged_file_not_a_diverged_run(
+        finished, tmp_path, capsys, edit, message):
+    if not hasattr(test_a_damaged_results_csv_is_a_damaged_file_not_a_diverged_run, "out"):
+        test_a_damaged_results_csv_is_a_damaged_file_not_a_diverged_run.out = finished(
+            capsys, tmp_path / "out")
+    out = test_a_damaged_results_csv_is_a_damaged_file_not_a_diverged_run.out
+    path = os.path.join(out, "results.csv")
+    saved = open(path).read()
+    lines = saved.splitlines()
+    assert lines[0].split(",")[6] == "recall@10", lines[0]
+    try:
+        open(path, "w").write("\n".join(edit(lines)) + "\n")
+        proc = cli_in_process(capsys, "compare", "--report-only", "--output-dir", out)
+        _one_error(proc, f"{path} {message}" if message.startswith("line") else message)
+        assert "Diverged" not in proc.stdout
+    finally:
+        open(path, "w").write(saved)

@@ -273,10 +273,12 @@ def report_only(output_dir: str, say: Callable[[str], None] = print,
                 margin=None, primary: Optional[tuple] = None) -> str:
     """Rebuilds ``report.md`` and the charts from ``output_dir``'s ``results.csv`` and
     ``curves.csv`` (no training)."""
-    from tfrs_logq.studies.compare_report import write_report
+    from tfrs_logq.studies.compare_report import check_results, write_report
 
     plan = load_plan(output_dir)
-    rows = read_rows(os.path.join(output_dir, "results.csv"))
+    path = os.path.join(output_dir, "results.csv")
+    rows = read_rows(path)
+    check_results(rows, path)
     if not rows:
         raise CompareError(f"{output_dir}/results.csv holds no finished run: nothing to "
                            f"report.")
@@ -343,7 +345,7 @@ OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs")
 def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
     """Reads, writing nothing, what ``output_dir`` holds: refuses a folder with a
     comparison's files but no plan.json (another tool's), another plan, a damaged
-    plan.json; returns the plan `_check_plan` will write."""
+    plan.json or results.csv; returns the plan `_check_plan` will write."""
     if not os.path.isdir(output_dir):
         return plan
     if not os.path.exists(os.path.join(output_dir, "plan.json")):
@@ -353,7 +355,13 @@ def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
                                f"directory `tfrs-logq compare` wrote; give a new or empty "
                                f"--output-dir.")
         return plan
-    return _check_plan(plan, output_dir, write=False)
+    plan = _check_plan(plan, output_dir, write=False)
+    results = os.path.join(output_dir, "results.csv")
+    if os.path.exists(results):
+        from tfrs_logq.studies.compare_report import check_results
+
+        check_results(read_rows(results), results)
+    return plan
 
 
 def _run_dir(output_dir: str, key: str) -> str:

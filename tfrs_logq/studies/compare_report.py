@@ -122,6 +122,64 @@ def _check_rows(rows: list[dict]) -> None:
                               f"the line, then rebuild with `tfrs-logq compare --report-only`.")
 
 
+EVALUATED_KS = (10, 20, 100, 1000)
+"""The cut-offs a comparison evaluates (two-tower and a user's model: 10, 100, 1000 below
+the catalog's size; SASRec: 10 and 20)."""
+
+
+def check_results(rows: list[dict], path: str = "results.csv") -> None:
+    """Refuses, in one line naming ``path``, the row and the fix, a damaged results table:
+    a truncated or overlong row, a loss or seed missing, a seed or metric that is not a
+    number, a recall or NDCG outside [0, 1], a (loss, seed) twice, a metric column of a
+    cut-off no comparison evaluates. A damaged row is never read as a diverged run (a run
+    that diverged writes NaN, which stays allowed)."""
+    fix = (f"restore {path} (or delete that line to retrain the run), then rerun "
+           f"`tfrs-logq compare`")
+    if rows:
+        for name in rows[0]:
+            if name is None:
+                continue
+            base = name.split(":", 1)[1] if ":" in name else name
+            match = re.fullmatch(r"(recall|ndcg)@([0-9]+)", base)
+            if base.startswith(("recall@", "ndcg@")) and (
+                    not match or int(match.group(2)) not in EVALUATED_KS):
+                raise ReportError(f"{path} has a column {name!r}, which no comparison "
+                                  f"writes (cut-offs {', '.join(map(str, EVALUATED_KS))}): "
+                                  f"{fix}.")
+        for required in ("loss", "seed"):
+            if required not in rows[0]:
+                raise ReportError(f"{path} has no {required!r} column: it is not a "
+                                  f"comparison's results table; {fix}.")
+    seen: dict = {}
+    for number, row in enumerate(rows, 2):  # line 1 of results.csv is its header
+        where = f"{path} line {number}"
+        if None in row or any(value is None for value in row.values()):
+            raise ReportError(f"{where} has {'more' if None in row else 'fewer'} cells than "
+                              f"the header (a damaged row, not a diverged run): {fix}.")
+        seed = str(row.get("seed", "")).strip()
+        if not row.get("loss") or not re.fullmatch(r"[0-9]+", seed) \
+                or int(seed) > 2**32 - 1:
+            raise ReportError(f"{where} has no loss or no seed in [0, 2**32-1] (loss "
+                              f"{row.get('loss')!r}, seed {row.get('seed')!r}): {fix}.")
+        key = (row["loss"], int(seed))
+        if key in seen:
+            raise ReportError(f"{where} repeats the run {key[0]} seed {key[1]} of line "
+                              f"{seen[key]}: {fix}.")
+        seen[key] = number
+        for name in [n for n in row if n is not None and n.split(":", 1)[-1].startswith(
+                ("recall@", "ndcg@"))]:
+            text = str(row[name]).strip()
+            if text == "" and ":" in name:  # a band with no target
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                raise ReportError(f"{where}: {name} is {text[:20]!r}, not a number (a "
+                                  f"damaged row, not a diverged run): {fix}.") from None
+            if math.isfinite(value) and not 0.0 <= value <= 1.0:
+                raise ReportError(f"{where}: {name} is {value:g}, outside [0, 1]: {fix}.")
+
+
 def _recorded(rows: list[dict], metric: str) -> bool:
     return any(metric in r for r in rows)
 
@@ -716,7 +774,7 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     return text
 
 
-__all__ = ["DEFAULT_MARGIN", "DEFAULT_PRIMARY_BASELINE", "DEFAULT_PRIMARY_METRIC", "Margin",
-           "ReportError", "comparisons", "diverged_runs", "format_report", "paired",
+__all__ = ["DEFAULT_MARGIN", "DEFAULT_PRIMARY_BASELINE", "DEFAULT_PRIMARY_METRIC",
+           "EVALUATED_KS", "Margin", "ReportError", "check_results", "comparisons", "diverged_runs", "format_report", "paired",
            "primary_comparison", "sentence", "verdict", "verdict_paragraph", "write_charts",
            "write_report"]
