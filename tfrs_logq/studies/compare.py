@@ -40,8 +40,13 @@ from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
 from tfrs_logq.corrections import check_loss_name
 from tfrs_logq.metrics import BANDS
 from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
-from tfrs_logq.studies._grid import (append_row, check_output_dir, exclusive_output_dir, missing,
-                                     read_rows)
+from tfrs_logq.studies._grid import (
+    append_row,
+    check_output_dir,
+    exclusive_output_dir,
+    missing,
+    read_rows,
+)
 from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
 from tfrs_logq.towers.training import Examples

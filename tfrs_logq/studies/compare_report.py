@@ -775,6 +775,7 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
 
 
 __all__ = ["DEFAULT_MARGIN", "DEFAULT_PRIMARY_BASELINE", "DEFAULT_PRIMARY_METRIC",
-           "EVALUATED_KS", "Margin", "ReportError", "check_results", "comparisons", "diverged_runs", "format_report", "paired",
+           "EVALUATED_KS", "Margin", "ReportError", "check_results", "comparisons",
+           "diverged_runs", "format_report", "paired",
            "primary_comparison", "sentence", "verdict", "verdict_paragraph", "write_charts",
            "write_report"]
