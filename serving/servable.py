@@ -3,8 +3,9 @@
 The SavedModel, its signatures and their ``SignatureDef`` protos (for metadata), the
 export's ``assets/export.json`` (input defaults, ``max_length``, ``num_items``), the
 index a faiss export searches outside the graph (`faiss_index.FaissIndex`, checked
-against ``export.json`` at load) and a `Batcher` over its signatures. Its limits (`inputs.ShapeLimits`: ``max_request_rows``
-and the history's ``max_length``; ``max_rows_times_k``) are checked on every request
+against ``export.json`` at load) and a `Batcher` over its signatures. Its limits
+(`inputs.ShapeLimits`: ``max_request_rows`` and the history's ``max_length``;
+``max_rows_times_k``) are checked on every request
 before the model runs, on both protocols.
 """
 

@@ -10,7 +10,8 @@ dataclass tyro parses) and its handler (``run``); the work itself is done by the
   default split, ...).
 - ``demo``, ``data``, ``train``, ``compare``, ``diagnose``, ``export``, ``serve``,
   ``evaluate``, ``pipeline``: the commands. (The SASRec grid behind the project's findings,
-  ``experiment``, is the repository's ``python -m lab``, not installed; it builds its parser with `build_parser` and runs through `main`.)
+  ``experiment``, is the repository's ``python -m lab``, not installed; it builds its
+  parser with `build_parser` and runs through `main`.)
 
 `main` and `build_parser` are the public entry points (the ``tfrs-logq`` console
 script is ``tfrs_logq.cli:main``; ``python -m tfrs_logq.cli`` runs it too).
