@@ -314,17 +314,15 @@ def tune_scann(searcher, items: np.ndarray, queries: np.ndarray, params: dict,
     """
     import time
 
-    from tfrs_logq.serving.scann_tuning import exact_top_k, recall_at_k, tune_search
+    from tfrs_logq.serving.scann_tuning import (
+        exact_top_k,
+        recall_at_k,
+        split_tuning_queries,
+        tune_search,
+    )
 
-    if not 0.0 < target_recall <= 1.0:
-        raise ValueError(f"`target_recall` must be in (0, 1], received {target_recall}.")
     start = time.perf_counter()
-    items = np.asarray(items, np.float32)
-    queries = np.asarray(queries, np.float32)
-    if len(queries) < 2:
-        raise ValueError(f"tuning needs at least 2 queries, received {len(queries)}.")
-    half = len(queries) // 2
-    tuning, held_out = queries[:half], queries[half:]
+    items, tuning, held_out = split_tuning_queries(items, queries, target_recall)
     ks = sorted({min(params["k"], len(items)),
                  min(params.get("max_k") or params["k"], len(items))})
     params = dict(params)

@@ -25,13 +25,14 @@ through the index (`FaissIndex.load` checks the file against ``assets/export.jso
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import time
 from typing import Optional
 
 import numpy as np
+
+from tfrs_logq._util.fingerprint import file_fingerprint
 
 FILE_NAME = "index.faiss"  # under the version's assets/
 KIND = "IVF-Flat"
@@ -151,17 +152,15 @@ class FaissIndex:
         "tuning_recall", "reached" (every k reached the target on the tuning half within
         ``max_nprobe``), "tuned", "curve", "seconds"}``.
         """
-        from tfrs_logq.serving.scann_tuning import exact_top_k, recall_at_k, tune_search
+        from tfrs_logq.serving.scann_tuning import (
+            exact_top_k,
+            recall_at_k,
+            split_tuning_queries,
+            tune_search,
+        )
 
-        if not 0.0 < target_recall <= 1.0:
-            raise ValueError(f"`target_recall` must be in (0, 1], received {target_recall}.")
         start = time.perf_counter()
-        items = np.asarray(items, np.float32)
-        queries = np.asarray(queries, np.float32)
-        if len(queries) < 2:
-            raise ValueError(f"tuning needs at least 2 queries, received {len(queries)}.")
-        half = len(queries) // 2
-        tuning, held_out = queries[:half], queries[half:]
+        items, tuning, held_out = split_tuning_queries(items, queries, target_recall)
         ks = sorted({self.params["k"], self.params["max_k"]})
 
         def search(q, k, nprobe=None, factor=None):
@@ -210,7 +209,8 @@ class FaissIndex:
         faiss = faiss_or_error()
         path = os.path.join(assets_dir, FILE_NAME)
         faiss.write_index(self.index, path)
-        return {"file": FILE_NAME, "sha256": _sha256(path), "num_items": self.num_items,
+        return {"file": FILE_NAME, "sha256": file_fingerprint(path),
+                "num_items": self.num_items,
                 "dim": self.dim, "faiss_version": faiss.__version__}
 
     @classmethod
@@ -224,7 +224,7 @@ class FaissIndex:
         path = os.path.join(version_dir, "assets", stored.get("file", FILE_NAME))
         if not os.path.exists(path):
             raise FileNotFoundError(f"the faiss export has no {path}")
-        digest = _sha256(path)
+        digest = file_fingerprint(path)
         if stored.get("sha256") and digest != stored["sha256"]:
             raise ValueError(f"{path} is not the index this version was exported with "
                              f"(sha256 {digest[:12]}..., export.json says "
@@ -236,14 +236,6 @@ class FaissIndex:
         if stored.get("dim") is not None and index.dim != stored["dim"]:
             raise ValueError(f"{path} has dimension {index.dim}, the export {stored['dim']}")
         return index
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 __all__ = ["EXTRA", "FILE_NAME", "FaissIndex", "faiss_or_error", "faiss_parameters"]

@@ -147,4 +147,17 @@ def tune_search(search: Search, queries: np.ndarray, exact: Mapping[int, np.ndar
     return result
 
 
-__all__ = ["exact_top_k", "recall_at_k", "tune_search"]
+def split_tuning_queries(items, queries, target_recall: float):
+    """``(items, tuning, held_out)`` as float32: the queries' first half tunes the index,
+    the second measures it; a target outside (0, 1] or fewer than 2 queries is refused."""
+    if not 0.0 < target_recall <= 1.0:
+        raise ValueError(f"`target_recall` must be in (0, 1], received {target_recall}.")
+    items = np.asarray(items, np.float32)
+    queries = np.asarray(queries, np.float32)
+    if len(queries) < 2:
+        raise ValueError(f"tuning needs at least 2 queries, received {len(queries)}.")
+    half = len(queries) // 2
+    return items, queries[:half], queries[half:]
+
+
+__all__ = ["exact_top_k", "recall_at_k", "split_tuning_queries", "tune_search"]
