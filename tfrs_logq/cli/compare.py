@@ -12,7 +12,7 @@ from tyro.conf import arg
 
 from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.pipelines.log_readers import FORMATS as LOG_FORMATS
+from tfrs_logq.sasrec.config import LOG_FORMATS
 from tfrs_logq.studies._grid import check_output_dir
 
 
@@ -54,6 +54,8 @@ class UserLogFlags:  # a user's log (`tfrs_logq.pipelines.user_log.UserLogSource
 
 @dataclasses.dataclass
 class CompareFlags(Verbose):
+    """standard against corrected logQ on your own log: paired seeds, intervals, a verdict"""
+
     split: Annotated[Optional[Literal["temporal", "loo", "gsasrec"]], shown(
         "temporal; loo for a log without --time-column")] = None
     """the evaluation split (temporal needs --time-column)"""
@@ -69,10 +71,10 @@ class CompareFlags(Verbose):
     """--model-fn: the model's attribute that embeds a query (called with user ids)"""
     candidate_model: str = "candidate_model"
     """--model-fn: the model's attribute that embeds a candidate (called with item ids)"""
-    losses: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
+    loss: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     """the losses compared (the first is the baseline unless --baseline); two-tower:
     inbatch|mns x none|logq-tfrs|logq-official|corrected"""
-    baseline: Annotated[Optional[str], shown("the first of --losses")] = None
+    baseline: Annotated[Optional[str], shown("the first of --loss")] = None
     """the loss the others are paired against"""
     seeds: tuple[int, ...] = (0, 1, 2)
     """seeds: one pair per seed"""
@@ -88,11 +90,11 @@ class CompareFlags(Verbose):
     """embedding size (two-tower)"""
     history_length: int = 50
     """the query reads the user's last this many items (two-tower)"""
-    num_negatives: int = 1024
-    """uniform negatives of the mns-* losses (two-tower)"""
+    uniform_negatives: int = 1024
+    """uniform negatives shared by the batch, of the mns-* losses (two-tower)"""
     learning_rate: float = 3e-3
     """Adam's step size (two-tower)"""
-    sasrec_preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
+    preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
     """SASRec's architecture (--model sasrec); --steps, --eval-every and --window replace
     its epochs"""
     temporal_fraction: Annotated[Optional[float], arg(metavar="F"), shown("0.1")] = None
@@ -110,7 +112,7 @@ class CompareFlags(Verbose):
     primary_baseline: Annotated[Optional[str], arg(metavar="LOSS"),
                                 shown("logq-tfrs, else --baseline")] = None
     """the loss you run now, which the corrected loss is judged against (a loss of
-    --losses or its form, logq-tfrs)"""
+    --loss or its form, logq-tfrs)"""
     report_only: bool = False
     """rebuild report.md and the charts from --output-dir's results.csv (no training)"""
     output_dir: Annotated[str, arg(metavar="DIR")] = "compare_output"
@@ -125,7 +127,7 @@ class CompareFlags(Verbose):
     def __post_init__(self) -> None:
         check(self, at_least={"seeds": 0, "steps": 1, "eval_every": 1, "window": 1,
                               "batch_size": 2, "embedding_dim": 1, "history_length": 1,
-                              "num_negatives": 1, "max_runs": 0},
+                              "uniform_negatives": 1, "max_runs": 0},
               above={"learning_rate": 0, "temporal_fraction": 0},
               at_most={"seeds": 2**32 - 1})
 
@@ -145,7 +147,7 @@ def run(args) -> int:
     if args.report_only:
         from tfrs_logq.studies.compare import report_only
 
-        ignored = [n for n in ("interactions", "dataset", "losses", "seeds", "model", "steps",
+        ignored = [n for n in ("interactions", "dataset", "loss", "seeds", "model", "steps",
                                "baseline", "window", "exclude_seen", "model_fn")
                    if getattr(args, n) != _default(n)]
         if ignored:
@@ -171,9 +173,10 @@ def run(args) -> int:
                             eval_every=args.eval_every,
                             batch_size=args.batch_size, embedding_dim=args.embedding_dim,
                             history_length=args.history_length,
-                            num_negatives=args.num_negatives, learning_rate=args.learning_rate,
+                            num_negatives=args.uniform_negatives,
+                            learning_rate=args.learning_rate,
                             loss=("inbatch-corrected" if args.model == "sasrec"
-                                  else args.losses[0]))
+                                  else args.loss[0]))
     from tfrs_logq.cli.data import load_any_split
 
     if bool(args.interactions) == bool(args.dataset):
@@ -184,9 +187,9 @@ def run(args) -> int:
         args.split = default_log_split(args.time_column) if args.interactions else "temporal"
     # The plan is checked (losses, baseline, window) before the data is read.
     window = args.window or min(3, len(config.eval_steps))
-    plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
+    plan = Plan(losses=tuple(args.loss), seeds=tuple(args.seeds), config=config,
                 window=window, baseline=args.baseline or "", model=args.model,
-                sasrec_preset=args.sasrec_preset)
+                sasrec_preset=args.preset)
     split, name = load_any_split(args)
     plan = dataclasses.replace(
         plan, source=f"{name}, split {args.split}"
@@ -209,7 +212,7 @@ def _run_model_fn(args, say, margin) -> int:
     from tfrs_logq.cli.data import load_any_split
     from tfrs_logq.studies.user_model import compare_split, load_model_fn
 
-    given = [n for n in ("model", "sasrec_preset", *_TWO_TOWER_ONLY)
+    given = [n for n in ("model", "preset", *_TWO_TOWER_ONLY)
              if n not in _MODEL_FN_TAKES and getattr(args, n) != _default(n)]
     if given:
         raise ValueError(f"--{given[0].replace('_', '-')} is a flag of the built-in models; "
@@ -230,7 +233,7 @@ def _run_model_fn(args, say, margin) -> int:
         model_fn, split, history_length=args.history_length, exclude_seen=args.exclude_seen,
         data_identity=_data_identity(args, split), model_fn_flag="--model-fn",
         query_model=args.query_model, candidate_model=args.candidate_model,
-        losses=tuple(args.losses), seeds=tuple(args.seeds), steps=args.steps,
+        losses=tuple(args.loss), seeds=tuple(args.seeds), steps=args.steps,
         eval_every=args.eval_every, window=args.window, batch_size=args.batch_size,
         baseline=args.baseline, output_dir=args.output_dir, margin=margin,
         primary_metric=args.primary_metric, primary_baseline=args.primary_baseline,
@@ -248,7 +251,7 @@ def _run_model_fn(args, say, margin) -> int:
 # The flags only a user's log takes (their defaults), and those only the two-tower takes.
 _LOG_ONLY = ("user_column", "item_column", "time_column", "weight_column", "log_format",
              "min_item_interactions", "min_user_interactions", "deduplicate")
-_TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "num_negatives",
+_TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "uniform_negatives",
                    "learning_rate")
 # What --model-fn takes of those (the batch, the history a request sends), and its own.
 _MODEL_FN_TAKES = ("batch_size", "history_length")
@@ -283,7 +286,7 @@ def _refuse_unused(args) -> None:
         unused = [n for n in _TWO_TOWER_ONLY if given(n, CompareFlags)]
         if unused:
             raise ValueError(f"--{unused[0].replace('_', '-')} is a two-tower flag; "
-                             f"--model sasrec takes its model from --sasrec-preset.")
+                             f"--model sasrec takes its model from --preset.")
 
 
 def _data_identity(args, split) -> dict:

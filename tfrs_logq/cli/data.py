@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 from tyro.conf import arg
 
@@ -15,12 +15,48 @@ from tfrs_logq.cli._common import (
     default_split,
     load_options,
 )
-from tfrs_logq.cli._flags import Verbose, check
-from tfrs_logq.cli._train_flags import train_options
+from tfrs_logq.cli._flags import Verbose, check, shown
+from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+from tfrs_logq.pipelines.splits import SPLITS
+from tfrs_logq.sasrec.config import LOG_FORMATS
 
-_DataOptions = train_options("DataOptions", only=(
-    "dataset", "split", "data_dir", "data_format", "temporal_fraction", "interactions",
-    "user_column", "item_column", "time_column", "log_format"))
+
+@dataclasses.dataclass
+class DataOptions:
+    """A built-in dataset or your log (--interactions), and its split."""
+
+    dataset: Annotated[Optional[Literal[DATASETS]], shown(
+        "ml-1m; none with --interactions")] = None
+    """a built-in dataset (instead of --interactions)"""
+    split: Annotated[Optional[Literal[SPLITS]], shown(
+        "temporal; gsasrec with --data-format sasrec; loo for a log without --time-column"
+    )] = None
+    """evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) or
+    global temporal (needs timestamps)"""
+    data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown(
+        "$TFRS_LOGQ_DATA_DIR, else the download cache")] = None
+    """directory holding --dataset's files, searched at its top level and one level down"""
+    data_format: Annotated[Optional[Literal[ML1M_FORMATS]], shown(
+        "whichever the data directory holds")] = None
+    """ML-1M source: MovieLens's ratings.dat (timestamps) or SASRec's ml-1m.txt (order
+    only; no download exists)"""
+    temporal_fraction: Annotated[Optional[float], shown("0.1; 0.01 for steam")] = None
+    """temporal split: fraction of interactions for test, and again for validation"""
+    interactions: Annotated[Optional[str], arg(metavar="PATH")] = None
+    """your own log instead of --dataset: a CSV/TSV (optionally .gz), Parquet or JSON Lines
+    file, a glob or a directory (with --user-column and --item-column)"""
+    user_column: Annotated[Optional[str], arg(metavar="C")] = None
+    """--interactions: the column of user ids (text or integers)"""
+    item_column: Annotated[Optional[str], arg(metavar="C")] = None
+    """--interactions: the column of item ids (text or integers)"""
+    time_column: Annotated[Optional[str], arg(metavar="C")] = None
+    """--interactions: the column of times, integer seconds or ISO 8601 (without it the
+    file order is each user's order, and --split temporal is not possible)"""
+    log_format: Annotated[Optional[Literal[LOG_FORMATS]], shown("each file's extension")] = None
+    """--interactions: csv, tsv, parquet or jsonl for every file"""
+
+    def __post_init__(self) -> None:
+        check(self, above={"temporal_fraction": 0})
 
 
 @dataclasses.dataclass
@@ -40,10 +76,12 @@ class StatsFlags:
 
 @dataclasses.dataclass
 class Flags(Verbose):
+    """the file used, users, items, interactions and split sizes"""
+
     json: bool = False
     """print one JSON object"""
-    data: Annotated[_DataOptions, arg(name="data")] = dataclasses.field(
-        default_factory=_DataOptions)
+    data: Annotated[DataOptions, arg(name="data")] = dataclasses.field(
+        default_factory=DataOptions)
     load: Annotated[LoadOptions, arg(name="data loading")] = dataclasses.field(
         default_factory=LoadOptions)
     log: Annotated[StatsFlags, arg(name="your log (--interactions)")] = dataclasses.field(

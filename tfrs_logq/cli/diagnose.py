@@ -11,12 +11,15 @@ from tyro.conf import arg
 
 from tfrs_logq.cli._common import read_model_config
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.losses import CORRECTIONS
-from tfrs_logq.studies.diagnose import SAMPLERS
+from tfrs_logq.corrections import CORRECTIONS
+
+SAMPLERS = ("in-batch", "uniform", "mixed", "mixed-unigram")  # `studies.diagnose.SAMPLERS`
 
 
 @dataclasses.dataclass
 class Flags(Verbose):
+    """gradient bias of none/logq/corrected against the full softmax"""
+
     model_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
     """a `tfrs-logq train` run (this or --synthetic-items is required)"""
     synthetic_items: Optional[int] = None
@@ -27,10 +30,10 @@ class Flags(Verbose):
     """queries (test users of --model-dir, users of the stream)"""
     samplers: tuple[Literal[SAMPLERS], ...] = ("in-batch",)
     """samplers"""
-    num_negatives: tuple[int, ...] = (16, 64, 256)
-    """numbers of negatives k"""
-    corrections: tuple[Literal[CORRECTIONS], ...] = CORRECTIONS
-    """corrections"""
+    num_sampled: tuple[int, ...] = (16, 64, 256)
+    """numbers k of negatives sampled per query"""
+    loss: tuple[Literal[CORRECTIONS], ...] = CORRECTIONS
+    """the losses compared: sampled softmax with each of these corrections"""
     draws: int = 200
     """Monte Carlo draws of the negatives per sampler and k"""
     exact: bool = False
@@ -43,7 +46,7 @@ class Flags(Verbose):
     """print the result as one JSON object"""
 
     def __post_init__(self) -> None:
-        check(self, at_least={"synthetic_items": 2, "queries": 1, "num_negatives": 1,
+        check(self, at_least={"synthetic_items": 2, "queries": 1, "num_sampled": 1,
                               "draws": 2, "seed": 0})
 
 
@@ -61,8 +64,8 @@ def run(args) -> int:
     else:
         inputs = diag.synthetic_inputs(args.synthetic_items, args.queries, seed=args.seed)
         source = {"synthetic_items": args.synthetic_items}
-    result = diag.diagnose(*inputs, samplers=args.samplers, num_negatives=args.num_negatives,
-                           corrections=args.corrections, num_draws=args.draws, seed=args.seed,
+    result = diag.diagnose(*inputs, samplers=args.samplers, num_negatives=args.num_sampled,
+                           corrections=args.loss, num_draws=args.draws, seed=args.seed,
                            exact=args.exact)
     result.pop("_per_query")
     result = {**source, **result}
