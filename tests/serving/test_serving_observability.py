@@ -1,9 +1,12 @@
 """serving/metrics.py and serving/health.py through a running server: the Prometheus
 endpoint's counts change with the requests sent (labels bounded: a client's signature name
 never becomes a label), each server counts in its own registry, and the gRPC health
-service and the KServe V2 routes follow the load of a version and the drain."""
+service (Check and Watch) and the KServe V2 routes follow the load of a version and the
+drain."""
 
 import os
+import queue
+import threading
 import urllib.request
 
 import numpy as np
@@ -144,3 +147,68 @@ def test_grpc_health_and_v2_routes_follow_the_load_and_the_drain(tmp_path):
         assert _http(server, "GET", "/v2/health/live")[0] == 200
     finally:
         server.stop(0)
+
+
+def _watch(server, service=""):
+    """A health ``Watch`` stream read on a thread: a queue of its statuses by name, then
+    ``"END"`` (the server ended it, status OK) or ``("ERROR", code)``."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    stream = health_pb2_grpc.HealthStub(channel).Watch(
+        health_pb2.HealthCheckRequest(service=service))
+    heard: queue.Queue = queue.Queue()
+
+    def read():
+        try:
+            for reply in stream:
+                heard.put(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+            heard.put("END")
+        except grpc.RpcError as exc:
+            heard.put(("ERROR", exc.code().name))
+        finally:
+            channel.close()
+
+    threading.Thread(target=read, daemon=True).start()
+    return stream, heard
+
+
+def _next_change(heard, last):
+    """The next status a stream hears that is not ``last`` (the servicer may repeat one)."""
+    while True:
+        status = heard.get(timeout=60)  # a bound on a hung stream, not a timing
+        if status != last:
+            return status
+
+
+def test_grpc_health_watch_hears_the_load_and_the_drain_then_ends(tmp_path):
+    """A Watch stream hears NOT_SERVING before a version loads, SERVING once it has,
+    NOT_SERVING when the drain begins (the stream still open, the ports still serving),
+    and is ended by the server (status OK) when the ports close, so it never holds the
+    shutdown until drain_timeout_in_ms cuts it."""
+    base = tmp_path / "ml"
+    base.mkdir()
+    server = _server(base, drain_grace_in_ms=0, drain_timeout_in_ms=60_000)
+    try:
+        streams = {service: _watch(server, service)
+                   for service in ("", "tensorflow.serving.PredictionService")}
+        for _, heard in streams.values():
+            assert heard.get(timeout=60) == "NOT_SERVING"
+
+        _tiny_export(base, np.arange(100, 140))
+        server.manager.poll()
+        for _, heard in streams.values():
+            assert _next_change(heard, "NOT_SERVING") == "SERVING"
+
+        server.manager.begin_drain()
+        for _, heard in streams.values():
+            assert _next_change(heard, "SERVING") == "NOT_SERVING"
+        assert all(heard.empty() or heard.queue[0] == "NOT_SERVING"
+                   for _, heard in streams.values())  # still open: not ended by the drain
+        assert _health(server) == "NOT_SERVING"
+    finally:
+        result = server.stop()
+    for _, heard in streams.values():
+        assert _next_change(heard, "NOT_SERVING") == "END"
+    assert result["cut"] == 0
