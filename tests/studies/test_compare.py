@@ -56,7 +56,18 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
             np.mean([float(c["recall@10"]) for c in mine if c["steps"] in ("20", "30")]))
     for name in ("report.md", "learning_curves.png", "paired.png", "plan.json"):
         assert os.path.getsize(os.path.join(out, name)) > 0
+    for row in rows:  # each run's hits per test user: its last evaluation's Recall and NDCG
+        hits = compare.load_hits(compare.hits_path(out, row["loss"], int(row["seed"])))
+        final = next(c for c in curves if (c["loss"], c["seed"], c["steps"])
+                     == (row["loss"], row["seed"], "30"))
+        assert np.array_equal(hits["users"], np.unique(split.test.users))
+        assert hits["targets"].sum() == len(split.test.targets)
+        assert hits["hits@10"].sum() / hits["targets"].sum() == pytest.approx(
+            float(final["recall@10"]))
+        assert hits["gain@10"].sum() / hits["targets"].sum() == pytest.approx(
+            float(final["ndcg@10"]))
     report = open(os.path.join(out, "report.md")).read()
+    assert "over seeds and test users" in report
     assert "- inbatch-corrected against inbatch-logq-official, recall@10:" in report
     assert "Decision: not enough seeds: run" in report  # 2 pairs
     assert "repeats (the user had the item before)" in report
@@ -178,7 +189,13 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
         assert sum(shares) == pytest.approx(1.0)
         assert sum(s * float(row[f"{band}:recall@10"]) for s, band in zip(
             shares, ("head", "torso", "tail")) if s > 0) == pytest.approx(float(row["recall@10"]))
-    assert "## By popularity of the target" in open(os.path.join(out, "report.md")).read()
+    report = open(os.path.join(out, "report.md")).read()
+    assert "## By popularity of the target" in report
+    assert "Model: SASRec (preset smoke), 4 steps in 2 epochs of at most 2 steps" in report
+    for row in rows:  # the hits of the last epoch, as its test evaluation scored them
+        hits = compare.load_hits(compare.hits_path(out, row["loss"], 0))
+        assert hits["targets"].sum() == len(split.test.targets)
+        assert 0 <= hits["hits@10"].sum() <= hits["hits@20"].sum() <= len(split.test.targets)
     with pytest.raises(compare.CompareError, match="sasrec losses"):
         compare.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
                      config=CONFIG)

@@ -14,7 +14,8 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 import tfrs_logq
-from tfrs_logq.studies.compare import CompareError
+from tfrs_logq.studies._grid import read_rows
+from tfrs_logq.studies.compare import CompareError, hits_path, load_hits
 from tfrs_logq.studies.user_model import ComparedTask, _random_generators, training_batches
 
 USERS = [f"u{u}" for u in range(80)]
@@ -122,6 +123,19 @@ def test_a_tutorial_model_is_compared_and_a_killed_comparison_resumes_to_the_sam
         for key in set(resumed) | set(uninterrupted):
             if key not in RUN_FACTS:
                 assert resumed.get(key) == uninterrupted.get(key), key
+    # Each run's hits per test user (80 users, one target each) at its last evaluation:
+    # the final Recall and NDCG, and the same after the kill and resume.
+    curves = read_rows(str(whole / "curves.csv"))
+    for loss in LOSSES:
+        hits = load_hits(hits_path(str(whole), loss, 0))
+        resumed = load_hits(hits_path(str(killed), loss, 0))
+        assert sorted(hits) == sorted(resumed) and all(
+            np.array_equal(hits[k], resumed[k]) for k in hits)
+        assert len(hits["users"]) == 80 and set(hits["targets"]) == {1}
+        final = next(r for r in curves if r["loss"] == loss and r["steps"] == "8")
+        for k in (10, 100):
+            assert hits[f"hits@{k}"].sum() / 80 == pytest.approx(float(final[f"recall@{k}"]))
+            assert hits[f"gain@{k}"].sum() / 80 == pytest.approx(float(final[f"ndcg@{k}"]))
     # Another model in the same directory is another plan.
     with pytest.raises(CompareError, match="another plan"):
         _compare(movielens, killed, model_fn=lambda task: build(task), max_runs=0)

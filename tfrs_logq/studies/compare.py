@@ -18,6 +18,10 @@ Output directory:
   seeds or losses may be added, and a rerun naming fewer keeps those planned);
 - ``curves.csv``: every evaluation of every run; ``results.csv``: a row per loss and
   seed (the window's means, the regime, seconds per step);
+- ``hits/<loss>-seed<seed>.npz``: each finished run's hits per test user at its last
+  evaluation (`save_hits`: the user's index, number of targets and hits at each Recall@k
+  cut-off), written before the run's row of results.csv: the report's intervals over
+  seeds *and* test users read them;
 - ``report.md``, ``learning_curves.png``, ``paired.png``;
 - ``runs/``: checkpoints of unfinished runs (a killed run goes on from its last one;
   a finished run is skipped on rerun).
@@ -35,10 +39,10 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from tfrs_logq._util.atomic import write_json
+from tfrs_logq._util.atomic import atomic_write, write_json
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
 from tfrs_logq.corrections import check_loss_name
-from tfrs_logq.metrics import BANDS
+from tfrs_logq.metrics import BANDS, dcg_gain
 from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
 from tfrs_logq.studies._grid import (
     append_row,
@@ -344,7 +348,7 @@ def _check_plan(plan: Plan, output_dir: str, write: bool = True) -> Plan:
     return plan
 
 
-OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs")
+OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs", "hits")
 
 
 def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
@@ -371,6 +375,68 @@ def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
 
 def _run_dir(output_dir: str, key: str) -> str:
     return os.path.join(output_dir, "runs", hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+HITS_DIR = "hits"
+FINAL_RANKS = "_final_ranks"
+"""The key of a `Trainer`'s row holding the 0-based rank of every test target at the run's
+last evaluation (in the order of `Trainer.test_users`); `run_plan` saves it as the run's
+hits (`save_hits`) and leaves it out of results.csv."""
+
+
+def hits_path(output_dir: str, loss: str, seed: int) -> str:
+    """Where a run's hits per test user are (`save_hits`)."""
+    return os.path.join(output_dir, HITS_DIR, f"{loss}-seed{int(seed)}.npz")
+
+
+def save_hits(path: str, users, ranks, ks: Sequence[int]) -> None:
+    """Writes, atomically, a run's hits per test user at one evaluation: ``users`` (the
+    sorted distinct test users' indices), ``targets`` (each user's test targets) and
+    ``hits@k`` (of them, those ranked in the top ``k``) and ``gain@k`` (their DCG gains'
+    sum) for each ``k`` of ``ks``, from ``users`` (the test user of each target) and
+    ``ranks`` (each target's 0-based rank). Recall@k is ``sum(hits@k) / sum(targets)``,
+    NDCG@k ``sum(gain@k) / sum(targets)``."""
+    users, ranks = np.asarray(users, np.int64), np.asarray(ranks, np.int64)
+    if users.shape != ranks.shape:
+        raise ValueError(f"`users` and `ranks` must be paired, received shapes "
+                         f"{users.shape} and {ranks.shape}.")
+    distinct, where = np.unique(users, return_inverse=True)
+    arrays = {"users": distinct,
+              "targets": np.bincount(where, minlength=len(distinct)).astype(np.int32)}
+    gains = dcg_gain(ranks)
+    for k in ks:
+        hit = ranks < int(k)
+        arrays[f"hits@{int(k)}"] = np.bincount(where, weights=hit,
+                                               minlength=len(distinct)).astype(np.int32)
+        arrays[f"gain@{int(k)}"] = np.bincount(where, weights=np.where(hit, gains, 0.0),
+                                               minlength=len(distinct))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_write(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+
+
+def load_hits(path: str) -> Optional[dict]:
+    """A run's hits (`save_hits`) as ``{"users", "targets", "hits@k"...}`` arrays, or None
+    when the run has none (finished before hits were saved).
+
+    Raises:
+      CompareError: a file that is not a hits file, naming it.
+    """
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            out = {name: np.asarray(data[name]) for name in data.files}
+    except (OSError, ValueError, EOFError) as error:
+        raise CompareError(f"{path} is not a hits file compare wrote "
+                           f"({' '.join(str(error).split())[:80]}): delete it (the report "
+                           f"then uses the seeds alone for that run).") from None
+    lengths = {len(v) for v in out.values() if v.ndim == 1}
+    if "users" not in out or "targets" not in out or len(lengths) != 1:
+        raise CompareError(f"{path} is not a hits file compare wrote (no users, targets "
+                           f"or arrays of one length): delete it (the report then uses the "
+                           f"seeds alone for that run).")
+    return out
 
 
 def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: dict) -> dict:
@@ -445,7 +511,8 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
             catalog=f"compare: {split.num_items:,} items, {len(split.test):,} test targets",
             key=lambda loss, seed: repr(plan.sasrec_config(loss, seed)),
             train=lambda loss, seed, run_dir, on_eval, on_step, evaluations: _sasrec_row(
-                plan, loss, seed, split, run_dir, on_eval))
+                plan, loss, seed, split, run_dir, on_eval, evaluations),
+            test_users=np.asarray(split.test.users, np.int64))
     else:
         trainer = _two_tower_trainer(plan, split, examples)
     return run_plan(plan, output_dir, trainer, say=say, max_runs=max_runs, margin=margin,
@@ -465,23 +532,42 @@ class Trainer:
         ``on_eval(row)`` takes each evaluation ``{"steps", metrics...}`` as it is made, but
         those already in ``evaluations`` (the run's rows of curves.csv, made before a kill;
         ``on_eval`` appends to it); ``on_step(i)`` is called after step ``i`` (0-based).
+        The row may hold `FINAL_RANKS`: the rank of every test target at the last
+        evaluation, saved as the run's hits (`save_hits`) before the row is written.
+      test_users: ``[targets]`` the index of each test target's user (the order of
+        `FINAL_RANKS`); None: no hits are saved.
     """
 
     catalog: str
     key: Callable[[str, int], str]
     train: Callable[..., dict]
+    test_users: Optional[np.ndarray] = None
 
 
 def _two_tower_trainer(plan: Plan, split: Split, examples: Examples) -> Trainer:
+    from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
+
+    arrays = evaluation_arrays(split, split.test, plan.config.history_length,
+                               plan.config.exclude_seen)
+
     def train(loss, seed, run_dir, on_eval, on_step, evaluations) -> dict:
+        ranks: list = []
+
+        def final_ranks(model) -> None:  # the trained model, as its last evaluation ranks
+            ranks.clear()
+            evaluate(model.query_tower, model.item_tower.embeddings, arrays, ks=(),
+                     per_target=ranks)
+
         last = towers.train(plan.run_config(loss, seed), split, checkpoint_dir=run_dir,
                             on_eval=on_eval, done=tuple(int(r["steps"]) for r in evaluations),
-                            on_step=on_step, examples=examples)
-        return {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split)}
+                            on_step=on_step, examples=examples, on_trained=final_ranks)
+        return {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split),
+                FINAL_RANKS: np.asarray(ranks, np.int64)}
 
     return Trainer(catalog=f"compare: {split.num_items:,} items, {len(split.test):,} test "
                            f"targets, {len(examples):,} training examples",
-                   key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=train)
+                   key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=train,
+                   test_users=np.asarray(split.test.users, np.int64))
 
 
 def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
@@ -536,13 +622,16 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> No
             full = {"loss": loss, "seed": seed, **row}
             evaluations.append(full)
             append_row(curves_path, full)
-            say(f"  step {row['steps']:,}: " + ", ".join(
-                f"{n} {float(row[n]):.4f}" for n in metric_names([row])[:4]))
+            say(f"  step {int(row['steps']):,}: " + _evaluation_words(row))
 
         def on_step(i: int, number=number) -> None:
             _progress(i, plan.config.steps, number, len(todo), pace, say)
 
         row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
+        ranks = row.pop(FINAL_RANKS, None)
+        if ranks is not None and trainer.test_users is not None:
+            ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
+            save_hits(hits_path(output_dir, loss, seed), trainer.test_users, ranks, ks)
         append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
         if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
@@ -552,20 +641,42 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> No
 
 
 def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
-                on_eval: Callable[[dict], None]) -> dict:
+                on_eval: Callable[[dict], None], evaluations: Sequence[dict] = ()) -> dict:
     """Trains one SASRec run (`tfrs_logq.sasrec.training.train`, which resumes a killed
     run from its last epoch) and returns its results row: the test metrics averaged
-    over the last ``window`` epochs; its validation curve goes to curves.csv."""
+    over the last ``window`` epochs, and the ranks of the test targets at the last epoch
+    (`FINAL_RANKS`); its validation curve goes to curves.csv. An epoch is at most one
+    pass over the training users, so its steps (and the run's) are those it trained,
+    which may be fewer than ``eval_every``."""
+    import tensorflow as tf
+
+    from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
     from tfrs_logq.sasrec.training import train
 
     config = plan.sasrec_config(loss, seed)
-    result = train(config, run_dir, verbose=0, split=split)
+    arrays = evaluation_arrays(split, split.test, config.max_length)
+    ranks: list = []
+
+    class FinalRanks(tf.keras.callbacks.Callback):
+        """The ranks of the test targets after the last epoch (before the best epoch's
+        weights are restored)."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == config.max_epochs:
+                ranks.clear()
+                evaluate(self.model.query, self.model.encoder.item_embeddings(), arrays,
+                         ks=(), per_target=ranks)
+
+    result = train(config, run_dir, verbose=0, split=split, extra_callbacks=[FinalRanks()])
     window = dict(result["test_window"] or {})
     epochs = window.pop("epochs", [])
+    per_epoch = result["steps"] // max(result["epochs"], 1)  # the steps an epoch trained
+    done = {int(r["steps"]) for r in evaluations}
     for epoch, value in enumerate(result["validation_curve"], 1):
-        on_eval({"steps": epoch * config.steps_per_epoch, "validation_monitor": value})
+        if epoch * per_epoch not in done:
+            on_eval({"steps": epoch * per_epoch, "validation_monitor": value})
     row = {"loss": loss, "seed": seed, "steps": result["steps"], "window": len(epochs),
-           "window_steps": " ".join(str(e * config.steps_per_epoch) for e in epochs),
+           "window_steps": " ".join(str(e * per_epoch) for e in epochs),
            # The test window's band metrics are logged as head_recall@10: head:recall@10 here.
            **{(k.replace("_", ":", 1) if k.split("_", 1)[0] in BANDS else k): float(v)
               for k, v in window.items()},
@@ -573,7 +684,21 @@ def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
            **target_facts(split, split.test, config.max_length),
            **_duplicates(split), "diverged": int(bool(result.get("diverged"))),
            "machine": machine_description()}
+    if len(ranks) == len(arrays["targets"]):  # none when resumed after the last epoch
+        row[FINAL_RANKS] = np.asarray(ranks, np.int64)
     return row
+
+
+def _evaluation_words(row: dict) -> str:
+    """An evaluation in a progress line: its first test metrics, or SASRec's validation
+    monitor (its test metrics are scored over the last epochs, after training)."""
+    shown = [f"{n} {float(row[n]):.4f}" for n in metric_names([row])[:4]]
+    if not shown and row.get("validation_monitor") not in (None, ""):
+        from tfrs_logq.sasrec.config import MONITOR
+
+        shown = [f"validation {MONITOR.removeprefix('val_')} "
+                 f"{float(row['validation_monitor']):.4f}"]
+    return ", ".join(shown) or "evaluated"
 
 
 def _evaluation_pace(plan: Plan, number: int, runs: int, pace: dict, say) -> None:

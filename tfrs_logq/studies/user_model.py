@@ -81,6 +81,7 @@ from tfrs_logq.metrics import (
 from tfrs_logq.pipelines.splits import MIN_RANKED_ITEMS, MIN_TEST_USERS, Split
 from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.studies.compare import (
+    FINAL_RANKS,
     TFRS_MODEL_LOSSES,
     CompareError,
     Plan,
@@ -236,6 +237,8 @@ class _Data:
     candidate_log_q: np.ndarray
     facts: dict
     identity: dict
+    query_users: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """the index of each test target's query among the distinct queries (its test user)"""
 
 
 def _read_candidates(candidates) -> tuple[np.ndarray, list]:
@@ -288,7 +291,9 @@ def _read_training_ids(train, candidate_id: str, batch_size: int) -> np.ndarray:
 
 
 def _read_test(test, kind: str, candidates: _Ids) -> tuple[list, np.ndarray,
-                                                            Optional[np.ndarray], int]:
+                                                            Optional[np.ndarray], np.ndarray]:
+    """``(query batches, target positions, history positions or None, the index of each
+    target's query among the distinct queries, in the order they first appear)``."""
     spec = getattr(test, "element_spec", None)
     ok = isinstance(spec, tuple) and len(spec) in (2, 3) and all(
         isinstance(s, (tf.TensorSpec, tf.RaggedTensorSpec)) and _id_kind(s.dtype) == kind
@@ -322,14 +327,15 @@ def _read_test(test, kind: str, candidates: _Ids) -> tuple[list, np.ndarray,
         exclude = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])),
                                          constant_values=-1) for p in parts]) \
             if parts else np.zeros((0, 1), np.int64)
-    queries_seen = set()
+    queries_seen: dict = {}
+    query_users = []
     for batch in queries:
         rows = [np.asarray(t.to_list() if isinstance(t, tf.RaggedTensor) else t.numpy(),
                            dtype=object) for t in tf.nest.flatten(batch)]
         for i in range(len(rows[0]) if rows else 0):
-            queries_seen.add(repr([r[i].tolist() if hasattr(r[i], "tolist") else r[i]
-                                   for r in rows]))
-    return queries, targets, exclude, len(queries_seen)
+            key = repr([r[i].tolist() if hasattr(r[i], "tolist") else r[i] for r in rows])
+            query_users.append(queries_seen.setdefault(key, len(queries_seen)))
+    return queries, targets, exclude, np.asarray(query_users, np.int64)
 
 
 def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
@@ -351,7 +357,8 @@ def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
     candidate_counts = counts[np.searchsorted(vocabulary, candidate_ids)]
     candidate_log_q = frequency.log_q(candidate_ids).numpy().astype(np.float64)
     index = _Ids(candidate_ids)
-    queries, targets, exclude, num_queries = _read_test(test, kind, index)
+    queries, targets, exclude, query_users = _read_test(test, kind, index)
+    num_queries = int(query_users.max()) + 1 if len(query_users) else 0
     if num_queries < MIN_TEST_USERS:
         raise CompareError(f"the test set has {num_queries} distinct query(ies) "
                            f"({len(targets)} targets): a metric over fewer than "
@@ -377,7 +384,7 @@ def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
                  num_examples=int(len(training_ids)), candidate_ids=candidate_ids,
                  candidate_batches=candidate_batches, query_batches=queries,
                  targets=targets, exclude=exclude, counts=candidate_counts,
-                 frequency=frequency,
+                 frequency=frequency, query_users=query_users,
                  candidate_log_q=candidate_log_q, facts=facts, identity=identity)
 
 
@@ -591,7 +598,7 @@ class _ModelFnTrainer:
                                  task, _name(self.model_fn))
         return model, task, batches, facts
 
-    def evaluate(self, model, steps: int) -> tuple[dict, tf.Tensor, tf.Tensor]:
+    def evaluate(self, model, steps: int) -> tuple[dict, tf.Tensor, tf.Tensor, np.ndarray]:
         items = _embeddings(self.candidate_embed, model, self.data.candidate_batches,
                             "candidate")
         queries = _embeddings(self.query_embed, model, self.data.query_batches, "query")
@@ -599,7 +606,7 @@ class _ModelFnTrainer:
                              padding_id=None, chunk_size=EVAL_BATCH)
         metrics = recall_ndcg_from_ranks(ranks, self.ks)
         metrics.update(recall_ndcg_by_band(ranks, self.target_bands, self.ks))
-        return {"steps": steps, **metrics}, queries, items
+        return {"steps": steps, **metrics}, queries, items, np.asarray(ranks, np.int64)
 
     def positive_share(self, queries: tf.Tensor, items: tf.Tensor) -> dict:
         """The regime, as the built-in two-tower reports it
@@ -652,7 +659,7 @@ class _ModelFnTrainer:
                 state["start"] = time.perf_counter()
             if i + 1 in eval_at and i + 1 not in done:
                 began = time.perf_counter()
-                row, _, _ = self.evaluate(model, i + 1)
+                row, _, _, _ = self.evaluate(model, i + 1)
                 on_eval({**row, **timing(i + 1)})
                 state["saving"] += time.perf_counter() - began
             if i + 1 < config.steps:
@@ -670,7 +677,7 @@ class _ModelFnTrainer:
             finally:
                 tf.get_logger().removeFilter(quiet)
             checkpoint.save(config.steps)  # a kill while evaluating does not repeat training
-        last, queries, items = self.evaluate(model, config.steps)
+        last, queries, items, ranks = self.evaluate(model, config.steps)
         last.update(timing(config.steps))
         last.update(self.positive_share(queries, items))
         last.update(self.data.facts)
@@ -679,7 +686,8 @@ class _ModelFnTrainer:
         last["diverged"] = int(not finite)
         if config.steps not in done:
             on_eval(last)
-        return {**window_row(self.plan, loss, seed, evaluations, last), **self.extra}
+        return {**window_row(self.plan, loss, seed, evaluations, last), **self.extra,
+                FINAL_RANKS: ranks}
 
 
 # ---------------------------------------------------------------------------- the API
@@ -830,7 +838,8 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
     return run_plan(plan, o.output_dir, Trainer(
         catalog=f"compare: {len(data.candidate_ids):,} candidates, {len(data.targets):,} "
                 f"test targets, {data.num_examples:,} training examples",
-        key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train),
+        key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train,
+        test_users=data.query_users),
         say=o.say, max_runs=o.max_runs, margin=margin,
         primary=(o.primary_metric, o.primary_baseline))
 
