@@ -17,7 +17,9 @@ Their formulas are written once, in `tfrs_logq.losses`.
 
 Losses are named ``<negatives>-<correction>`` (``inbatch-corrected``, ``mns-logq-tfrs``):
 `parse_loss_name` reads such a name, once, into a `LossName`, and is the one check of it
-(the two-tower and SASRec configurations and the studies call it where a name comes in).
+(the two-tower and SASRec configurations and the studies call it where a name comes in); the
+trainers take the parsed `LossName` (the two-tower run's spec, the SASRec objectives) and
+check it no further.
 A bare ``logq`` names neither standard form and is refused.
 """
 

@@ -94,6 +94,19 @@ def test_every_objective_is_finite_and_trains_the_table(name):
     np.testing.assert_array_equal(gq.numpy()[0, :2], 0.0)
 
 
+def test_a_parsed_name_is_taken_as_its_text_is():
+    """The trainer passes its config's parsed `LossName` (checked once, by the config);
+    the objective is the one its text names, and a `LossName` of no objective is refused."""
+    from tfrs_logq.corrections import LossName, parse_loss_name
+
+    for name in OBJECTIVES:
+        assert objective_spec(parse_loss_name(name, None), 64) == objective_spec(name, 64)
+    assert objective_spec(LossName("mns", "logq-tfrs")).correction == "logq-tfrs"
+    for bad in (LossName("softmax"), LossName("mns"), LossName("sampled", "corrected")):
+        with pytest.raises(ValueError, match=r"^`loss` must be one of bce, gbce, "):
+            objective_spec(bad)
+
+
 def test_objective_names_and_errors():
     assert objective_spec("mns-corrected").num_uniform == 128
     assert objective_spec("mns-corrected").num_in_batch == 128

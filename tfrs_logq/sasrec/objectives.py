@@ -31,13 +31,13 @@ negatives are drawn independently for every position, as the official code does.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import tensorflow as tf
 
 from tfrs_logq import native
-from tfrs_logq.corrections import STANDARD_FORMS, parse_loss_name
+from tfrs_logq.corrections import STANDARD_FORMS, LossName, parse_loss_name
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, sampled_softmax_loss
 from tfrs_logq.proposal import unigram_log_tables
 from tfrs_logq.sampling import SampledIds, draw_negative_ids
@@ -118,24 +118,30 @@ class ObjectiveSpec:
     gbce_t: float = 0.0
 
 
-def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) -> ObjectiveSpec:
-    """The objective called ``name`` with ``num_negatives`` negatives (split in
-    half for MNS); an unknown name raises `tfrs_logq.corrections.parse_loss_name`'s error."""
-    loss = parse_loss_name(name, OBJECTIVES)
-    if name == "bce":
-        return ObjectiveSpec(name, "bce", num_uniform=1)
-    if name == "gbce":
-        return ObjectiveSpec(name, "gbce", num_uniform=num_negatives, gbce_t=gbce_t)
-    if name == "uniform":
-        return ObjectiveSpec(name, "softmax", num_uniform=num_negatives)
-    if name == "full-softmax":
-        return ObjectiveSpec(name, "full")
-    if loss.negatives == "inbatch":
-        return ObjectiveSpec(name, "softmax", num_in_batch=num_negatives,
+def objective_spec(name: Union[str, LossName], num_negatives: int = 256,
+                   gbce_t: float = 0.75) -> ObjectiveSpec:
+    """The objective called ``name`` with ``num_negatives`` negatives (split in half for
+    MNS). ``name``: a `LossName` already parsed (a checked config's: not checked again),
+    or its text, parsed and checked here (`tfrs_logq.corrections.parse_loss_name`: an
+    unknown name raises its error)."""
+    loss = name if isinstance(name, LossName) else parse_loss_name(name, OBJECTIVES)
+    text = str(loss)
+    if text == "bce":
+        return ObjectiveSpec(text, "bce", num_uniform=1)
+    if text == "gbce":
+        return ObjectiveSpec(text, "gbce", num_uniform=num_negatives, gbce_t=gbce_t)
+    if text == "uniform":
+        return ObjectiveSpec(text, "softmax", num_uniform=num_negatives)
+    if text == "full-softmax":
+        return ObjectiveSpec(text, "full")
+    if loss.negatives == "inbatch" and loss.correction is not None:
+        return ObjectiveSpec(text, "softmax", num_in_batch=num_negatives,
                              correction=loss.correction)
-    half = num_negatives // 2
-    return ObjectiveSpec(name, "softmax", num_uniform=num_negatives - half, num_in_batch=half,
-                         correction=loss.correction)
+    if loss.negatives == "mns" and loss.correction is not None:
+        half = num_negatives // 2
+        return ObjectiveSpec(text, "softmax", num_uniform=num_negatives - half,
+                             num_in_batch=half, correction=loss.correction)
+    raise ValueError(f"`loss` must be one of {', '.join(OBJECTIVES)}; received {text!r}.")
 
 
 class SequenceObjective(tf.Module):
@@ -426,11 +432,13 @@ def _is_negative(flat_t, uniform, in_batch, in_batch_valid) -> tf.Tensor:
     return _concat_columns(masks)
 
 
-def make_objective(name: str, num_items: int, item_counts: Optional[np.ndarray] = None,
-                   num_negatives: int = 256, seed: int = 0,
-                   cross_replica_negatives: bool = False,
+def make_objective(name: Union[str, LossName], num_items: int,
+                   item_counts: Optional[np.ndarray] = None, num_negatives: int = 256,
+                   seed: int = 0, cross_replica_negatives: bool = False,
                    compact_positions: bool = True,
                    native_kernels: Optional[bool] = None) -> SequenceObjective:
+    """The `SequenceObjective` of ``name`` (a parsed `LossName` or its text:
+    `objective_spec`)."""
     return SequenceObjective(objective_spec(name, num_negatives), num_items, item_counts,
                              seed=seed, cross_replica_negatives=cross_replica_negatives,
                              compact_positions=compact_positions,
