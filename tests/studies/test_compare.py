@@ -214,3 +214,82 @@ def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():
     text = compare_report.format_report(plan, rows, [])
     assert "Diverged runs: none." in text and "## By popularity of the target" in text
     assert compare_report.paired(rows, plan, "inbatch-corrected", "torso:recall@10")["n"] == 0
+
+
+def test_report_only_while_runs_are_pending_says_so_first(tmp_path):
+    from tfrs_logq.studies._grid import append_row
+
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=CONFIG, window=1)
+    out = str(tmp_path)
+    compare._check_plan(plan, out)
+    for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21], "inbatch-corrected": [0.23, 0.25]}):
+        append_row(os.path.join(out, "results.csv"), row)
+    text = compare.report_only(out, say=lambda line: None)
+    head = "\n".join(text.splitlines()[:4])
+    assert "2 of 6 runs of the plan are pending" in head and "provisional" in head.lower()
+    for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
+                      "inbatch-corrected": [0.23, 0.25, 0.22]})[2::3]:
+        append_row(os.path.join(out, "results.csv"), row)
+    text = compare.report_only(out, say=lambda line: None)
+    assert "pending" not in text and "rovisional" not in text  # all 6 finished
+
+
+def test_a_sasrec_run_writes_the_steps_its_curves_record_and_no_empty_progress_line(
+        split, tmp_path, monkeypatch):
+    """An epoch stops at one pass over the training users (18 steps where --eval-every
+    asks 20): results.csv's steps and window are the steps the curves record."""
+    import tfrs_logq.sasrec.training as sasrec_training
+
+    def fake_train(config, run_dir, verbose=0, split=None, extra_callbacks=()):
+        return {"steps": 36, "epochs": 2, "train_seconds": 3.6,
+                "validation_curve": [0.1, 0.2], "diverged": False,
+                "test_window": {"epochs": [1, 2], "recall@10": 0.3, "recall@20": 0.4}}
+
+    monkeypatch.setattr(sasrec_training, "train", fake_train)
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+                        config=dataclasses.replace(CONFIG, steps=40, eval_every=20), window=2,
+                        model="sasrec")
+    curves = []
+    row = compare._sasrec_row(plan, "inbatch-corrected", 0, split, str(tmp_path),
+                              curves.append)
+    assert [c["steps"] for c in curves] == [18, 36]
+    assert row["steps"] == 36 == curves[-1]["steps"] and row["window_steps"] == "18 36"
+    # The progress line of an evaluation without test metrics shows the validation's.
+    said: list = []
+    trainer = compare.Trainer(catalog="c", key=lambda loss, seed: f"{loss}{seed}",
+                              train=lambda loss, seed, run_dir, on_eval, on_step, done: (
+                                  on_eval({"steps": 18, "validation_monitor": 0.125})
+                                  or {"loss": loss, "seed": seed, "steps": 36,
+                                      "recall@10": 0.3}))
+    compare.run_plan(plan, str(tmp_path / "out"), trainer, say=said.append)
+    steps = [line for line in said if line.startswith("  step ")]
+    assert steps and all(line == "  step 18: validation ndcg@10 0.1250" for line in steps)
+
+
+def test_a_corrupt_curves_csv_rewrites_nothing_and_names_its_line(tmp_path):
+    from tfrs_logq.studies._grid import append_row
+
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=CONFIG, window=1)
+    out = str(tmp_path)
+    compare._check_plan(plan, out)
+    for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
+                      "inbatch-corrected": [0.23, 0.25, 0.22]}):
+        append_row(os.path.join(out, "results.csv"), row)
+        append_row(os.path.join(out, "curves.csv"), {"loss": row["loss"], "seed": row["seed"],
+                                                     "steps": "30", "recall@10": row["recall@10"]})
+    compare.report_only(out, say=lambda line: None)
+    names = ("report.md", "paired.png", "learning_curves.png")
+    before = {n: open(os.path.join(out, n), "rb").read() for n in names}
+    path = os.path.join(out, "curves.csv")
+    lines = open(path).read().splitlines()
+    for bad, match in ((lines[2].replace(",30,", ",3x,"), "line 3: steps is '3x'"),
+                       (lines[2] + ",0.5", "line 3 has more cells than the header"),
+                       (lines[2].replace(",30,", ",30,abc").rsplit(",", 1)[0] + ",abc",
+                        "line 3: recall@10 is 'abc'")):
+        open(path, "w").write("\n".join([lines[0], lines[1], bad, *lines[3:]]) + "\n")
+        with pytest.raises(compare_report.ReportError, match=match) as error:
+            compare.report_only(out, say=lambda line: None)
+        assert "\n" not in str(error.value) and "curves.csv line 3" in str(error.value)
+        assert {n: open(os.path.join(out, n), "rb").read() for n in names} == before

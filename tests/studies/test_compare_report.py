@@ -333,3 +333,63 @@ def test_the_interval_over_seeds_and_test_users_is_wider_where_the_users_dominat
     assert "Hits per user: none saved" in old
     assert "It rests on the 95 % interval over the seeds alone (no hits per user saved" \
         in _verdict(old) and "Decision: switch" in _verdict(old)
+
+
+def test_the_report_names_the_steps_evaluated_not_the_eval_every_asked():
+    import dataclasses
+
+    config = dataclasses.replace(CONFIG, steps=40, eval_every=100)  # one evaluation: 40
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=config, window=1)
+    rows = _rows({"inbatch-logq-tfrs": {"recall@100": TFRS[:3]},
+                  "inbatch-corrected": {"recall@100": TFRS[1:]}}, steps="40",
+                 window_steps="40")
+    curves = [{"loss": r["loss"], "seed": r["seed"], "steps": "40",
+               "recall@100": r["recall@100"]} for r in rows]
+    text = compare_report.format_report(plan, rows, curves)
+    assert "Test metrics: the evaluation at step 40, the only one." in text
+    assert "every 100" not in text
+    five = compare.Plan(losses=plan.losses, seeds=(0, 1, 2), window=2,
+                        config=dataclasses.replace(CONFIG, steps=50, eval_every=20))
+    rows = [{**r, "window_steps": "40 50"} for r in rows]
+    curves = [{**c, "steps": s} for c in curves for s in ("20", "40", "50")]
+    assert ("Test metrics: the mean of the evaluations at steps 40, 50 (of those at steps "
+            "20, 40, 50).") in compare_report.format_report(five, rows, curves)
+
+
+def test_a_sasrec_report_describes_sasrec():
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=TwoTowerConfig(steps=40, eval_every=20), window=2,
+                        model="sasrec", sasrec_preset="cpu")
+    rows = _rows({"inbatch-logq-official": {"recall@10": TFRS[:3]},
+                  "inbatch-corrected": {"recall@10": TFRS[1:]}}, steps="36",
+                 window_steps="18 36")
+    text = compare_report.format_report(plan, rows, [])
+    sasrec = plan.sasrec_config("inbatch-corrected", 0)
+    assert (f"Model: SASRec (preset cpu), 36 steps in 2 epochs of at most 20 steps (an epoch "
+            f"is at most one pass over the training users) of {sasrec.batch_size} users, "
+            f"embedding {sasrec.embedding_dim}, history {sasrec.max_length}") in text
+    assert "lazy-adam" not in text and "steps of 512" not in text and "40 steps" not in text
+    assert "the mean of the test evaluations at steps 18, 36" in text
+
+
+def test_zero_spread_says_what_happened():
+    seeds = 4
+    varying = [0.30, 0.32, 0.29, 0.31]  # the runs vary with the seed ...
+    rows = _rows({"inbatch-logq-tfrs": {"recall@100": varying},
+                  "inbatch-corrected": {"recall@100": varying}})  # ... and hit alike
+    plan = _plan(("inbatch-logq-tfrs", "inbatch-corrected"), seeds)
+    same = np.tile((np.arange(50) % 3 == 0).astype(float), (seeds, 1))
+    text = compare_report.format_report(plan, rows, [], hits=_hits(same, same))
+    assert "runs that do not vary with the seed" not in text
+    assert "the losses hit the same test targets in every seed: their difference is 0 in " \
+           "each pair" in text
+    assert "Decision: no decision from seeds" in _verdict(text)
+    # Without hits: the same scores in every seed, not "do not vary".
+    text = compare_report.format_report(plan, rows, [])
+    assert "the losses score the same in every seed while the seed moves both" in text
+    assert "do not vary with the seed" not in text
+    # Runs that do not vary with the seed are still named so.
+    flat = _rows({"inbatch-logq-tfrs": {"recall@100": [0.3] * 4},
+                  "inbatch-corrected": {"recall@100": [0.31] * 4}})
+    assert "the runs do not vary with the seed" in compare_report.format_report(plan, flat, [])

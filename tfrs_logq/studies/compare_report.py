@@ -589,11 +589,11 @@ def _evaluation_words(plan: Plan, rows: list[dict], curves: list[dict]) -> str:
     tested = [r for r in curves if (r.get("loss"), str(r.get("seed"))) in done]
     if plan.model == "sasrec":
         evaluated = sorted({int(r["steps"]) for r in tested}) or window
-        kind = "after each epoch on the validation users, on the test users over the last " \
-               f"{len(window)} epoch{'s' if len(window) > 1 else ''}"
-        return (f"Test metrics: the mean of the test evaluations at step"
-                f"{'s' if len(window) > 1 else ''} {', '.join(map(str, window))} (evaluated "
-                f"{kind}; validation at steps {', '.join(map(str, evaluated))})")
+        plural = "s" if len(window) > 1 else ""
+        return (f"Test metrics: the mean of the test evaluations at step{plural} "
+                f"{', '.join(map(str, window))} (the test users scored after each of the last "
+                f"{len(window)} epoch{plural}; the validation users after every epoch, at "
+                f"steps {', '.join(map(str, evaluated))})")
     evaluated = sorted({int(r["steps"]) for r in tested if any(
         k.startswith("recall@") for k in r)}) or list(plan.config.eval_steps)
     if len(evaluated) == 1 and len(window) == 1:
