@@ -293,3 +293,36 @@ def test_a_corrupt_curves_csv_rewrites_nothing_and_names_its_line(tmp_path):
             compare.report_only(out, say=lambda line: None)
         assert "\n" not in str(error.value) and "curves.csv line 3" in str(error.value)
         assert {n: open(os.path.join(out, n), "rb").read() for n in names} == before
+
+
+def test_the_memory_estimate_counts_the_ids_as_held(tmp_path, monkeypatch):
+    """One 100,000-character user id makes every user id of the log that wide (NumPy text
+    of the longest id's width, 4 bytes a character): 200 users hold 80 MB of ids."""
+    from tfrs_logq.towers import training as towers
+
+    rng = np.random.default_rng(0)
+    names = np.array(["u" * 100_000] + [f"user{u}" for u in range(1, 200)])
+    items = np.concatenate([rng.choice(np.arange(u % 5, 100, 5), 12) for u in range(200)])
+    interactions = build_interactions(np.repeat(np.arange(200), 12), items,
+                                      np.arange(len(items)), min_item_interactions=1)
+    # As pipelines.user_log holds a file's ids: the distinct raw ids, by code.
+    interactions.raw_users = names[interactions.raw_users]
+    log = make_split(interactions, "loo")
+    raw_items = np.asarray(log.interactions.raw_items)
+    ids = 200 * 100_000 * 4 + len(raw_items) * raw_items.dtype.itemsize
+    assert compare.id_storage_bytes(log) == ids
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+                        config=CONFIG, window=1)
+    base = towers.estimated_peak_bytes(CONFIG, log.num_items,
+                                       len(towers.Examples(log, CONFIG.history_length)),
+                                       len(log.test))
+    monkeypatch.setattr(compare, "available_memory_bytes", lambda: base + ids // 2)
+    with pytest.raises(compare.CompareError, match=r"GiB of it the ids as held \(200 user ids "
+                       r"of 100,000 characters") as error:
+        compare.run_compare(plan, log, str(tmp_path / "refused"), say=lambda line: None)
+    assert "\n" not in str(error.value)
+    assert not os.path.exists(tmp_path / "refused")  # refused before anything is written
+    monkeypatch.setattr(compare, "available_memory_bytes", lambda: base + ids + 1)
+    said: list = []
+    compare.run_compare(plan, log, str(tmp_path / "fits"), say=said.append, max_runs=0)
+    assert f"run {(base + ids) / 2**30:.1f} GiB, 0.1 GiB of it the ids as held" in said[0]

@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 from typing import Callable, Optional, Sequence
 
@@ -458,6 +459,32 @@ def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: 
     return row
 
 
+def id_storage_bytes(split: Split) -> int:
+    """The bytes the log's ids take as a run holds them: every distinct user and item id at
+    its stored width (`tfrs_logq.pipelines.user_log` keeps text ids as NumPy text of the
+    longest id's width, 4 bytes a character; integer ids as int64; Python objects at their
+    own size and a pointer)."""
+    total = 0
+    for ids in (split.interactions.raw_users, split.interactions.raw_items):
+        ids = np.asarray(ids)
+        if ids.dtype == object:
+            total += sum(sys.getsizeof(v) for v in ids.ravel()) + ids.nbytes
+        else:
+            total += ids.nbytes
+    return int(total)
+
+
+def _id_words(split: Split) -> str:
+    parts = []
+    for name, ids in (("user", split.interactions.raw_users),
+                      ("item", split.interactions.raw_items)):
+        ids = np.asarray(ids)
+        width = (f"{ids.dtype.itemsize // 4:,} characters" if ids.dtype.kind == "U"
+                 else f"{ids.dtype.itemsize} bytes" if ids.dtype != object else "objects")
+        parts.append(f"{len(ids):,} {name} ids of {width}")
+    return ", ".join(parts)
+
+
 def _duplicates(split: Split) -> dict:
     """The log's duplicate rows and repeated (user, item) pairs after preprocessing, for
     the report's run facts."""
@@ -500,11 +527,20 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
         need = max(estimated_peak_bytes(plan.sasrec_config(loss, plan.seeds[0]),
                                         split.num_items) for loss in plan.losses)
         lower = "--sasrec-preset (its batch, history length and negatives)"
+    ids = id_storage_bytes(split)
+    need += ids
     have = available_memory_bytes()
+    held = (f", {ids / 2**30:.1f} GiB of it the ids as held ({_id_words(split)})"
+            if ids >= 2**26 else "")
     if need > have:
-        raise CompareError(f"a run needs about {need / 2**30:.1f} GiB at its peak and this "
-                           f"machine has {have / 2**30:.1f} GiB available: lower {lower}.")
-    say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB "
+        if ids > need / 2:  # the ids dominate: shorter ids are the fix
+            lower = ("the ids' width: map long text ids to integers or short codes before "
+                     "compare (a text id is held at the longest id's width, 4 bytes a "
+                     "character)")
+        raise CompareError(f"a run needs about {need / 2**30:.1f} GiB at its peak{held} and "
+                           f"this machine has {have / 2**30:.1f} GiB available: lower "
+                           f"{lower}.")
+    say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB{held} "
         f"({have / 2**30:.1f} GiB available)")
     if plan.model == "sasrec":
         trainer = Trainer(
