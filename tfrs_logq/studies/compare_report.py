@@ -2,10 +2,12 @@
 
 - **The verdict**, at most three sentences on one primary comparison named before the
   runs (`primary_comparison`: the corrected loss against the loss the user runs now,
-  TFRS's logQ by default, at one metric, Recall@100 by default): its paired 95 %
-  interval, the decision (switch, keep, no difference larger than the margin, or how
-  many more seeds), and what it rests on (the seeds, divergence with an exact interval,
-  a trade-off across k that survives Holm's correction).
+  TFRS's logQ by default, at one metric, Recall@100 by default): its 95 % interval over
+  seeds and test users where the runs saved their hits per user (`interval`; the seeds
+  alone otherwise), the decision (switch, keep, no difference larger than the margin, or
+  how many more seeds or test users), and what it rests on (the interval, the seeds,
+  divergence with an exact interval, a trade-off across k that survives Holm's
+  correction).
 - **One multiplicity rule**: the primary comparison at 5 %, every other difference of
   the table under Holm's correction, the popularity bands exploratory.
 - **The run facts**: test targets and users, the share of repeat and cold targets,
@@ -16,8 +18,9 @@
   each seed's difference at the primary metric with an outlier flag; the differences by
   popularity band of the target with a tail - head contrast; the charts.
 
-`write_report` writes ``report.md``, ``paired.png`` and ``learning_curves.png``; it is
-a function of ``results.csv``, ``curves.csv`` and the plan alone (``tfrs-logq compare
+`write_report` writes ``report.md``, ``paired.png`` and ``learning_curves.png``, all
+made before any is written; it is a function of ``results.csv``, ``curves.csv``, the
+runs' hits per test user (``hits/``) and the plan alone (``tfrs-logq compare
 --report-only`` rebuilds them), so a reader can check a report by hand.
 """
 

@@ -43,7 +43,8 @@ For every loss and seed of the plan, `compare_model`:
   the query's history left out when the test set gives one (`tfrs_logq.metrics.target_ranks`,
   the served policy), Recall/NDCG at 10, 100 and 1000 below the catalog's size;
 - writes what ``tfrs-logq compare`` writes (`tfrs_logq.studies.compare.run_plan`: the same
-  ``plan.json``, run directories, lock, ``results.csv``, ``curves.csv`` and report).
+  ``plan.json``, run directories, lock, ``results.csv``, ``curves.csv``, hits per test
+  query at the last evaluation, a test user being a distinct query, and report).
 
 Bad input is refused in one line naming the fix, before the output directory is made and
 before any training: a ``model_fn`` that cannot be imported or does not return a compiled
