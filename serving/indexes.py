@@ -17,6 +17,11 @@ from typing import Optional
 INDEXES = ("auto", "scann", "faiss", "brute-force")
 
 
+def _by_k(recall) -> dict:
+    """``{k: recall@k}`` by ascending k (a protobuf ``Struct`` keeps no order)."""
+    return dict(sorted((recall or {}).items(), key=lambda kv: int(kv[0])))
+
+
 def _tuning(meta: dict) -> dict:
     kind = meta.get("index")
     return (meta.get(f"{kind}_tuning") or {}) if kind in ("scann", "faiss") else {}
@@ -43,7 +48,7 @@ def describe_index(meta: dict) -> str:
         return f"index: {kind or 'not recorded'} (the export does not say what it holds)"
     if not tuning.get("recall"):
         return f"index: {where}; recall not measured"
-    recall = ", ".join(f"recall@{k} {r:.3f}" for k, r in tuning["recall"].items())
+    recall = ", ".join(f"recall@{k} {r:.3f}" for k, r in _by_k(tuning["recall"]).items())
     held_out = (tuning.get("num_queries") or {}).get("held_out")
     return (f"index: {where}; {recall} against exact search ({held_out} held-out queries, "
             f"target {tuning.get('target_recall')})")
@@ -67,8 +72,9 @@ def index_record(meta: dict) -> dict:
     tuning = _tuning(meta)
     return {"kind": kind,
             "parameters": meta.get(kind) if kind in ("scann", "faiss") else None,
-            "recall": {str(k): float(r) for k, r in (tuning.get("recall") or {}).items()},
-            "target_recall": tuning.get("target_recall"),
+            "recall": {str(k): float(r) for k, r in _by_k(tuning.get("recall")).items()},
+            "target_recall": None if tuning.get("target_recall") is None
+            else float(tuning["target_recall"]),
             "held_out_queries": (tuning.get("num_queries") or {}).get("held_out"),
             "description": describe_index(meta)}
 
