@@ -665,9 +665,12 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> No
 
         row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
         ranks = row.pop(FINAL_RANKS, None)
-        if ranks is not None and trainer.test_users is not None:
+        if ranks is not None and trainer.test_users is not None \
+                and len(ranks) == len(trainer.test_users):
             ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
             save_hits(hits_path(output_dir, loss, seed), trainer.test_users, ranks, ks)
+        else:  # its comparisons use the seeds alone (the report says so)
+            say(f"  no hits per test user saved for {loss} seed {seed}")
         append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
         if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
