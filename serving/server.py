@@ -99,6 +99,8 @@ class ModelServer:
             self.manager = ModelManager(options, load=functools.partial(
                 Servable, metrics=self.metrics))
             self.metrics.watch(self.manager)
+            self.metrics.watch_in_flight({"rest": self.rest_in_flight,
+                                          "grpc": self.grpc_in_flight})
             self.health = add_services(self.grpc_server, self.manager, self.grpc_in_flight,
                                        self.metrics)
             self.rest_api = RestApi(self.manager, options, self.rest_in_flight, self.metrics)

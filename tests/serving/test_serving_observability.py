@@ -11,7 +11,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from serving_helpers import _histories, _http, _tiny_export
+from serving_helpers import _histories, _http, _predict_in_threads, _tiny_export, _wait_for
 
 from tfrs_logq.serving.metrics import METHODS, PATH
 
@@ -101,6 +101,59 @@ def test_each_server_counts_in_its_own_registry(tiny_server, tiny_export):
                          status="OK") == 1
     finally:
         other.stop(0)
+
+
+def test_metrics_answer_while_every_worker_is_busy(tiny_export, monkeypatch):
+    """Scrapes are answered while every REST and gRPC worker is held in the model call
+    and more requests wait for one: they report exactly the requests in flight and none
+    of them answered yet; once released, every request is answered and counted."""
+    server = _server(os.path.dirname(tiny_export), rest_api_num_threads=2, num_threads=2,
+                     max_batch_size=1)  # unbatched: each request calls the model itself
+    servable = server.manager.current()
+    entered, release = threading.Semaphore(0), threading.Event()
+    model_call = servable.batcher._call
+
+    def held(name, inputs):
+        entered.release()
+        assert release.wait(60)
+        return model_call(name, inputs)
+
+    monkeypatch.setattr(servable.batcher, "_call", held)
+    results: list = []
+    threads = []
+    try:
+        before = _scrape(server)
+        threads = _predict_in_threads(server.rest_port, server.port, "ml", 4, results)
+        for _ in range(4):  # both REST workers and both gRPC workers are in the model
+            assert entered.acquire(timeout=60)
+        # the other two REST requests wait for a worker (gRPC's two wait in its queue)
+        _wait_for(lambda: server.rest_in_flight.now == 4, what="4 REST requests in flight")
+        during = [_scrape(server), _scrape(server)]  # urlopen's 30 s timeout bounds each
+        assert not results  # nothing was answered while they were scraped
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(60)
+    try:
+        after = _scrape(server)
+    finally:
+        server.stop(0)
+    for samples in during:
+        assert samples[("tfrs_logq_requests_in_flight", (("protocol", "rest"),))] == 5
+        assert samples[("tfrs_logq_requests_in_flight", (("protocol", "grpc"),))] == 2
+        for protocol in ("rest", "grpc"):
+            assert _requests(samples, protocol=protocol, method="predict",
+                             signature="serving_default", status="OK") == 0
+    scrapes = [_requests(samples, protocol="rest", method="metrics", signature="",
+                         status="OK") for samples in (before, *during)]
+    assert scrapes == [0, 1, 2]  # each scrape answered and counted, one after another
+    # gRPC: 3 rows each; REST: default_k (10) items for its one row
+    assert sorted(results) == [("grpc", "OK", 3)] * 4 + [("rest", 200, 10)] * 4
+    for protocol in ("rest", "grpc"):
+        assert _requests(after, protocol=protocol, method="predict",
+                         signature="serving_default", status="OK") == 4
+    assert after[("tfrs_logq_requests_in_flight", (("protocol", "grpc"),))] == 0
+    assert after[("tfrs_logq_requests_in_flight", (("protocol", "rest"),))] == 1
 
 
 def _health(server, service=""):
