@@ -115,11 +115,5 @@ def parse_loss_name(text, allowed: Optional[tuple] = LOSS_NAMES, what: str = "lo
     return LossName(str(text))
 
 
-def check_loss_name(loss, allowed: tuple, what: str = "loss") -> str:
-    """``loss`` checked by `parse_loss_name` (the same check and messages), as text."""
-    return str(parse_loss_name(loss, allowed, what))
-
-
 __all__ = ["AMBIGUOUS", "CORRECTIONS", "LOSS_NAMES", "NEGATIVES", "STANDARD_FORMS",
-           "LossName", "LossNameError", "check_correction", "check_loss_name",
-           "parse_loss_name"]
+           "LossName", "LossNameError", "check_correction", "parse_loss_name"]

@@ -42,7 +42,7 @@ import numpy as np
 
 from tfrs_logq._util.atomic import atomic_write, write_json
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
-from tfrs_logq.corrections import check_loss_name
+from tfrs_logq.corrections import LossNameError, parse_loss_name
 from tfrs_logq.metrics import BANDS, dcg_gain
 from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
 from tfrs_logq.studies._grid import (
@@ -99,8 +99,8 @@ class Plan:
         for loss in self.losses:  # a bare logq names two losses: say which two
             if isinstance(loss, str) and loss.endswith("-logq"):
                 try:
-                    check_loss_name(loss, known)
-                except ValueError as error:
+                    parse_loss_name(loss, known)
+                except LossNameError as error:
                     raise CompareError(str(error)) from None
         unknown = [loss for loss in self.losses if loss not in known]
         if unknown or len(self.losses) < 2:

@@ -71,7 +71,7 @@ import tensorflow_recommenders as tfrs
 
 from tfrs_logq._util.fingerprint import file_fingerprint
 from tfrs_logq._util.step_checkpoint import StepCheckpoint
-from tfrs_logq.corrections import check_loss_name
+from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.frequency import ExactFrequency
 from tfrs_logq.metrics import (
     popularity_bands,
@@ -136,7 +136,7 @@ class ModelFnConfig:
     """the longest history a test query gives (the items a request sends)"""
 
     def __post_init__(self) -> None:
-        check_loss_name(self.loss, TFRS_MODEL_LOSSES)
+        parse_loss_name(self.loss, TFRS_MODEL_LOSSES)  # the one check of the name
         for name, low in (("steps", 1), ("batch_size", 2), ("eval_every", 1),
                           ("shuffle_buffer", 1)):
             value = getattr(self, name)
@@ -590,7 +590,7 @@ class _ModelFnTrainer:
         """``(model, task, batches, facts)`` of a run: the seed set, then the task, the
         batches (`training_batches`) and the model (``model_fn(task)``), checked and built
         on a batch (`_check_model`, whose ``facts`` these are)."""
-        task = ComparedTask(loss.split("-", 1)[1], self.data.frequency)
+        task = ComparedTask(parse_loss_name(loss, None).correction, self.data.frequency)
         with _SeededRandomLayers():
             tf.keras.utils.set_random_seed(seed)
             batches = training_batches(self.data.train, seed, batch_size, shuffle_buffer)
