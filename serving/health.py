@@ -68,15 +68,18 @@ def _servicer_class():
             if send_response_callback is None:  # a server that streams from an iterator
                 return super().Watch(request, context)
             stream = _Stream(send_response_callback)
-            with self._streams_lock:
-                if not self._ended:
+            with self._streams_lock:  # never held while a status is sent
+                ended = self._ended
+                if not ended:
                     self._streams.add(stream)
-                    context.add_callback(functools.partial(self._forget, stream))
-                    return super().Watch(request, context, stream)
-            stream(health_pb2.HealthCheckResponse(
-                status=health_pb2.HealthCheckResponse.NOT_SERVING))
-            stream(None)
-            return None
+            if ended:
+                stream(health_pb2.HealthCheckResponse(
+                    status=health_pb2.HealthCheckResponse.NOT_SERVING))
+                stream(None)
+                return None
+            context.add_callback(functools.partial(self._forget, stream))
+            # (ended by end_watches from here on, the stream ignores what follows)
+            return super().Watch(request, context, stream)
 
         def _forget(self, stream) -> None:  # the stream ended (the client left)
             with self._streams_lock:
