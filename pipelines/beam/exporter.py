@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Optional
 
 from tfrs_logq.pipelines.beam.artifacts import artifact_input
 from tfrs_logq.serving.indexes import INDEXES  # export's choices (no TensorFlow imported)
@@ -71,6 +72,20 @@ class Exporter:
 
     def parameters(self) -> dict:
         return {"index": self.index, "default_k": int(self.default_k)}
+
+    def stale_reason(self, manifest: dict) -> Optional[str]:
+        """Why an ``auto`` export that is otherwise current must be redone: it holds a
+        ScaNN index, which no longer loads here (BulkInferrer could not run it), so
+        ``auto`` now chooses another."""
+        if self.index != "auto" or (manifest.get("counts") or {}).get("index") != "scann":
+            return None
+        from tfrs_logq.serving.export import scann_ops_or_error
+
+        try:
+            scann_ops_or_error()
+        except ImportError:
+            return "its ScaNN index does not load here; --index auto now chooses another"
+        return None
 
     def build(self, root: str, staging: str, run) -> dict:
         """Writes ``staging/serving/1`` (no Beam job)."""

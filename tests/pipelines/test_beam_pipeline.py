@@ -638,6 +638,16 @@ def test_model_handler_loads_a_scann_export(built, tmp_path):
                                    atol=1e-5)
 
 
+def _scann_loads() -> bool:
+    from tfrs_logq.serving.export import scann_ops_or_error
+
+    try:
+        scann_ops_or_error()
+    except ImportError:
+        return False
+    return True
+
+
 def test_exporter_auto_builds_faiss_where_scann_cannot_load(built, tmp_path, monkeypatch):
     """The Exporter component with ``index="auto"`` where ScaNN does not load makes
     export's own choice (`resolve_index`): a faiss index. Its manifest names the index,
@@ -660,7 +670,12 @@ def test_exporter_auto_builds_faiss_where_scann_cannot_load(built, tmp_path, mon
     def no_scann():
         raise ImportError("ScaNN does not load here")
 
+    made_with_scann = {"counts": {"index": "scann"}}
+    assert (Exporter("", index="auto").stale_reason(made_with_scann) is None) == _scann_loads()
     monkeypatch.setattr(export_module, "scann_ops_or_error", no_scann)
+    # an auto export of a ScaNN index is redone where ScaNN no longer loads
+    assert "ScaNN" in Exporter("", index="auto").stale_reason(made_with_scann)
+    assert Exporter("", index="scann").stale_reason(made_with_scann) is None
     trainer = os.path.join(built["root"], "Trainer")
     [result] = run_components([Exporter(trainer, index="auto", default_k=5)],
                               str(tmp_path / "root"))
