@@ -4,6 +4,7 @@ end to end, resume, the plan check, and the paired statistics against SciPy."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -29,15 +30,45 @@ def split():
     return make_split(build_interactions(users, items, times, min_item_interactions=1), "loo")
 
 
+class FakeServedIndex:
+    """A ``served_index`` hook that records what it was called with and answers a faiss
+    record whose recall is the call's number (0.9 at the first call, 0.8 at the second)."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def __call__(self, item_embeddings, query_embeddings, ks):
+        self.calls.append((np.array(item_embeddings), np.array(query_embeddings), ks))
+        share = 1.0 - 0.1 * len(self.calls)
+        return {"kind": "faiss", "parameters": {"type": "IVF-Flat", "nlist": 10, "nprobe": 3},
+                "recall": {str(k): share for k in ks}, "target_recall": 0.95,
+                "reached": True, "settings": {str(k): {"nprobe": 3} for k in ks}}
+
+
+def _numpy_hits(items, queries, arrays, k):
+    """Hits in the top ``k`` of each test target, ranked by numpy over ``items`` (row i is
+    item i + 1) with the history left out, as the exact evaluation ranks."""
+    scores = queries @ items.T
+    for row, history in enumerate(arrays["exclude"]):
+        seen = history[history > 0] - 1
+        scores[row, seen] = -np.inf
+    target = scores[np.arange(len(scores)), arrays["targets"] - 1]
+    return int(np.sum((scores > target[:, None]).sum(axis=1) < k))
+
+
 def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path):
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
+
     plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1),
                         config=CONFIG, window=2, source="toy")
     out = str(tmp_path / "cmp")
     said: list = []
-    rows = compare.run_compare(plan, split, out, say=said.append, max_runs=1)  # "killed"
+    served = FakeServedIndex()
+    rows = compare.run_compare(plan, split, out, say=said.append, max_runs=1,  # "killed"
+                               served_index=served)
     assert len(rows) == 1 and rows[0]["loss"] == "inbatch-logq-official"
     said.clear()
-    rows = compare.run_compare(plan, split, out, say=said.append)
+    rows = compare.run_compare(plan, split, out, say=said.append, served_index=served)
     assert said[0].startswith("compare: estimated peak memory of a run")
     assert said[1].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[1]
     assert sum(line.startswith("run ") for line in said) == 3
@@ -66,7 +97,26 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
             float(final["recall@10"]))
         assert hits["gain@10"].sum() / hits["targets"].sum() == pytest.approx(
             float(final["ndcg@10"]))
+    # The hook: called for the final model of each loss at the first seed, with the vectors
+    # the exact evaluation ranked (numpy ranks them to the run's saved hits).
+    assert len(served.calls) == 2
+    arrays = evaluation_arrays(split, split.test, CONFIG.history_length, True)
+    for loss, (items, queries, ks) in zip(plan.losses, served.calls):
+        assert ks == (10,) and items.shape == (split.num_items, 8)
+        assert queries.shape == (len(split.test.targets), 8)
+        hits = compare.load_hits(compare.hits_path(out, loss, 0))
+        assert _numpy_hits(items, queries, arrays, 10) == hits["hits@10"].sum()
+    record = json.loads(open(os.path.join(out, compare.SERVED_INDEX)).read())
+    assert record["losses"]["inbatch-logq-official"]["recall"] == {"10": 0.9}
+    assert record["losses"]["inbatch-corrected"]["recall"] == {"10": 0.8}
+    assert record["losses"]["inbatch-corrected"]["seed"] == 0
     report = open(os.path.join(out, "report.md")).read()
+    sentence = ("Served: `tfrs-logq export --index auto` would serve faiss IVF-Flat (10 lists, "
+                "nprobe 3 for k = 10), whose top-10 holds 0.800 for inbatch-corrected and 0.900 "
+                "for inbatch-logq-official of the exact top-10")
+    assert sentence in report and "up to about 20.0 % below" in report
+    assert report.index("## Verdict") < report.index(sentence) < report.index("Multiplicity")
+    assert any(line.startswith("  served: ") for line in said)
     assert "over seeds and test users" in report
     assert "- inbatch-corrected against inbatch-logq-official, recall@10:" in report
     assert "Decision: not enough seeds: run" in report  # 2 pairs
@@ -76,6 +126,7 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     said.clear()
     compare.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
     assert not any(line.startswith("run ") for line in said)
+    assert sentence in open(os.path.join(out, "report.md")).read()  # the record is kept
     # Another plan in the same directory is refused; more seeds are not.
     other = dataclasses.replace(plan, config=dataclasses.replace(CONFIG, steps=40))
     with pytest.raises(compare.CompareError, match="another plan"):
@@ -148,6 +199,7 @@ def test_report_only_rebuilds_the_report_from_results_csv(tmp_path):
     said: list = []
     text = compare.report_only(out, say=said.append)
     assert open(os.path.join(out, "report.md")).read() == text
+    assert "Served" not in text  # no hook, no record: no sentence
     assert "TFRS's logQ (inbatch-logq-tfrs) at Recall@10: +0.0333" in text
     assert said[0].startswith("compare: Primary comparison, corrected logQ")
     with pytest.raises(compare.CompareError, match="plan.json"):
@@ -179,8 +231,11 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     assert (config.max_epochs, config.steps_per_epoch, config.test_window) == (2, 2, 2)
     assert config.patience > config.max_epochs  # no early stopping
     out = str(tmp_path / "sasrec")
-    rows = compare.run_compare(plan, split, out, say=lambda m: None)
+    served = FakeServedIndex()
+    rows = compare.run_compare(plan, split, out, say=lambda m: None, served_index=served)
     assert [r["loss"] for r in rows] == ["inbatch-logq-official", "inbatch-corrected"]
+    assert [(items.shape[0], len(queries), ks) for items, queries, ks in served.calls] == [
+        (split.num_items, len(split.test.targets), (10, 20))] * 2
     assert all(r["window_steps"] == "2 4" and 0 <= float(r["recall@10"]) <= 1 for r in rows)
     assert "recall@20" in rows[0]  # SASRec's cut-offs
     # By popularity band too: the shares add up to 1, and the bands' hits to the whole's.
@@ -199,6 +254,70 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     with pytest.raises(compare.CompareError, match="sasrec losses"):
         compare.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
                      config=CONFIG)
+
+
+def _fake_trainer(plan):
+    """A `Trainer` that trains nothing: one evaluation per run and the vectors of a 20-item
+    catalog and 6 test queries."""
+    def train(loss, seed, run_dir, on_eval, on_step, evaluations):
+        value = 0.2 + 0.01 * seed + (0.02 if loss == "inbatch-corrected" else 0.0)
+        on_eval({"steps": CONFIG.steps, "recall@10": value})
+        last = {"steps": CONFIG.steps, "recall@10": value}
+        return {**compare.window_row(plan, loss, seed, [last], last),
+                compare.FINAL_EMBEDDINGS: (np.ones((20, 4)), np.ones((6, 4)))}
+
+    return compare.Trainer(catalog="fake", key=lambda loss, seed: f"{loss}-{seed}",
+                           train=train)
+
+
+def test_the_served_index_hook_runs_at_the_first_seed_and_a_failing_one_costs_the_record_alone(
+        tmp_path):
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(5, 6),
+                        config=CONFIG, window=1)
+    served = FakeServedIndex()
+    out = str(tmp_path / "ok")
+    compare.run_plan(plan, out, _fake_trainer(plan), say=lambda m: None, served_index=served)
+    assert [(i.shape, q.shape, ks) for i, q, ks in served.calls] == [
+        ((20, 4), (6, 4), (10,))] * 2  # seed 5 only
+    assert {r["seed"] for r in compare.load_served(out)["losses"].values()} == {5}
+
+    def failing(items, queries, ks):
+        raise RuntimeError("the index could not be built\nsecond line")
+
+    said: list = []
+    out = str(tmp_path / "failing")
+    rows = compare.run_plan(plan, out, _fake_trainer(plan), say=said.append,
+                            served_index=failing)
+    assert len(rows) == 4 and compare.load_served(out) is None
+    assert "  served index not measured for inbatch-corrected seed 5: the index could not be "\
+        "built" in said
+    assert "Served" not in open(os.path.join(out, "report.md")).read()
+    with open(os.path.join(out, compare.SERVED_INDEX), "w") as f:
+        f.write("[1, 2]")
+    with pytest.raises(compare.CompareError, match="served_index.json is not a record "
+                                                   "compare wrote.*delete it"):
+        compare.report_only(out)
+
+
+def test_the_served_sentence_names_the_index_and_says_brute_force_and_a_missed_target():
+    primary = {"subject": "inbatch-corrected", "reference": "inbatch-logq-tfrs",
+               "metric": "recall@100"}
+    scann = {"kind": "scann", "seed": 0, "recall": {"10": 1.0, "100": 0.97},
+             "parameters": {"tree": True, "num_leaves": 100},
+             "settings": {"100": {"leaves": 12, "reorder_factor": 20}},
+             "target_recall": 0.95, "reached": False}
+    words = compare_report.served_sentence({"losses": {"inbatch-corrected": scann}}, primary)
+    assert words.startswith("Served: `tfrs-logq export --index auto` would serve ScaNN (100 "
+                            "leaves, 12 searched, 20 x k reordered for k = 100), whose "
+                            "top-100 holds 0.970 for inbatch-corrected of the exact top-100")
+    assert "up to about 3.0 % below" in words
+    assert words.endswith("; its tuning missed the export's --target-recall 0.95 (export "
+                          "warns of it).")
+    exact = {"kind": "brute-force", "seed": 0, "recall": {"10": 1.0}, "parameters": None}
+    assert "brute force serves the exact top-k" in compare_report.served_sentence(
+        {"losses": {"inbatch-logq-tfrs": exact}}, primary)
+    assert compare_report.served_sentence(None, primary) == ""
+    assert compare_report.served_sentence({"losses": {}}, primary) == ""
 
 
 def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():

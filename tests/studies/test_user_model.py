@@ -88,8 +88,31 @@ class Killed(Exception):
 def test_a_tutorial_model_is_compared_and_a_killed_comparison_resumes_to_the_same_rows(
         movielens, tmp_path):
     whole = tmp_path / "whole"
-    rows = _compare(movielens, whole)
+    calls: list = []
+
+    def served_index(items, queries, ks):  # records what it was called with
+        calls.append((np.array(items), np.array(queries), ks))
+        return {"kind": "brute-force", "parameters": None, "recall": {str(k): 1.0 for k in ks}}
+
+    rows = _compare(movielens, whole, served_index=served_index)
     assert [(r["loss"], r["seed"]) for r in rows] == [(loss, "0") for loss in LOSSES]
+    # The hook got every candidate's embedding and the test queries', those the exact
+    # evaluation ranked: numpy ranks them, the history left out, to the final Recall@10.
+    _, test, _ = movielens
+    targets = [TITLES.index(t.decode()) for _, t, _ in test.as_numpy_iterator()]
+    seen = [[TITLES.index(x.decode()) for x in h] for _, _, h in test.as_numpy_iterator()]
+    final = read_rows(str(whole / "curves.csv"))
+    assert len(calls) == 2
+    for loss, (items, queries, ks) in zip(LOSSES, calls):
+        assert items.shape == (120, 8) and queries.shape == (80, 8) and ks == (10, 100)
+        scores = queries @ items.T
+        for row, history in enumerate(seen):
+            scores[row, history] = -np.inf
+        target = scores[np.arange(80), targets]
+        recall = np.mean((scores > target[:, None]).sum(axis=1) < 10)
+        last = next(r for r in final if r["loss"] == loss and r["steps"] == "8")
+        assert recall == pytest.approx(float(last["recall@10"]))
+    assert "brute force serves the exact top-k" in (whole / "report.md").read_text()
     for row in rows:
         assert row["window_steps"] == "4 8" and 0.0 <= float(row["recall@100"]) <= 1.0
         assert float(row["repeat_share"]) >= 0 and row["num_users"] == "80"

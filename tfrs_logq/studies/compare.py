@@ -22,6 +22,10 @@ Output directory:
   evaluation (`save_hits`: the user's index, number of targets and hits at each Recall@k
   cut-off), written before the run's row of results.csv: the report's intervals over
   seeds *and* test users read them;
+- ``served_index.json``: where `run_plan` is given a ``served_index`` hook, what the index
+  ``tfrs-logq export --index auto`` would serve keeps of the exact top-k, for the final
+  model of each loss at the first seed (`record_served`, `load_served`): the report's
+  sentence on how far a served figure can move from the exact one reads it;
 - ``report.md``, ``learning_curves.png``, ``paired.png``;
 - ``runs/``: checkpoints of unfinished runs (a killed run goes on from its last one;
   a finished run is skipped on rerun).
@@ -349,7 +353,7 @@ def _check_plan(plan: Plan, output_dir: str, write: bool = True) -> Plan:
     return plan
 
 
-OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs", "hits")
+OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs", "hits", "served_index.json")
 
 
 def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
@@ -383,6 +387,11 @@ FINAL_RANKS = "_final_ranks"
 """The key of a `Trainer`'s row holding the 0-based rank of every test target at the run's
 last evaluation (in the order of `Trainer.test_users`); `run_plan` saves it as the run's
 hits (`save_hits`) and leaves it out of results.csv."""
+FINAL_EMBEDDINGS = "_final_embeddings"
+"""The key of a `Trainer`'s row holding ``(item_embeddings [n, d], query_embeddings [m,
+d])``: the vectors the run's last evaluation ranked (every candidate, no padding row; a
+query per test target, in the order of `FINAL_RANKS`); `run_plan` hands them to its
+``served_index`` hook and leaves them out of results.csv."""
 
 
 def hits_path(output_dir: str, loss: str, seed: int) -> str:
@@ -494,10 +503,12 @@ def _duplicates(split: Split) -> dict:
 
 def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], None] = print,
                 max_runs: Optional[int] = None, margin=None,
-                primary: Optional[tuple] = None) -> list[dict]:
+                primary: Optional[tuple] = None,
+                served_index: Optional[ServedIndex] = None) -> list[dict]:
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
     interrupted comparison holds whole pairs), then writes the report. Returns the rows
-    of results.csv. One process per directory (`RunLock`)."""
+    of results.csv. One process per directory (`RunLock`). ``served_index``: `run_plan`'s
+    hook (None: the served index is not measured)."""
     if plan.model == "sasrec" and split.interactions.weight is not None:
         raise CompareError("a weight column weights the loss of --model two-tower only; "
                            "SASRec trains unweighted: leave out --weight-column.")
@@ -552,7 +563,7 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     else:
         trainer = _two_tower_trainer(plan, split, examples)
     return run_plan(plan, output_dir, trainer, say=say, max_runs=max_runs, margin=margin,
-                    primary=primary)
+                    primary=primary, served_index=served_index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -580,25 +591,43 @@ class Trainer:
     test_users: Optional[np.ndarray] = None
 
 
+def final_evaluation(query_fn, item_embeddings, arrays: dict, row: dict) -> None:
+    """Ranks the test targets as `tfrs_logq.pipelines.sequential.evaluate` does and puts
+    in ``row`` their ranks (`FINAL_RANKS`) and the vectors ranked (`FINAL_EMBEDDINGS`:
+    the candidates', padding row 0 left out, and the queries')"""
+    from tfrs_logq.pipelines.sequential import evaluate
+
+    queries: list = []
+
+    def recorded(history):
+        out = query_fn(history)
+        queries.append(np.asarray(out, np.float32))
+        return out
+
+    ranks: list = []
+    evaluate(recorded, item_embeddings, arrays, ks=(), per_target=ranks)
+    row[FINAL_RANKS] = np.asarray(ranks, np.int64)
+    row[FINAL_EMBEDDINGS] = (np.asarray(item_embeddings, np.float32)[1:],
+                             np.concatenate(queries) if queries else np.zeros((0, 0)))
+
+
 def _two_tower_trainer(plan: Plan, split: Split, examples: Examples) -> Trainer:
-    from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
 
     arrays = evaluation_arrays(split, split.test, plan.config.history_length,
                                plan.config.exclude_seen)
 
     def train(loss, seed, run_dir, on_eval, on_step, evaluations) -> dict:
-        ranks: list = []
+        final: dict = {}
 
         def final_ranks(model) -> None:  # the trained model, as its last evaluation ranks
-            ranks.clear()
-            evaluate(model.query_tower, model.item_tower.embeddings, arrays, ks=(),
-                     per_target=ranks)
+            final_evaluation(model.query_tower, model.item_tower.embeddings, arrays, final)
 
         last = towers.train(plan.run_config(loss, seed), split, checkpoint_dir=run_dir,
                             on_eval=on_eval, done=tuple(int(r["steps"]) for r in evaluations),
                             on_step=on_step, examples=examples, on_trained=final_ranks)
         return {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split),
-                FINAL_RANKS: np.asarray(ranks, np.int64)}
+                **final}
 
     return Trainer(catalog=f"compare: {split.num_items:,} items, {len(split.test):,} test "
                            f"targets, {len(examples):,} training examples",
@@ -608,17 +637,27 @@ def _two_tower_trainer(plan: Plan, split: Split, examples: Examples) -> Trainer:
 
 def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
              say: Callable[[str], None] = print, max_runs: Optional[int] = None,
-             margin=None, primary: Optional[tuple] = None) -> list[dict]:
+             margin=None, primary: Optional[tuple] = None,
+             served_index: Optional[ServedIndex] = None) -> list[dict]:
     """Trains the plan's unfinished runs with ``trainer`` into ``output_dir`` (seed by
     seed, so that an interrupted comparison holds whole pairs), then writes the report;
     returns the rows of results.csv. Holds the directory's lock (one process per
     directory) and refuses a directory of another plan (``plan.json``). `run_compare`
-    runs the built-in models through it, `tfrs_logq.studies.user_model` a user's own."""
+    runs the built-in models through it, `tfrs_logq.studies.user_model` a user's own.
+
+    ``served_index``: ``served_index(item_embeddings, query_embeddings, ks) -> record``,
+    called after each run of the first seed that the trainer gives its vectors
+    (`FINAL_EMBEDDINGS`: the candidates' ``[n, d]`` and the test queries' ``[m, d]``
+    that its last evaluation ranked exactly) with the run's Recall@k cut-offs; the
+    record (``kind``, ``parameters``, ``recall`` by k against exact top-k, ...:
+    `tfrs_logq.serving.served_recall.served_recall` measures the index ``tfrs-logq export
+    --index auto`` builds) goes to ``served_index.json`` (`record_served`) and the report
+    says in one sentence how far a served figure can move. None: nothing is measured."""
     check_output_dir(output_dir)
     plan = check_output_dir_contents(plan, output_dir)  # before anything is written
     with exclusive_output_dir(output_dir):
         plan = _check_plan(plan, output_dir)
-        _run_all(plan, output_dir, trainer, say, max_runs)
+        _run_all(plan, output_dir, trainer, say, max_runs, served_index)
         rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows:
             from tfrs_logq.studies.compare_report import write_report
@@ -628,7 +667,8 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
     return rows
 
 
-def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> None:
+def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
+             served_index: Optional[ServedIndex] = None) -> None:
     results_path = os.path.join(output_dir, "results.csv")
     curves_path = os.path.join(output_dir, "curves.csv")
     done = {(r["loss"], int(r["seed"])) for r in read_rows(results_path)}
@@ -665,18 +705,81 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> No
 
         row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
         ranks = row.pop(FINAL_RANKS, None)
+        embeddings = row.pop(FINAL_EMBEDDINGS, None)
+        ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
         if ranks is not None and trainer.test_users is not None \
                 and len(ranks) == len(trainer.test_users):
-            ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
             save_hits(hits_path(output_dir, loss, seed), trainer.test_users, ranks, ks)
         else:  # its comparisons use the seeds alone (the report says so)
             say(f"  no hits per test user saved for {loss} seed {seed}")
         append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
+        if served_index is not None and seed == plan.seeds[0]:
+            _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
         if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
             took = (time.perf_counter() - run_start) / 60
             say(f"  run {number} took {took:.1f} min: about {took * (len(todo) - number):.1f} "
                 f"min for the {len(todo) - number} run(s) left")
+
+
+def _measure_served(served_index: ServedIndex, output_dir: str, loss: str, seed: int,
+                    embeddings, ks: Sequence[int], say) -> None:
+    """Calls the ``served_index`` hook on a run's final vectors and records its answer
+    (`record_served`); a run without them (resumed after its last evaluation), or a hook
+    that fails, costs the record alone, said in one line."""
+    if embeddings is None or not ks:
+        say(f"  served index not measured for {loss} seed {seed} (no final vectors)")
+        return
+    items, queries = embeddings
+    try:
+        record = served_index(items, queries, tuple(ks))
+    except Exception as error:  # noqa: BLE001 (the comparison stands without it)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        say(f"  served index not measured for {loss} seed {seed}: {reason}")
+        return
+    record_served(output_dir, loss, seed, record)
+    said = record.get("description") or record.get("kind")
+    recall = ", ".join(f"recall@{k} {float(r):.3f}" for k, r in
+                       sorted((record.get("recall") or {}).items(), key=lambda kv: int(kv[0])))
+    say(f"  served: {said}; of the exact top-k {recall}")
+
+
+SERVED_INDEX = "served_index.json"
+ServedIndex = Callable[[np.ndarray, np.ndarray, Sequence[int]], dict]
+"""``served_index(item_embeddings, query_embeddings, ks) -> record`` (`run_plan`)."""
+
+
+def record_served(output_dir: str, loss: str, seed: int, record: dict) -> None:
+    """Adds ``record`` (a ``served_index`` hook's answer on the final model of ``loss`` at
+    ``seed``) to ``output_dir``'s ``served_index.json``, ``{"losses": {loss: {"seed",
+    **record}}}``, written atomically; the other losses' records stay."""
+    saved = load_served(output_dir) or {"losses": {}}
+    saved["losses"][loss] = {"seed": int(seed), **json.loads(json.dumps(record))}
+    write_json(os.path.join(output_dir, SERVED_INDEX), saved)
+
+
+def load_served(output_dir: str) -> Optional[dict]:
+    """``output_dir``'s ``served_index.json`` (`record_served`), or None when there is
+    none (no ``served_index`` hook was given).
+
+    Raises:
+      CompareError: a file that is not one compare wrote, naming it.
+    """
+    path = os.path.join(output_dir, SERVED_INDEX)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        saved = error
+    if not (isinstance(saved, dict) and isinstance(saved.get("losses"), dict)
+            and all(isinstance(r, dict) and isinstance(r.get("recall"), dict)
+                    for r in saved["losses"].values())):
+        raise CompareError(f"{path} is not a record compare wrote (a `losses` object of "
+                           f"records with a `recall` each): delete it (the report then says "
+                           f"nothing of the served index).")
+    return saved
 
 
 def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
@@ -689,22 +792,21 @@ def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
     which may be fewer than ``eval_every``."""
     import tensorflow as tf
 
-    from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
     from tfrs_logq.sasrec.training import train
 
     config = plan.sasrec_config(loss, seed)
     arrays = evaluation_arrays(split, split.test, config.max_length)
-    ranks: list = []
+    final: dict = {}
 
     class FinalRanks(tf.keras.callbacks.Callback):
         """The ranks of the test targets after the last epoch (before the best epoch's
-        weights are restored)."""
+        weights are restored), and the vectors ranked."""
 
         def on_epoch_end(self, epoch, logs=None):
             if epoch + 1 == config.max_epochs:
-                ranks.clear()
-                evaluate(self.model.query, self.model.encoder.item_embeddings(), arrays,
-                         ks=(), per_target=ranks)
+                final_evaluation(self.model.query, self.model.encoder.item_embeddings(),
+                                 arrays, final)
 
     result = train(config, run_dir, verbose=0, split=split, extra_callbacks=[FinalRanks()])
     window = dict(result["test_window"] or {})
@@ -723,8 +825,8 @@ def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
            **target_facts(split, split.test, config.max_length),
            **_duplicates(split), "diverged": int(bool(result.get("diverged"))),
            "machine": machine_description()}
-    if len(ranks) == len(arrays["targets"]):  # none when resumed after the last epoch
-        row[FINAL_RANKS] = np.asarray(ranks, np.int64)
+    if len(final.get(FINAL_RANKS, ())) == len(arrays["targets"]):  # none when resumed
+        row.update(final)  # after the last epoch
     return row
 
 
@@ -774,7 +876,8 @@ def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> No
         say(f"  {100 * (i + 1) // steps}% ({i + 1:,}/{steps:,} steps)")
 
 
-__all__ = ["CompareError", "LOSSES", "MAX_SEED", "MODELS", "Plan", "TFRS_MODEL_LOSSES", "Trainer",
-           "band_names", "check_output_dir_contents", "load_plan", "metric_names",
-           "read_plan_json", "report_only", "split_fingerprint", "run_compare", "run_plan",
-           "window_row"]
+__all__ = ["CompareError", "FINAL_EMBEDDINGS", "FINAL_RANKS", "LOSSES", "MAX_SEED", "MODELS",
+           "Plan", "SERVED_INDEX", "ServedIndex", "TFRS_MODEL_LOSSES", "Trainer", "band_names",
+           "check_output_dir_contents", "final_evaluation", "load_plan", "load_served",
+           "metric_names", "read_plan_json", "record_served", "report_only",
+           "split_fingerprint", "run_compare", "run_plan", "window_row"]

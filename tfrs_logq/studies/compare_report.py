@@ -409,6 +409,60 @@ def verdict_paragraph(plan: Plan, rows: list[dict], primary: dict, margin: Margi
     return (f"{what}. Decision: {decision} ({why}). It rests on " + "; ".join(rests) + ".")
 
 
+def _index_words(record: dict, k: int) -> str:
+    """The served index and what a search for ``k`` items uses, in words."""
+    kind, p = record.get("kind"), record.get("parameters") or {}
+    used = (record.get("settings") or {}).get(str(k)) or {}
+    if kind == "faiss":
+        return (f"faiss {p.get('type', 'IVF')} ({p.get('nlist')} lists, nprobe "
+                f"{used.get('nprobe', p.get('nprobe'))} for k = {k})")
+    if kind == "scann":
+        tree = (f"{p.get('num_leaves')} leaves, {used.get('leaves')} searched" if p.get("tree")
+                else "no tree")
+        return f"ScaNN ({tree}, {used.get('reorder_factor')} x k reordered for k = {k})"
+    return str(kind)
+
+
+def served_sentence(served: Optional[dict], primary: dict) -> str:
+    """One sentence on how far a served figure can move from this report's exact one: the
+    index ``tfrs-logq export --index auto`` builds (``served_index.json``:
+    `tfrs_logq.studies.compare.load_served`) and the share of the exact top-k it finds for
+    the primary comparison's losses, at the primary metric's k where it was measured (else
+    the largest k measured); empty without a record."""
+    records = {loss: r for loss, r in ((served or {}).get("losses") or {}).items()
+               if r.get("recall")}
+    if not records:
+        return ""
+    chosen = [x for x in (primary["subject"], primary["reference"]) if x in records] \
+        or sorted(records)
+    want = primary["metric"].split("@")[1] if "@" in primary["metric"] else None
+    ks = {k for x in chosen for k in records[x]["recall"]}
+    k = int(want) if want in ks else max(int(k) for k in ks)
+    found = {x: float(records[x]["recall"][str(k)]) for x in chosen
+             if str(k) in records[x]["recall"]}
+    first = records[chosen[0]]
+    seed = first.get("seed")
+    if first.get("kind") == "brute-force":
+        return ("Served: `tfrs-logq export --index auto` builds no approximate index here "
+                "(neither ScaNN nor faiss loads), so brute force serves the exact top-k this "
+                "report measures.")
+    shares = " and ".join(f"{v:.3f} for {x}" for x, v in found.items())
+    worst = min(found.values())
+    move = ("so a served Recall@k should match this report's exact figure"
+            if worst >= 0.9995 else
+            f"so a served Recall@{k} can sit up to about {100 * (1 - worst):.1f} % below "
+            f"this report's exact figure")
+    refused = [x for x in chosen if records[x].get("reached") is False]
+    target = first.get("target_recall")
+    short = (f"; its tuning missed the export's --target-recall {target:g} (export "
+             + ("refuses such a faiss index" if first.get("kind") == "faiss" else "warns of it")
+             + ")" if refused and target is not None else "")
+    return (f"Served: `tfrs-logq export --index auto` would serve "
+            f"{_index_words(first, k)}, whose top-{k} holds {shares} of the exact top-{k} "
+            f"(raw top-k overlap, history not left out; final model at seed {seed}), {move}"
+            f"{short}.")
+
+
 def _power_cells(diff: dict, margin: Optional[float]) -> tuple[str, str]:
     """Pairs for 80 % power to detect a difference of the margin, and to read a true 0 as
     no difference larger than it; each at the spread and (in brackets) at its upper 95 %
@@ -798,12 +852,14 @@ def _intervals_words(plan: Plan, rows: list[dict], hits: Optional[dict],
 def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                   margin: Optional[Margin] = None, primary_metric: Optional[str] = None,
                   primary_baseline: Optional[str] = None,
-                  hits: Optional[dict] = None) -> str:
+                  hits: Optional[dict] = None, served: Optional[dict] = None) -> str:
     """``report.md``'s text. ``margin``: a `Margin` (or its text), default
     `DEFAULT_MARGIN`; ``primary_metric`` (``"recall@100"`` or ``"100"``) and
     ``primary_baseline`` (a loss of the plan or its form, ``"logq-tfrs"``) name the
     primary comparison (`primary_comparison`); ``hits``: the runs' hits per test user
-    (`run_hits`), for intervals over seeds and test users (`interval`)."""
+    (`run_hits`), for intervals over seeds and test users (`interval`); ``served``: the
+    served index's record (`tfrs_logq.studies.compare.load_served`), said in one sentence
+    after the verdict (`served_sentence`; None: no sentence)."""
     if margin is None or isinstance(margin, str):
         margin = Margin(DEFAULT_MARGIN if margin is None else margin)
     _check_rows(rows)
@@ -848,7 +904,11 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                   f"finished and may change when the rest finish (rerun the same `tfrs-logq "
                   f"compare` command).**", ""]
     lines += ["## Verdict", "",
-              verdict_paragraph(plan, rows, primary, margin, secondary, hits), "",
+              verdict_paragraph(plan, rows, primary, margin, secondary, hits), ""]
+    served_words = served_sentence(served, primary)
+    if served_words:
+        lines += [served_words, ""]
+    lines += [
              f"Multiplicity: the primary comparison ({p_name}, named before the runs: "
              f"--primary-metric, --primary-baseline) is tested at 5 %; the "
              f"{len(family)} other difference{'' if len(family) == 1 else 's'} with an "
@@ -1090,9 +1150,12 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     ``output_dir``, with the runs' hits per test user found there (`run_hits`). Every
     file is made before any is written: input the report cannot read (a damaged
     curves.csv: `check_curves`) leaves all three as they were."""
+    from tfrs_logq.studies.compare import load_served
+
     check_curves(curves, os.path.join(output_dir, "curves.csv"))
     hits = run_hits(output_dir, rows)
-    text = format_report(plan, rows, curves, margin, primary_metric, primary_baseline, hits)
+    text = format_report(plan, rows, curves, margin, primary_metric, primary_baseline, hits,
+                         load_served(output_dir))
     charts = render_charts(plan, rows, curves, hits)
     write_text(os.path.join(output_dir, "report.md"), text)
     for name, data in charts.items():
@@ -1108,5 +1171,6 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
 __all__ = ["DEFAULT_MARGIN", "DEFAULT_PRIMARY_BASELINE", "DEFAULT_PRIMARY_METRIC",
            "EVALUATED_KS", "Margin", "ReportError", "check_curves", "check_results",
            "comparisons", "diverged_runs", "format_report", "interval", "paired",
-           "primary_comparison", "render_charts", "run_hits", "sentence", "verdict",
+           "primary_comparison", "render_charts", "run_hits", "sentence", "served_sentence",
+           "verdict",
            "verdict_paragraph", "write_charts", "write_report"]

@@ -82,10 +82,12 @@ from tfrs_logq.metrics import (
 from tfrs_logq.pipelines.splits import MIN_RANKED_ITEMS, MIN_TEST_USERS, Split
 from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.studies.compare import (
+    FINAL_EMBEDDINGS,
     FINAL_RANKS,
     TFRS_MODEL_LOSSES,
     CompareError,
     Plan,
+    ServedIndex,
     Trainer,
     run_plan,
     window_row,
@@ -688,7 +690,9 @@ class _ModelFnTrainer:
         if config.steps not in done:
             on_eval(last)
         return {**window_row(self.plan, loss, seed, evaluations, last), **self.extra,
-                FINAL_RANKS: ranks}
+                FINAL_RANKS: ranks,
+                FINAL_EMBEDDINGS: (np.asarray(items, np.float32),
+                                   np.asarray(queries, np.float32))}
 
 
 # ---------------------------------------------------------------------------- the API
@@ -718,6 +722,7 @@ def compare_model(
     source: str = "",
     checkpoint_seconds: float = 120.0,
     say: Callable[[str], None] = print,
+    served_index: Optional[ServedIndex] = None,
 ) -> list[dict]:
     """Compares the corrected logQ loss with the standard ones on your own `tfrs.Model`,
     paired by seed, and writes what ``tfrs-logq compare`` writes into ``output_dir``.
@@ -773,6 +778,13 @@ def compare_model(
       source: words naming the data in the report. Defaults to none.
       checkpoint_seconds: the least time between two checkpoints of a run. Defaults to 120.
       say: where progress lines go. Defaults to `print`.
+      served_index: ``served_index(item_embeddings, query_embeddings, ks) -> record``,
+        called on the final model of each loss at the first seed with every candidate's
+        embedding and the test queries' (those its exact evaluation ranks), its record
+        kept in ``served_index.json`` and said in the report
+        (`tfrs_logq.studies.compare.run_plan`;
+        `tfrs_logq.serving.served_recall.served_recall` measures the index ``tfrs-logq
+        export --index auto`` builds). Defaults to None: not measured.
 
     Returns:
       The rows of ``results.csv``: one per finished loss and seed.
@@ -787,7 +799,7 @@ def compare_model(
                     batch_size=batch_size, shuffle_buffer=shuffle_buffer, baseline=baseline,
                     output_dir=output_dir, margin=margin, primary_metric=primary_metric,
                     primary_baseline=primary_baseline, max_runs=max_runs, source=source,
-                    checkpoint_seconds=checkpoint_seconds, say=say)
+                    checkpoint_seconds=checkpoint_seconds, say=say, served_index=served_index)
 
 
 def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict] = None,
@@ -842,7 +854,7 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
         key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train,
         test_users=data.query_users),
         say=o.say, max_runs=o.max_runs, margin=margin,
-        primary=(o.primary_metric, o.primary_baseline))
+        primary=(o.primary_metric, o.primary_baseline), served_index=o.served_index)
 
 
 # ---------------------------------------------------------------------------- a log
