@@ -86,7 +86,8 @@ def served_recall(item_embeddings, query_embeddings, ks: Sequence[int], *,
     Returns:
       `tfrs_logq.serving.indexes.index_record`'s record of the index (``kind``,
       ``parameters``, ``target_recall``, ``description``), its ``recall`` the measured
-      recall@k by k (text keys; 1.0 for brute force, exact), with ``reached`` (the tuning
+      recall@k by k (text keys; 1.0 for brute force, exact), with ``index`` (the
+      ``--index`` given, ``kind`` what it resolved to), ``reached`` (the tuning
       kept ``target_recall``: else ``export`` refuses a faiss index and warns of a ScaNN
       one), ``settings`` (what a search for k items uses, by k: faiss ``nprobe``, ScaNN
       ``leaves`` and ``reorder_factor``), ``num_items``, ``num_queries`` (``tuning``,
@@ -143,7 +144,7 @@ def served_recall(item_embeddings, query_embeddings, ks: Sequence[int], *,
             **report, "recall": {str(k): round(r, 4) for k, r in recall.items()},
             "num_queries": {"tuning": len(tuning), "held_out": len(measured)}}}
     record = index_record(meta)
-    record.update(recall={str(k): round(float(r), 4) for k, r in recall.items()},
+    record.update(index=index, recall={str(k): round(float(r), 4) for k, r in recall.items()},
                   target_recall=target_recall, reached=reached, settings=settings,
                   num_items=len(items),
                   num_queries={"tuning": len(tuning), "measured": len(measured)},

@@ -738,10 +738,10 @@ def _measure_served(served_index: ServedIndex, output_dir: str, loss: str, seed:
         say(f"  served index not measured for {loss} seed {seed}: {reason}")
         return
     record_served(output_dir, loss, seed, record)
-    said = record.get("description") or record.get("kind")
     recall = ", ".join(f"recall@{k} {float(r):.3f}" for k, r in
                        sorted((record.get("recall") or {}).items(), key=lambda kv: int(kv[0])))
-    say(f"  served: {said}; of the exact top-k {recall}")
+    said = record.get("description") or f"{record.get('kind')}, {recall} of the exact top-k"
+    say(f"  served: {said}")
 
 
 SERVED_INDEX = "served_index.json"

@@ -442,10 +442,10 @@ def served_sentence(served: Optional[dict], primary: dict) -> str:
              if str(k) in records[x]["recall"]}
     first = records[chosen[0]]
     seed = first.get("seed")
+    export = f"`tfrs-logq export --index {first.get('index') or 'auto'}`"
     if first.get("kind") == "brute-force":
-        return ("Served: `tfrs-logq export --index auto` builds no approximate index here "
-                "(neither ScaNN nor faiss loads), so brute force serves the exact top-k this "
-                "report measures.")
+        return (f"Served: {export} builds no approximate index here, so brute force serves "
+                f"the exact top-k this report measures.")
     shares = " and ".join(f"{v:.3f} for {x}" for x, v in found.items())
     worst = min(found.values())
     move = ("so a served Recall@k should match this report's exact figure"
@@ -457,7 +457,7 @@ def served_sentence(served: Optional[dict], primary: dict) -> str:
     short = (f"; its tuning missed the export's --target-recall {target:g} (export "
              + ("refuses such a faiss index" if first.get("kind") == "faiss" else "warns of it")
              + ")" if refused and target is not None else "")
-    return (f"Served: `tfrs-logq export --index auto` would serve "
+    return (f"Served: {export} would serve "
             f"{_index_words(first, k)}, whose top-{k} holds {shares} of the exact top-{k} "
             f"(raw top-k overlap, history not left out; final model at seed {seed}), {move}"
             f"{short}.")
