@@ -8,8 +8,8 @@
 # Each call trains for at most MAX_SECONDS (default 540) and stops with its state in
 # DIR/runs/ (ignored by git); the next call on the same machine goes on from there.
 # Rows are appended to DIR/results.csv as each evaluation finishes. When $OUT is set
-# (the device machine's return folder) results.csv, truth.json and the log are copied
-# there at the end.
+# (the device machine's return folder) results.csv, truth.json, the log and the hits per
+# user (hits/) are copied there at the end.
 #
 # On the accelerator image (JAX 0.11, Python 3.12, no keras), carry the wheels:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 \
@@ -54,5 +54,6 @@ if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
     for f in results.csv truth.json curve.log; do
         [ -f "$DIR/$f" ] && cp "$DIR/$f" "$OUT/"
     done
+    [ -d "$DIR/hits" ] && cp -r "$DIR/hits" "$OUT/"
 fi
 exit "$status"

@@ -5,14 +5,17 @@ run's test split, checks that the server serves that run (query embeddings on a 
 users), ranks every test target through the server (`client.ranks_through_server`)
 and in process by brute force (`tfrs_logq.metrics.target_ranks`), and reports both
 with `tfrs_logq.metrics.recall_ndcg_from_ranks`. A brute-force export loses nothing:
-its served figures equal the exact ones; a ScaNN export shows what the index costs.
+its served figures equal the exact ones; a ScaNN or faiss export shows what the index
+costs. Beside them it states the index served, as the server says (`served_index`: its
+kind, settings and the recall@k against exact search its export recorded, the figure
+``tfrs-logq export`` printed).
 
 Example:
 
     from tfrs_logq.serving.evaluation import evaluate_through_server
 
     result = evaluate_through_server("127.0.0.1:8500", "ml1m", "runs/ml1m")
-    result["served"]["recall@10"], result["exact"]["recall@10"]
+    result["served"]["recall@10"], result["exact"]["recall@10"], result["index"]["recall"]
 """
 
 from __future__ import annotations
@@ -57,6 +60,57 @@ def connect(address: str, model_name: str, timeout: float):
             channel.close()
             raise
     return channel
+
+
+def _integral(value):
+    """JSON read from a protobuf ``Struct`` (every number a float) with whole numbers as
+    ints again (``nlist``, ``tuned``, query counts)."""
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def served_index(channel, model_name: str, timeout: float) -> dict:
+    """The index the server serves as ``model_name``, as its metadata says: `tfrs-logq
+    serve` answers GetModelMetadata's ``index`` field with what the version's
+    ``assets/export.json`` records, read here by `indexes.index_record`::
+
+        {"kind", "parameters", "recall": {k: recall@k against exact search, as the export
+         measured it}, "target_recall", "held_out_queries", "description", "version"}
+
+    A server that does not say (stock TF Serving answers ``signature_def`` only) gives
+    ``kind`` None and a ``description`` saying so."""
+    import grpc
+    from google.protobuf import json_format, struct_pb2
+    from tensorflow_serving.apis import get_model_metadata_pb2, prediction_service_pb2_grpc
+
+    from tfrs_logq.serving.indexes import index_record
+
+    request = get_model_metadata_pb2.GetModelMetadataRequest()
+    request.model_spec.name = model_name
+    request.metadata_field.append("index")
+    try:
+        reply = prediction_service_pb2_grpc.PredictionServiceStub(channel).GetModelMetadata(
+            request, timeout=timeout)
+    except grpc.RpcError as exc:
+        if exc.code() not in (grpc.StatusCode.INVALID_ARGUMENT,
+                              grpc.StatusCode.UNIMPLEMENTED):
+            raise
+        reply = None
+    struct = struct_pb2.Struct()
+    if reply is None or "index" not in reply.metadata or \
+            not reply.metadata["index"].Unpack(struct):
+        return {"kind": None, "parameters": None, "recall": {}, "target_recall": None,
+                "held_out_queries": None, "version": None,
+                "description": "index: not stated by the server (its GetModelMetadata has no "
+                               "'index' field, as stock TF Serving's): the recall its export "
+                               "measured is in the version's assets/export.json"}
+    record = index_record(_integral(json_format.MessageToDict(struct)))
+    return {**record, "version": int(reply.model_spec.version.value)}
 
 
 def _log_test_split(model_dir: str, config: dict, dataset, split_name, data_dir, data_format,
@@ -148,7 +202,9 @@ def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
 
     Returns:
         ``{"server", "model_name", "num_targets", "served": {"recall@10": ...},
-        "exact": {...}, "data": {"source", "data_format", "rows", "skipped_lines"}}``.
+        "exact": {...}, "index": {"kind", "recall", ...} (`served_index`: the served
+        index and the recall@k against exact search its export recorded), "data":
+        {"source", "data_format", "rows", "skipped_lines"}}``.
     """
     from tfrs_logq.metrics import target_ranks
     from tfrs_logq.pipelines.sequential import evaluation_arrays
@@ -188,6 +244,7 @@ def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
                 f"the model the server at {server} serves as {model_name!r} is not the run "
                 f"at --model-dir {model_dir} (its query embeddings differ by {gap:.2g} "
                 "relative): serve that run's export, or give its --model-dir.")
+        index = served_index(channel, model_name, timeout)
         served = ranks_through_server(stub, model_name, sent_raw, targets_raw, max_k,
                                       num_items=len(raw_ids), exclude_history=True)
     finally:
@@ -199,9 +256,10 @@ def evaluate_through_server(server: str, model_name: str, model_dir: str, *,
     return {"server": server, "model_name": model_name, "num_targets": len(idx),
             "served": recall_ndcg(served, recall_ks, ndcg_ks),
             "exact": recall_ndcg(np.minimum(exact, max_k), recall_ks, ndcg_ks),
+            "index": index,
             "data": {"source": interactions.source, "data_format": interactions.data_format,
                      "rows": interactions.num_rows,
                      "skipped_lines": interactions.skipped_lines}}
 
 
-__all__ = ["NDCG_KS", "RECALL_KS", "connect", "evaluate_through_server"]
+__all__ = ["NDCG_KS", "RECALL_KS", "connect", "evaluate_through_server", "served_index"]

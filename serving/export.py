@@ -44,11 +44,9 @@ import tensorflow as tf
 from tfrs_logq._util.atomic import publish_directory, remove_stale_staging, staging_directory
 from tfrs_logq.pipelines.ids import normalize_id, normalize_id_tensor
 from tfrs_logq.sasrec import trained as sasrec_trained
+from tfrs_logq.serving.indexes import INDEXES, describe_index
 from tfrs_logq.towers import run as tower_run
 
-# "auto": ScaNN where its ops load (TensorFlow 2.20 with the scann extra), else faiss where
-# it imports (the serving extra), else brute force.
-INDEXES = ("auto", "scann", "faiss", "brute-force")
 # A servable name is one path component: no separators, no "..", nothing hidden.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TMP_PREFIX = ".tmp-"
@@ -704,31 +702,6 @@ def export_version(model_dir: str, base_path: str, version: Optional[int] = None
             json.dump(meta, f, indent=2)
         publish_directory(tmp, final, replace=False)  # versions are immutable
     return final
-
-
-def describe_index(meta: dict) -> str:
-    """One line on an export's index (its ``assets/export.json``): the kind, its settings
-    and the recall@k measured against exact search; `tfrs-logq export` prints it."""
-    kind = meta.get("index")
-    if kind == "brute-force":
-        return "index: brute-force (exact: every item scored)"
-    tuning = meta.get(f"{kind}_tuning") or {}
-    if kind == "faiss":
-        p = meta.get("faiss") or {}
-        where = (f"faiss {p.get('type')} ({p.get('metric')}), {p.get('nlist')} lists, "
-                 "lists searched by k: " + ", ".join(f"k={k}: {n}" for k, n in
-                                                    p.get("tuned") or [[p.get('k'),
-                                                                        p.get('nprobe')]]))
-    else:
-        p = meta.get("scann") or {}
-        where = f"scann, {p.get('num_leaves')} leaves" if p.get("tree") else "scann, no tree"
-        where += ", tuned [k, leaves, reorder factor]: " + str(p.get("tuned"))
-    if not tuning.get("recall"):
-        return f"index: {where}; recall not measured"
-    recall = ", ".join(f"recall@{k} {r:.3f}" for k, r in tuning["recall"].items())
-    held_out = (tuning.get("num_queries") or {}).get("held_out")
-    return (f"index: {where}; {recall} against exact search ({held_out} held-out queries, "
-            f"target {tuning.get('target_recall')})")
 
 
 __all__ = ["DEFAULT_MAX_K", "DEFAULT_SEARCH_FRACTION", "DEFAULT_TARGET_RECALL",

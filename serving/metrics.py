@@ -22,7 +22,13 @@ Metrics (``tfrs_logq_`` prefix):
 - ``model_versions{model, state}``: versions by state (``AVAILABLE``, ``UNLOADING``,
   ``END``), and ``served_version{model}``: the version served (absent before one is);
 - ``index_info{model, kind}`` (1 for the served version's index kind) and
-  ``index_recall{model, kind, k}``: the recall@k its export measured against exact search.
+  ``index_recall{model, kind, k}``: the recall@k its export measured against exact search;
+- ``requests_in_flight{protocol}``: requests a front end holds now (`drain.InFlight`: a
+  REST request from its head's arrival, the scrape itself included; a gRPC call from the
+  moment it reached a worker), read at each scrape.
+
+A scrape runs on the REST server's event loop, not on the workers that run the model, so
+it is answered while every worker is busy (tested).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ class ServerMetrics:
         self.model_name = model_name
         self.registry = CollectorRegistry(auto_describe=True)
         self._manager = None
+        self._in_flight: dict = {}
         self.requests = Counter(
             "tfrs_logq_requests", "Requests answered, by protocol, method, signature and "
             "status (errors: status other than OK).",
@@ -77,6 +84,11 @@ class ServerMetrics:
     def watch(self, manager) -> None:
         """Reads versions and the index from ``manager`` (a `ModelManager`) at each scrape."""
         self._manager = manager
+
+    def watch_in_flight(self, counts: dict) -> None:
+        """Reads ``requests_in_flight`` from ``counts`` (``{protocol: drain.InFlight}``)
+        at each scrape."""
+        self._in_flight = dict(counts)
 
     def signature_label(self, name: Optional[str], servable=None) -> str:
         """``name`` if the served version has that signature (``""`` means the default),
@@ -140,6 +152,10 @@ class _ModelCollector:
         recall = GaugeMetricFamily(
             "tfrs_logq_index_recall", "recall@k of the served version's index against exact "
             "search, measured at export (held-out queries).", labels=["model", "kind", "k"])
+        in_flight = GaugeMetricFamily("tfrs_logq_requests_in_flight",
+                                      "Requests a front end holds now.", labels=["protocol"])
+        for protocol, counter in sorted(self.metrics._in_flight.items()):
+            in_flight.add_metric([protocol], counter.now)
         manager = self.metrics._manager
         if manager is not None:
             counts = {"AVAILABLE": 0, "UNLOADING": 0, "END": 0}
@@ -154,7 +170,7 @@ class _ModelCollector:
                 info.add_metric([model, kind], 1)
                 for k, value in servable.measured_recall().items():
                     recall.add_metric([model, kind, k], value)
-        yield from (versions, served, info, recall)
+        yield from (versions, served, info, recall, in_flight)
 
 
 __all__ = ["BATCH_BUCKETS", "LATENCY_BUCKETS", "METHODS", "PATH", "ServerMetrics",

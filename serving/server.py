@@ -34,7 +34,8 @@ SIGTERM or SIGINT (`ModelServer.serve_until_signal`) the server drains, in this 
    sent (on a keep-alive connection, in the listen backlog, in transit) are answered,
    and keep-alive clients learn to reconnect, not to write into a closing socket;
 3. both ports close: new gRPC calls get UNAVAILABLE, new REST connections are
-   refused, idle keep-alive connections are closed;
+   refused, idle keep-alive connections are closed, gRPC health ``Watch`` streams end
+   (status OK, after their NOT_SERVING);
 4. requests in flight finish (all of it within ``drain_timeout_in_ms``; what still runs
    then is cut), and one line is logged saying how many were drained.
 """
@@ -98,6 +99,8 @@ class ModelServer:
             self.manager = ModelManager(options, load=functools.partial(
                 Servable, metrics=self.metrics))
             self.metrics.watch(self.manager)
+            self.metrics.watch_in_flight({"rest": self.rest_in_flight,
+                                          "grpc": self.grpc_in_flight})
             self.health = add_services(self.grpc_server, self.manager, self.grpc_in_flight,
                                        self.metrics)
             self.rest_api = RestApi(self.manager, options, self.rest_in_flight, self.metrics)
@@ -152,6 +155,7 @@ class ModelServer:
             # 2. The ports close (gRPC refuses new calls, idle REST connections close);
             #    requests in flight finish within what is left of the timeout.
             left = max(0.0, timeout - (time.monotonic() - start))
+            self.health.end_watches()  # after their NOT_SERVING: they never end on their own
             grpc_done = self.grpc_server.stop(grace=left)
             self.http.stop(left)  # returns when REST has drained (or timed out)
             grpc_done.wait(max(0.0, timeout - (time.monotonic() - start)) + 1.0)

@@ -13,6 +13,7 @@ from tfrs_logq.sampling import (
     MixedSampler,
     UniformSampler,
     distinct_in_random_order,
+    draw_negative_ids,
     sample_negatives,
 )
 
@@ -219,6 +220,38 @@ def test_sample_negatives_is_the_uniform_then_the_in_batch_draw_of_the_step_key(
                              log_q=lambda drawn: -tf.cast(drawn, tf.float32))
     np.testing.assert_array_equal(alone.ids.numpy(), ids[5:])
     np.testing.assert_allclose(alone.log_q.numpy(), np.where(is_valid[5:], -ids[5:], 0.0))
+
+
+def test_draw_negative_ids_per_row_and_per_replica():
+    """Per-row uniform negatives (SASRec's, one row per position) are the step key's
+    uniform half drawn at `[rows, k]`; a replica folds its id into the key before the
+    split; the in-batch half is the one sample_negatives draws."""
+    positives = tf.constant([4, 9, 9, 2, 0], tf.int32)
+    drawn = draw_negative_ids(positives, 5, 3, num_uniform=4, num_in_batch=3, num_items=30,
+                              num_rows=tf.size(positives), dtype=tf.int32)
+    s_uniform, s_in_batch = _halves(5, 3)
+    want = tf.random.stateless_uniform([5, 4], seed=s_uniform, minval=1, maxval=31,
+                                       dtype=tf.int32)
+    np.testing.assert_array_equal(drawn.uniform.numpy(), want.numpy())
+    assert drawn.uniform.dtype == tf.int32 and drawn.in_batch.dtype == tf.int32
+    shared = sample_negatives(tf.cast(positives, tf.int64), 5, 3, num_in_batch=3)
+    np.testing.assert_array_equal(drawn.in_batch.numpy(), shared.ids.numpy())
+    np.testing.assert_array_equal(drawn.in_batch_valid.numpy(), shared.is_valid.numpy())
+    key = tf.random.experimental.stateless_fold_in(
+        tf.constant([5, NEGATIVES_SALT], tf.int64), tf.constant(3, tf.int64))
+    for replica in (0, 1):
+        folded = tf.random.experimental.stateless_fold_in(key, tf.constant(replica, tf.int64))
+        half = tf.unstack(tf.random.experimental.stateless_split(folded, 2))[0]
+        got = draw_negative_ids(None, 5, 3, num_uniform=4, num_items=30, num_rows=5,
+                                dtype=tf.int32, replica=tf.constant(replica))
+        want = tf.random.stateless_uniform([5, 4], seed=half, minval=1, maxval=31,
+                                           dtype=tf.int32)
+        np.testing.assert_array_equal(got.uniform.numpy(), want.numpy())
+        assert not np.array_equal(got.uniform.numpy(), drawn.uniform.numpy())
+    compiled = tf.function(lambda p: draw_negative_ids(
+        p, 5, tf.constant(3, tf.int64), num_uniform=4, num_in_batch=3, num_items=30,
+        num_rows=tf.size(p), dtype=tf.int32, replica=tf.constant(1)), jit_compile=True)
+    assert compiled(positives).uniform.shape == (5, 4)
 
 
 def test_sample_negatives_refuses_no_negatives():

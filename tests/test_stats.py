@@ -22,7 +22,10 @@ from tfrs_logq.stats import (
     power,
     sd_upper_limit,
     seed_outliers,
+    seed_user_difference,
+    seed_user_half_width,
     seed_user_interval,
+    seeds_and_users_for,
     values_by_seed,
 )
 
@@ -373,3 +376,95 @@ def test_the_seed_user_interval_on_binary_hits_per_user():
         seed_user_interval(np.zeros((1, 5)), np.zeros((1, 5)))
     with pytest.raises(ValueError, match="not finite"):
         seed_user_interval(np.full((2, 3), np.nan), np.zeros((2, 3)))
+
+
+def _anova_variance(d):
+    """Var(mean D) of the crossed model from the two-way ANOVA, written out here:
+    (MS_seed + MS_user - MS_residual) / (S U)."""
+    seeds, users = d.shape
+    grand, rows, columns = d.mean(), d.mean(1), d.mean(0)
+    ms_seed = users * np.sum((rows - grand) ** 2) / (seeds - 1)
+    ms_user = seeds * np.sum((columns - grand) ** 2) / (users - 1)
+    ms_residual = np.sum((d - rows[:, None] - columns[None, :] + grand) ** 2) / (
+        (seeds - 1) * (users - 1))
+    return (ms_seed + ms_user - ms_residual) / (seeds * users), ms_user, ms_residual
+
+
+def test_the_two_part_variance_is_the_anova_variance_with_one_evaluation():
+    rng = np.random.default_rng(20)
+    d = _crossed(rng, 4, 300, 0.01, 0.02, 0.1, 0.2)
+    got = seed_user_difference(d.mean(1), d, np.zeros_like(d))
+    want, ms_user, ms_residual = _anova_variance(d)
+    assert got["se"] ** 2 == pytest.approx(want, rel=1e-9)
+    assert got["mean"] == pytest.approx(d.mean())
+    assert got["user_variance"] == pytest.approx((ms_user - ms_residual) / 4)
+    assert got["seed_variance"] == pytest.approx(np.var(d.mean(1), ddof=1))
+    assert got["half_width"] == pytest.approx(seed_user_half_width(got))
+    # The p-value reads the interval's own degrees of freedom.
+    t = got["mean"] / got["se"]
+    assert paired_t_p_value(got) == pytest.approx(2 * sps.t.sf(abs(t), got["df"]))
+
+
+@pytest.mark.parametrize("seeds, users, seed_sd, user_sd, residual_sd, window_sd", [
+    (3, 300, 0.03, 0.05, 0.1, 0.01),    # the seeds' noise dominates
+    (3, 400, 0.01, 0.1, 0.3, 0.005),    # both count
+    (5, 400, 0.0, 0.3, 0.3, 0.0),       # the users' noise dominates
+    (3, 1500, 0.002, 0.4, 0.3, 0.002),  # the users' noise dominates, 3 seeds
+])
+def test_the_two_part_interval_covers_new_seeds_and_new_users_95_percent(
+        seeds, users, seed_sd, user_sd, residual_sd, window_sd):
+    """Fresh seeds and fresh test users each draw; a seed's reported difference is the
+    mean of a window whose earlier evaluations add their own noise (``window_sd``), the
+    hits are those of the last evaluation: the interval covers the true difference 94-98 %
+    of the time, the per-seed t only while the users' noise is small."""
+    rng = np.random.default_rng(21)
+    effect, reps = 0.01, 300
+    covered = by_seed = 0
+    for _ in range(reps):
+        d = _crossed(rng, seeds, users, effect, seed_sd, user_sd, residual_sd)
+        window = d.mean(1) + rng.normal(0, window_sd, seeds)
+        got = seed_user_difference(window, d, np.zeros_like(d))
+        covered += got["low"] <= effect <= got["high"]
+        t = paired_difference([0.0] * seeds, window.tolist())
+        by_seed += t["low"] <= effect <= t["high"]
+    assert 0.93 <= covered / reps <= 0.985
+    if user_sd >= 0.3:
+        assert by_seed / reps < 0.85
+
+
+@pytest.mark.parametrize("seed_sd, user_sd", [(0.001, 0.2), (0.03, 0.05), (0.01, 0.1)])
+def test_seeds_and_users_for_a_narrower_interval_against_the_formula(seed_sd, user_sd):
+    rng = np.random.default_rng(22)
+    d = _crossed(rng, 3, 500, 0.0, seed_sd, user_sd, 0.2)
+    got = seed_user_difference(d.mean(1), d, np.zeros_like(d))
+    target = 0.7 * got["half_width"]
+    s2, b2 = np.var(d.mean(1), ddof=1), got["user_variance"]
+
+    def width(seeds, users):  # the half-width at other counts, from the formula
+        up = s2 * (seeds - 1) / sps.chi2.ppf(0.25, seeds - 1) / seeds
+        df = (up + b2 / users) ** 2 / (up ** 2 / (seeds - 1)
+                                       + (b2 / users) ** 2 / got["user_df"])
+        return sps.t.ppf(0.975, df) * np.sqrt(s2 / seeds + b2 / users)
+
+    assert width(3, 500) == pytest.approx(got["half_width"])
+    need = seeds_and_users_for(got, target)
+    if need["users"] is not None:
+        assert width(3, need["users"]) <= target < width(3, need["users"] - 1)
+    else:  # the seeds' part alone (at its t) is wider than the target
+        assert width(3, 1000 * 500) > target
+    if need["seeds"] is not None:
+        assert width(need["seeds"], 500) <= target < width(need["seeds"] - 1, 500)
+    else:  # the users' part alone is wider than the target
+        assert width(10_000, 500) > target
+    assert need["seeds"] is not None or need["users"] is not None
+    # A target below the users' part alone: no number of seeds reaches it.
+    assert seeds_and_users_for(got, need["user_part"] / 2)["seeds"] is None
+
+
+def test_the_two_part_interval_refuses_what_it_cannot_read():
+    with pytest.raises(ValueError, match="2 or more seeds"):
+        seed_user_difference([0.1], np.zeros((1, 5)), np.zeros((1, 5)))
+    with pytest.raises(ValueError, match=r"\[seeds, users\]"):
+        seed_user_difference([0.1, 0.2], np.zeros((2, 5)), np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="not finite"):
+        seed_user_difference([0.1, np.nan], np.zeros((2, 5)), np.zeros((2, 5)))

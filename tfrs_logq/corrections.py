@@ -17,7 +17,9 @@ Their formulas are written once, in `tfrs_logq.losses`.
 
 Losses are named ``<negatives>-<correction>`` (``inbatch-corrected``, ``mns-logq-tfrs``):
 `parse_loss_name` reads such a name, once, into a `LossName`, and is the one check of it
-(the two-tower and SASRec configurations and the studies call it where a name comes in).
+(the two-tower and SASRec configurations and the studies call it where a name comes in); the
+trainers take the parsed `LossName` (the two-tower run's spec, the SASRec objectives) and
+check it no further.
 A bare ``logq`` names neither standard form and is refused.
 """
 
@@ -113,11 +115,5 @@ def parse_loss_name(text, allowed: Optional[tuple] = LOSS_NAMES, what: str = "lo
     return LossName(str(text))
 
 
-def check_loss_name(loss, allowed: tuple, what: str = "loss") -> str:
-    """``loss`` checked by `parse_loss_name` (the same check and messages), as text."""
-    return str(parse_loss_name(loss, allowed, what))
-
-
 __all__ = ["AMBIGUOUS", "CORRECTIONS", "LOSS_NAMES", "NEGATIVES", "STANDARD_FORMS",
-           "LossName", "LossNameError", "check_correction", "check_loss_name",
-           "parse_loss_name"]
+           "LossName", "LossNameError", "check_correction", "parse_loss_name"]

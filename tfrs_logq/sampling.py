@@ -1,10 +1,12 @@
 """Negative samplers: in-batch, uniform over a catalog, and mixed.
 
-One function draws the negatives of a step, `sample_negatives`: stateless, keyed by
+One function draws the negatives of a step, `draw_negative_ids`: stateless, keyed by
 ``(seed, step)`` alone (`step_key`), so a resumed run draws what an uninterrupted one
-does. The two-tower trainer calls it with its step; the sampler classes
-(`InBatchSampler`, `UniformSampler`, `MixedSampler`) call it with the ``step=`` they
-are given or else their call counter.
+does. `sample_negatives` gives its draw with each negative's ``log Q``: the two-tower
+trainer calls it with its step, and the sampler classes (`InBatchSampler`,
+`UniformSampler`, `MixedSampler`) with the ``step=`` they are given or else their call
+counter. The SASRec objectives (`tfrs_logq.sasrec.objectives`) call `draw_negative_ids`
+with their draw counter: uniform negatives per position, in-batch ones shared.
 
 Every sampler returns `SampledNegatives`: a fixed-size `[k]` vector of ids, the
 ``log Q`` to correct them with, and an ``is_valid`` mask (False marks padding
@@ -26,7 +28,7 @@ the other rows' positives, so the negatives are exactly the sampled ones.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -154,51 +156,102 @@ def step_key(seed, step) -> tf.Tensor:
         tf.constant([seed, NEGATIVES_SALT], tf.int64), tf.cast(step, tf.int64))
 
 
-def sample_negatives(positive_ids, seed, step, num_uniform: int = 0, num_in_batch: int = 0,
-                     num_items: int = 0, log_q=None, first_id: int = 1, pad_id=0,
-                     deduplicate: bool = True) -> SampledNegatives:
-    """The negatives of one step, drawn from ``(seed, step)`` alone (stateless).
+class SampledIds(NamedTuple):
+    """The negatives of one step, in their two parts (`draw_negative_ids`).
+
+    Attributes:
+      uniform: `[num_uniform]` ids shared by the batch, or `[num_rows, num_uniform]`
+        drawn per row; None when there are none.
+      in_batch: `[num_in_batch]` distinct positives shared by every row, or None.
+      in_batch_valid: `[num_in_batch]` bool, False for padding (fewer distinct positives
+        than ``num_in_batch``), or None.
+    """
+
+    uniform: Optional[tf.Tensor]
+    in_batch: Optional[tf.Tensor]
+    in_batch_valid: Optional[tf.Tensor]
+
+
+def draw_negative_ids(positive_ids, seed, step, num_uniform: int = 0,
+                      num_in_batch: int = 0, num_items: int = 0, first_id: int = 1,
+                      pad_id=0, deduplicate: bool = True, num_rows=None,
+                      dtype=tf.int64, replica=None) -> SampledIds:
+    """The ids of one step's negatives, drawn from ``(seed, step)`` alone (stateless).
 
     ``num_uniform`` ids uniform with replacement over ``first_id .. first_id + num_items - 1``
     (`uniform_ids`), then ``num_in_batch`` of the batch's distinct ``positive_ids`` in random
-    order (`distinct_in_random_order`; padded, ``is_valid`` False, when the batch holds
-    fewer): in-batch, uniform, or their mix (Yang et al. 2020). The key is `step_key`,
-    split in two: one half for each part.
+    order (`distinct_in_random_order`; padded, ``in_batch_valid`` False, when the batch
+    holds fewer): in-batch, uniform, or their mix (Yang et al. 2020). The key is
+    `step_key`, split in two: one half for each part, so a call that draws one part
+    draws what a call drawing both does for that part.
 
     Args:
       positive_ids: the batch's positive ids (any shape; int or string), or None when
         ``num_in_batch`` is 0.
       seed: int. The run's seed.
-      step: int or int scalar tensor. The step (or call) number.
-      num_uniform: int. Uniform negatives. Defaults to 0.
+      step: int or int scalar tensor. The step (or draw) number.
+      num_uniform: int. Uniform negatives (per row when ``num_rows`` is given). Defaults
+        to 0.
       num_in_batch: int. In-batch negatives. Defaults to 0.
       num_items: int. Catalog size of the uniform part.
-      log_q: the negatives' ``log Q``: a `[num_ids]` table read by id, or a function of the
-        `[k]` drawn ids; None gives zeros. Padding entries hold 0 whatever it says.
       first_id: int. Smallest id of the uniform part. Defaults to 1.
       pad_id: int (or str). Padding of ``positive_ids`` and of the output. Defaults to 0.
       deduplicate: bool. In-batch negatives from distinct ids (else positions without
         replacement). Defaults to True.
+      num_rows: int or int scalar tensor, or None. When given, each of ``num_rows`` rows
+        draws its own uniform negatives (`[num_rows, num_uniform]`); None: one
+        `[num_uniform]` vector shared by the batch. Defaults to None.
+      dtype: integer dtype of the uniform ids. Defaults to int64.
+      replica: int scalar tensor or None. Folded into the key (`stateless_fold_in`), so
+        that the replicas of a multi-replica step draw apart; None: no fold.
+        Defaults to None.
 
     Returns:
-      `SampledNegatives` of ``k = num_uniform + num_in_batch`` entries, uniform first.
+      `SampledIds`.
     """
     if num_uniform < 0 or num_in_batch < 0 or num_uniform + num_in_batch < 1:
         raise ValueError(f"`num_uniform` and `num_in_batch` must be >= 0 and add up to at "
                          f"least 1, received {num_uniform!r} and {num_in_batch!r}.")
-    s_uniform, s_in_batch = tf.unstack(tf.random.experimental.stateless_split(
-        step_key(seed, step), 2))
-    ids, valid = [], []
+    key = step_key(seed, step)
+    if replica is not None:
+        key = tf.random.experimental.stateless_fold_in(key, tf.cast(replica, tf.int64))
+    s_uniform, s_in_batch = tf.unstack(tf.random.experimental.stateless_split(key, 2))
+    uniform = in_batch = in_batch_valid = None
     if num_uniform:
         num_items = _check_positive_int(num_items, "num_items")
-        ids.append(uniform_ids([num_uniform], num_items, s_uniform, first_id=first_id,
-                               dtype=tf.int64))
-        valid.append(tf.ones([num_uniform], tf.bool))
+        shape = [num_uniform] if num_rows is None else [num_rows, num_uniform]
+        uniform = uniform_ids(shape, num_items, s_uniform, first_id=first_id, dtype=dtype)
     if num_in_batch:
-        b_ids, b_valid = distinct_in_random_order(positive_ids, num_in_batch, s_in_batch,
-                                                  pad_id=pad_id, distinct=deduplicate)
-        ids.append(b_ids)
-        valid.append(b_valid)
+        in_batch, in_batch_valid = distinct_in_random_order(
+            positive_ids, num_in_batch, s_in_batch, pad_id=pad_id, distinct=deduplicate)
+    return SampledIds(uniform, in_batch, in_batch_valid)
+
+
+def sample_negatives(positive_ids, seed, step, num_uniform: int = 0, num_in_batch: int = 0,
+                     num_items: int = 0, log_q=None, first_id: int = 1, pad_id=0,
+                     deduplicate: bool = True) -> SampledNegatives:
+    """The negatives of one step shared by the batch (`draw_negative_ids`), uniform first,
+    with the ``log Q`` to correct each with.
+
+    Args:
+      positive_ids, seed, step, num_uniform, num_in_batch, num_items, first_id, pad_id,
+        deduplicate: as `draw_negative_ids`'s.
+      log_q: the negatives' ``log Q``: a `[num_ids]` table read by id, or a function of the
+        `[k]` drawn ids; None gives zeros. Padding entries hold 0 whatever it says.
+
+    Returns:
+      `SampledNegatives` of ``k = num_uniform + num_in_batch`` entries, uniform first.
+    """
+    drawn = draw_negative_ids(positive_ids, seed, step, num_uniform=num_uniform,
+                              num_in_batch=num_in_batch, num_items=num_items,
+                              first_id=first_id, pad_id=pad_id, deduplicate=deduplicate)
+    ids, valid = [], []
+    if drawn.uniform is not None:
+        ids.append(drawn.uniform)
+        valid.append(tf.ones([num_uniform], tf.bool))
+    if drawn.in_batch is not None:
+        ids.append(drawn.in_batch)
+        valid.append(drawn.in_batch_valid)
     ids, is_valid = tf.concat(ids, 0), tf.concat(valid, 0)
     if log_q is None:
         values = tf.zeros(tf.shape(ids), tf.float32)

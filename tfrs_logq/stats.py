@@ -10,7 +10,9 @@ to detect an effect and the pairs it needs, `equivalence_power` and
 margin"; `seed_outliers` flags a seed whose difference the others do not predict;
 `holm` adjusts a family of p-values; `divergence_rate` gives an exact interval of a
 rate of diverged runs; `seed_user_interval` counts the test users' noise too, from
-hits per user. The distributions are SciPy's.
+hits per user, and `seed_user_difference` adds it to the seeds' differences of a window
+of evaluations (`seeds_and_users_for`: the seeds and users a narrower interval needs).
+The distributions are SciPy's.
 
 The reports (``tfrs-logq compare``'s, ``benchmarks/paired_report.py``,
 ``benchmarks/fdr_synthetic.py``, ``benchmarks/accelerator/curve_report.py``) pair their
@@ -370,16 +372,172 @@ def seed_user_interval(subject_hits, reference_hits, confidence: float = 0.95) -
             "components": components}
 
 
+def seed_user_difference(seed_differences: Sequence[float], subject_hits, reference_hits,
+                         confidence: float = 0.95) -> dict:
+    """``subject - reference`` over seeds *and* test users, in two parts: the seeds' part
+    from each seed's difference of the results (``seed_differences``, e.g. the mean of a
+    late window of evaluations), the users' part from the hits per user of one evaluation
+    (the last). With ``s^2`` the variance of the ``S`` seed differences and ``sigma_b^2``
+    the users' variance component of the hits' differences ``D[s, u]`` (crossed random
+    effects ``mu + a_s + b_u + e_su``, as `seed_user_interval`; ``(MS_user -
+    MS_residual) / S_h`` from the two-way ANOVA of the ``S_h`` seeds with hits, or the
+    users' variance of ``D`` with one seed):
+
+        Var(mean d) = s^2 / S + sigma_b^2 / U
+
+    ``s^2 / S`` holds the seeds' and the residual's noise of the runs as they are
+    reported; ``sigma_b^2 / U``, the noise of drawing ``U`` test users, does not shrink
+    with more seeds. With one window evaluation (the hits' seed means are the seed
+    differences) this is `seed_user_interval`'s variance. The t quantile takes
+    Satterthwaite's degrees of freedom with the seeds' part at its upper 75 % limit
+    (`seed_user_interval`'s ``S - 1`` covers 99-100 % when the users' part dominates);
+    simulated over fresh seeds and users it covers 94-97 %. When every seed differs by
+    the same amount the interval comes from the users alone.
+
+    Args:
+      seed_differences: ``[S]``, each seed's ``subject - reference``.
+      subject_hits: ``[S_h, U]`` of the subject's hits per user at the metric's k, each a
+        user's hits divided by the mean number of targets per user (so that their mean
+        over users is the metric), ``S_h >= 1`` seeds.
+      reference_hits: ``[S_h, U]``, the reference's, paired row by row and column by
+        column.
+      confidence: float. Of the two-sided interval. Defaults to 0.95.
+
+    Returns: `paired_difference`'s keys (``n`` the seeds, ``mean`` that of
+    ``seed_differences``, ``sd`` their spread, ``se``, ``half_width``, ``low``/``high``,
+    ``zero_spread``, ``within_noise``) and ``users``, ``df``, ``seed_variance``
+    (``s^2``), ``user_variance`` (``sigma_b^2``), ``user_df``: `seed_user_half_width`
+    gives the half-width at other numbers of seeds and users, `seeds_and_users_for` the
+    seeds or users an interval of a given half-width needs.
+
+    Raises:
+      ValueError: fewer than 2 seed differences, hits of other shapes or with fewer than 2
+        users, or a value that is not finite.
+
+    >>> rng = np.random.default_rng(0)
+    >>> reference = rng.binomial(1, 0.3, size=(3, 2000)).astype(float)
+    >>> subject = np.maximum(reference, rng.uniform(size=2000) < 0.05)  # the same users gain
+    >>> seed_only = paired_difference([0.0] * 3, [0.034, 0.036, 0.035])
+    >>> d = seed_user_difference([0.034, 0.036, 0.035], subject, reference)
+    >>> d["mean"], d["users"], d["half_width"] > seed_only["half_width"]
+    (0.035, 2000, True)
+    """
+    d = np.asarray(seed_differences, dtype=float)
+    a = np.asarray(reference_hits, dtype=float)
+    b = np.asarray(subject_hits, dtype=float)
+    if d.ndim != 1 or len(d) < 2:
+        raise ValueError(f"`seed_differences` must hold 2 or more seeds, received "
+                         f"{d.shape}.")
+    if a.shape != b.shape or a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 2:
+        raise ValueError(f"`subject_hits` and `reference_hits` must both be [seeds, users] "
+                         f"with 1 or more seeds and 2 or more users, received shapes "
+                         f"{b.shape} and {a.shape}.")
+    if not (np.isfinite(d).all() and np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("a difference or a hit is not finite (a diverged run?): leave "
+                         "that seed out before comparing.")
+    seeds, (hit_seeds, users) = len(d), a.shape
+    hits = b - a
+    by_user = hits.mean(0)
+    ms_user = hit_seeds * float(((by_user - by_user.mean()) ** 2).sum()) / (users - 1)
+    if hit_seeds > 1:
+        by_seed = hits.mean(1)
+        residual = hits - by_seed[:, None] - by_user[None, :] + float(hits.mean())
+        ms_residual = float((residual ** 2).sum()) / ((hit_seeds - 1) * (users - 1))
+        user_df = (ms_user ** 2 / (users - 1)
+                   + ms_residual ** 2 / ((hit_seeds - 1) * (users - 1)))
+    else:  # one seed: the users' variance holds the residual's too (an upper estimate)
+        ms_residual, user_df = 0.0, ms_user ** 2 / (users - 1)
+    user_variance = max(0.0, ms_user - ms_residual) / hit_seeds
+    mean = float(d.mean())
+    seed_variance = float(d.var(ddof=1))
+    scale = max(float(np.abs(d).max()), float(np.abs(a).max()), float(np.abs(b).max()))
+    if math.sqrt(seed_variance) <= ZERO_SPREAD_RTOL * scale:
+        seed_variance = 0.0  # every seed differs by the same amount
+    user_df = (ms_user - ms_residual) ** 2 / user_df if user_df > 0 else float(users - 1)
+    out = {"n": seeds, "users": users, "mean": mean, "sd": math.sqrt(seed_variance),
+           "seed_variance": seed_variance, "user_variance": user_variance,
+           "user_df": max(1.0, user_df)}
+    se = math.sqrt(seed_variance / seeds + user_variance / users)
+    zero_spread = se <= ZERO_SPREAD_RTOL * scale
+    df = _two_part_df(out, seeds, users)
+    half = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, df)) * se
+    out.update(se=se, df=df, half_width=half, low=mean - half, high=mean + half,
+               zero_spread=zero_spread, within_noise=mean - half <= 0.0 <= mean + half)
+    return out
+
+
+def _two_part_df(diff: dict, seeds: int, users: int) -> float:
+    """`seed_user_difference`'s degrees of freedom: Satterthwaite's, the seeds' part taken
+    at its upper 75 % limit (``s^2 (S - 1) / chi2_0.25(S - 1)``; the plain estimate covers
+    90-93 % with 3 seeds when both parts count, on the draws whose seed spread comes out
+    small); ``S - 1`` with neither part."""
+    seed_part = (diff["seed_variance"] / seeds * (seeds - 1)
+                 / float(_scipy_stats.chi2.ppf(0.25, seeds - 1)))
+    user_part = diff["user_variance"] / users
+    if seed_part + user_part <= 0:
+        return float(seeds - 1)
+    return (seed_part + user_part) ** 2 / (seed_part ** 2 / (seeds - 1)
+                                           + user_part ** 2 / diff["user_df"])
+
+
+def seed_user_half_width(diff: dict, seeds: Optional[int] = None,
+                         users: Optional[int] = None, confidence: float = 0.95) -> float:
+    """The half-width a `seed_user_difference` would have with ``seeds`` seeds and
+    ``users`` test users (default: its own), at its variances and degrees-of-freedom
+    rule: ``t * sqrt(s^2 / seeds + sigma_b^2 / users)``."""
+    seeds = diff["n"] if seeds is None else int(seeds)
+    users = diff["users"] if users is None else int(users)
+    se = math.sqrt(diff["seed_variance"] / seeds + diff["user_variance"] / users)
+    df = _two_part_df(diff, seeds, users)
+    return float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, df)) * se
+
+
+def seeds_and_users_for(diff: dict, half_width: float, limit: int = 10_000,
+                        confidence: float = 0.95) -> dict:
+    """What a `seed_user_difference` needs for an interval of ``half_width``: ``seeds``
+    at its test users (None when the users' part alone is at least that wide, or past
+    ``limit``), ``users`` at its seeds (None when the seeds' part alone, at its t, is, or
+    past a thousand times its users), and the half-widths of each part alone at the present
+    numbers (``seed_part``, ``user_part``: more users cannot shrink the first, more seeds
+    the second)."""
+    z = float(_scipy_stats.norm.ppf(0.5 + confidence / 2.0))
+    seeds_now, users_now = diff["n"], diff["users"]
+    t_now = float(_scipy_stats.t.ppf(0.5 + confidence / 2.0, diff["df"]))
+    seed_part = t_now * math.sqrt(diff["seed_variance"] / seeds_now)
+    user_part = t_now * math.sqrt(diff["user_variance"] / users_now)
+
+    def fewest(width_at, low: int, top: int) -> Optional[int]:
+        """The fewest n in [low, top] with width_at(n) <= half_width (it falls with n)."""
+        if width_at(top) > half_width:
+            return None
+        high = top
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if width_at(middle) <= half_width else (middle + 1, high)
+        return high
+
+    seeds = users = None
+    if z * math.sqrt(diff["user_variance"] / users_now) < half_width:
+        seeds = fewest(lambda n: seed_user_half_width(diff, seeds=n,
+                                                      confidence=confidence), 2, limit)
+    if z * math.sqrt(diff["seed_variance"] / seeds_now) < half_width:
+        users = fewest(lambda n: seed_user_half_width(diff, users=n,
+                                                      confidence=confidence), 2,
+                       max(limit, 1000 * users_now))
+    return {"seeds": seeds, "users": users, "seed_part": seed_part, "user_part": user_part}
+
+
 def paired_t_p_value(diff: dict) -> Optional[float]:
     """The two-sided p-value of the paired t-test of a `paired_difference`
-    (``t = mean / se`` on ``n - 1`` degrees of freedom): 0 for zero spread with a non-zero
+    (``t = mean / se`` on ``n - 1`` degrees of freedom, or its ``df``: a
+    `seed_user_difference`): 0 for zero spread with a non-zero
     mean, 1 for zero spread around 0, None for fewer than 2 pairs."""
     if diff.get("se") is None:
         return None
     if diff["se"] == 0 or diff.get("zero_spread"):
         return 0.0 if diff["mean"] else 1.0
     t = diff["mean"] / diff["se"]
-    return 2.0 * float(_scipy_stats.t.sf(abs(t), diff["n"] - 1))
+    return 2.0 * float(_scipy_stats.t.sf(abs(t), diff.get("df", diff["n"] - 1)))
 
 
 def finite_float(value) -> Optional[float]:
@@ -454,4 +612,5 @@ __all__ = ["MIN_PAIRS", "ZERO_SPREAD_RTOL", "classify", "divergence_rate",
            "equivalence_power", "finite_float", "format_interval", "format_signed", "holm",
            "paired_by_seed", "paired_difference", "paired_t_p_value",
            "pairs_for_equivalence", "pairs_for_power", "power", "sd_upper_limit",
-           "seed_outliers", "seed_user_interval", "values_by_seed"]
+           "seed_outliers", "seed_user_difference", "seed_user_half_width",
+           "seed_user_interval", "seeds_and_users_for", "values_by_seed"]

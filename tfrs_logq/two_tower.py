@@ -1,5 +1,7 @@
 """Two-tower retrieval: a query tower over the user's recent history and an item
-embedding table, trained with `CorrectedRetrieval` (the demo and `tfrs_logq.towers` use it)."""
+embedding table, trained with `CorrectedRetrieval`: the one two-tower model, which the
+demo, ``model.fit`` and the two-tower trainer (`tfrs_logq.towers`, its own loop over
+`TwoTowerModel.retrieval_loss` with sampled negatives) all train."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from tfrs_logq.sampling import SampledNegatives
 from tfrs_logq.tasks import CorrectedRetrieval
 
 
@@ -75,11 +78,38 @@ class TwoTowerModel(tfrs.Model):
                 log_q = self.frequency.log_q(target)
             else:
                 log_q = features["target_log_q"]
+        return self.retrieval_loss(features["history"], target, log_q)
+
+    def retrieval_loss(self, history: tf.Tensor, positive_ids: tf.Tensor,
+                       positive_log_q: Optional[tf.Tensor] = None,
+                       negatives: Optional[SampledNegatives] = None,
+                       sample_weight: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """The task's loss of the queries of ``history`` against the candidates
+        ``[positive_ids; negatives.ids]``: in-batch (the other rows' positives) when
+        ``negatives`` is None, else each row's own positive and the shared sampled
+        negatives alone (``negatives.score_mask``, as `tfrs_logq.sampling` describes).
+
+        Args:
+          history: `[batch_size, L]` int item ids, 0 padding.
+          positive_ids: `[batch_size]` int64 item ids.
+          positive_log_q: `[batch_size]` float32 ``log Q`` of the positives, or None
+            (the task then needs none: correction ``none``).
+          negatives: `SampledNegatives` shared by the batch, or None. Defaults to None.
+          sample_weight: `[batch_size]` float32 loss weight of each row, or None.
+        """
+        ids, log_q, score_mask = positive_ids, positive_log_q, None
+        if negatives is not None:
+            ids = tf.concat([positive_ids, negatives.ids], 0)
+            if positive_log_q is not None:
+                log_q = tf.concat([positive_log_q, negatives.log_q], 0)
+            score_mask = negatives.score_mask(tf.shape(positive_ids)[0])
         return self.task(
-            self.query_tower(features["history"]),
-            self.item_tower(target),
-            candidate_ids=target,
+            self.query_tower(history),
+            self.item_tower(ids),
+            candidate_ids=ids,
             candidate_log_sampling_probability=log_q,
+            score_mask=score_mask,
+            sample_weight=sample_weight,
             compute_metrics=False,
             compute_batch_metrics=False,
         )

@@ -11,6 +11,11 @@
   longer ``--eval-at``) continues instead of starting again. A
   checkpoint belongs to its run's training fields and to a digest of this package's and
   keras-logq's loss source; other code starts the run from step 0.
+- Hits per held-out user of every evaluation (`evaluate.evaluate_with_hits`: exact and
+  observed, per cut-off, and the target's band) go to ``OUT/hits/<key>.npz`` (compressed,
+  atomically, before the row; `hits_path`, `load_hits`), so that seeds x users intervals
+  (`tfrs_logq.stats.seed_user_interval`) can be taken from a run; a resumed run writes the
+  same hits as an uninterrupted one.
 - ``max_seconds``: before each block of steps, evaluation or save, the driver checks
   that it fits in what is left (from measured times), else saves and returns, so a
   job of 10 minutes ends with its progress on disk.
@@ -125,6 +130,37 @@ def append_row(path: str, row: dict) -> None:
         writer.writeheader()
     writer.writerow({c: row.get(c, "") for c in COLUMNS})
     write_atomic(path, old + buf.getvalue().encode())
+
+
+def hits_path(out_dir: str, row_id: str) -> str:
+    """Where the hits per user of the row ``row_id`` are: ``OUT/hits/<sha256[:16]>.npz``."""
+    return os.path.join(out_dir, "hits", hashlib.sha256(row_id.encode()).hexdigest()[:16]
+                        + ".npz")
+
+
+def save_hits(out_dir: str, row_id: str, hits: dict, world: World) -> None:
+    """Writes ``hits`` (`evaluate.evaluate_with_hits`'s) with the row's id and the held-out
+    users' ids and targets, compressed, atomically."""
+    os.makedirs(os.path.join(out_dir, "hits"), exist_ok=True)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, row_id=np.array(row_id),
+                        user_id=np.asarray(world.eval_batch["user_id"], np.int64),
+                        target=np.asarray(world.eval_batch["target"], np.int64), **hits)
+    write_atomic(hits_path(out_dir, row_id), buf.getvalue())
+
+
+def load_hits(out_dir: str, row_id: str) -> dict:
+    """The saved hits of the row ``row_id``: ``exact`` `[users, len(ks)]` float64,
+    ``observed`` `[users, len(ks)]` bool, ``band``, ``ks``, ``user_id``, ``target``."""
+    path = hits_path(out_dir, row_id)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no hits for {row_id} (rows written before hits "
+                                "were saved have none; rerun the run into a new --output-dir).")
+    with np.load(path) as data:
+        out = {name: data[name] for name in data.files}
+    if str(out.pop("row_id")) != row_id:
+        raise ValueError(f"{path} holds the hits of another row; delete it and rerun.")
+    return out
 
 
 def save_checkpoint(path: str, key: str, state: dict) -> None:
@@ -263,8 +299,10 @@ def run_one(run: Run, ctx: Context, done: set) -> int:
             raise OutOfTime(f"stopped at step {step} of {run.row_id(run.steps)}, "
                             "before its evaluation")
         t0 = time.perf_counter()
-        metrics = eval_lib.evaluate(state["params"], ctx.world, ctx.chunk_floats)
+        metrics, hits = eval_lib.evaluate_with_hits(state["params"], ctx.world,
+                                                    ctx.chunk_floats)
         eval_time = time.perf_counter() - t0
+        save_hits(ctx.out_dir, run.row_id(target), hits, ctx.world)
         row = {"run_id": run.row_id(target), **run.fields(target), **metrics, **ctx.truth,
                "seconds_per_step": round(per_step, 5) if per_step else "",
                "train_seconds": round(train_time, 1), "eval_seconds": round(eval_time, 1),
@@ -332,5 +370,5 @@ def run_all(runs: list, out_dir: str, max_seconds: Optional[float] = None,
     return {"rows": len(done) - rows_before, "pending": len(pending), "stopped": stopped}
 
 
-__all__ = ["COLUMNS", "OutOfTime", "append_row", "load_checkpoint", "run_all", "run_one",
-           "save_checkpoint"]
+__all__ = ["COLUMNS", "OutOfTime", "append_row", "hits_path", "load_checkpoint", "load_hits",
+           "run_all", "run_one", "save_checkpoint", "save_hits"]

@@ -83,14 +83,25 @@ def recall_from_ranks(ranks: np.ndarray, k: int) -> float:
     return float((ranks < k).mean()) if ranks.size else float("nan")
 
 
-def evaluate(params: dict, world: World, chunk_floats: int = DEFAULT_CHUNK_FLOATS) -> dict:
-    """The run's metric columns (the results.csv names of every recorded run)."""
+def evaluate_with_hits(params: dict, world: World,
+                       chunk_floats: int = DEFAULT_CHUNK_FLOATS) -> tuple:
+    """``(row, hits)``: the run's metric columns (the results.csv names of every recorded
+    run) and its hits per held-out user, in the held-out batch's order:
+
+    - ``exact``: `[users, len(KS)]` float64, ``sum_{d in model top-k} P(d|u)``; its column
+      means are the ``exact_recall@k`` columns;
+    - ``observed``: `[users, len(KS)]` bool, the target ranked within the top ``k``; its
+      column means are ``observed_recall@k``, and over a band's users ``<band>_recall@k``;
+    - ``band``: `[users]` int8, the target's popularity band (an index of `BANDS`);
+    - ``ks``: the cut-offs, `KS`.
+    """
     batch = world.eval_batch
     targets = batch["target"]
     queries = np.asarray(query_embeddings(params, jnp.asarray(batch["history"], jnp.int32)))
     top, model_log_p, ranks = model_top_k(queries, params["item_embedding"], targets,
                                           max(KS), chunk_floats)
-    row = {f"exact_recall@{k}": v for k, v in world.exact_expected_recall(top).items()}
+    exact = world.exact_expected_hits(top, KS)
+    row = {f"exact_recall@{k}": float(exact[:, i].mean()) for i, k in enumerate(KS)}
     row.update({f"observed_recall@{k}": recall_from_ranks(ranks, k) for k in KS})
     target_band = world.bands[targets]
     for b, name in enumerate(BANDS):
@@ -98,7 +109,14 @@ def evaluate(params: dict, world: World, chunk_floats: int = DEFAULT_CHUNK_FLOAT
                     for k in KS})
     row.update(quantiles(np.exp(model_log_p), "model_p"))
     row.update(quantiles(np.exp(model_log_p - world.log_q[targets]), "model_p_over_q"))
-    return row
+    hits = {"exact": exact, "observed": np.stack([ranks < k for k in KS], axis=1),
+            "band": target_band.astype(np.int8), "ks": np.asarray(KS, np.int64)}
+    return row, hits
+
+
+def evaluate(params: dict, world: World, chunk_floats: int = DEFAULT_CHUNK_FLOATS) -> dict:
+    """The run's metric columns (the results.csv names of every recorded run)."""
+    return evaluate_with_hits(params, world, chunk_floats)[0]
 
 
 def truth_columns(world: World, chunk_floats: int = DEFAULT_CHUNK_FLOATS) -> dict:
@@ -125,4 +143,4 @@ def truth_columns(world: World, chunk_floats: int = DEFAULT_CHUNK_FLOATS) -> dic
     return row
 
 
-__all__ = ["evaluate", "model_top_k", "truth_columns"]
+__all__ = ["evaluate", "evaluate_with_hits", "model_top_k", "truth_columns"]

@@ -135,10 +135,16 @@ class World:
                     else log_pc[np.arange(len(rows)), topics])
         return gathered + self.log_pop[items - 1] - self.log_topic_norm[topics]
 
+    def exact_expected_hits(self, top: np.ndarray, ks=KS) -> np.ndarray:
+        """`[users, len(ks)]` float64: each held-out user's ``sum_{d in top[:, :k]} P(d|u)``,
+        the expected hit of a target drawn from the truth."""
+        sums = np.cumsum(np.exp(self.true_log_prob(np.arange(len(top)), top)), axis=1)
+        return np.stack([sums[:, min(k, sums.shape[1]) - 1] for k in ks], axis=1)
+
     def exact_expected_recall(self, top: np.ndarray, ks=KS) -> dict:
         """Mean over held-out users of ``sum_{d in top[:, :k]} P(d|u)`` (float64)."""
-        sums = np.cumsum(np.exp(self.true_log_prob(np.arange(len(top)), top)), axis=1)
-        return {k: float(sums[:, min(k, sums.shape[1]) - 1].mean()) for k in ks}
+        hits = self.exact_expected_hits(top, ks)
+        return {k: float(hits[:, i].mean()) for i, k in enumerate(ks)}
 
     # ------------------------------------------------------------------ the held-out batch
 

@@ -10,21 +10,29 @@
 ``serving`` is a TF Serving base path holding version 1, the SavedModel that
 BulkInferrer runs and Pusher copies; its signatures are ``serving_default``,
 ``top_k(history, k, exclude_history)`` and ``query_embedding``. ``index`` is
-``scann`` (loads after ``import scann``) or ``brute-force`` (stock TensorFlow ops).
+``scann`` (loads after ``import scann``), ``faiss`` (an IVF index in
+``assets/index.faiss`` that ``tfrs-logq serve`` searches, beside signatures that search
+by brute force, so BulkInferrer's lists are exact) or ``brute-force`` (stock TensorFlow
+ops); ``auto`` is `tfrs_logq.serving.export.resolve_index`'s choice, as ``tfrs-logq
+export --index auto``. The manifest's counts name the index built (``index``), its settings
+(``index_parameters``), the recall@k its export measured against exact search
+(``index_recall``; ``{}`` for brute force) and the line ``tfrs-logq export`` prints
+on it (``index_description``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Optional
 
 from tfrs_logq.pipelines.beam.artifacts import artifact_input
+from tfrs_logq.serving.indexes import INDEXES  # export's choices (no TensorFlow imported)
 
 NAME = "Exporter"
-VERSION = 1
+VERSION = 2  # 2: faiss, and the index's settings and measured recall in the counts
 BASE_DIR = "serving"
 EXPORT_VERSION = 1
-INDEXES = ("auto", "scann", "brute-force")  # `tfrs_logq.serving.export.INDEXES`, without TF
 
 
 def saved_model_dir(exporter_dir: str) -> str:
@@ -38,8 +46,9 @@ class Exporter:
 
     Args:
       trainer_dir: str. The Trainer artifact (``PIPELINE_ROOT/Trainer``).
-      index: str. ``"auto"`` (ScaNN where it loads, else brute force), ``"scann"`` or
-        ``"brute-force"``. Defaults to ``"auto"`` (as ``tfrs-logq export``).
+      index: str. ``"auto"`` (ScaNN where it loads, else faiss where it imports, else
+        brute force: `tfrs_logq.serving.export.resolve_index`), ``"scann"``, ``"faiss"``
+        or ``"brute-force"``. Defaults to ``"auto"`` (as ``tfrs-logq export``).
       default_k: int. Results of ``serving_default`` (at most the catalog). Defaults
         to 100.
     """
@@ -64,11 +73,26 @@ class Exporter:
     def parameters(self) -> dict:
         return {"index": self.index, "default_k": int(self.default_k)}
 
+    def stale_reason(self, manifest: dict) -> Optional[str]:
+        """Why an ``auto`` export that is otherwise current must be redone: it holds a
+        ScaNN index, which no longer loads here (BulkInferrer could not run it), so
+        ``auto`` now chooses another."""
+        if self.index != "auto" or (manifest.get("counts") or {}).get("index") != "scann":
+            return None
+        from tfrs_logq.serving.export import scann_ops_or_error
+
+        try:
+            scann_ops_or_error()
+        except ImportError:
+            return "its ScaNN index does not load here; --index auto now chooses another"
+        return None
+
     def build(self, root: str, staging: str, run) -> dict:
         """Writes ``staging/serving/1`` (no Beam job)."""
         import json
 
         from tfrs_logq.serving.export import export_version
+        from tfrs_logq.serving.indexes import index_record
 
         with open(os.path.join(self.trainer_dir, "config.json")) as f:
             num_items = int(json.load(f)["num_items"])
@@ -77,6 +101,9 @@ class Exporter:
                               default_k=min(int(self.default_k), num_items))
         with open(os.path.join(path, "assets", "export.json")) as f:
             meta = json.load(f)
+        record = index_record(meta)
         return {"saved_model": os.path.relpath(path, staging), "index": meta["index"],
+                "index_parameters": record["parameters"], "index_recall": record["recall"],
+                "index_description": record["description"],
                 "num_items": meta["num_items"], "max_length": meta["max_length"],
                 "default_k": meta["default_k"]}

@@ -123,6 +123,19 @@ COMPONENTS = ("ExampleGen", "Statistics", "Trainer", "Exporter", "BulkInferrer",
               "Pusher")
 
 
+def _check_index_loads(index: str) -> None:
+    """ImportError (one line) where ``--index scann`` or ``faiss`` cannot load here, before
+    ExampleGen and the Trainer run, not after (``auto`` falls back at export)."""
+    if index == "faiss":
+        from tfrs_logq.serving.faiss_index import faiss_or_error
+
+        faiss_or_error()
+    elif index == "scann":
+        from tfrs_logq.serving.export import scann_ops_or_error
+
+        scann_ops_or_error()
+
+
 def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "gsasrec",
                  dataset: str = "", skip_bad_lines: bool = False,
                  temporal_fraction: Optional[float] = None, num_shards: int = 4,
@@ -152,6 +165,8 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
 
     Raises:
       ValueError: an unknown ``stop_after``, a runner missing an option, ...
+      ImportError: ``index`` ``"scann"`` or ``"faiss"`` where it cannot load (one line,
+        before any component runs).
     """
     from tfrs_logq.pipelines.beam.example_gen import ExampleGen, SyntheticExampleGen
     from tfrs_logq.pipelines.beam.runner import check_runner
@@ -226,6 +241,8 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
 
     resolve_config(preset, **dict(train_options or {}))
     Exporter("", index=index)
+    if COMPONENTS.index(stop_after) >= COMPONENTS.index("Exporter"):
+        _check_index_loads(index)
     components = [example_gen, statistics, trainer, exporter, bulk_inferrer, evaluator]
     if serving_base_path:
         components.append(pusher)

@@ -638,6 +638,68 @@ def test_model_handler_loads_a_scann_export(built, tmp_path):
                                    atol=1e-5)
 
 
+def _scann_loads() -> bool:
+    from tfrs_logq.serving.export import scann_ops_or_error
+
+    try:
+        scann_ops_or_error()
+    except ImportError:
+        return False
+    return True
+
+
+def test_exporter_auto_builds_faiss_where_scann_cannot_load(built, tmp_path, monkeypatch):
+    """The Exporter component with ``index="auto"`` where ScaNN does not load makes
+    export's own choice (`resolve_index`): a faiss index. Its manifest names the index,
+    its settings and the recall@k measured against exact search, recomputed here from the
+    stored index on the same held-out queries."""
+    pytest.importorskip("faiss")
+    from tfrs_logq.pipelines.beam import Exporter
+    from tfrs_logq.pipelines.beam.exporter import INDEXES, saved_model_dir
+    from tfrs_logq.serving import export as export_module
+    from tfrs_logq.serving.faiss_index import FaissIndex
+    from tfrs_logq.serving.scann_tuning import exact_top_k, recall_at_k, split_tuning_queries
+
+    assert INDEXES == export_module.INDEXES and "faiss" in INDEXES
+    with pytest.raises(ValueError, match="faiss"):
+        Exporter("", index="annoy")
+    flags = cli.parse(["pipeline", "run", "--pipeline-root", "x", "--index", "faiss"])
+    assert flags.serving.index == "faiss"  # the command's flag takes the component's choices
+
+    def no_scann():
+        raise ImportError("ScaNN does not load here")
+
+    made_with_scann = {"counts": {"index": "scann"}}
+    assert (Exporter("", index="auto").stale_reason(made_with_scann) is None) == _scann_loads()
+    monkeypatch.setattr(export_module, "scann_ops_or_error", no_scann)
+    # an auto export of a ScaNN index is redone where ScaNN no longer loads
+    assert "ScaNN" in Exporter("", index="auto").stale_reason(made_with_scann)
+    assert Exporter("", index="scann").stale_reason(made_with_scann) is None
+    trainer = os.path.join(built["root"], "Trainer")
+    [result] = run_components([Exporter(trainer, index="auto", default_k=5)],
+                              str(tmp_path / "root"))
+    manifest = artifacts.verified_manifest(result.directory)
+    counts = manifest["counts"]
+    assert manifest["parameters"]["index"] == "auto" and counts["index"] == "faiss"
+    path = saved_model_dir(result.directory)
+    with open(os.path.join(path, "assets", "export.json")) as f:
+        meta = json.load(f)
+    assert meta["index"] == "faiss" and counts["index_parameters"] == meta["faiss"]
+    assert counts["index_description"] == export_module.describe_index(meta)
+    params = counts["index_parameters"]
+    assert params["nlist"] == round(np.sqrt(meta["num_items"])) and params["tuned"]
+    assert sorted(int(k) for k in counts["index_recall"]) == [5, meta["num_items"]]
+
+    encoder, _, raw_ids = export_module.load_trained(trainer)
+    queries, _ = export_module.run_queries(encoder, trainer, raw_ids)
+    items, _, held_out = split_tuning_queries(encoder.item_embeddings().numpy()[1:], queries,
+                                              meta["faiss_tuning"]["target_recall"])
+    index = FaissIndex.load(path, meta)
+    for k, recorded in counts["index_recall"].items():
+        found = index.search(held_out, int(k), every_list_when_short=False)[0]
+        assert recorded == round(recall_at_k(found, exact_top_k(held_out, items, int(k))), 4)
+
+
 # ------------------------------------------------------------------ blessing and Pusher
 
 

@@ -94,6 +94,19 @@ def test_every_objective_is_finite_and_trains_the_table(name):
     np.testing.assert_array_equal(gq.numpy()[0, :2], 0.0)
 
 
+def test_a_parsed_name_is_taken_as_its_text_is():
+    """The trainer passes its config's parsed `LossName` (checked once, by the config);
+    the objective is the one its text names, and a `LossName` of no objective is refused."""
+    from tfrs_logq.corrections import LossName, parse_loss_name
+
+    for name in OBJECTIVES:
+        assert objective_spec(parse_loss_name(name, None), 64) == objective_spec(name, 64)
+    assert objective_spec(LossName("mns", "logq-tfrs")).correction == "logq-tfrs"
+    for bad in (LossName("softmax"), LossName("mns"), LossName("sampled", "corrected")):
+        with pytest.raises(ValueError, match=r"^`loss` must be one of bce, gbce, "):
+            objective_spec(bad)
+
+
 def test_objective_names_and_errors():
     assert objective_spec("mns-corrected").num_uniform == 128
     assert objective_spec("mns-corrected").num_in_batch == 128
@@ -119,7 +132,7 @@ def test_cross_replica_negatives_pool_targets_of_all_replicas(mirrored_strategy)
 
     @tf.function
     def step(targets):
-        return strategy.run(lambda t: objective._in_batch(t, 16)[0], args=(targets,))
+        return strategy.run(lambda t: objective.sample(t).in_batch, args=(targets,))
 
     per_replica = strategy.experimental_local_results(step(next(iter(dist))))
     for ids in per_replica:  # each replica drew from all four targets
@@ -151,13 +164,36 @@ def test_replicas_draw_different_negatives_from_one_seed(mirrored_strategy):
     assert u[0].shape == u[1].shape == (4, 32)
     assert not np.array_equal(u[0], u[1])
     np.testing.assert_array_equal(b[0], b[1])
-    # The draw counter advanced once per draw (uniform, in-batch) on each replica.
+    # The draw counter advanced once per `sample` on each replica.
     assert [int(v.numpy()) for v in strategy.experimental_local_results(objective._calls)] \
-        == [2, 2]
-    # A single device keeps the key (seed, calls) without a fold: the same draws as
-    # before per-replica keys, so single-device runs are unchanged.
+        == [1, 1]
+    # The shared in-batch negatives are a single device's draw from the global batch:
+    # the same pool, the same key (seed, draw) without a replica fold.
     single = make_objective("mns-corrected", 12, counts, num_negatives=64)
-    np.testing.assert_array_equal(single._seed().numpy(), [0, 1])
+    global_batch = tf.concat([same, same], axis=1)
+    np.testing.assert_array_equal(single.sample(global_batch).in_batch.numpy(), b[0])
+
+
+def test_sampling_is_the_public_draw_keyed_by_seed_and_draw_counter():
+    """`sample` is `tfrs_logq.sampling.draw_negative_ids` at (seed, draw counter): the
+    uniform part per position, the in-batch part from the targets; a second sample
+    draws the next key, and a fresh objective of the same seed draws the same again."""
+    from tfrs_logq.sampling import draw_negative_ids
+
+    _, _, targets, is_target, counts = _batch(seed=2)
+    objective = make_objective("mns-corrected", 12, counts, num_negatives=16, seed=7)
+    pool = tf.constant(np.where(is_target, targets, 0).reshape(-1), tf.int32)
+    draws = [objective.sample(targets, is_target) for _ in range(2)]
+    for draw, got in enumerate(draws, 1):
+        want = draw_negative_ids(pool, 7, draw, num_uniform=8, num_in_batch=8,
+                                 num_items=12, num_rows=targets.size, dtype=tf.int32)
+        for part in ("uniform", "in_batch", "in_batch_valid"):
+            np.testing.assert_array_equal(getattr(got, part).numpy(),
+                                          getattr(want, part).numpy())
+    assert not np.array_equal(draws[0].uniform.numpy(), draws[1].uniform.numpy())
+    again = make_objective("mns-corrected", 12, counts, num_negatives=16, seed=7)
+    np.testing.assert_array_equal(again.sample(targets, is_target).uniform.numpy(),
+                                  draws[0].uniform.numpy())
 
 
 SCORINGS = ["native", "native-sparse", "dense", "gather"]

@@ -4,6 +4,7 @@ end to end, resume, the plan check, and the paired statistics against SciPy."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -29,15 +30,45 @@ def split():
     return make_split(build_interactions(users, items, times, min_item_interactions=1), "loo")
 
 
+class FakeServedIndex:
+    """A ``served_index`` hook that records what it was called with and answers a faiss
+    record whose recall is the call's number (0.9 at the first call, 0.8 at the second)."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def __call__(self, item_embeddings, query_embeddings, ks):
+        self.calls.append((np.array(item_embeddings), np.array(query_embeddings), ks))
+        share = 1.0 - 0.1 * len(self.calls)
+        return {"kind": "faiss", "parameters": {"type": "IVF-Flat", "nlist": 10, "nprobe": 3},
+                "recall": {str(k): share for k in ks}, "target_recall": 0.95,
+                "reached": True, "settings": {str(k): {"nprobe": 3} for k in ks}}
+
+
+def _numpy_hits(items, queries, arrays, k):
+    """Hits in the top ``k`` of each test target, ranked by numpy over ``items`` (row i is
+    item i + 1) with the history left out, as the exact evaluation ranks."""
+    scores = queries @ items.T
+    for row, history in enumerate(arrays["exclude"]):
+        seen = history[history > 0] - 1
+        scores[row, seen] = -np.inf
+    target = scores[np.arange(len(scores)), arrays["targets"] - 1]
+    return int(np.sum((scores > target[:, None]).sum(axis=1) < k))
+
+
 def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path):
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
+
     plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1),
                         config=CONFIG, window=2, source="toy")
     out = str(tmp_path / "cmp")
     said: list = []
-    rows = compare.run_compare(plan, split, out, say=said.append, max_runs=1)  # "killed"
+    served = FakeServedIndex()
+    rows = compare.run_compare(plan, split, out, say=said.append, max_runs=1,  # "killed"
+                               served_index=served)
     assert len(rows) == 1 and rows[0]["loss"] == "inbatch-logq-official"
     said.clear()
-    rows = compare.run_compare(plan, split, out, say=said.append)
+    rows = compare.run_compare(plan, split, out, say=said.append, served_index=served)
     assert said[0].startswith("compare: estimated peak memory of a run")
     assert said[1].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[1]
     assert sum(line.startswith("run ") for line in said) == 3
@@ -56,7 +87,37 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
             np.mean([float(c["recall@10"]) for c in mine if c["steps"] in ("20", "30")]))
     for name in ("report.md", "learning_curves.png", "paired.png", "plan.json"):
         assert os.path.getsize(os.path.join(out, name)) > 0
+    for row in rows:  # each run's hits per test user: its last evaluation's Recall and NDCG
+        hits = compare.load_hits(compare.hits_path(out, row["loss"], int(row["seed"])))
+        final = next(c for c in curves if (c["loss"], c["seed"], c["steps"])
+                     == (row["loss"], row["seed"], "30"))
+        assert np.array_equal(hits["users"], np.unique(split.test.users))
+        assert hits["targets"].sum() == len(split.test.targets)
+        assert hits["hits@10"].sum() / hits["targets"].sum() == pytest.approx(
+            float(final["recall@10"]))
+        assert hits["gain@10"].sum() / hits["targets"].sum() == pytest.approx(
+            float(final["ndcg@10"]))
+    # The hook: called for the final model of each loss at the first seed, with the vectors
+    # the exact evaluation ranked (numpy ranks them to the run's saved hits).
+    assert len(served.calls) == 2
+    arrays = evaluation_arrays(split, split.test, CONFIG.history_length, True)
+    for loss, (items, queries, ks) in zip(plan.losses, served.calls):
+        assert ks == (10,) and items.shape == (split.num_items, 8)
+        assert queries.shape == (len(split.test.targets), 8)
+        hits = compare.load_hits(compare.hits_path(out, loss, 0))
+        assert _numpy_hits(items, queries, arrays, 10) == hits["hits@10"].sum()
+    record = json.loads(open(os.path.join(out, compare.SERVED_INDEX)).read())
+    assert record["losses"]["inbatch-logq-official"]["recall"] == {"10": 0.9}
+    assert record["losses"]["inbatch-corrected"]["recall"] == {"10": 0.8}
+    assert record["losses"]["inbatch-corrected"]["seed"] == 0
     report = open(os.path.join(out, "report.md")).read()
+    sentence = ("Served: `tfrs-logq export --index auto` would serve faiss IVF-Flat (10 lists, "
+                "nprobe 3 for k = 10), whose top-10 holds 0.800 for inbatch-corrected and 0.900 "
+                "for inbatch-logq-official of the exact top-10")
+    assert sentence in report and "up to about 20.0 % below" in report
+    assert report.index("## Verdict") < report.index(sentence) < report.index("Multiplicity")
+    assert any(line.startswith("  served: ") for line in said)
+    assert "over seeds and test users" in report
     assert "- inbatch-corrected against inbatch-logq-official, recall@10:" in report
     assert "Decision: not enough seeds: run" in report  # 2 pairs
     assert "repeats (the user had the item before)" in report
@@ -65,6 +126,7 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     said.clear()
     compare.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
     assert not any(line.startswith("run ") for line in said)
+    assert sentence in open(os.path.join(out, "report.md")).read()  # the record is kept
     # Another plan in the same directory is refused; more seeds are not.
     other = dataclasses.replace(plan, config=dataclasses.replace(CONFIG, steps=40))
     with pytest.raises(compare.CompareError, match="another plan"):
@@ -137,6 +199,7 @@ def test_report_only_rebuilds_the_report_from_results_csv(tmp_path):
     said: list = []
     text = compare.report_only(out, say=said.append)
     assert open(os.path.join(out, "report.md")).read() == text
+    assert "Served" not in text  # no hook, no record: no sentence
     assert "TFRS's logQ (inbatch-logq-tfrs) at Recall@10: +0.0333" in text
     assert said[0].startswith("compare: Primary comparison, corrected logQ")
     with pytest.raises(compare.CompareError, match="plan.json"):
@@ -168,8 +231,11 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     assert (config.max_epochs, config.steps_per_epoch, config.test_window) == (2, 2, 2)
     assert config.patience > config.max_epochs  # no early stopping
     out = str(tmp_path / "sasrec")
-    rows = compare.run_compare(plan, split, out, say=lambda m: None)
+    served = FakeServedIndex()
+    rows = compare.run_compare(plan, split, out, say=lambda m: None, served_index=served)
     assert [r["loss"] for r in rows] == ["inbatch-logq-official", "inbatch-corrected"]
+    assert [(items.shape[0], len(queries), ks) for items, queries, ks in served.calls] == [
+        (split.num_items, len(split.test.targets), (10, 20))] * 2
     assert all(r["window_steps"] == "2 4" and 0 <= float(r["recall@10"]) <= 1 for r in rows)
     assert "recall@20" in rows[0]  # SASRec's cut-offs
     # By popularity band too: the shares add up to 1, and the bands' hits to the whole's.
@@ -178,10 +244,80 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
         assert sum(shares) == pytest.approx(1.0)
         assert sum(s * float(row[f"{band}:recall@10"]) for s, band in zip(
             shares, ("head", "torso", "tail")) if s > 0) == pytest.approx(float(row["recall@10"]))
-    assert "## By popularity of the target" in open(os.path.join(out, "report.md")).read()
+    report = open(os.path.join(out, "report.md")).read()
+    assert "## By popularity of the target" in report
+    assert "Model: SASRec (preset smoke), 4 steps in 2 epochs of at most 2 steps" in report
+    for row in rows:  # the hits of the last epoch, as its test evaluation scored them
+        hits = compare.load_hits(compare.hits_path(out, row["loss"], 0))
+        assert hits["targets"].sum() == len(split.test.targets)
+        assert 0 <= hits["hits@10"].sum() <= hits["hits@20"].sum() <= len(split.test.targets)
     with pytest.raises(compare.CompareError, match="sasrec losses"):
         compare.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
                      config=CONFIG)
+
+
+def _fake_trainer(plan):
+    """A `Trainer` that trains nothing: one evaluation per run and the vectors of a 20-item
+    catalog and 6 test queries."""
+    def train(loss, seed, run_dir, on_eval, on_step, evaluations):
+        value = 0.2 + 0.01 * seed + (0.02 if loss == "inbatch-corrected" else 0.0)
+        on_eval({"steps": CONFIG.steps, "recall@10": value})
+        last = {"steps": CONFIG.steps, "recall@10": value}
+        return {**compare.window_row(plan, loss, seed, [last], last),
+                compare.FINAL_EMBEDDINGS: (np.ones((20, 4)), np.ones((6, 4)))}
+
+    return compare.Trainer(catalog="fake", key=lambda loss, seed: f"{loss}-{seed}",
+                           train=train)
+
+
+def test_the_served_index_hook_runs_at_the_first_seed_and_a_failing_one_costs_the_record_alone(
+        tmp_path):
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(5, 6),
+                        config=CONFIG, window=1)
+    served = FakeServedIndex()
+    out = str(tmp_path / "ok")
+    compare.run_plan(plan, out, _fake_trainer(plan), say=lambda m: None, served_index=served)
+    assert [(i.shape, q.shape, ks) for i, q, ks in served.calls] == [
+        ((20, 4), (6, 4), (10,))] * 2  # seed 5 only
+    assert {r["seed"] for r in compare.load_served(out)["losses"].values()} == {5}
+
+    def failing(items, queries, ks):
+        raise RuntimeError("the index could not be built\nsecond line")
+
+    said: list = []
+    out = str(tmp_path / "failing")
+    rows = compare.run_plan(plan, out, _fake_trainer(plan), say=said.append,
+                            served_index=failing)
+    assert len(rows) == 4 and compare.load_served(out) is None
+    assert "  served index not measured for inbatch-corrected seed 5: the index could not be "\
+        "built" in said
+    assert "Served" not in open(os.path.join(out, "report.md")).read()
+    with open(os.path.join(out, compare.SERVED_INDEX), "w") as f:
+        f.write("[1, 2]")
+    with pytest.raises(compare.CompareError, match="served_index.json is not a record "
+                                                   "compare wrote.*delete it"):
+        compare.report_only(out)
+
+
+def test_the_served_sentence_names_the_index_and_says_brute_force_and_a_missed_target():
+    primary = {"subject": "inbatch-corrected", "reference": "inbatch-logq-tfrs",
+               "metric": "recall@100"}
+    scann = {"kind": "scann", "seed": 0, "recall": {"10": 1.0, "100": 0.97},
+             "parameters": {"tree": True, "num_leaves": 100},
+             "settings": {"100": {"leaves": 12, "reorder_factor": 20}},
+             "target_recall": 0.95, "reached": False}
+    words = compare_report.served_sentence({"losses": {"inbatch-corrected": scann}}, primary)
+    assert words.startswith("Served: `tfrs-logq export --index auto` would serve ScaNN (100 "
+                            "leaves, 12 searched, 20 x k reordered for k = 100), whose "
+                            "top-100 holds 0.970 for inbatch-corrected of the exact top-100")
+    assert "up to about 3.0 % below" in words
+    assert words.endswith("; its tuning missed the export's --target-recall 0.95 (export "
+                          "warns of it).")
+    exact = {"kind": "brute-force", "seed": 0, "recall": {"10": 1.0}, "parameters": None}
+    assert "brute force serves the exact top-k" in compare_report.served_sentence(
+        {"losses": {"inbatch-logq-tfrs": exact}}, primary)
+    assert compare_report.served_sentence(None, primary) == ""
+    assert compare_report.served_sentence({"losses": {}}, primary) == ""
 
 
 def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():
@@ -197,3 +333,115 @@ def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():
     text = compare_report.format_report(plan, rows, [])
     assert "Diverged runs: none." in text and "## By popularity of the target" in text
     assert compare_report.paired(rows, plan, "inbatch-corrected", "torso:recall@10")["n"] == 0
+
+
+def test_report_only_while_runs_are_pending_says_so_first(tmp_path):
+    from tfrs_logq.studies._grid import append_row
+
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=CONFIG, window=1)
+    out = str(tmp_path)
+    compare._check_plan(plan, out)
+    for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21], "inbatch-corrected": [0.23, 0.25]}):
+        append_row(os.path.join(out, "results.csv"), row)
+    text = compare.report_only(out, say=lambda line: None)
+    head = "\n".join(text.splitlines()[:4])
+    assert "2 of 6 runs of the plan are pending" in head and "provisional" in head.lower()
+    for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
+                      "inbatch-corrected": [0.23, 0.25, 0.22]})[2::3]:
+        append_row(os.path.join(out, "results.csv"), row)
+    text = compare.report_only(out, say=lambda line: None)
+    assert "pending" not in text and "rovisional" not in text  # all 6 finished
+
+
+def test_a_sasrec_run_writes_the_steps_its_curves_record_and_no_empty_progress_line(
+        split, tmp_path, monkeypatch):
+    """An epoch stops at one pass over the training users (18 steps where --eval-every
+    asks 20): results.csv's steps and window are the steps the curves record."""
+    import tfrs_logq.sasrec.training as sasrec_training
+
+    def fake_train(config, run_dir, verbose=0, split=None, extra_callbacks=()):
+        return {"steps": 36, "epochs": 2, "train_seconds": 3.6,
+                "validation_curve": [0.1, 0.2], "diverged": False,
+                "test_window": {"epochs": [1, 2], "recall@10": 0.3, "recall@20": 0.4}}
+
+    monkeypatch.setattr(sasrec_training, "train", fake_train)
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+                        config=dataclasses.replace(CONFIG, steps=40, eval_every=20), window=2,
+                        model="sasrec")
+    curves = []
+    row = compare._sasrec_row(plan, "inbatch-corrected", 0, split, str(tmp_path),
+                              curves.append)
+    assert [c["steps"] for c in curves] == [18, 36]
+    assert row["steps"] == 36 == curves[-1]["steps"] and row["window_steps"] == "18 36"
+    # The progress line of an evaluation without test metrics shows the validation's.
+    said: list = []
+    trainer = compare.Trainer(catalog="c", key=lambda loss, seed: f"{loss}{seed}",
+                              train=lambda loss, seed, run_dir, on_eval, on_step, done: (
+                                  on_eval({"steps": 18, "validation_monitor": 0.125})
+                                  or {"loss": loss, "seed": seed, "steps": 36,
+                                      "recall@10": 0.3}))
+    compare.run_plan(plan, str(tmp_path / "out"), trainer, say=said.append)
+    steps = [line for line in said if line.startswith("  step ")]
+    assert steps and all(line == "  step 18: validation ndcg@10 0.1250" for line in steps)
+
+
+def test_a_corrupt_curves_csv_rewrites_nothing_and_names_its_line(tmp_path):
+    from tfrs_logq.studies._grid import append_row
+
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=CONFIG, window=1)
+    out = str(tmp_path)
+    compare._check_plan(plan, out)
+    for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
+                      "inbatch-corrected": [0.23, 0.25, 0.22]}):
+        append_row(os.path.join(out, "results.csv"), row)
+        append_row(os.path.join(out, "curves.csv"), {"loss": row["loss"], "seed": row["seed"],
+                                                     "steps": "30", "recall@10": row["recall@10"]})
+    compare.report_only(out, say=lambda line: None)
+    names = ("report.md", "paired.png", "learning_curves.png")
+    before = {n: open(os.path.join(out, n), "rb").read() for n in names}
+    path = os.path.join(out, "curves.csv")
+    lines = open(path).read().splitlines()
+    for bad, match in ((lines[2].replace(",30,", ",3x,"), "line 3: steps is '3x'"),
+                       (lines[2] + ",0.5", "line 3 has more cells than the header"),
+                       (lines[2].replace(",30,", ",30,abc").rsplit(",", 1)[0] + ",abc",
+                        "line 3: recall@10 is 'abc'")):
+        open(path, "w").write("\n".join([lines[0], lines[1], bad, *lines[3:]]) + "\n")
+        with pytest.raises(compare_report.ReportError, match=match) as error:
+            compare.report_only(out, say=lambda line: None)
+        assert "\n" not in str(error.value) and "curves.csv line 3" in str(error.value)
+        assert {n: open(os.path.join(out, n), "rb").read() for n in names} == before
+
+
+def test_the_memory_estimate_counts_the_ids_as_held(tmp_path, monkeypatch):
+    """One 100,000-character user id makes every user id of the log that wide (NumPy text
+    of the longest id's width, 4 bytes a character): 200 users hold 80 MB of ids."""
+    from tfrs_logq.towers import training as towers
+
+    rng = np.random.default_rng(0)
+    names = np.array(["u" * 100_000] + [f"user{u}" for u in range(1, 200)])
+    items = np.concatenate([rng.choice(np.arange(u % 5, 100, 5), 12) for u in range(200)])
+    interactions = build_interactions(np.repeat(np.arange(200), 12), items,
+                                      np.arange(len(items)), min_item_interactions=1)
+    # As pipelines.user_log holds a file's ids: the distinct raw ids, by code.
+    interactions.raw_users = names[interactions.raw_users]
+    log = make_split(interactions, "loo")
+    raw_items = np.asarray(log.interactions.raw_items)
+    ids = 200 * 100_000 * 4 + len(raw_items) * raw_items.dtype.itemsize
+    assert compare.id_storage_bytes(log) == ids
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+                        config=CONFIG, window=1)
+    base = towers.estimated_peak_bytes(CONFIG, log.num_items,
+                                       len(towers.Examples(log, CONFIG.history_length)),
+                                       len(log.test))
+    monkeypatch.setattr(compare, "available_memory_bytes", lambda: base + ids // 2)
+    with pytest.raises(compare.CompareError, match=r"GiB of it the ids as held \(200 user ids "
+                       r"of 100,000 characters") as error:
+        compare.run_compare(plan, log, str(tmp_path / "refused"), say=lambda line: None)
+    assert "\n" not in str(error.value)
+    assert not os.path.exists(tmp_path / "refused")  # refused before anything is written
+    monkeypatch.setattr(compare, "available_memory_bytes", lambda: base + ids + 1)
+    said: list = []
+    compare.run_compare(plan, log, str(tmp_path / "fits"), say=said.append, max_runs=0)
+    assert f"run {(base + ids) / 2**30:.1f} GiB, 0.1 GiB of it the ids as held" in said[0]

@@ -246,3 +246,150 @@ def test_the_margin_is_absolute_by_default_or_relative():
     for bad in ("0", "-1%", "abc", "150%", "2"):
         with pytest.raises(ValueError, match="--margin"):
             compare_report.Margin(bad)
+
+
+def _user_dominated(seeds=4, users=600, seed=3):
+    """Hits per test user where the users' draw dominates: the reference hits the same
+    users in every seed, the corrected loss gains on a fixed 5 % of the users and loses on
+    a fixed 4 %, and each seed flips 0.3 % of its hits at random."""
+    rng = np.random.default_rng(seed)
+    base = (rng.uniform(size=users) < 0.3).astype(float)
+    gains, losses = rng.uniform(size=users) < 0.05, rng.uniform(size=users) < 0.04
+    corrected = np.where(gains, 1.0, np.where(losses, 0.0, base))
+    reference = np.tile(base, (seeds, 1))
+    subject = np.tile(corrected, (seeds, 1))
+    flips = rng.uniform(size=(seeds, users)) < 0.003
+    subject = np.where(flips, 1.0 - subject, subject)
+    return subject, reference
+
+
+def _hits(subject, reference, k=100):
+    users = np.arange(subject.shape[1])
+    return {(loss, seed): {"users": users, "targets": np.ones_like(users),
+                           f"hits@{k}": values[seed].astype(np.int32)}
+            for loss, values in (("inbatch-corrected", subject),
+                                 ("inbatch-logq-tfrs", reference))
+            for seed in range(len(values))}
+
+
+def test_the_interval_over_seeds_and_test_users_is_wider_where_the_users_dominate():
+    subject, reference = _user_dominated()
+    seeds, users = subject.shape
+    rows = _rows({"inbatch-logq-tfrs": {"recall@100": reference.mean(1)},
+                  "inbatch-corrected": {"recall@100": subject.mean(1)}})
+    plan = _plan(("inbatch-logq-tfrs", "inbatch-corrected"), seeds)
+    # The seeds-only interval: the paired t over the seeds' recalls (SciPy).
+    alone = scipy.stats.ttest_rel(subject.mean(1), reference.mean(1))
+    alone_low, alone_high = alone.confidence_interval(0.95)
+    # Over seeds and test users, written out: the seeds' variance of the differences plus
+    # the users' variance component of the two-way ANOVA, Satterthwaite's df with the
+    # seeds' part at its upper 75 % limit.
+    d = subject - reference
+    grand, by_seed, by_user = d.mean(), d.mean(1), d.mean(0)
+    ms_user = seeds * np.sum((by_user - grand) ** 2) / (users - 1)
+    ms_res = np.sum((d - by_seed[:, None] - by_user[None, :] + grand) ** 2) / (
+        (seeds - 1) * (users - 1))
+    user_part = (ms_user - ms_res) / seeds / users
+    seed_part = np.var(by_seed, ddof=1) / seeds
+    user_df = (ms_user - ms_res) ** 2 / (ms_user ** 2 / (users - 1)
+                                         + ms_res ** 2 / ((seeds - 1) * (users - 1)))
+    up = seed_part * (seeds - 1) / scipy.stats.chi2.ppf(0.25, seeds - 1)
+    df = (up + user_part) ** 2 / (up ** 2 / (seeds - 1) + user_part ** 2 / user_df)
+    half = scipy.stats.t.ppf(0.975, df) * np.sqrt(seed_part + user_part)
+    low, high = grand - half, grand + half
+    assert high - low > 3 * (alone_high - alone_low)  # the users' noise dominates
+    assert alone_low > 0 and low < 0 < high  # seeds alone would call it a gain
+
+    text = compare_report.format_report(plan, rows, [], margin="0.01",
+                                        hits=_hits(subject, reference))
+    verdict = _verdict(text)
+    assert (f"95 % interval [{low:+.4f}, {high:+.4f}] over seeds and test users (seeds "
+            f"alone: [{alone_low:+.4f}, {alone_high:+.4f}])") in verdict
+    assert f"over {seeds} seeds and {users:,} test users" in verdict
+    assert "It rests on the 95 % interval over seeds and test users" in verdict
+    assert not re.search(r"\bswitch\b", verdict)  # the verdict follows the wider interval
+    assert _sentences(verdict) <= 3
+    row = next(line for line in text.splitlines()
+               if line.startswith("| inbatch-corrected − inbatch-logq-tfrs | recall@100 |"))
+    assert (f"| [{low:+.4f}, {high:+.4f}] | [{alone_low:+.4f}, {alone_high:+.4f}] |"
+            in row) and row.endswith("| within noise |")
+    # How many test users (and seeds) a narrower interval needs, for the primary.
+    words = text.split("Seeds and test users, primary comparison: ")[1].split("\n")[0]
+    target = compare_report.NARROW_SHARE * 0.01
+    need = int(re.search(r"or ([0-9,]+) test users at these 4 seeds", words).group(1)
+               .replace(",", ""))
+
+    def at(u):  # the half-width at u test users, from the formula above
+        part = (ms_user - ms_res) / seeds / u
+        df = (up + part) ** 2 / (up ** 2 / (seeds - 1) + part ** 2 / user_df)
+        return scipy.stats.t.ppf(0.975, df) * np.sqrt(seed_part + part)
+
+    assert at(need) <= target < at(need - 1)
+    assert f"Decision: not enough test users: about {need:,} (now {users:,})" in verdict
+    assert "no number of seeds at these test users" in words
+
+    # Without hits (runs finished before they were saved): the seeds alone, said once.
+    old = compare_report.format_report(plan, rows, [], margin="0.01")
+    assert "Hits per user: none saved" in old
+    assert "It rests on the 95 % interval over the seeds alone (no hits per user saved" \
+        in _verdict(old) and "Decision: switch" in _verdict(old)
+
+
+def test_the_report_names_the_steps_evaluated_not_the_eval_every_asked():
+    import dataclasses
+
+    config = dataclasses.replace(CONFIG, steps=40, eval_every=100)  # one evaluation: 40
+    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=config, window=1)
+    rows = _rows({"inbatch-logq-tfrs": {"recall@100": TFRS[:3]},
+                  "inbatch-corrected": {"recall@100": TFRS[1:]}}, steps="40",
+                 window_steps="40")
+    curves = [{"loss": r["loss"], "seed": r["seed"], "steps": "40",
+               "recall@100": r["recall@100"]} for r in rows]
+    text = compare_report.format_report(plan, rows, curves)
+    assert "Test metrics: the evaluation at step 40, the only one." in text
+    assert "every 100" not in text
+    five = compare.Plan(losses=plan.losses, seeds=(0, 1, 2), window=2,
+                        config=dataclasses.replace(CONFIG, steps=50, eval_every=20))
+    rows = [{**r, "window_steps": "40 50"} for r in rows]
+    curves = [{**c, "steps": s} for c in curves for s in ("20", "40", "50")]
+    assert ("Test metrics: the mean of the evaluations at steps 40, 50 (of those at steps "
+            "20, 40, 50).") in compare_report.format_report(five, rows, curves)
+
+
+def test_a_sasrec_report_describes_sasrec():
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1, 2),
+                        config=TwoTowerConfig(steps=40, eval_every=20), window=2,
+                        model="sasrec", sasrec_preset="cpu")
+    rows = _rows({"inbatch-logq-official": {"recall@10": TFRS[:3]},
+                  "inbatch-corrected": {"recall@10": TFRS[1:]}}, steps="36",
+                 window_steps="18 36")
+    text = compare_report.format_report(plan, rows, [])
+    sasrec = plan.sasrec_config("inbatch-corrected", 0)
+    assert (f"Model: SASRec (preset cpu), 36 steps in 2 epochs of at most 20 steps (an epoch "
+            f"is at most one pass over the training users) of {sasrec.batch_size} users, "
+            f"embedding {sasrec.embedding_dim}, history {sasrec.max_length}") in text
+    assert "lazy-adam" not in text and "steps of 512" not in text and "40 steps" not in text
+    assert "the mean of the test evaluations at steps 18, 36" in text
+
+
+def test_zero_spread_says_what_happened():
+    seeds = 4
+    varying = [0.30, 0.32, 0.29, 0.31]  # the runs vary with the seed ...
+    rows = _rows({"inbatch-logq-tfrs": {"recall@100": varying},
+                  "inbatch-corrected": {"recall@100": varying}})  # ... and hit alike
+    plan = _plan(("inbatch-logq-tfrs", "inbatch-corrected"), seeds)
+    same = np.tile((np.arange(50) % 3 == 0).astype(float), (seeds, 1))
+    text = compare_report.format_report(plan, rows, [], hits=_hits(same, same))
+    assert "runs that do not vary with the seed" not in text
+    assert "the losses hit the same test targets in every seed: their difference is 0 in " \
+           "each pair" in text
+    assert "Decision: no decision from seeds" in _verdict(text)
+    # Without hits: the same scores in every seed, not "do not vary".
+    text = compare_report.format_report(plan, rows, [])
+    assert "the losses score the same in every seed while the seed moves both" in text
+    assert "do not vary with the seed" not in text
+    # Runs that do not vary with the seed are still named so.
+    flat = _rows({"inbatch-logq-tfrs": {"recall@100": [0.3] * 4},
+                  "inbatch-corrected": {"recall@100": [0.31] * 4}})
+    assert "the runs do not vary with the seed" in compare_report.format_report(plan, flat, [])

@@ -14,7 +14,8 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 import tfrs_logq
-from tfrs_logq.studies.compare import CompareError
+from tfrs_logq.studies._grid import read_rows
+from tfrs_logq.studies.compare import CompareError, hits_path, load_hits
 from tfrs_logq.studies.user_model import ComparedTask, _random_generators, training_batches
 
 USERS = [f"u{u}" for u in range(80)]
@@ -87,8 +88,31 @@ class Killed(Exception):
 def test_a_tutorial_model_is_compared_and_a_killed_comparison_resumes_to_the_same_rows(
         movielens, tmp_path):
     whole = tmp_path / "whole"
-    rows = _compare(movielens, whole)
+    calls: list = []
+
+    def served_index(items, queries, ks):  # records what it was called with
+        calls.append((np.array(items), np.array(queries), ks))
+        return {"kind": "brute-force", "parameters": None, "recall": {str(k): 1.0 for k in ks}}
+
+    rows = _compare(movielens, whole, served_index=served_index)
     assert [(r["loss"], r["seed"]) for r in rows] == [(loss, "0") for loss in LOSSES]
+    # The hook got every candidate's embedding and the test queries', those the exact
+    # evaluation ranked: numpy ranks them, the history left out, to the final Recall@10.
+    _, test, _ = movielens
+    targets = [TITLES.index(t.decode()) for _, t, _ in test.as_numpy_iterator()]
+    seen = [[TITLES.index(x.decode()) for x in h] for _, _, h in test.as_numpy_iterator()]
+    final = read_rows(str(whole / "curves.csv"))
+    assert len(calls) == 2
+    for loss, (items, queries, ks) in zip(LOSSES, calls):
+        assert items.shape == (120, 8) and queries.shape == (80, 8) and ks == (10, 100)
+        scores = queries @ items.T
+        for row, history in enumerate(seen):
+            scores[row, history] = -np.inf
+        target = scores[np.arange(80), targets]
+        recall = np.mean((scores > target[:, None]).sum(axis=1) < 10)
+        last = next(r for r in final if r["loss"] == loss and r["steps"] == "8")
+        assert recall == pytest.approx(float(last["recall@10"]))
+    assert "brute force serves the exact top-k" in (whole / "report.md").read_text()
     for row in rows:
         assert row["window_steps"] == "4 8" and 0.0 <= float(row["recall@100"]) <= 1.0
         assert float(row["repeat_share"]) >= 0 and row["num_users"] == "80"
@@ -122,6 +146,19 @@ def test_a_tutorial_model_is_compared_and_a_killed_comparison_resumes_to_the_sam
         for key in set(resumed) | set(uninterrupted):
             if key not in RUN_FACTS:
                 assert resumed.get(key) == uninterrupted.get(key), key
+    # Each run's hits per test user (80 users, one target each) at its last evaluation:
+    # the final Recall and NDCG, and the same after the kill and resume.
+    curves = read_rows(str(whole / "curves.csv"))
+    for loss in LOSSES:
+        hits = load_hits(hits_path(str(whole), loss, 0))
+        resumed = load_hits(hits_path(str(killed), loss, 0))
+        assert sorted(hits) == sorted(resumed) and all(
+            np.array_equal(hits[k], resumed[k]) for k in hits)
+        assert len(hits["users"]) == 80 and set(hits["targets"]) == {1}
+        final = next(r for r in curves if r["loss"] == loss and r["steps"] == "8")
+        for k in (10, 100):
+            assert hits[f"hits@{k}"].sum() / 80 == pytest.approx(float(final[f"recall@{k}"]))
+            assert hits[f"gain@{k}"].sum() / 80 == pytest.approx(float(final[f"ndcg@{k}"]))
     # Another model in the same directory is another plan.
     with pytest.raises(CompareError, match="another plan"):
         _compare(movielens, killed, model_fn=lambda task: build(task), max_runs=0)

@@ -54,13 +54,14 @@ def test_examples_are_every_training_target_but_the_first_with_the_items_before_
 
 
 def test_losses_map_to_the_studys_forms():
-    spec = training._Spec(TwoTowerConfig(loss="mns-logq-tfrs", batch_size=64,
-                                         num_negatives=32), num_items=100)
-    assert (spec.sampler, spec.proposal, spec.correction) == ("mixed", "mixture", "logq-tfrs")
+    spec = training.run_spec(TwoTowerConfig(loss="mns-logq-tfrs", batch_size=64,
+                                            num_negatives=32), num_items=100)
+    assert spec.loss_name == LossName("mns", "logq-tfrs")  # parsed once, held by the spec
+    assert (spec.proposal, spec.correction) == ("mixture", "logq-tfrs")
     assert (spec.num_in_batch_negatives, spec.num_uniform_negatives) == (64, 32)
-    spec = training._Spec(TwoTowerConfig(loss="inbatch-logq-official"), num_items=100)
-    assert (spec.sampler, spec.correction, spec.num_uniform_negatives) == (
-        "in-batch", "logq-official", 0)
+    spec = training.run_spec(TwoTowerConfig(loss="inbatch-logq-official"), num_items=100)
+    assert (spec.proposal, spec.correction, spec.num_uniform_negatives) == (
+        "unigram", "logq-official", 0)
     assert TwoTowerConfig(steps=1200, eval_every=500).eval_steps == (500, 1000, 1200)
 
 
@@ -88,17 +89,21 @@ def test_bad_configs_are_one_line_errors(field, value):
 def test_two_corrections_see_the_same_batches_negatives_and_initial_weights(split, loss):
     """Common random numbers, what compare's pairing rests on: runs that differ only in the
     correction train on the same batches, draw the same negatives and start from the same
-    weights; another seed draws other negatives."""
-    from tfrs_logq.towers.loop import TowerModel, train_loop
+    weights; another seed draws other negatives. The model trained is the public
+    `TwoTowerModel`."""
+    from tfrs_logq.towers.loop import build_model, tower_weights, train_loop
+    from tfrs_logq.two_tower import TwoTowerModel
 
     def recorded(correction_loss, seed=0):
         config = TwoTowerConfig(loss=correction_loss, steps=3, batch_size=32, embedding_dim=8,
                                 history_length=6, num_negatives=16, seed=seed)
         spec = training.run_spec(config, split.num_items)
         record: list = []
-        first = [w.numpy() for w in TowerModel(spec).weights]  # seeded by the spec's seed
+        # Seeded by the spec's seed alone.
+        first = [w.numpy() for w in tower_weights(build_model(spec))]
         batches = Examples(split, 6).batches(seed, 32, 3)
-        train_loop(spec, batches, split.train_log_q(), record=record)
+        model, _ = train_loop(spec, batches, split.train_log_q(), record=record)
+        assert isinstance(model, TwoTowerModel)
         return first, record
 
     base = loss.replace("-corrected", "")
@@ -198,3 +203,44 @@ def test_bad_weights_are_one_line_errors(weight, message):
     with pytest.raises(ValueError, match=message) as error:
         Examples(_weighted_split(weight, num_users=12), history_length=4)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("correction", ["none", "logq-tfrs", "logq-official"])
+def test_the_public_models_loss_with_sampled_negatives_is_the_formula(correction):
+    """`TwoTowerModel.retrieval_loss`, the step the trainer takes: each row's softmax over
+    its own positive and the shared valid negatives (the other rows' positives, padding
+    and accidental hits dropped), every negative corrected by its ``log Q``, the positive
+    too for ``logq-tfrs``; the losses summed over rows, each weighted."""
+    import tensorflow as tf
+    from scipy.special import logsumexp
+
+    from tfrs_logq.sampling import SampledNegatives
+    from tfrs_logq.tasks import CorrectedRetrieval
+    from tfrs_logq.two_tower import TwoTowerModel
+
+    tf.keras.utils.set_random_seed(1)
+    model = TwoTowerModel(10, 4, CorrectedRetrieval(correction=correction,
+                                                    remove_accidental_hits=True))
+    history = tf.constant([[1, 2, 0], [3, 0, 0], [4, 5, 6]], tf.int64)
+    positives = tf.constant([2, 7, 5], tf.int64)
+    positive_log_q = tf.constant([-1.0, -2.0, -0.5])
+    negatives = SampledNegatives(tf.constant([7, 8, 9, 0], tf.int64),
+                                 tf.constant([-2.0, -3.0, -1.5, 0.0]),
+                                 tf.constant([True, True, True, False]))
+    weight = tf.constant([1.0, 0.5, 2.0])
+    loss = model.retrieval_loss(history, positives, positive_log_q, negatives,
+                                sample_weight=weight).numpy()
+    queries = model.query_tower(history).numpy().astype(np.float64)
+    table = model.item_embeddings().numpy().astype(np.float64)
+    expected = 0.0
+    for i in range(3):
+        p = int(positives[i])
+        s_p = queries[i] @ table[p] - (positive_log_q.numpy()[i]
+                                       if correction == "logq-tfrs" else 0.0)
+        logits = [s_p]
+        for d, lq, valid in zip(negatives.ids.numpy(), negatives.log_q.numpy(),
+                                negatives.is_valid.numpy()):
+            if valid and d != p:
+                logits.append(queries[i] @ table[d] - (lq if correction != "none" else 0.0))
+        expected += float(weight[i]) * (logsumexp(logits) - s_p)
+    assert loss == pytest.approx(expected, rel=1e-5)

@@ -154,8 +154,9 @@ class BeamFlags:
 @dataclasses.dataclass
 class ServingFlags:
     index: Literal[INDEXES] = INDEXES[0]
-    """the export's index: scann, brute-force (exact, stock TensorFlow ops), or auto (scann
-    where ScaNN loads, else brute-force)"""
+    """the export's index: scann, faiss (searched by tfrs-logq serve), brute-force (exact,
+    stock TensorFlow ops), or auto (scann where ScaNN loads, else faiss where it imports,
+    else brute-force)"""
     top_k: Annotated[int, arg(metavar="K")] = 1000
     """items BulkInferrer lists per test target (at least the largest cut-off, 1000, unless
     the catalog is smaller)"""

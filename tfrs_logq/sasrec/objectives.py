@@ -31,16 +31,16 @@ negatives are drawn independently for every position, as the official code does.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import Optional, Union
 
 import numpy as np
 import tensorflow as tf
 
 from tfrs_logq import native
-from tfrs_logq.corrections import STANDARD_FORMS, parse_loss_name
+from tfrs_logq.corrections import STANDARD_FORMS, LossName, parse_loss_name
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, sampled_softmax_loss
 from tfrs_logq.proposal import unigram_log_tables
-from tfrs_logq.sampling import distinct_in_random_order, uniform_ids
+from tfrs_logq.sampling import SampledIds, draw_negative_ids
 from tfrs_logq.sasrec.config import CORRECTED_NAMES, OBJECTIVES  # noqa: F401  (TensorFlow-free)
 
 # Score per-position uniform negatives against the whole catalog (one matmul and a
@@ -118,39 +118,30 @@ class ObjectiveSpec:
     gbce_t: float = 0.0
 
 
-def objective_spec(name: str, num_negatives: int = 256, gbce_t: float = 0.75) -> ObjectiveSpec:
-    """The objective called ``name`` with ``num_negatives`` negatives (split in
-    half for MNS); an unknown name raises `tfrs_logq.corrections.parse_loss_name`'s error."""
-    loss = parse_loss_name(name, OBJECTIVES)
-    if name == "bce":
-        return ObjectiveSpec(name, "bce", num_uniform=1)
-    if name == "gbce":
-        return ObjectiveSpec(name, "gbce", num_uniform=num_negatives, gbce_t=gbce_t)
-    if name == "uniform":
-        return ObjectiveSpec(name, "softmax", num_uniform=num_negatives)
-    if name == "full-softmax":
-        return ObjectiveSpec(name, "full")
-    if loss.negatives == "inbatch":
-        return ObjectiveSpec(name, "softmax", num_in_batch=num_negatives,
+def objective_spec(name: Union[str, LossName], num_negatives: int = 256,
+                   gbce_t: float = 0.75) -> ObjectiveSpec:
+    """The objective called ``name`` with ``num_negatives`` negatives (split in half for
+    MNS). ``name``: a `LossName` already parsed (a checked config's: not checked again),
+    or its text, parsed and checked here (`tfrs_logq.corrections.parse_loss_name`: an
+    unknown name raises its error)."""
+    loss = name if isinstance(name, LossName) else parse_loss_name(name, OBJECTIVES)
+    text = str(loss)
+    if text == "bce":
+        return ObjectiveSpec(text, "bce", num_uniform=1)
+    if text == "gbce":
+        return ObjectiveSpec(text, "gbce", num_uniform=num_negatives, gbce_t=gbce_t)
+    if text == "uniform":
+        return ObjectiveSpec(text, "softmax", num_uniform=num_negatives)
+    if text == "full-softmax":
+        return ObjectiveSpec(text, "full")
+    if loss.negatives == "inbatch" and loss.correction is not None:
+        return ObjectiveSpec(text, "softmax", num_in_batch=num_negatives,
                              correction=loss.correction)
-    half = num_negatives // 2
-    return ObjectiveSpec(name, "softmax", num_uniform=num_negatives - half, num_in_batch=half,
-                         correction=loss.correction)
-
-
-class SampledIds(NamedTuple):
-    """The negatives of one step.
-
-    Attributes:
-      uniform: `[batch * L, k_u]` int32 ids drawn uniformly per position, or None.
-      in_batch: `[k_b]` int32 distinct in-batch ids shared by every position, or None.
-      in_batch_valid: `[k_b]` bool, False for padding (fewer distinct targets than
-        ``k_b``), or None.
-    """
-
-    uniform: Optional[tf.Tensor]
-    in_batch: Optional[tf.Tensor]
-    in_batch_valid: Optional[tf.Tensor]
+    if loss.negatives == "mns" and loss.correction is not None:
+        half = num_negatives // 2
+        return ObjectiveSpec(text, "softmax", num_uniform=num_negatives - half,
+                             num_in_batch=half, correction=loss.correction)
+    raise ValueError(f"`loss` must be one of {', '.join(OBJECTIVES)}; received {text!r}.")
 
 
 class SequenceObjective(tf.Module):
@@ -199,6 +190,7 @@ class SequenceObjective(tf.Module):
         self.compact_positions = bool(compact_positions)
         self.native_kernels = native_kernels
         self._native = None  # decided (and the kernel built) at the first `loss`
+        # One count per `sample`, the `step` of its draw (`draw_negative_ids`).
         # Per replica (on-read), so each replica counts its own draws; a checkpoint holds
         # the first replica's count (they are all equal).
         self._calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="sample_calls",
@@ -230,45 +222,43 @@ class SequenceObjective(tf.Module):
             self._native = use
         return self._native
 
-    def _seed(self, shared: bool = False) -> tf.Tensor:
-        """`[2]` int64 Philox key of this draw: ``(seed, calls)``; under a
-        multi-replica strategy the replica id is folded in, so replicas draw
-        different negatives, unless ``shared`` (a draw from a pool every replica
-        holds, which all replicas then share)."""
-        self._calls.assign_add(1)
-        key = tf.stack([tf.constant(self.seed, tf.int64), self._calls.read_value()])
-        ctx = tf.distribute.get_replica_context()
-        if not shared and ctx is not None and ctx.num_replicas_in_sync > 1:
-            replica = tf.cast(ctx.replica_id_in_sync_group, tf.int64)
-            key = tf.cast(tf.random.experimental.stateless_fold_in(key, replica, alg="philox"),
-                          tf.int64)
-        return key
-
-    def _in_batch(self, targets_flat: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
-        pool = targets_flat
-        ctx = tf.distribute.get_replica_context()
-        gathered = (self.cross_replica_negatives and ctx is not None
-                    and ctx.num_replicas_in_sync > 1)
-        if gathered:
-            pool = ctx.all_gather(pool, axis=0)
-        ids, valid = distinct_in_random_order(pool, k, self._seed(shared=gathered), pad_id=0)
-        return ids, valid
-
     def sample(self, targets: tf.Tensor, is_target=None) -> SampledIds:
-        """Draws the negatives for `[batch, L]` next-item ``targets``; in-batch
-        negatives come from the targets where ``is_target`` (all non-zero targets
-        when None)."""
+        """Draws the negatives for `[batch, L]` next-item ``targets`` through
+        `tfrs_logq.sampling.draw_negative_ids`, keyed by ``(seed, draw)`` (the draw counter,
+        advanced by one): `[batch * L, k_u]` uniform ids (int32) drawn per position, and
+        ``k_b`` in-batch ids from the targets where ``is_target`` (all non-zero targets
+        when None), shared by every position.
+
+        Under a multi-replica strategy the replica id is folded into the key, so replicas
+        draw different negatives, except in-batch ones drawn from the targets of all
+        replicas (``cross_replica_negatives``: a pool every replica holds), which all
+        replicas share: they are drawn with a single device's key."""
         spec = self.spec
         flat_t = tf.reshape(tf.cast(targets, tf.int32), [-1])
         if is_target is not None:
             flat_t = tf.where(tf.reshape(is_target, [-1]), flat_t, tf.zeros_like(flat_t))
-        uniform = in_batch = valid = None
-        if spec.num_uniform:
-            uniform = uniform_ids([tf.size(flat_t), spec.num_uniform], self.num_items,
-                                  self._seed(), first_id=1)
-        if spec.num_in_batch:
-            in_batch, valid = self._in_batch(flat_t, spec.num_in_batch)
-        return SampledIds(uniform, in_batch, valid)
+        self._calls.assign_add(1)
+        draw = self._calls.read_value()
+        ctx = tf.distribute.get_replica_context()
+        replicated = ctx is not None and ctx.num_replicas_in_sync > 1
+        replica = ctx.replica_id_in_sync_group if replicated else None
+        pool, shared = flat_t, False
+        if spec.num_in_batch and replicated and self.cross_replica_negatives:
+            pool, shared = ctx.all_gather(flat_t, axis=0), True
+
+        def drawn(num_uniform, num_in_batch, replica):
+            return draw_negative_ids(pool, self.seed, draw, num_uniform=num_uniform,
+                                     num_in_batch=num_in_batch, num_items=self.num_items,
+                                     num_rows=tf.size(flat_t), dtype=tf.int32,
+                                     replica=replica)
+
+        if not shared:
+            return drawn(spec.num_uniform, spec.num_in_batch, replica)
+        in_batch = drawn(0, spec.num_in_batch, None)
+        if not spec.num_uniform:
+            return in_batch
+        return drawn(spec.num_uniform, 0, replica)._replace(
+            in_batch=in_batch.in_batch, in_batch_valid=in_batch.in_batch_valid)
 
     def __call__(self, queries, targets, is_target, item_embeddings) -> tf.Tensor:
         """Mean loss over target positions, with freshly drawn negatives.
@@ -442,11 +432,13 @@ def _is_negative(flat_t, uniform, in_batch, in_batch_valid) -> tf.Tensor:
     return _concat_columns(masks)
 
 
-def make_objective(name: str, num_items: int, item_counts: Optional[np.ndarray] = None,
-                   num_negatives: int = 256, seed: int = 0,
-                   cross_replica_negatives: bool = False,
+def make_objective(name: Union[str, LossName], num_items: int,
+                   item_counts: Optional[np.ndarray] = None, num_negatives: int = 256,
+                   seed: int = 0, cross_replica_negatives: bool = False,
                    compact_positions: bool = True,
                    native_kernels: Optional[bool] = None) -> SequenceObjective:
+    """The `SequenceObjective` of ``name`` (a parsed `LossName` or its text:
+    `objective_spec`)."""
     return SequenceObjective(objective_spec(name, num_negatives), num_items, item_counts,
                              seed=seed, cross_replica_negatives=cross_replica_negatives,
                              compact_positions=compact_positions,

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.pipelines.vocabulary import read_run_items
 from tfrs_logq.sasrec.config import TrainConfig
 from tfrs_logq.sasrec.models import SASRecEncoder, SequentialRetrievalModel
@@ -64,7 +65,9 @@ def load_trained(model_dir: str) -> tuple[SASRecEncoder, dict, np.ndarray]:
     # One bucket: serving batches are small, where empty groups would only cost time.
     # TensorFlow ops only: the SavedModel must load without tfrs_logq's kernels.
     encoder = build_encoder(train_config, num_items, length_buckets=1, native_kernels=False)
-    objective = make_objective(train_config.loss, num_items, np.ones(num_items + 1),
+    # The config checked the name when it was read: parsed here without a second check.
+    objective = make_objective(parse_loss_name(train_config.loss, None), num_items,
+                               np.ones(num_items + 1),
                                num_negatives=train_config.num_negatives)
     model = SequentialRetrievalModel(encoder, objective)
     encoder(tf.zeros([1, train_config.max_length], tf.int32))

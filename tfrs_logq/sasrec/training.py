@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.atomic import write_json
+from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.metrics import popularity_bands
 from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays, training_dataset
@@ -139,7 +140,8 @@ def build_model(config: TrainConfig, split: Split, strategy) -> SequentialRetrie
         encoder = build_encoder(config, split.num_items,
                                 length_buckets=1 if static_shapes else None,
                                 native_kernels=False if static_shapes else None)
-        objective = make_objective(config.loss, split.num_items,
+        # The config checked the name: parsed here without a second check.
+        objective = make_objective(parse_loss_name(config.loss, None), split.num_items,
                                    training_item_counts(config, split),
                                    num_negatives=config.num_negatives, seed=config.seed,
                                    cross_replica_negatives=config.cross_replica_negatives,

@@ -18,6 +18,14 @@ Output directory:
   seeds or losses may be added, and a rerun naming fewer keeps those planned);
 - ``curves.csv``: every evaluation of every run; ``results.csv``: a row per loss and
   seed (the window's means, the regime, seconds per step);
+- ``hits/<loss>-seed<seed>.npz``: each finished run's hits per test user at its last
+  evaluation (`save_hits`: the user's index, number of targets and hits at each Recall@k
+  cut-off), written before the run's row of results.csv: the report's intervals over
+  seeds *and* test users read them;
+- ``served_index.json``: where `run_plan` is given a ``served_index`` hook, what the index
+  ``tfrs-logq export --index auto`` would serve keeps of the exact top-k, for the final
+  model of each loss at the first seed (`record_served`, `load_served`): the report's
+  sentence on how far a served figure can move from the exact one reads it;
 - ``report.md``, ``learning_curves.png``, ``paired.png``;
 - ``runs/``: checkpoints of unfinished runs (a killed run goes on from its last one;
   a finished run is skipped on rerun).
@@ -30,15 +38,16 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from tfrs_logq._util.atomic import write_json
+from tfrs_logq._util.atomic import atomic_write, write_json
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
-from tfrs_logq.corrections import check_loss_name
-from tfrs_logq.metrics import BANDS
+from tfrs_logq.corrections import LossNameError, parse_loss_name
+from tfrs_logq.metrics import BANDS, dcg_gain
 from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
 from tfrs_logq.studies._grid import (
     append_row,
@@ -94,8 +103,8 @@ class Plan:
         for loss in self.losses:  # a bare logq names two losses: say which two
             if isinstance(loss, str) and loss.endswith("-logq"):
                 try:
-                    check_loss_name(loss, known)
-                except ValueError as error:
+                    parse_loss_name(loss, known)
+                except LossNameError as error:
                     raise CompareError(str(error)) from None
         unknown = [loss for loss in self.losses if loss not in known]
         if unknown or len(self.losses) < 2:
@@ -344,7 +353,7 @@ def _check_plan(plan: Plan, output_dir: str, write: bool = True) -> Plan:
     return plan
 
 
-OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs")
+OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs", "hits", "served_index.json")
 
 
 def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
@@ -373,6 +382,73 @@ def _run_dir(output_dir: str, key: str) -> str:
     return os.path.join(output_dir, "runs", hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
+HITS_DIR = "hits"
+FINAL_RANKS = "_final_ranks"
+"""The key of a `Trainer`'s row holding the 0-based rank of every test target at the run's
+last evaluation (in the order of `Trainer.test_users`); `run_plan` saves it as the run's
+hits (`save_hits`) and leaves it out of results.csv."""
+FINAL_EMBEDDINGS = "_final_embeddings"
+"""The key of a `Trainer`'s row holding ``(item_embeddings [n, d], query_embeddings [m,
+d])``: the vectors the run's last evaluation ranked (every candidate, no padding row; a
+query per test target, in the order of `FINAL_RANKS`); `run_plan` hands them to its
+``served_index`` hook and leaves them out of results.csv."""
+
+
+def hits_path(output_dir: str, loss: str, seed: int) -> str:
+    """Where a run's hits per test user are (`save_hits`)."""
+    return os.path.join(output_dir, HITS_DIR, f"{loss}-seed{int(seed)}.npz")
+
+
+def save_hits(path: str, users, ranks, ks: Sequence[int]) -> None:
+    """Writes, atomically, a run's hits per test user at one evaluation: ``users`` (the
+    sorted distinct test users' indices), ``targets`` (each user's test targets) and
+    ``hits@k`` (of them, those ranked in the top ``k``) and ``gain@k`` (their DCG gains'
+    sum) for each ``k`` of ``ks``, from ``users`` (the test user of each target) and
+    ``ranks`` (each target's 0-based rank). Recall@k is ``sum(hits@k) / sum(targets)``,
+    NDCG@k ``sum(gain@k) / sum(targets)``."""
+    users, ranks = np.asarray(users, np.int64), np.asarray(ranks, np.int64)
+    if users.shape != ranks.shape:
+        raise ValueError(f"`users` and `ranks` must be paired, received shapes "
+                         f"{users.shape} and {ranks.shape}.")
+    distinct, where = np.unique(users, return_inverse=True)
+    arrays = {"users": distinct,
+              "targets": np.bincount(where, minlength=len(distinct)).astype(np.int32)}
+    gains = dcg_gain(ranks)
+    for k in ks:
+        hit = ranks < int(k)
+        arrays[f"hits@{int(k)}"] = np.bincount(where, weights=hit,
+                                               minlength=len(distinct)).astype(np.int32)
+        arrays[f"gain@{int(k)}"] = np.bincount(where, weights=np.where(hit, gains, 0.0),
+                                               minlength=len(distinct))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_write(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+
+
+def load_hits(path: str) -> Optional[dict]:
+    """A run's hits (`save_hits`) as ``{"users", "targets", "hits@k"...}`` arrays, or None
+    when the run has none (finished before hits were saved).
+
+    Raises:
+      CompareError: a file that is not a hits file, naming it.
+    """
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            out = {name: np.asarray(data[name]) for name in data.files}
+    except (OSError, ValueError, EOFError) as error:
+        raise CompareError(f"{path} is not a hits file compare wrote "
+                           f"({' '.join(str(error).split())[:80]}): delete it (the report "
+                           f"then uses the seeds alone for that run).") from None
+    lengths = {len(v) for v in out.values() if v.ndim == 1}
+    if "users" not in out or "targets" not in out or len(lengths) != 1:
+        raise CompareError(f"{path} is not a hits file compare wrote (no users, targets "
+                           f"or arrays of one length): delete it (the report then uses the "
+                           f"seeds alone for that run).")
+    return out
+
+
 def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: dict) -> dict:
     """The result of one run: the mean of its last ``plan.window`` evaluations' metrics,
     the regime and timing of its last one."""
@@ -392,6 +468,32 @@ def window_row(plan: Plan, loss: str, seed: int, evaluations: list[dict], last: 
     return row
 
 
+def id_storage_bytes(split: Split) -> int:
+    """The bytes the log's ids take as a run holds them: every distinct user and item id at
+    its stored width (`tfrs_logq.pipelines.user_log` keeps text ids as NumPy text of the
+    longest id's width, 4 bytes a character; integer ids as int64; Python objects at their
+    own size and a pointer)."""
+    total = 0
+    for ids in (split.interactions.raw_users, split.interactions.raw_items):
+        ids = np.asarray(ids)
+        if ids.dtype == object:
+            total += sum(sys.getsizeof(v) for v in ids.ravel()) + ids.nbytes
+        else:
+            total += ids.nbytes
+    return int(total)
+
+
+def _id_words(split: Split) -> str:
+    parts = []
+    for name, ids in (("user", split.interactions.raw_users),
+                      ("item", split.interactions.raw_items)):
+        ids = np.asarray(ids)
+        width = (f"{ids.dtype.itemsize // 4:,} characters" if ids.dtype.kind == "U"
+                 else f"{ids.dtype.itemsize} bytes" if ids.dtype != object else "objects")
+        parts.append(f"{len(ids):,} {name} ids of {width}")
+    return ", ".join(parts)
+
+
 def _duplicates(split: Split) -> dict:
     """The log's duplicate rows and repeated (user, item) pairs after preprocessing, for
     the report's run facts."""
@@ -401,10 +503,12 @@ def _duplicates(split: Split) -> dict:
 
 def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], None] = print,
                 max_runs: Optional[int] = None, margin=None,
-                primary: Optional[tuple] = None) -> list[dict]:
+                primary: Optional[tuple] = None,
+                served_index: Optional[ServedIndex] = None) -> list[dict]:
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
     interrupted comparison holds whole pairs), then writes the report. Returns the rows
-    of results.csv. One process per directory (`RunLock`)."""
+    of results.csv. One process per directory (`RunLock`). ``served_index``: `run_plan`'s
+    hook (None: the served index is not measured)."""
     if plan.model == "sasrec" and split.interactions.weight is not None:
         raise CompareError("a weight column weights the loss of --model two-tower only; "
                            "SASRec trains unweighted: leave out --weight-column.")
@@ -434,22 +538,32 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
         need = max(estimated_peak_bytes(plan.sasrec_config(loss, plan.seeds[0]),
                                         split.num_items) for loss in plan.losses)
         lower = "--sasrec-preset (its batch, history length and negatives)"
+    ids = id_storage_bytes(split)
+    need += ids
     have = available_memory_bytes()
+    held = (f", {ids / 2**30:.1f} GiB of it the ids as held ({_id_words(split)})"
+            if ids >= 2**26 else "")
     if need > have:
-        raise CompareError(f"a run needs about {need / 2**30:.1f} GiB at its peak and this "
-                           f"machine has {have / 2**30:.1f} GiB available: lower {lower}.")
-    say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB "
+        if ids > need / 2:  # the ids dominate: shorter ids are the fix
+            lower = ("the ids' width: map long text ids to integers or short codes before "
+                     "compare (a text id is held at the longest id's width, 4 bytes a "
+                     "character)")
+        raise CompareError(f"a run needs about {need / 2**30:.1f} GiB at its peak{held} and "
+                           f"this machine has {have / 2**30:.1f} GiB available: lower "
+                           f"{lower}.")
+    say(f"compare: estimated peak memory of a run {need / 2**30:.1f} GiB{held} "
         f"({have / 2**30:.1f} GiB available)")
     if plan.model == "sasrec":
         trainer = Trainer(
             catalog=f"compare: {split.num_items:,} items, {len(split.test):,} test targets",
             key=lambda loss, seed: repr(plan.sasrec_config(loss, seed)),
             train=lambda loss, seed, run_dir, on_eval, on_step, evaluations: _sasrec_row(
-                plan, loss, seed, split, run_dir, on_eval))
+                plan, loss, seed, split, run_dir, on_eval, evaluations),
+            test_users=np.asarray(split.test.users, np.int64))
     else:
         trainer = _two_tower_trainer(plan, split, examples)
     return run_plan(plan, output_dir, trainer, say=say, max_runs=max_runs, margin=margin,
-                    primary=primary)
+                    primary=primary, served_index=served_index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,38 +579,85 @@ class Trainer:
         ``on_eval(row)`` takes each evaluation ``{"steps", metrics...}`` as it is made, but
         those already in ``evaluations`` (the run's rows of curves.csv, made before a kill;
         ``on_eval`` appends to it); ``on_step(i)`` is called after step ``i`` (0-based).
+        The row may hold `FINAL_RANKS`: the rank of every test target at the last
+        evaluation, saved as the run's hits (`save_hits`) before the row is written.
+      test_users: ``[targets]`` the index of each test target's user (the order of
+        `FINAL_RANKS`); None: no hits are saved.
     """
 
     catalog: str
     key: Callable[[str, int], str]
     train: Callable[..., dict]
+    test_users: Optional[np.ndarray] = None
+
+
+def final_evaluation(query_fn, item_embeddings, arrays: dict, row: dict) -> None:
+    """Ranks the test targets as `tfrs_logq.pipelines.sequential.evaluate` does and puts
+    in ``row`` their ranks (`FINAL_RANKS`) and the vectors ranked (`FINAL_EMBEDDINGS`:
+    the candidates', padding row 0 left out, and the queries')"""
+    from tfrs_logq.pipelines.sequential import evaluate
+
+    queries: list = []
+
+    def recorded(history):
+        out = query_fn(history)
+        queries.append(np.asarray(out, np.float32))
+        return out
+
+    ranks: list = []
+    evaluate(recorded, item_embeddings, arrays, ks=(), per_target=ranks)
+    row[FINAL_RANKS] = np.asarray(ranks, np.int64)
+    row[FINAL_EMBEDDINGS] = (np.asarray(item_embeddings, np.float32)[1:],
+                             np.concatenate(queries) if queries else np.zeros((0, 0)))
 
 
 def _two_tower_trainer(plan: Plan, split: Split, examples: Examples) -> Trainer:
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
+
+    arrays = evaluation_arrays(split, split.test, plan.config.history_length,
+                               plan.config.exclude_seen)
+
     def train(loss, seed, run_dir, on_eval, on_step, evaluations) -> dict:
+        final: dict = {}
+
+        def final_ranks(model) -> None:  # the trained model, as its last evaluation ranks
+            final_evaluation(model.query_tower, model.item_tower.embeddings, arrays, final)
+
         last = towers.train(plan.run_config(loss, seed), split, checkpoint_dir=run_dir,
                             on_eval=on_eval, done=tuple(int(r["steps"]) for r in evaluations),
-                            on_step=on_step, examples=examples)
-        return {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split)}
+                            on_step=on_step, examples=examples, on_trained=final_ranks)
+        return {**window_row(plan, loss, seed, evaluations, last), **_duplicates(split),
+                **final}
 
     return Trainer(catalog=f"compare: {split.num_items:,} items, {len(split.test):,} test "
                            f"targets, {len(examples):,} training examples",
-                   key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=train)
+                   key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=train,
+                   test_users=np.asarray(split.test.users, np.int64))
 
 
 def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
              say: Callable[[str], None] = print, max_runs: Optional[int] = None,
-             margin=None, primary: Optional[tuple] = None) -> list[dict]:
+             margin=None, primary: Optional[tuple] = None,
+             served_index: Optional[ServedIndex] = None) -> list[dict]:
     """Trains the plan's unfinished runs with ``trainer`` into ``output_dir`` (seed by
     seed, so that an interrupted comparison holds whole pairs), then writes the report;
     returns the rows of results.csv. Holds the directory's lock (one process per
     directory) and refuses a directory of another plan (``plan.json``). `run_compare`
-    runs the built-in models through it, `tfrs_logq.studies.user_model` a user's own."""
+    runs the built-in models through it, `tfrs_logq.studies.user_model` a user's own.
+
+    ``served_index``: ``served_index(item_embeddings, query_embeddings, ks) -> record``,
+    called after each run of the first seed that the trainer gives its vectors
+    (`FINAL_EMBEDDINGS`: the candidates' ``[n, d]`` and the test queries' ``[m, d]``
+    that its last evaluation ranked exactly) with the run's Recall@k cut-offs; the
+    record (``kind``, ``parameters``, ``recall`` by k against exact top-k, ...:
+    `tfrs_logq.serving.served_recall.served_recall` measures the index ``tfrs-logq export
+    --index auto`` builds) goes to ``served_index.json`` (`record_served`) and the report
+    says in one sentence how far a served figure can move. None: nothing is measured."""
     check_output_dir(output_dir)
     plan = check_output_dir_contents(plan, output_dir)  # before anything is written
     with exclusive_output_dir(output_dir):
         plan = _check_plan(plan, output_dir)
-        _run_all(plan, output_dir, trainer, say, max_runs)
+        _run_all(plan, output_dir, trainer, say, max_runs, served_index)
         rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows:
             from tfrs_logq.studies.compare_report import write_report
@@ -506,7 +667,8 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
     return rows
 
 
-def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> None:
+def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
+             served_index: Optional[ServedIndex] = None) -> None:
     results_path = os.path.join(output_dir, "results.csv")
     curves_path = os.path.join(output_dir, "curves.csv")
     done = {(r["loss"], int(r["seed"])) for r in read_rows(results_path)}
@@ -536,36 +698,126 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs) -> No
             full = {"loss": loss, "seed": seed, **row}
             evaluations.append(full)
             append_row(curves_path, full)
-            say(f"  step {row['steps']:,}: " + ", ".join(
-                f"{n} {float(row[n]):.4f}" for n in metric_names([row])[:4]))
+            say(f"  step {int(row['steps']):,}: " + _evaluation_words(row))
 
         def on_step(i: int, number=number) -> None:
             _progress(i, plan.config.steps, number, len(todo), pace, say)
 
         row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
+        ranks = row.pop(FINAL_RANKS, None)
+        embeddings = row.pop(FINAL_EMBEDDINGS, None)
+        ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
+        if ranks is not None and trainer.test_users is not None \
+                and len(ranks) == len(trainer.test_users):
+            save_hits(hits_path(output_dir, loss, seed), trainer.test_users, ranks, ks)
+        else:  # its comparisons use the seeds alone (the report says so)
+            say(f"  no hits per test user saved for {loss} seed {seed}")
         append_row(results_path, row)
         shutil.rmtree(run_dir, ignore_errors=True)
+        if served_index is not None and seed == plan.seeds[0]:
+            _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
         if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
             took = (time.perf_counter() - run_start) / 60
             say(f"  run {number} took {took:.1f} min: about {took * (len(todo) - number):.1f} "
                 f"min for the {len(todo) - number} run(s) left")
 
 
+def _measure_served(served_index: ServedIndex, output_dir: str, loss: str, seed: int,
+                    embeddings, ks: Sequence[int], say) -> None:
+    """Calls the ``served_index`` hook on a run's final vectors and records its answer
+    (`record_served`); a run without them (resumed after its last evaluation), or a hook
+    that fails, costs the record alone, said in one line."""
+    if embeddings is None or not ks:
+        say(f"  served index not measured for {loss} seed {seed} (no final vectors)")
+        return
+    items, queries = embeddings
+    try:
+        record = served_index(items, queries, tuple(ks))
+    except Exception as error:  # noqa: BLE001 (the comparison stands without it)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        say(f"  served index not measured for {loss} seed {seed}: {reason}")
+        return
+    record_served(output_dir, loss, seed, record)
+    recall = ", ".join(f"recall@{k} {float(r):.3f}" for k, r in
+                       sorted((record.get("recall") or {}).items(), key=lambda kv: int(kv[0])))
+    said = record.get("description") or f"{record.get('kind')}, {recall} of the exact top-k"
+    say(f"  served: {said}")
+
+
+SERVED_INDEX = "served_index.json"
+ServedIndex = Callable[[np.ndarray, np.ndarray, Sequence[int]], dict]
+"""``served_index(item_embeddings, query_embeddings, ks) -> record`` (`run_plan`)."""
+
+
+def record_served(output_dir: str, loss: str, seed: int, record: dict) -> None:
+    """Adds ``record`` (a ``served_index`` hook's answer on the final model of ``loss`` at
+    ``seed``) to ``output_dir``'s ``served_index.json``, ``{"losses": {loss: {"seed",
+    **record}}}``, written atomically; the other losses' records stay."""
+    saved = load_served(output_dir) or {"losses": {}}
+    saved["losses"][loss] = {"seed": int(seed), **json.loads(json.dumps(record))}
+    write_json(os.path.join(output_dir, SERVED_INDEX), saved)
+
+
+def load_served(output_dir: str) -> Optional[dict]:
+    """``output_dir``'s ``served_index.json`` (`record_served`), or None when there is
+    none (no ``served_index`` hook was given).
+
+    Raises:
+      CompareError: a file that is not one compare wrote, naming it.
+    """
+    path = os.path.join(output_dir, SERVED_INDEX)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        saved = error
+    if not (isinstance(saved, dict) and isinstance(saved.get("losses"), dict)
+            and all(isinstance(r, dict) and isinstance(r.get("recall"), dict)
+                    for r in saved["losses"].values())):
+        raise CompareError(f"{path} is not a record compare wrote (a `losses` object of "
+                           f"records with a `recall` each): delete it (the report then says "
+                           f"nothing of the served index).")
+    return saved
+
+
 def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
-                on_eval: Callable[[dict], None]) -> dict:
+                on_eval: Callable[[dict], None], evaluations: Sequence[dict] = ()) -> dict:
     """Trains one SASRec run (`tfrs_logq.sasrec.training.train`, which resumes a killed
     run from its last epoch) and returns its results row: the test metrics averaged
-    over the last ``window`` epochs; its validation curve goes to curves.csv."""
+    over the last ``window`` epochs, and the ranks of the test targets at the last epoch
+    (`FINAL_RANKS`); its validation curve goes to curves.csv. An epoch is at most one
+    pass over the training users, so its steps (and the run's) are those it trained,
+    which may be fewer than ``eval_every``."""
+    import tensorflow as tf
+
+    from tfrs_logq.pipelines.sequential import evaluation_arrays
     from tfrs_logq.sasrec.training import train
 
     config = plan.sasrec_config(loss, seed)
-    result = train(config, run_dir, verbose=0, split=split)
+    arrays = evaluation_arrays(split, split.test, config.max_length)
+    final: dict = {}
+
+    class FinalRanks(tf.keras.callbacks.Callback):
+        """The ranks of the test targets after the last epoch (before the best epoch's
+        weights are restored), and the vectors ranked."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == config.max_epochs:
+                final_evaluation(self.model.query, self.model.encoder.item_embeddings(),
+                                 arrays, final)
+
+    result = train(config, run_dir, verbose=0, split=split, extra_callbacks=[FinalRanks()])
     window = dict(result["test_window"] or {})
     epochs = window.pop("epochs", [])
+    per_epoch = result["steps"] // max(result["epochs"], 1)  # the steps an epoch trained
+    done = {int(r["steps"]) for r in evaluations}
     for epoch, value in enumerate(result["validation_curve"], 1):
-        on_eval({"steps": epoch * config.steps_per_epoch, "validation_monitor": value})
+        if epoch * per_epoch not in done:
+            on_eval({"steps": epoch * per_epoch, "validation_monitor": value})
     row = {"loss": loss, "seed": seed, "steps": result["steps"], "window": len(epochs),
-           "window_steps": " ".join(str(e * config.steps_per_epoch) for e in epochs),
+           "window_steps": " ".join(str(e * per_epoch) for e in epochs),
            # The test window's band metrics are logged as head_recall@10: head:recall@10 here.
            **{(k.replace("_", ":", 1) if k.split("_", 1)[0] in BANDS else k): float(v)
               for k, v in window.items()},
@@ -573,7 +825,21 @@ def _sasrec_row(plan: Plan, loss: str, seed: int, split: Split, run_dir: str,
            **target_facts(split, split.test, config.max_length),
            **_duplicates(split), "diverged": int(bool(result.get("diverged"))),
            "machine": machine_description()}
+    if len(final.get(FINAL_RANKS, ())) == len(arrays["targets"]):  # none when resumed
+        row.update(final)  # after the last epoch
     return row
+
+
+def _evaluation_words(row: dict) -> str:
+    """An evaluation in a progress line: its first test metrics, or SASRec's validation
+    monitor (its test metrics are scored over the last epochs, after training)."""
+    shown = [f"{n} {float(row[n]):.4f}" for n in metric_names([row])[:4]]
+    if not shown and row.get("validation_monitor") not in (None, ""):
+        from tfrs_logq.sasrec.config import MONITOR
+
+        shown = [f"validation {MONITOR.removeprefix('val_')} "
+                 f"{float(row['validation_monitor']):.4f}"]
+    return ", ".join(shown) or "evaluated"
 
 
 def _evaluation_pace(plan: Plan, number: int, runs: int, pace: dict, say) -> None:
@@ -610,7 +876,8 @@ def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> No
         say(f"  {100 * (i + 1) // steps}% ({i + 1:,}/{steps:,} steps)")
 
 
-__all__ = ["CompareError", "LOSSES", "MAX_SEED", "MODELS", "Plan", "TFRS_MODEL_LOSSES", "Trainer",
-           "band_names", "check_output_dir_contents", "load_plan", "metric_names",
-           "read_plan_json", "report_only", "split_fingerprint", "run_compare", "run_plan",
-           "window_row"]
+__all__ = ["CompareError", "FINAL_EMBEDDINGS", "FINAL_RANKS", "LOSSES", "MAX_SEED", "MODELS",
+           "Plan", "SERVED_INDEX", "ServedIndex", "TFRS_MODEL_LOSSES", "Trainer", "band_names",
+           "check_output_dir_contents", "final_evaluation", "load_plan", "load_served",
+           "metric_names", "read_plan_json", "record_served", "report_only",
+           "split_fingerprint", "run_compare", "run_plan", "window_row"]

@@ -2,10 +2,12 @@
 
 - **The verdict**, at most three sentences on one primary comparison named before the
   runs (`primary_comparison`: the corrected loss against the loss the user runs now,
-  TFRS's logQ by default, at one metric, Recall@100 by default): its paired 95 %
-  interval, the decision (switch, keep, no difference larger than the margin, or how
-  many more seeds), and what it rests on (the seeds, divergence with an exact interval,
-  a trade-off across k that survives Holm's correction).
+  TFRS's logQ by default, at one metric, Recall@100 by default): its 95 % interval over
+  seeds and test users where the runs saved their hits per user (`interval`; the seeds
+  alone otherwise), the decision (switch, keep, no difference larger than the margin, or
+  how many more seeds or test users), and what it rests on (the interval, the seeds,
+  divergence with an exact interval, a trade-off across k that survives Holm's
+  correction).
 - **One multiplicity rule**: the primary comparison at 5 %, every other difference of
   the table under Holm's correction, the popularity bands exploratory.
 - **The run facts**: test targets and users, the share of repeat and cold targets,
@@ -16,8 +18,9 @@
   each seed's difference at the primary metric with an outlier flag; the differences by
   popularity band of the target with a tail - head contrast; the charts.
 
-`write_report` writes ``report.md``, ``paired.png`` and ``learning_curves.png``; it is
-a function of ``results.csv``, ``curves.csv`` and the plan alone (``tfrs-logq compare
+`write_report` writes ``report.md``, ``paired.png`` and ``learning_curves.png``, all
+made before any is written; it is a function of ``results.csv``, ``curves.csv``, the
+runs' hits per test user (``hits/``) and the plan alone (``tfrs-logq compare
 --report-only`` rebuilds them), so a reader can check a report by hand.
 """
 
@@ -30,11 +33,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from tfrs_logq._util.atomic import save_figure, write_text
+from tfrs_logq._util.atomic import write_bytes, write_text
 from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.metrics import BANDS
 from tfrs_logq.stats import (
     MIN_PAIRS,
+    ZERO_SPREAD_RTOL,
     classify,
     divergence_rate,
     finite_float,
@@ -47,6 +51,8 @@ from tfrs_logq.stats import (
     pairs_for_power,
     sd_upper_limit,
     seed_outliers,
+    seed_user_difference,
+    seeds_and_users_for,
     values_by_seed,
 )
 from tfrs_logq.studies.compare import Plan, metric_names
@@ -58,6 +64,10 @@ why not 2 %."""
 DEFAULT_PRIMARY_METRIC = "recall@100"
 DEFAULT_PRIMARY_BASELINE = "logq-tfrs"
 POWER = 0.8
+NARROW_SHARE = 1.959964 / (1.959964 + 1.281552)
+"""The half-width, as a share of the margin, at which a true 0 reads as no difference
+larger than the margin 80 % of the time (normal approximation: ``margin - h`` must exceed
+``z_0.9 se``, ``h = z_0.975 se``): the interval over seeds and test users aims at it."""
 FORM_WORDS = {
     "logq-tfrs": "TFRS's logQ",
     "logq-official": "the official code's logQ",
@@ -236,9 +246,9 @@ def _decide(diff: dict, margin: Optional[float]) -> tuple[str, str]:
     """The decision on the primary comparison and why, in words."""
     n = diff.get("n", 0)
     if n >= 2 and diff.get("zero_spread"):
-        return ("no decision from seeds", f"every pair differs by exactly "
-                f"{diff['mean']:+.4f}: the runs do not vary with the seed, so more seeds "
-                f"cannot test it")
+        return "no decision from seeds", diff.get("zero_words") or (
+            f"every pair differs by exactly {diff['mean']:+.4f}: the runs do not vary with "
+            f"the seed, so more seeds cannot test it")
     if n < MIN_PAIRS:
         more = MIN_PAIRS - n
         need = _pairs_needed(diff, margin)
@@ -261,6 +271,8 @@ def _decide(diff: dict, margin: Optional[float]) -> tuple[str, str]:
     if margin is None:
         return ("not enough seeds", "the interval holds 0, and no relative margin applies "
                 "to a reference of 0: give --margin as an absolute difference")
+    if "user_variance" in diff:
+        return _more_seeds_or_users(diff, margin)
     need = _pairs_needed(diff, margin)
     if need is None:
         return ("not enough seeds: more than 10,000 pairs", f"at this spread no feasible "
@@ -271,11 +283,41 @@ def _decide(diff: dict, margin: Optional[float]) -> tuple[str, str]:
             f"difference larger than it, at this spread")
 
 
+def _more_seeds_or_users(diff: dict, margin: float) -> tuple[str, str]:
+    """The decision when an interval over seeds and test users holds 0 and reaches past
+    the margin: the seeds (at these test users) or the test users (at these seeds) that
+    narrow it to `NARROW_SHARE` of the margin."""
+    target = NARROW_SHARE * margin
+    need = seeds_and_users_for(diff, target)
+    n, users = diff["n"], diff["users"]
+    aim = (f"an interval of ±{target:.4f}, 80 % power to read a true 0 as no difference "
+           f"larger than ±{margin:.4f}")
+    if need["seeds"] is not None:
+        alt = (f", or about {need['users']:,} test users at these {n} seeds"
+               if need["users"] else "")
+        return (f"not enough seeds: run {max(need['seeds'] - n, 1)} more",
+                f"the interval holds 0 and reaches past ±{margin:.4f}; {need['seeds']} seeds "
+                f"at these {users:,} test users{alt} give {aim}")
+    if need["users"] is not None:
+        return (f"not enough test users: about {need['users']:,} (now {users:,})",
+                f"the interval holds 0 and reaches past ±{margin:.4f}, and its test users' "
+                f"part alone (±{need['user_part']:.4f}) keeps it wider than ±{target:.4f} at "
+                f"any number of seeds: {need['users']:,} test users at these {n} seeds give "
+                f"{aim}")
+    return ("not enough seeds or test users", f"the interval holds 0 and reaches past "
+            f"±{margin:.4f}, and no feasible number of seeds or test users narrows it to "
+            f"±{target:.4f}: widen --margin")
+
+
 def _pairs_needed(diff: dict, margin: Optional[float]) -> Optional[int]:
     """Pairs for 80 % power on both questions (a difference of the margin; a true 0 read
-    as no difference larger than it) at the observed spread; None without one."""
+    as no difference larger than it) at the observed spread; None without one (for an
+    interval over seeds and test users: the seeds that narrow it to `NARROW_SHARE` of the
+    margin at these test users)."""
     if diff.get("sd") is None or margin is None or diff.get("zero_spread"):
         return None
+    if "user_variance" in diff:
+        return seeds_and_users_for(diff, NARROW_SHARE * margin)["seeds"]
     found = [pairs_for_power(margin, diff["sd"], POWER),
              pairs_for_equivalence(margin, diff["sd"], POWER)]
     return None if None in found else max(found)
@@ -298,14 +340,16 @@ def _name(metric: str) -> str:
 
 
 def verdict_paragraph(plan: Plan, rows: list[dict], primary: dict, margin: Margin,
-                      secondary: dict) -> str:
+                      secondary: dict, hits: Optional[dict] = None) -> str:
     """The report's first paragraph, three sentences at most: the primary comparison's
-    answer, the decision, and what it rests on (seeds, divergence, and the trade-off
-    across k that Holm's correction supports)."""
+    answer, the decision, and what it rests on (the interval: over seeds and test users
+    where the runs saved their hits per user, else over the seeds; divergence; the
+    trade-off across k that Holm's correction supports)."""
     subject, reference, metric = primary["subject"], primary["reference"], primary["metric"]
-    diff = paired(rows, plan, subject, metric, reference=reference)
+    diff = interval(rows, plan, subject, metric, reference, hits)
     m = margin.of(diff.get("reference_mean", float("nan")))
     n = diff.get("n", 0)
+    users = diff.get("users")
     what = (f"Primary comparison, {describe(subject)} against {describe(reference)} at "
             f"{_name(metric)}: ")
     if n == 0:
@@ -315,6 +359,12 @@ def verdict_paragraph(plan: Plan, rows: list[dict], primary: dict, margin: Margi
                  f"not a verdict")
     elif diff.get("zero_spread"):
         what += f"{diff['mean']:+.4f} in every one of {n} pairs, no interval"
+    elif users:
+        p = paired_t_p_value(diff)
+        alone = format_interval(diff["seed_only"]) or "none, every pair differs alike"
+        alone = "" if alone == format_interval(diff) else f" (seeds alone: {alone})"
+        what += (f"{diff['mean']:+.4f}, 95 % interval {format_interval(diff)} over seeds and "
+                 f"test users{alone}, p = {p:.3g} over {n} seeds and {users:,} test users")
     else:
         p = paired_t_p_value(diff)
         what += (f"{diff['mean']:+.4f}, 95 % interval {format_interval(diff)}, p = "
@@ -326,7 +376,14 @@ def verdict_paragraph(plan: Plan, rows: list[dict], primary: dict, margin: Margi
             and decision != "keep":
         decision, why = "keep", (f"{form_of(subject)} diverged where "
                                  f"{form_of(reference)} did not")
-    rests = [f"{n} paired seed{'' if n == 1 else 's'} of {plan.config.steps:,} steps, a margin "
+    basis = (f"the 95 % interval over seeds and test users (it counts the noise of drawing "
+             f"{users:,} test users, not only the seeds')" if users else
+             "the 95 % interval over the seeds alone (" + (
+                 "no hits per user saved: the test users' noise is not counted)"
+                 if not _has_hits(hits, plan, subject, reference) else
+                 "the test users held fixed)"))
+    rests = [basis, f"{n} paired seed{'' if n == 1 else 's'} of {_steps_words(plan, rows)}, "
+             f"a margin "
              + ("(none: a relative margin of a reference of 0)" if m is None else
                 f"of ±{m:.4f}" + (f" ({margin.describe()})" if margin.relative else ""))]
     for loss, d in ((subject, div_s), (reference, div_r)):
@@ -352,12 +409,75 @@ def verdict_paragraph(plan: Plan, rows: list[dict], primary: dict, margin: Margi
     return (f"{what}. Decision: {decision} ({why}). It rests on " + "; ".join(rests) + ".")
 
 
+def _index_words(record: dict, k: int) -> str:
+    """The served index and what a search for ``k`` items uses, in words."""
+    kind, p = record.get("kind"), record.get("parameters") or {}
+    used = (record.get("settings") or {}).get(str(k)) or {}
+    if kind == "faiss":
+        return (f"faiss {p.get('type', 'IVF')} ({p.get('nlist')} lists, nprobe "
+                f"{used.get('nprobe', p.get('nprobe'))} for k = {k})")
+    if kind == "scann":
+        tree = (f"{p.get('num_leaves')} leaves, {used.get('leaves')} searched" if p.get("tree")
+                else "no tree")
+        return f"ScaNN ({tree}, {used.get('reorder_factor')} x k reordered for k = {k})"
+    return str(kind)
+
+
+def served_sentence(served: Optional[dict], primary: dict) -> str:
+    """One sentence on how far a served figure can move from this report's exact one: the
+    index ``tfrs-logq export --index auto`` builds (``served_index.json``:
+    `tfrs_logq.studies.compare.load_served`) and the share of the exact top-k it finds for
+    the primary comparison's losses, at the primary metric's k where it was measured (else
+    the largest k measured); empty without a record."""
+    records = {loss: r for loss, r in ((served or {}).get("losses") or {}).items()
+               if r.get("recall")}
+    if not records:
+        return ""
+    chosen = [x for x in (primary["subject"], primary["reference"]) if x in records] \
+        or sorted(records)
+    want = primary["metric"].split("@")[1] if "@" in primary["metric"] else None
+    ks = {k for x in chosen for k in records[x]["recall"]}
+    k = int(want) if want in ks else max(int(k) for k in ks)
+    found = {x: float(records[x]["recall"][str(k)]) for x in chosen
+             if str(k) in records[x]["recall"]}
+    first = records[chosen[0]]
+    seed = first.get("seed")
+    export = f"`tfrs-logq export --index {first.get('index') or 'auto'}`"
+    if first.get("kind") == "brute-force":
+        return (f"Served: {export} builds no approximate index here, so brute force serves "
+                f"the exact top-k this report measures.")
+    shares = " and ".join(f"{v:.3f} for {x}" for x, v in found.items())
+    worst = min(found.values())
+    move = ("so a served Recall@k should match this report's exact figure"
+            if worst >= 0.9995 else
+            f"so a served Recall@{k} can sit up to about {100 * (1 - worst):.1f} % below "
+            f"this report's exact figure")
+    refused = [x for x in chosen if records[x].get("reached") is False]
+    target = first.get("target_recall")
+    short = (f"; its tuning missed the export's --target-recall {target:g} (export "
+             + ("refuses such a faiss index" if first.get("kind") == "faiss" else "warns of it")
+             + ")" if refused and target is not None else "")
+    return (f"Served: {export} would serve "
+            f"{_index_words(first, k)}, whose top-{k} holds {shares} of the exact top-{k} "
+            f"(raw top-k overlap, history not left out; final model at seed {seed}), {move}"
+            f"{short}.")
+
+
 def _power_cells(diff: dict, margin: Optional[float]) -> tuple[str, str]:
     """Pairs for 80 % power to detect a difference of the margin, and to read a true 0 as
     no difference larger than it; each at the spread and (in brackets) at its upper 95 %
     limit."""
     if diff.get("sd") is None or margin is None or diff.get("zero_spread"):
         return "", ""
+    if "user_variance" in diff:  # seeds at these test users, else the test users
+        def cell(share: float) -> str:
+            need = seeds_and_users_for(diff, share * margin)
+            if need["seeds"] is not None:
+                return str(need["seeds"])
+            return (f"none: {need['users']:,} test users" if need["users"] is not None
+                    else "none")
+
+        return (cell(1.959964 / (1.959964 + 0.841621)), cell(NARROW_SHARE))
     upper = sd_upper_limit(diff["sd"], diff["n"])
     show = (lambda n: "> 10,000" if n is None else str(n))
     return (f"{show(pairs_for_power(margin, diff['sd'], POWER))} "
@@ -409,6 +529,184 @@ def paired(rows: list[dict], plan: Plan, loss: str, metric: str, confidence: flo
     return paired_by_seed(healthy(loss), healthy(reference), confidence, seeds=plan.seeds)
 
 
+def run_hits(output_dir: str, rows: list[dict]) -> dict:
+    """``{(loss, seed): hits}`` of the finished runs of ``rows`` that saved their hits per
+    test user (`tfrs_logq.studies.compare.save_hits`); a run finished before compare saved
+    them has none."""
+    from tfrs_logq.studies.compare import hits_path, load_hits
+
+    out = {}
+    for row in rows:
+        key = (row["loss"], int(row["seed"]))
+        found = load_hits(hits_path(output_dir, *key))
+        if found is not None:
+            out[key] = found
+    return out
+
+
+def _hit_arrays(hits: Optional[dict], subject: str, reference: str, metric: str,
+                seeds) -> Optional[tuple]:
+    """``(subject, reference)`` `[seeds, users]` values per test user at ``metric`` (hits,
+    or DCG gains for NDCG, over the mean targets per user: their mean over users is the
+    metric), over the ``seeds`` whose runs of both saved them for the same users; None
+    without any (or for a popularity band's metric)."""
+    match = re.fullmatch(r"(recall|ndcg)@([0-9]+)", metric)
+    if not hits or not match:
+        return None
+    field = f"{'hits' if match.group(1) == 'recall' else 'gain'}@{match.group(2)}"
+    subject_rows, reference_rows, users, targets = [], [], None, None
+    for seed in seeds:
+        a, b = hits.get((reference, seed)), hits.get((subject, seed))
+        if a is None or b is None or field not in a or field not in b:
+            continue
+        if users is None:
+            users, targets = a["users"], a["targets"]
+        if all(np.array_equal(x["users"], users) and np.array_equal(x["targets"], targets)
+               for x in (a, b)):
+            subject_rows.append(b[field])
+            reference_rows.append(a[field])
+    if not subject_rows or len(users) < 2:
+        return None
+    scale = float(np.mean(targets))
+    return (np.asarray(subject_rows, float) / scale, np.asarray(reference_rows, float) / scale)
+
+
+def _has_hits(hits: Optional[dict], plan: Plan, subject: str, reference: str) -> bool:
+    return bool(hits) and any((loss, seed) in hits for loss in (subject, reference)
+                              for seed in plan.seeds)
+
+
+def interval(rows: list[dict], plan: Plan, subject: str, metric: str, reference: str,
+             hits: Optional[dict] = None) -> dict:
+    """``subject - reference`` at ``metric`` with the interval the report reads: over seeds
+    *and* test users (`tfrs_logq.stats.seed_user_difference`: the seeds' differences of
+    results.csv, the users' part from the hits per user at the last evaluation) where
+    both losses' runs saved their hits, else `paired`'s over the seeds alone. The first
+    also holds ``seed_only`` (`paired`'s), ``seeds``, ``differences``, ``reference_mean``;
+    either holds ``zero_words``: what identical differences mean here."""
+    diff = paired(rows, plan, subject, metric, reference=reference)
+    arrays = (_hit_arrays(hits, subject, reference, metric, diff["seeds"])
+              if diff.get("n", 0) >= 2 else None)
+    if arrays is not None:
+        both = seed_user_difference(diff["differences"], *arrays)
+        both.update(seeds=diff["seeds"], differences=diff["differences"],
+                    reference_mean=diff["reference_mean"], seed_only=diff,
+                    hit_seeds=len(arrays[0]))
+        diff = both
+    if diff.get("zero_spread"):
+        diff["zero_words"] = _zero_words(rows, subject, metric, diff, arrays)
+    return diff
+
+
+def _zero_words(rows: list[dict], subject: str, metric: str, diff: dict,
+                arrays: Optional[tuple]) -> str:
+    """Why every pair differs alike: runs that do not vary with the seed, losses that hit
+    the same test targets, or losses whose results move together."""
+    values = values_by_seed(rows, metric, loss=subject)
+    mine = [values[s] for s in diff["seeds"] if s in values]
+    scale = max([abs(v) for v in mine] + [abs(diff["mean"]), 1e-300])
+    vary = len(mine) > 1 and float(np.ptp(mine)) > ZERO_SPREAD_RTOL * scale
+    mean = diff["mean"]
+    if abs(mean) <= ZERO_SPREAD_RTOL * scale and (vary or arrays is not None):
+        if arrays is not None and np.array_equal(*arrays):
+            return ("the losses hit the same test targets in every seed: their difference "
+                    "is 0 in each pair, for every test user, so no number of seeds or test "
+                    "users tells them apart here")
+        return ("the losses score the same in every seed while the seed moves both: their "
+                "difference is 0 in each pair, so more seeds cannot tell them apart")
+    if vary:
+        return (f"the runs vary with the seed but every pair differs by exactly {mean:+.4f}: "
+                f"the losses move together, so the seeds give no spread to test it")
+    return (f"every pair differs by exactly {mean:+.4f}: the runs do not vary with the seed, "
+            f"so more seeds cannot test it")
+
+
+def _common(values: list) -> Optional[str]:
+    values = [str(v).strip() for v in values if str(v).strip() not in ("", "None")]
+    return max(set(values), key=values.count) if values else None
+
+
+def _steps_words(plan: Plan, rows: list[dict]) -> str:
+    """The steps each run trained, as results.csv records them (SASRec's epochs stop at a
+    pass over the training users, so they may be fewer than the plan's)."""
+    steps = _common([r.get("steps", "") for r in rows])
+    try:
+        return f"{int(float(steps)):,} steps" if steps else f"{plan.config.steps:,} steps"
+    except ValueError:
+        return f"{plan.config.steps:,} steps"
+
+
+def _evaluation_words(plan: Plan, rows: list[dict], curves: list[dict]) -> str:
+    """Which evaluations a run's test metrics average: the steps of its window, among
+    those evaluated (from results.csv and curves.csv; the plan's when they hold none)."""
+    window = _common([r.get("window_steps", "") for r in rows])
+    window = [int(x) for x in window.split()] if window else list(
+        plan.config.eval_steps[-plan.window:])
+    done = {(r["loss"], str(r["seed"])) for r in rows}
+    tested = [r for r in curves if (r.get("loss"), str(r.get("seed"))) in done]
+    if plan.model == "sasrec":
+        evaluated = sorted({int(r["steps"]) for r in tested}) or window
+        plural = "s" if len(window) > 1 else ""
+        return (f"Test metrics: the mean of the test evaluations at step{plural} "
+                f"{', '.join(map(str, window))} (the test users scored after each of the last "
+                f"{len(window)} epoch{plural}; the validation users after every epoch, at "
+                f"steps {', '.join(map(str, evaluated))})")
+    evaluated = sorted({int(r["steps"]) for r in tested if any(
+        k.startswith("recall@") for k in r)}) or list(plan.config.eval_steps)
+    if len(evaluated) == 1 and len(window) == 1:
+        return f"Test metrics: the evaluation at step {window[0]:,}, the only one"
+    shown = ', '.join(f'{w:,}' for w in window)
+    return ((f"Test metrics: the mean of the evaluations at steps {shown}" if len(window) > 1
+             else f"Test metrics: the evaluation at step {shown}")
+            + f" (of those at steps {', '.join(f'{e:,}' for e in evaluated)})")
+
+
+def _model_words(plan: Plan, rows: list[dict]) -> str:
+    """The model and its training, in the plan's own terms."""
+    config = plan.config
+    if plan.model == "sasrec":
+        sasrec = plan.sasrec_config(plan.losses[0], plan.seeds[0])
+        return (f"Model: SASRec (preset {plan.sasrec_preset}), {_steps_words(plan, rows)} in "
+                f"{sasrec.max_epochs} epochs of at most {sasrec.steps_per_epoch} steps (an "
+                f"epoch is at most one pass over the training users) of "
+                f"{sasrec.batch_size} users, embedding {sasrec.embedding_dim}, history "
+                f"{sasrec.max_length}, {sasrec.num_blocks} blocks, dropout {sasrec.dropout}, "
+                f"Adam, learning rate {sasrec.learning_rate}")
+    return (f"Model: {plan.model}, {_steps_words(plan, rows)} of {config.batch_size}, "
+            f"embedding {config.embedding_dim}, history {config.history_length}, "
+            f"{config.optimizer}, learning rate {config.learning_rate}")
+
+
+def check_curves(curves: list[dict], path: str = "curves.csv") -> None:
+    """Refuses, in one line naming ``path``, the line and the fix, a damaged curves table
+    (a row with more or fewer cells than the header, no loss, a seed or step that is not
+    an integer, a metric that is not a number), before anything of the report is
+    written."""
+    fix = (f"restore {path} (or delete that line), then rebuild with `tfrs-logq compare "
+           f"--report-only`")
+    for number, row in enumerate(curves, 2):  # line 1 is the header
+        where = f"{path} line {number}"
+        if None in row or any(value is None for value in row.values()):
+            raise ReportError(f"{where} has {'more' if None in row else 'fewer'} cells than "
+                              f"the header (a damaged row): {fix}.")
+        for name in ("seed", "steps"):
+            if not re.fullmatch(r"[0-9]+", str(row.get(name, "")).strip()):
+                raise ReportError(f"{where}: {name} is {str(row.get(name))[:20]!r}, not an "
+                                  f"integer: {fix}.")
+        if not str(row.get("loss", "")).strip():
+            raise ReportError(f"{where} has no loss: {fix}.")
+        for name, text in row.items():
+            if name.split(":", 1)[-1].startswith(("recall@", "ndcg@")) \
+                    or name == "validation_monitor":
+                if str(text).strip() == "":
+                    continue
+                try:
+                    float(text)
+                except ValueError:
+                    raise ReportError(f"{where}: {name} is {str(text)[:20]!r}, not a number: "
+                                      f"{fix}.") from None
+
+
 def verdict(diff: dict, margin: Optional[float] = None) -> str:
     return classify(diff, margin)
 
@@ -426,9 +724,10 @@ def sentence(subject: str, reference: str, metric: str, diff: dict,
         return (f"{s} {mean:+.4f} {name} against {r} over {diff['n']} pair(s): a direction, "
                 f"not a verdict (an interval needs {MIN_PAIRS} pairs or more)")
     if kind == "zero spread":
-        return (f"{s} against {r}, {name}: every pair differs by exactly {mean:+.4f}; zero "
-                f"spread gives no interval (runs that do not vary with the seed cannot be "
-                f"tested), not a significant difference")
+        why = diff.get("zero_words") or (f"every pair differs by exactly {mean:+.4f}: the "
+                                         f"runs do not vary with the seed")
+        return (f"{s} against {r}, {name}: {why}; zero spread gives no interval, not a "
+                f"significant difference")
     interval = format_interval(diff)
     small = (f", less than the margin ({margin:.4f})" if margin is not None
              and -margin < diff["low"] and diff["high"] < margin else "")
@@ -509,13 +808,58 @@ def _tested(diff: dict) -> bool:
     return diff.get("n", 0) >= MIN_PAIRS and not diff.get("zero_spread")
 
 
+def _intervals_words(plan: Plan, rows: list[dict], hits: Optional[dict],
+                     primary: tuple) -> str:
+    """What the intervals are over, which runs saved hits per user, and for the primary
+    comparison the seeds and test users a narrower interval needs."""
+    finished = {(r["loss"], int(r["seed"])) for r in rows}
+    saved = len(finished & set(hits or {}))
+    if not saved:
+        return ("Intervals: paired 95 % t over the seeds, the test users held fixed. Hits "
+                "per user: none saved (these runs finished before compare saved them), so "
+                "no interval counts the noise of drawing the test users; a comparison run "
+                "into a new --output-dir saves them.")
+    text = ("Intervals: 95 %, over seeds and test users where both losses' runs saved their "
+            "hits per test user (the spread of each pair's reported difference over the "
+            "seeds, plus the spread of drawing the test users, from their hits at the last "
+            "evaluation: `tfrs_logq.stats.seed_user_difference`), the seeds-only t interval "
+            "(the test users held fixed) beside it.")
+    if saved < len(finished):
+        text += (f" Hits per user: saved by {saved} of {len(finished)} finished runs (the "
+                 f"others finished before compare saved them); a comparison without them "
+                 f"uses the seeds-only interval.")
+    diff, margin = primary
+    if "user_variance" not in diff or diff.get("zero_spread") or margin is None:
+        return text
+    target = NARROW_SHARE * margin
+    need = seeds_and_users_for(diff, target)
+    n, users = diff["n"], diff["users"]
+    seeds_words = (f"{need['seeds']} seeds at these {users:,} test users" if need["seeds"]
+                   else "no number of seeds at these test users (the test users' part alone "
+                        "is wider)")
+    users_words = (f"{need['users']:,} test users at these {n} seeds" if need["users"]
+                   else "no number of test users at these seeds (the seeds' part alone is "
+                        "wider)")
+    return text + (f" Seeds and test users, primary comparison: its half-width "
+                   f"±{diff['half_width']:.4f} has a seeds' part ±{need['seed_part']:.4f} "
+                   f"(more seeds narrow it) and a test users' part ±{need['user_part']:.4f} "
+                   f"({users:,} test users; only more test users narrow it), each alone at "
+                   f"this t; an interval of ±{target:.4f} (80 % power to read a true 0 as no "
+                   f"difference larger than ±{margin:.4f}) needs {seeds_words}, or "
+                   f"{users_words}.")
+
+
 def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                   margin: Optional[Margin] = None, primary_metric: Optional[str] = None,
-                  primary_baseline: Optional[str] = None) -> str:
+                  primary_baseline: Optional[str] = None,
+                  hits: Optional[dict] = None, served: Optional[dict] = None) -> str:
     """``report.md``'s text. ``margin``: a `Margin` (or its text), default
     `DEFAULT_MARGIN`; ``primary_metric`` (``"recall@100"`` or ``"100"``) and
     ``primary_baseline`` (a loss of the plan or its form, ``"logq-tfrs"``) name the
-    primary comparison (`primary_comparison`)."""
+    primary comparison (`primary_comparison`); ``hits``: the runs' hits per test user
+    (`run_hits`), for intervals over seeds and test users (`interval`); ``served``: the
+    served index's record (`tfrs_logq.studies.compare.load_served`), said in one sentence
+    after the verdict (`served_sentence`; None: no sentence)."""
     if margin is None or isinstance(margin, str):
         margin = Margin(DEFAULT_MARGIN if margin is None else margin)
     _check_rows(rows)
@@ -525,14 +869,13 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
     if (primary["subject"], primary["reference"]) not in pairs:
         pairs = [(primary["subject"], primary["reference"])] + pairs
     diverged = diverged_runs(rows)
-    config = plan.config
     seeds_done = sorted({int(r["seed"]) for r in rows})
 
     cache: dict = {}
 
     def compared(subject, reference, metric):
         if (subject, reference, metric) not in cache:
-            diff = paired(rows, plan, subject, metric, reference=reference)
+            diff = interval(rows, plan, subject, metric, reference, hits)
             cache[subject, reference, metric] = (
                 diff, margin.of(diff.get("reference_mean", float("nan"))))
         return cache[subject, reference, metric]
@@ -551,8 +894,21 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                  if secondary[(s, r, k)]]
     p_name = f"{form_of(primary['subject'])} − {form_of(primary['reference'])} at " \
              f"{_name(primary['metric'])}"
-    lines = ["# Paired comparison", "", "## Verdict", "",
-             verdict_paragraph(plan, rows, primary, margin, secondary), "",
+    lines = ["# Paired comparison", ""]
+    planned = len(plan.losses) * len(plan.seeds)
+    finished = len({(r["loss"], int(r["seed"])) for r in rows
+                    if r["loss"] in plan.losses and int(r["seed"]) in plan.seeds})
+    if finished < planned:
+        lines += [f"**Provisional: {planned - finished} of {planned} runs of the plan are "
+                  f"pending (no row in results.csv yet); this verdict reads the {finished} "
+                  f"finished and may change when the rest finish (rerun the same `tfrs-logq "
+                  f"compare` command).**", ""]
+    lines += ["## Verdict", "",
+              verdict_paragraph(plan, rows, primary, margin, secondary, hits), ""]
+    served_words = served_sentence(served, primary)
+    if served_words:
+        lines += [served_words, ""]
+    lines += [
              f"Multiplicity: the primary comparison ({p_name}, named before the runs: "
              f"--primary-metric, --primary-baseline) is tested at 5 %; the "
              f"{len(family)} other difference{'' if len(family) == 1 else 's'} with an "
@@ -561,8 +917,9 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                  f"{', '.join(surviving)} stay outside noise" if surviving
                  else "none stays outside noise") + "; the popularity bands are "
              "exploratory (no test). The verdict names only what this rule supports.", "",
-             f"Intervals: paired 95 % t over the seeds; equivalence margin "
-             f"{margin.describe()} (--margin). Losses: " + "; ".join(
+             _intervals_words(plan, rows, hits, compared(
+                 primary["subject"], primary["reference"], primary["metric"])), "",
+             f"Equivalence margin {margin.describe()} (--margin). Losses: " + "; ".join(
                  f"{describe(x)}: {FORM_NOTES[form_of(x)]}" if form_of(x) in FORM_NOTES
                  else x for x in plan.losses) + "."]
     if primary["notes"]:
@@ -575,11 +932,8 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                      + "; ".join(missing_runs) + ". Rerun the same `tfrs-logq compare` "
                      "command (finished runs are skipped) to complete the pairs.")
     lines += [
-        "", f"Source: {plan.source or '(not recorded)'}. Model: {plan.model}, "
-        f"{config.steps:,} steps of {config.batch_size}, embedding {config.embedding_dim}, "
-        f"history {config.history_length}, {config.optimizer}, learning rate "
-        f"{config.learning_rate}. Test metrics: the mean of the last {plan.window} "
-        f"evaluations (every {config.eval_every} steps). Seeds: "
+        "", f"Source: {plan.source or '(not recorded)'}. {_model_words(plan, rows)}. "
+        f"{_evaluation_words(plan, rows, curves)}. Seeds: "
         f"{', '.join(map(str, seeds_done))} (common random numbers: a seed's runs share "
         f"batches, initial weights and negatives). Machine: "
         f"{rows[0].get('machine', '?') if rows else '?'}.", "",
@@ -601,17 +955,22 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                      + f" | {share:.3f} | {sps:.4f} |")
     pct = int(POWER * 100)
     lines += ["", "## Paired differences", "",
-              f"Difference = first minus second, paired by seed; 95 % t interval; p: the "
-              f"paired t-test's, Holm-adjusted for the secondary rows. Pairs for {pct} % "
+              f"Difference = first minus second, paired by seed; 95 % interval over seeds "
+              f"and test users where the runs saved their hits per user (the seeds-only t "
+              f"interval beside it), else over the seeds; p: that interval's t-test, "
+              f"Holm-adjusted for the secondary rows. Pairs for {pct} % "
               f"power, at this spread (in brackets: at the spread's upper 95 % limit, as a "
               f"pilot's spread is itself uncertain), for two questions: *difference*, the "
               f"t-test at 5 % detects a true difference as large as the margin; *no "
               f"difference*, a true 0 gives an interval inside ±margin (this needs more "
               f"pairs: at the first column's pairs it happens only about 60 % of the "
-              f"time).", "",
-              "| comparison | metric | role | pairs | difference | 95 % interval | p | "
-              f"margin | pairs for {pct} % power: difference | pairs for {pct} % power: no "
-              f"difference | reading |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              f"time). Over seeds and test users: the seeds it needs at these test users "
+              f"(normal approximation), or *none* and the test users it needs when the "
+              f"users' part alone is too wide.", "",
+              "| comparison | metric | role | pairs | difference | 95 % interval | seeds-only "
+              f"interval | p | margin | pairs for {pct} % power: difference | pairs for "
+              f"{pct} % power: no difference | reading |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     readings = []
     for subject, reference in pairs:
         for metric in metrics:
@@ -629,9 +988,13 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                      if diff.get("n") else "")
             readings.append(f"- {subject} against {reference}, {metric}: {kind} ({role})"
                             f"{shown}.")
+            alone = ((format_interval(diff["seed_only"]) or "none (zero spread)")
+                     if "seed_only" in diff else "")
+            alone = "" if alone == format_interval(diff) else alone  # where they differ
             lines.append(f"| {subject} − {reference} | {metric} | {role} | "
                          f"{diff.get('n', 0)} | {format_signed(diff.get('mean'))} | "
-                         f"{format_interval(diff)} | {'' if p is None else f'{p:.3g}'} | "
+                         f"{format_interval(diff)} | {alone} | "
+                         f"{'' if p is None else f'{p:.3g}'} | "
                          f"{'' if m is None else f'{m:.4f}'} | {power_diff} | "
                          f"{power_equal} | {kind} |")
     lines += _seed_table(plan, rows, pairs, primary["metric"])
@@ -705,11 +1068,24 @@ def _band_table(plan: Plan, rows: list[dict], pairs: list[tuple],
     return out
 
 
-def write_charts(plan: Plan, rows: list[dict], curves: list[dict], output_dir: str) -> None:
+def render_charts(plan: Plan, rows: list[dict], curves: list[dict],
+                  hits: Optional[dict] = None) -> dict:
+    """``{"paired.png": bytes, "learning_curves.png": bytes}``: every paired difference
+    with the interval the report reads (`interval`), and the learning curves."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    out = {}
+
+    def png(fig) -> bytes:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+        plt.close(fig)
+        return buffer.getvalue()
 
     metrics = metric_names(rows)
     pairs = comparisons(plan)
@@ -717,7 +1093,7 @@ def write_charts(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     fig, axes = plt.subplots(1, len(pairs), figsize=(4.8 * len(pairs), 3.6), squeeze=False)
     for ax, (subject, reference) in zip(axes[0], pairs):
         for x, metric in enumerate(metrics):
-            diff = paired(rows, plan, subject, metric, reference=reference)
+            diff = interval(rows, plan, subject, metric, reference, hits)
             if diff.get("n", 0) == 0:
                 continue
             half = diff.get("half_width")
@@ -727,8 +1103,7 @@ def write_charts(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
         ax.set_xticks(range(len(metrics)), metrics, rotation=45, fontsize=8)
         ax.set_title(f"{form_of(subject)} − {form_of(reference)} (95 % interval)", fontsize=9)
     fig.tight_layout()
-    save_figure(fig, os.path.join(output_dir, "paired.png"))
-    plt.close(fig)
+    out["paired.png"] = png(fig)
 
     # Learning curves: every Recall@k, the mean over seeds with a band (min to max).
     shown = [m for m in metric_names(curves) if m.startswith("recall@")] or (
@@ -755,17 +1130,36 @@ def write_charts(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, os.path.join(output_dir, "learning_curves.png"))
-    plt.close(fig)
+    out["learning_curves.png"] = png(fig)
+    return out
+
+
+def write_charts(plan: Plan, rows: list[dict], curves: list[dict], output_dir: str,
+                 hits: Optional[dict] = None) -> None:
+    """Writes `render_charts`'s ``paired.png`` and ``learning_curves.png`` into
+    ``output_dir``, each atomically."""
+    for name, data in render_charts(plan, rows, curves, hits).items():
+        write_bytes(os.path.join(output_dir, name), data)
 
 
 def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: str,
                  say: Callable[[str], None] = print, margin: Optional[Margin] = None,
                  primary_metric: Optional[str] = None,
                  primary_baseline: Optional[str] = None) -> str:
-    text = format_report(plan, rows, curves, margin, primary_metric, primary_baseline)
+    """Writes ``report.md``, ``paired.png`` and ``learning_curves.png`` into
+    ``output_dir``, with the runs' hits per test user found there (`run_hits`). Every
+    file is made before any is written: input the report cannot read (a damaged
+    curves.csv: `check_curves`) leaves all three as they were."""
+    from tfrs_logq.studies.compare import load_served
+
+    check_curves(curves, os.path.join(output_dir, "curves.csv"))
+    hits = run_hits(output_dir, rows)
+    text = format_report(plan, rows, curves, margin, primary_metric, primary_baseline, hits,
+                         load_served(output_dir))
+    charts = render_charts(plan, rows, curves, hits)
     write_text(os.path.join(output_dir, "report.md"), text)
-    write_charts(plan, rows, curves, output_dir)
+    for name, data in charts.items():
+        write_bytes(os.path.join(output_dir, name), data)
     verdict_line = next((line for line in text.splitlines()
                          if line.startswith("Primary comparison")), None)
     if verdict_line:
@@ -775,7 +1169,8 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
 
 
 __all__ = ["DEFAULT_MARGIN", "DEFAULT_PRIMARY_BASELINE", "DEFAULT_PRIMARY_METRIC",
-           "EVALUATED_KS", "Margin", "ReportError", "check_results", "comparisons",
-           "diverged_runs", "format_report", "paired",
-           "primary_comparison", "sentence", "verdict", "verdict_paragraph", "write_charts",
-           "write_report"]
+           "EVALUATED_KS", "Margin", "ReportError", "check_curves", "check_results",
+           "comparisons", "diverged_runs", "format_report", "interval", "paired",
+           "primary_comparison", "render_charts", "run_hits", "sentence", "served_sentence",
+           "verdict",
+           "verdict_paragraph", "write_charts", "write_report"]

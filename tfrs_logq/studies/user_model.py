@@ -43,7 +43,8 @@ For every loss and seed of the plan, `compare_model`:
   the query's history left out when the test set gives one (`tfrs_logq.metrics.target_ranks`,
   the served policy), Recall/NDCG at 10, 100 and 1000 below the catalog's size;
 - writes what ``tfrs-logq compare`` writes (`tfrs_logq.studies.compare.run_plan`: the same
-  ``plan.json``, run directories, lock, ``results.csv``, ``curves.csv`` and report).
+  ``plan.json``, run directories, lock, ``results.csv``, ``curves.csv``, hits per test
+  query at the last evaluation, a test user being a distinct query, and report).
 
 Bad input is refused in one line naming the fix, before the output directory is made and
 before any training: a ``model_fn`` that cannot be imported or does not return a compiled
@@ -70,7 +71,7 @@ import tensorflow_recommenders as tfrs
 
 from tfrs_logq._util.fingerprint import file_fingerprint
 from tfrs_logq._util.step_checkpoint import StepCheckpoint
-from tfrs_logq.corrections import check_loss_name
+from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.frequency import ExactFrequency
 from tfrs_logq.metrics import (
     popularity_bands,
@@ -81,9 +82,12 @@ from tfrs_logq.metrics import (
 from tfrs_logq.pipelines.splits import MIN_RANKED_ITEMS, MIN_TEST_USERS, Split
 from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.studies.compare import (
+    FINAL_EMBEDDINGS,
+    FINAL_RANKS,
     TFRS_MODEL_LOSSES,
     CompareError,
     Plan,
+    ServedIndex,
     Trainer,
     run_plan,
     window_row,
@@ -134,7 +138,7 @@ class ModelFnConfig:
     """the longest history a test query gives (the items a request sends)"""
 
     def __post_init__(self) -> None:
-        check_loss_name(self.loss, TFRS_MODEL_LOSSES)
+        parse_loss_name(self.loss, TFRS_MODEL_LOSSES)  # the one check of the name
         for name, low in (("steps", 1), ("batch_size", 2), ("eval_every", 1),
                           ("shuffle_buffer", 1)):
             value = getattr(self, name)
@@ -236,6 +240,8 @@ class _Data:
     candidate_log_q: np.ndarray
     facts: dict
     identity: dict
+    query_users: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    """the index of each test target's query among the distinct queries (its test user)"""
 
 
 def _read_candidates(candidates) -> tuple[np.ndarray, list]:
@@ -288,7 +294,9 @@ def _read_training_ids(train, candidate_id: str, batch_size: int) -> np.ndarray:
 
 
 def _read_test(test, kind: str, candidates: _Ids) -> tuple[list, np.ndarray,
-                                                            Optional[np.ndarray], int]:
+                                                            Optional[np.ndarray], np.ndarray]:
+    """``(query batches, target positions, history positions or None, the index of each
+    target's query among the distinct queries, in the order they first appear)``."""
     spec = getattr(test, "element_spec", None)
     ok = isinstance(spec, tuple) and len(spec) in (2, 3) and all(
         isinstance(s, (tf.TensorSpec, tf.RaggedTensorSpec)) and _id_kind(s.dtype) == kind
@@ -322,14 +330,15 @@ def _read_test(test, kind: str, candidates: _Ids) -> tuple[list, np.ndarray,
         exclude = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])),
                                          constant_values=-1) for p in parts]) \
             if parts else np.zeros((0, 1), np.int64)
-    queries_seen = set()
+    queries_seen: dict = {}
+    query_users = []
     for batch in queries:
         rows = [np.asarray(t.to_list() if isinstance(t, tf.RaggedTensor) else t.numpy(),
                            dtype=object) for t in tf.nest.flatten(batch)]
         for i in range(len(rows[0]) if rows else 0):
-            queries_seen.add(repr([r[i].tolist() if hasattr(r[i], "tolist") else r[i]
-                                   for r in rows]))
-    return queries, targets, exclude, len(queries_seen)
+            key = repr([r[i].tolist() if hasattr(r[i], "tolist") else r[i] for r in rows])
+            query_users.append(queries_seen.setdefault(key, len(queries_seen)))
+    return queries, targets, exclude, np.asarray(query_users, np.int64)
 
 
 def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
@@ -351,7 +360,8 @@ def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
     candidate_counts = counts[np.searchsorted(vocabulary, candidate_ids)]
     candidate_log_q = frequency.log_q(candidate_ids).numpy().astype(np.float64)
     index = _Ids(candidate_ids)
-    queries, targets, exclude, num_queries = _read_test(test, kind, index)
+    queries, targets, exclude, query_users = _read_test(test, kind, index)
+    num_queries = int(query_users.max()) + 1 if len(query_users) else 0
     if num_queries < MIN_TEST_USERS:
         raise CompareError(f"the test set has {num_queries} distinct query(ies) "
                            f"({len(targets)} targets): a metric over fewer than "
@@ -377,7 +387,7 @@ def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
                  num_examples=int(len(training_ids)), candidate_ids=candidate_ids,
                  candidate_batches=candidate_batches, query_batches=queries,
                  targets=targets, exclude=exclude, counts=candidate_counts,
-                 frequency=frequency,
+                 frequency=frequency, query_users=query_users,
                  candidate_log_q=candidate_log_q, facts=facts, identity=identity)
 
 
@@ -582,7 +592,7 @@ class _ModelFnTrainer:
         """``(model, task, batches, facts)`` of a run: the seed set, then the task, the
         batches (`training_batches`) and the model (``model_fn(task)``), checked and built
         on a batch (`_check_model`, whose ``facts`` these are)."""
-        task = ComparedTask(loss.split("-", 1)[1], self.data.frequency)
+        task = ComparedTask(parse_loss_name(loss, None).correction, self.data.frequency)
         with _SeededRandomLayers():
             tf.keras.utils.set_random_seed(seed)
             batches = training_batches(self.data.train, seed, batch_size, shuffle_buffer)
@@ -591,7 +601,7 @@ class _ModelFnTrainer:
                                  task, _name(self.model_fn))
         return model, task, batches, facts
 
-    def evaluate(self, model, steps: int) -> tuple[dict, tf.Tensor, tf.Tensor]:
+    def evaluate(self, model, steps: int) -> tuple[dict, tf.Tensor, tf.Tensor, np.ndarray]:
         items = _embeddings(self.candidate_embed, model, self.data.candidate_batches,
                             "candidate")
         queries = _embeddings(self.query_embed, model, self.data.query_batches, "query")
@@ -599,7 +609,7 @@ class _ModelFnTrainer:
                              padding_id=None, chunk_size=EVAL_BATCH)
         metrics = recall_ndcg_from_ranks(ranks, self.ks)
         metrics.update(recall_ndcg_by_band(ranks, self.target_bands, self.ks))
-        return {"steps": steps, **metrics}, queries, items
+        return {"steps": steps, **metrics}, queries, items, np.asarray(ranks, np.int64)
 
     def positive_share(self, queries: tf.Tensor, items: tf.Tensor) -> dict:
         """The regime, as the built-in two-tower reports it
@@ -652,7 +662,7 @@ class _ModelFnTrainer:
                 state["start"] = time.perf_counter()
             if i + 1 in eval_at and i + 1 not in done:
                 began = time.perf_counter()
-                row, _, _ = self.evaluate(model, i + 1)
+                row, _, _, _ = self.evaluate(model, i + 1)
                 on_eval({**row, **timing(i + 1)})
                 state["saving"] += time.perf_counter() - began
             if i + 1 < config.steps:
@@ -670,7 +680,7 @@ class _ModelFnTrainer:
             finally:
                 tf.get_logger().removeFilter(quiet)
             checkpoint.save(config.steps)  # a kill while evaluating does not repeat training
-        last, queries, items = self.evaluate(model, config.steps)
+        last, queries, items, ranks = self.evaluate(model, config.steps)
         last.update(timing(config.steps))
         last.update(self.positive_share(queries, items))
         last.update(self.data.facts)
@@ -679,7 +689,10 @@ class _ModelFnTrainer:
         last["diverged"] = int(not finite)
         if config.steps not in done:
             on_eval(last)
-        return {**window_row(self.plan, loss, seed, evaluations, last), **self.extra}
+        return {**window_row(self.plan, loss, seed, evaluations, last), **self.extra,
+                FINAL_RANKS: ranks,
+                FINAL_EMBEDDINGS: (np.asarray(items, np.float32),
+                                   np.asarray(queries, np.float32))}
 
 
 # ---------------------------------------------------------------------------- the API
@@ -709,6 +722,7 @@ def compare_model(
     source: str = "",
     checkpoint_seconds: float = 120.0,
     say: Callable[[str], None] = print,
+    served_index: Optional[ServedIndex] = None,
 ) -> list[dict]:
     """Compares the corrected logQ loss with the standard ones on your own `tfrs.Model`,
     paired by seed, and writes what ``tfrs-logq compare`` writes into ``output_dir``.
@@ -764,6 +778,13 @@ def compare_model(
       source: words naming the data in the report. Defaults to none.
       checkpoint_seconds: the least time between two checkpoints of a run. Defaults to 120.
       say: where progress lines go. Defaults to `print`.
+      served_index: ``served_index(item_embeddings, query_embeddings, ks) -> record``,
+        called on the final model of each loss at the first seed with every candidate's
+        embedding and the test queries' (those its exact evaluation ranks), its record
+        kept in ``served_index.json`` and said in the report
+        (`tfrs_logq.studies.compare.run_plan`;
+        `tfrs_logq.serving.served_recall.served_recall` measures the index ``tfrs-logq
+        export --index auto`` builds). Defaults to None: not measured.
 
     Returns:
       The rows of ``results.csv``: one per finished loss and seed.
@@ -778,7 +799,7 @@ def compare_model(
                     batch_size=batch_size, shuffle_buffer=shuffle_buffer, baseline=baseline,
                     output_dir=output_dir, margin=margin, primary_metric=primary_metric,
                     primary_baseline=primary_baseline, max_runs=max_runs, source=source,
-                    checkpoint_seconds=checkpoint_seconds, say=say)
+                    checkpoint_seconds=checkpoint_seconds, say=say, served_index=served_index)
 
 
 def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict] = None,
@@ -830,9 +851,10 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
     return run_plan(plan, o.output_dir, Trainer(
         catalog=f"compare: {len(data.candidate_ids):,} candidates, {len(data.targets):,} "
                 f"test targets, {data.num_examples:,} training examples",
-        key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train),
+        key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train,
+        test_users=data.query_users),
         say=o.say, max_runs=o.max_runs, margin=margin,
-        primary=(o.primary_metric, o.primary_baseline))
+        primary=(o.primary_metric, o.primary_baseline), served_index=o.served_index)
 
 
 # ---------------------------------------------------------------------------- a log

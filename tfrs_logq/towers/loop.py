@@ -1,12 +1,13 @@
-"""The two-tower trainer's training loop (`tfrs_logq.towers.training` on users' logs).
+"""The two-tower trainer's training loop (`tfrs_logq.towers.training` on users' logs): the
+public `tfrs_logq.two_tower.TwoTowerModel`, trained step by step through its
+`TwoTowerModel.retrieval_loss` with the step's sampled negatives.
 
 A *spec* is any object with the fields this module reads (`training.run_spec` of a
 `TwoTowerConfig`): ``num_items``, ``embedding_dim``, ``history_length``,
-``sampler`` (in-batch / uniform / mixed), ``num_in_batch_negatives``,
-``num_uniform_negatives``, ``proposal`` (unigram / mixture / inclusion), ``correction``
-(`tfrs_logq.corrections`: none / logq-tfrs / logq-official / corrected), ``batch_size``,
-``learning_rate``,
-``optimizer``, ``seed``, ``steps``, ``eval_at`` and ``run_id``.
+``num_in_batch_negatives``, ``num_uniform_negatives``, ``proposal`` (unigram / mixture /
+inclusion), ``correction`` (`tfrs_logq.corrections`: none / logq-tfrs / logq-official /
+corrected), ``batch_size``, ``learning_rate``, ``optimizer``, ``seed``, ``steps``,
+``eval_at`` and ``run_id``.
 
 Common random numbers: the initial weights come from ``seed`` alone
 (`tf.keras.utils.set_random_seed`), the negatives of step ``i`` from ``(seed, i)``
@@ -25,40 +26,28 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.step_checkpoint import StepCheckpoint, source_fingerprint
-from tfrs_logq.corrections import CORRECTIONS
 from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.proposal import PROPOSAL_KINDS, proposal_log_q_table
 from tfrs_logq.sampling import sample_negatives
 from tfrs_logq.tasks import CorrectedRetrieval
-from tfrs_logq.towers.config import OPTIMIZERS
-from tfrs_logq.two_tower import HistoryQueryTower
+from tfrs_logq.two_tower import TwoTowerModel
 
-SAMPLERS = ("in-batch", "uniform", "mixed")
 PROPOSALS = PROPOSAL_KINDS
 
 
-def positive_log_q(run, table: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
-    """``log Q(p)`` of the positives' columns (``logq-official`` reads it for no term of
-    the loss: the task leaves the positive uncorrected)."""
-    return tf.gather(table, positives)
+def build_model(run) -> TwoTowerModel:
+    """The spec's `TwoTowerModel` (with `make_task`'s task), its towers built from the
+    spec's seed alone: the query tower's weights first, then the item table's."""
+    tf.keras.utils.set_random_seed(run.seed)
+    model = TwoTowerModel(run.num_items + 1, run.embedding_dim, make_task(run))
+    model.query_tower(tf.zeros([1, run.history_length], tf.int64))
+    model.item_tower(tf.zeros([1], tf.int64))
+    return model
 
 
-# ---------------------------------------------------------------------------- training
-
-class TowerModel(tf.Module):
-    """The query tower (`HistoryQueryTower`) and the item table, from the spec's seed."""
-
-    def __init__(self, run) -> None:
-        super().__init__()
-        tf.keras.utils.set_random_seed(run.seed)
-        self.query_tower = HistoryQueryTower(run.num_items + 1, run.embedding_dim)
-        self.item_tower = tf.keras.layers.Embedding(run.num_items + 1, run.embedding_dim)
-        self.query_tower(tf.zeros([1, run.history_length], tf.int64))
-        self.item_tower(tf.zeros([1], tf.int64))
-
-    @property
-    def weights(self) -> list:
-        return self.query_tower.trainable_variables + self.item_tower.trainable_variables
+def tower_weights(model: TwoTowerModel) -> list:
+    """The trained variables: the query tower's, then the item table."""
+    return model.query_tower.trainable_variables + model.item_tower.trainable_variables
 
 
 def make_task(run) -> CorrectedRetrieval:
@@ -89,8 +78,8 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
           record: Optional[list] = None, checkpoint_dir: Optional[str] = None,
           checkpoint_seconds: float = 120.0,
           on_step: Optional[Callable[[int], None]] = None,
-          on_eval: Optional[Callable[[int, "TowerModel", dict], None]] = None
-          ) -> tuple[TowerModel, dict]:
+          on_eval: Optional[Callable[[int, TwoTowerModel, dict], None]] = None
+          ) -> tuple[TwoTowerModel, dict]:
     """Trains one spec on ``batches(first_step)`` (its batches from ``first_step`` on:
     ``{"history": [b, L], "target": [b]}`` int64 and optionally ``"weight": [b]`` float32,
     each example's loss weight; batch ``i`` a function of the seed and ``i`` only);
@@ -108,9 +97,9 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
     (0-based) has finished. ``on_eval(steps, model, timing)`` is called after each of
     ``run.eval_at``'s steps, before the checkpoint may save that step, so a kill never
     skips an evaluation (``timing`` as returned, so far)."""
-    model = TowerModel(run)
-    task, optimizer = make_task(run), make_optimizer(run)
-    optimizer.build(model.weights)  # slots exist before the step is traced (and restored)
+    model = build_model(run)
+    weights, optimizer = tower_weights(model), make_optimizer(run)
+    optimizer.build(weights)  # slots exist before the step is traced (and restored)
     checkpoint = None
     first_step = 0
     if checkpoint_dir:
@@ -131,16 +120,14 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
                                      num_uniform=run.num_uniform_negatives,
                                      num_in_batch=run.num_in_batch_negatives,
                                      num_items=run.num_items, log_q=table)
-        ids = tf.concat([positives, negatives.ids], 0)
-        log_q = tf.concat([positive_log_q(run, table, positives), negatives.log_q], 0)
+        # log Q(p) of the positives is read by logq-tfrs alone (the other corrections
+        # leave the positive's term uncorrected).
         with tf.GradientTape() as tape:
-            loss = task(model.query_tower(batch["history"]), model.item_tower(ids),
-                        candidate_ids=ids, candidate_log_sampling_probability=log_q,
-                        score_mask=negatives.score_mask(tf.shape(positives)[0]),
-                        sample_weight=batch.get("weight"),
-                        compute_metrics=False, compute_batch_metrics=False)
-        grads = tape.gradient(loss, model.weights)
-        optimizer.apply_gradients(zip(grads, model.weights))
+            loss = model.retrieval_loss(batch["history"], positives,
+                                        tf.gather(table, positives), negatives,
+                                        sample_weight=batch.get("weight"))
+        grads = tape.gradient(loss, weights)
+        optimizer.apply_gradients(zip(grads, weights))
         return loss, negatives.ids, negatives.is_valid
 
     start, saving = time.perf_counter(), 0.0
@@ -173,11 +160,10 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
         checkpoint.save(run.steps)  # a kill while evaluating does not repeat training
     # Diverged: a non-finite last loss or weight (NaN weights stay NaN: the last step tells).
     finite = bool(np.isfinite(loss.numpy())) or first_step >= run.steps
-    finite = finite and all(bool(np.all(np.isfinite(w.numpy()))) for w in model.weights)
+    finite = finite and all(bool(np.all(np.isfinite(w.numpy()))) for w in weights)
     return model, {"seconds_per_step": per_step, "resumed_from_step": first_step,
                    "diverged": not finite}
 
 
-__all__ = ["CORRECTIONS", "OPTIMIZERS", "PROPOSALS", "SAMPLERS", "TowerModel",
-           "checkpoint_key", "make_optimizer", "make_task", "positive_log_q",
-           "train_loop"]
+__all__ = ["PROPOSALS", "build_model", "checkpoint_key", "make_optimizer", "make_task",
+           "tower_weights", "train_loop"]

@@ -34,7 +34,8 @@ from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.pipelines.vocabulary import RUN_ITEMS_FILE, read_run_items, write_run_items
 from tfrs_logq.towers import training
 from tfrs_logq.towers.config import TwoTowerConfig
-from tfrs_logq.towers.loop import TowerModel
+from tfrs_logq.towers.loop import build_model
+from tfrs_logq.two_tower import TwoTowerModel
 
 MODEL_KIND = "two-tower"
 WEIGHTS = "final.weights"
@@ -113,7 +114,7 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
             if on_eval is not None:
                 on_eval(row)
 
-        def save(model: TowerModel) -> None:
+        def save(model: TwoTowerModel) -> None:
             tf.train.Checkpoint(query_tower=model.query_tower,
                                 item_tower=model.item_tower).write(
                 os.path.join(model_dir, WEIGHTS))
@@ -131,7 +132,7 @@ class TowerEncoder(tf.Module):
     ``max_length``, ``last_query(history)`` (``[batch, max_length]`` internal ids,
     right-aligned, 0 padding) and ``item_embeddings()`` (``[V + 1, d]``, row 0 padding)."""
 
-    def __init__(self, model: TowerModel, history_length: int) -> None:
+    def __init__(self, model: TwoTowerModel, history_length: int) -> None:
         super().__init__(name="two_tower")
         self.model = model
         self.max_length = int(history_length)
@@ -141,7 +142,7 @@ class TowerEncoder(tf.Module):
         return self.model.query_tower(tf.cast(history, tf.int64))
 
     def item_embeddings(self) -> tf.Tensor:
-        return self.model.item_tower.embeddings
+        return self.model.item_embeddings()
 
 
 def load_run(model_dir: str) -> tuple[TowerEncoder, dict, np.ndarray]:
@@ -158,7 +159,7 @@ def load_run(model_dir: str) -> tuple[TowerEncoder, dict, np.ndarray]:
     if not os.path.exists(weights + ".index"):
         raise FileNotFoundError(f"{model_dir} has no {WEIGHTS}: the run has not finished; "
                                 "run the same `tfrs-logq train` again to finish it.")
-    model = TowerModel(training.run_spec(config, int(record["num_items"])))
+    model = build_model(training.run_spec(config, int(record["num_items"])))
     tf.train.Checkpoint(query_tower=model.query_tower, item_tower=model.item_tower).read(
         weights).assert_existing_objects_matched().expect_partial()
     return TowerEncoder(model, config.history_length), record, read_run_items(model_dir)

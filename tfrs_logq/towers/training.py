@@ -1,9 +1,10 @@
 """A two-tower retrieval model trained on a `Split` of interactions: any user's log.
 
-The model is `tfrs_logq.towers.loop`'s: a query tower over the user's last
-``history_length`` items (`HistoryQueryTower`) and an item embedding table, trained by
-`CorrectedRetrieval` with the row-sparse `LazyAdam` by default, so a step costs the
-same at 100k or 1M items (the table rows a batch does not touch are not updated).
+The model is the public `tfrs_logq.two_tower.TwoTowerModel`: a query tower over the
+user's last ``history_length`` items (`HistoryQueryTower`) and an item embedding table,
+trained by `CorrectedRetrieval` in `tfrs_logq.towers.loop`'s loop with the row-sparse
+`LazyAdam` by default, so a step costs the same at 100k or 1M items (the table rows a
+batch does not touch are not updated).
 
 Examples: every training interaction but a user's first, with the items before it as
 the history. When the log has a weight column (`Split.train_weights`), each example's
@@ -43,41 +44,37 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfrs_logq.corrections import LossName
 from tfrs_logq.metrics import popularity_bands, recall_ndcg_by_band
 from tfrs_logq.pipelines.sequential import evaluate, evaluation_arrays
 from tfrs_logq.pipelines.splits import Split, check_evaluable, target_facts
 from tfrs_logq.proposal import standard_positive_share
 from tfrs_logq.towers.config import TwoTowerConfig
-from tfrs_logq.towers.loop import TowerModel, train_loop
+from tfrs_logq.towers.loop import train_loop
+from tfrs_logq.two_tower import TwoTowerModel
 
 BATCH_SALT = 0x6261746368  # "batch": keeps the batches' key apart from the negatives'
 
 
 @dataclasses.dataclass(frozen=True)
 class _Spec:
-    """What `tfrs_logq.towers.loop` reads, from a config and the split's catalog."""
+    """What `tfrs_logq.towers.loop` reads, from a config, the split's catalog and the
+    config's loss name, parsed once (`run_spec`)."""
 
     config: TwoTowerConfig
     num_items: int
+    loss_name: LossName
 
     def __getattr__(self, name):
         return getattr(self.config, name)
 
     @property
-    def negatives(self) -> str:
-        return self.config.loss_name.negatives
-
-    @property
     def correction(self) -> str:
-        return self.config.loss_name.correction
-
-    @property
-    def sampler(self) -> str:
-        return "in-batch" if self.negatives == "inbatch" else "mixed"
+        return self.loss_name.correction
 
     @property
     def proposal(self) -> str:
-        return "mixture" if self.negatives == "mns" else "unigram"
+        return "mixture" if self.loss_name.negatives == "mns" else "unigram"
 
     @property
     def num_in_batch_negatives(self) -> int:
@@ -85,7 +82,7 @@ class _Spec:
 
     @property
     def num_uniform_negatives(self) -> int:
-        return self.config.num_negatives if self.negatives == "mns" else 0
+        return self.config.num_negatives if self.loss_name.negatives == "mns" else 0
 
     @property
     def eval_at(self) -> tuple:
@@ -168,8 +165,9 @@ def _example_weights(weights: np.ndarray) -> np.ndarray:
 
 
 def run_spec(config: TwoTowerConfig, num_items: int) -> _Spec:
-    """What `tfrs_logq.towers.loop` reads of a run of ``config`` on ``num_items`` items."""
-    return _Spec(config, int(num_items))
+    """What `tfrs_logq.towers.loop` reads of a run of ``config`` on ``num_items`` items
+    (the loss name parsed here, once: the config checked it)."""
+    return _Spec(config, int(num_items), config.loss_name)
 
 
 def _ks(num_items: int) -> tuple:
@@ -190,14 +188,14 @@ def estimated_peak_bytes(config: TwoTowerConfig, num_items: int, num_examples: i
     examples' positions, and TensorFlow with the data (`TENSORFLOW_BYTES`)."""
     rows = num_items + 1
     table = 3 * rows * config.embedding_dim * 4
-    negatives = config.num_negatives if config.loss.startswith("mns-") else 0
+    negatives = config.num_negatives if config.loss_name.negatives == "mns" else 0
     step = 6 * config.batch_size * (config.batch_size + negatives) * 4
     evaluation = 4 * min(512, max(num_test, 1)) * rows * 4
     examples = 3 * num_examples * 8
     return TENSORFLOW_BYTES + table + step + evaluation + examples
 
 
-def positive_share(model: TowerModel, arrays: dict, log_q: np.ndarray, num_negatives: int,
+def positive_share(model: TwoTowerModel, arrays: dict, log_q: np.ndarray, num_negatives: int,
                    batch_size: int = 512) -> dict:
     """The regime: quantiles of the trained model's ``P(p|u)`` (full-catalog softmax) and
     of the positive's share of the standard logQ denominator,
@@ -225,7 +223,7 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
           on_eval: Optional[Callable[[dict], None]] = None,
           done: Sequence[int] = (), on_step: Optional[Callable[[int], None]] = None,
           examples: Optional[Examples] = None, checkpoint_seconds: float = 120.0,
-          on_trained: Optional[Callable[[TowerModel], None]] = None) -> dict:
+          on_trained: Optional[Callable[[TwoTowerModel], None]] = None) -> dict:
     """Trains one run and evaluates the test split at ``config.eval_steps``.
 
     Returns the last evaluation: ``{"steps", "recall@k", "ndcg@k", ...,
@@ -247,7 +245,7 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     target_bands = popularity_bands(split.train_item_counts())[arrays["targets"]]
     start = time.perf_counter()
 
-    def measure(steps: int, model: TowerModel, timing: dict) -> dict:
+    def measure(steps: int, model: TwoTowerModel, timing: dict) -> dict:
         ranks: list = []
         metrics = evaluate(model.query_tower, model.item_tower.embeddings, arrays, ks=ks,
                            per_target=ranks)
@@ -258,7 +256,7 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
                 "resumed_from_step": timing["resumed_from_step"],
                 "train_seconds": round(time.perf_counter() - start, 1)}
 
-    def evaluated(steps: int, model: TowerModel, timing: dict) -> None:
+    def evaluated(steps: int, model: TwoTowerModel, timing: dict) -> None:
         if steps not in done and on_eval is not None:
             on_eval(measure(steps, model, timing))
 

@@ -187,6 +187,11 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
     metrics = driver.METRIC_COLUMNS
     for ra, rb in zip(a, b):
         assert {m: ra[m] for m in metrics} == {m: rb[m] for m in metrics}
+        ha = driver.load_hits(str(straight), ra["run_id"])
+        hb = driver.load_hits(str(stopped), rb["run_id"])
+        assert sorted(ha) == sorted(hb)
+        for name in ha:  # the resumed run's hits per user are the uninterrupted run's
+            np.testing.assert_array_equal(ha[name], hb[name])
     assert b[0]["resumed_from_step"] == "10" and b[1]["resumed_from_step"] == "30"
     # A finished run is not run again; asked for more steps, it continues from 30.
     finished = driver.finished_rows(str(stopped / "results.csv"))
@@ -194,6 +199,52 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
     longer = dataclasses.replace(run, eval_at=(15, 30, 35))
     assert driver.run_one(longer, ctx(stopped, driver.Clock(None)), finished) == 1
     assert rows(stopped)[-1]["resumed_from_step"] == "30" and rows(stopped)[-1]["steps"] == "35"
+
+
+def test_saved_hits_per_user_average_to_the_reported_recall(tmp_path):
+    run = runs.Run(**TINY, correction="corrected", eval_at=(5, 20))  # the resume test's loop
+    w = world.World(run.world(), run.num_eval_users)
+    ctx = driver.Context(str(tmp_path), w, evaluate.truth_columns(w), driver.Clock(None),
+                         log=lambda m: None)
+    assert driver.run_one(run, ctx, set()) == 2
+    import csv
+
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(list((tmp_path / "hits").glob("*.npz"))) == 2
+    n = run.num_eval_users
+    for row in rows:
+        hits = driver.load_hits(str(tmp_path), row["run_id"])
+        assert hits["exact"].shape == hits["observed"].shape == (n, len(world.KS))
+        assert hits["observed"].dtype == bool and list(hits["ks"]) == list(world.KS)
+        np.testing.assert_array_equal(hits["user_id"], w.eval_batch["user_id"])
+        np.testing.assert_array_equal(hits["target"], w.eval_batch["target"])
+        np.testing.assert_array_equal(hits["band"], w.bands[w.eval_batch["target"]])
+        for i, k in enumerate(world.KS):
+            assert abs(hits["exact"][:, i].mean() - float(row[f"exact_recall@{k}"])) < 1e-12
+            assert hits["observed"][:, i].mean() == float(row[f"observed_recall@{k}"])
+            for b, band in enumerate(world.BANDS):
+                in_band = hits["observed"][hits["band"] == b, i]
+                assert in_band.mean() == float(row[f"{band}_recall@{k}"])
+    # The last evaluation's hits against brute force over the saved weights.
+    with np.load(next((tmp_path / "runs").glob("*.npz"))) as ckpt:
+        assert int(ckpt["step"]) == 20
+        params = {name.split("/", 1)[1]: jnp.asarray(ckpt[name]) for name in ckpt.files
+                  if name.startswith("params/")}
+    queries = np.asarray(model.query_embeddings(params, jnp.asarray(w.eval_batch["history"])))
+    scores = queries @ np.asarray(params["item_embedding"])[1:].T
+    targets = w.eval_batch["target"]
+    true_p = np.exp(w.true_log_prob(np.arange(n), np.tile(np.arange(1, run.num_items + 1),
+                                                         (n, 1))))
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ranks = (scores > scores[np.arange(n), targets - 1][:, None]).sum(1)
+    hits = driver.load_hits(str(tmp_path), rows[-1]["run_id"])
+    for i, k in enumerate(world.KS):
+        want = np.take_along_axis(true_p, order[:, :k], 1).sum(1)
+        np.testing.assert_allclose(hits["exact"][:, i], want, atol=1e-6)
+        np.testing.assert_array_equal(hits["observed"][:, i], ranks < k)
+    with pytest.raises(FileNotFoundError, match="no hits"):
+        driver.load_hits(str(tmp_path), run.row_id(7))
 
 
 def test_presets_have_the_grid_of_the_issue():
