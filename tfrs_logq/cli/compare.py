@@ -8,12 +8,13 @@ import json
 import sys
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import Suppress, arg
 
 from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import Verbose, check, shown
 from tfrs_logq.sasrec.config import LOG_FORMATS
 from tfrs_logq.studies._grid import check_output_dir
+from tfrs_logq.towers.config import TwoTowerConfig
 
 
 @dataclasses.dataclass
@@ -52,6 +53,16 @@ class UserLogFlags:  # a user's log (`tfrs_logq.pipelines.user_log.UserLogSource
         check(self, at_least={"min_item_interactions": 1, "min_user_interactions": 0})
 
 
+@dataclasses.dataclass(frozen=True)
+class TwoTowerFlags(TwoTowerConfig):
+    """Each run's `TwoTowerConfig` (--loss and --seeds list the runs'): --steps,
+    --eval-every and --exclude-seen for every model, --batch-size and --history-length for
+    --model-fn too, the others for the two-tower alone."""
+
+    loss: Suppress[str] = TwoTowerConfig.loss
+    seed: Suppress[int] = TwoTowerConfig.seed
+
+
 @dataclasses.dataclass
 class CompareFlags(Verbose):
     """standard against corrected logQ on your own log: paired seeds, intervals, a verdict"""
@@ -78,31 +89,13 @@ class CompareFlags(Verbose):
     """the loss the others are paired against"""
     seeds: tuple[int, ...] = (0, 1, 2)
     """seeds: one pair per seed"""
-    steps: int = 3000
-    """training steps of every run (fixed: no early stopping)"""
-    eval_every: int = 500
-    """evaluate the test split every this many steps"""
     window: Annotated[Optional[int], shown("3, or every evaluation when fewer")] = None
     """a run's result: the mean of its last this many evaluations"""
-    batch_size: int = 512
-    """examples per step"""
-    embedding_dim: int = 64
-    """embedding size (two-tower)"""
-    history_length: int = 50
-    """the query reads the user's last this many items (two-tower)"""
-    uniform_negatives: int = 1024
-    """uniform negatives shared by the batch, of the mns-* losses (two-tower)"""
-    learning_rate: float = 3e-3
-    """Adam's step size (two-tower)"""
     preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
     """SASRec's architecture (--model sasrec); --steps, --eval-every and --window replace
     its epochs"""
     temporal_fraction: Annotated[Optional[float], arg(metavar="F"), shown("0.1")] = None
     """--split temporal: the latest this fraction of interactions is the test split"""
-    exclude_seen: bool = True
-    """the evaluation policy, as the served top_k's exclude_history: leave the items of
-    the history a request sends out of the ranking (a repeat target is then a miss);
-    --no-exclude-seen ranks them (send exclude_history false to serve that way)"""
     margin: Annotated[str, arg(metavar="M")] = "0.002"
     """the equivalence margin: an interval inside ±M reads "no difference larger than
     M"; an absolute difference (0.002) or a percentage of the reference's value (2%)"""
@@ -123,12 +116,12 @@ class CompareFlags(Verbose):
     """print one JSON object (the plan and the results' rows); progress goes to stderr"""
     data: Annotated[UserLogFlags, arg(name="data")] = dataclasses.field(
         default_factory=UserLogFlags)
+    model_config: Annotated[TwoTowerFlags, arg(name="model")] = dataclasses.field(
+        default_factory=TwoTowerFlags)
 
     def __post_init__(self) -> None:
-        check(self, at_least={"seeds": 0, "steps": 1, "eval_every": 1, "window": 1,
-                              "batch_size": 2, "embedding_dim": 1, "history_length": 1,
-                              "uniform_negatives": 1, "max_runs": 0},
-              above={"learning_rate": 0, "temporal_fraction": 0},
+        check(self, at_least={"seeds": 0, "window": 1, "max_runs": 0},
+              above={"temporal_fraction": 0},
               at_most={"seeds": 2**32 - 1})
 
 
@@ -169,14 +162,8 @@ def run(args) -> int:
     if args.model == "sasrec" and not args.exclude_seen:
         raise ValueError("--no-exclude-seen is a two-tower flag: SASRec is evaluated "
                          "exclude-seen, as its export serves by default.")
-    config = TwoTowerConfig(exclude_seen=args.exclude_seen, steps=args.steps,
-                            eval_every=args.eval_every,
-                            batch_size=args.batch_size, embedding_dim=args.embedding_dim,
-                            history_length=args.history_length,
-                            num_negatives=args.uniform_negatives,
-                            learning_rate=args.learning_rate,
-                            loss=("inbatch-corrected" if args.model == "sasrec"
-                                  else args.loss[0]))
+    config = TwoTowerConfig(**{**dataclasses.asdict(args.flags.model_config), "loss": (
+        "inbatch-corrected" if args.model == "sasrec" else args.loss[0])})
     from tfrs_logq.cli.data import load_any_split
 
     if bool(args.interactions) == bool(args.dataset):
@@ -215,7 +202,7 @@ def _run_model_fn(args, say, margin) -> int:
     given = [n for n in ("model", "preset", *_TWO_TOWER_ONLY)
              if n not in _MODEL_FN_TAKES and getattr(args, n) != _default(n)]
     if given:
-        raise ValueError(f"--{given[0].replace('_', '-')} is a flag of the built-in models; "
+        raise ValueError(f"{_flag(given[0])} is a flag of the built-in models; "
                          f"with --model-fn your model_fn builds the model (and compiles "
                          f"its optimizer).")
     if args.weight_column:
@@ -251,16 +238,21 @@ def _run_model_fn(args, say, margin) -> int:
 # The flags only a user's log takes (their defaults), and those only the two-tower takes.
 _LOG_ONLY = ("user_column", "item_column", "time_column", "weight_column", "log_format",
              "min_item_interactions", "min_user_interactions", "deduplicate")
-_TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "uniform_negatives",
-                   "learning_rate")
+_TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "num_negatives",
+                   "learning_rate", "optimizer")
 # What --model-fn takes of those (the batch, the history a request sends), and its own.
 _MODEL_FN_TAKES = ("batch_size", "history_length")
 _MODEL_FN_ONLY = ("query_model", "candidate_model")
 
 
+def _flag(name: str) -> str:
+    """The flag of a field (TwoTowerConfig's num_negatives is --uniform-negatives)."""
+    return "--" + {"num_negatives": "uniform_negatives"}.get(name, name).replace("_", "-")
+
+
 def _default(name: str):
-    """The default of a flag of `UserLogFlags` or `CompareFlags`."""
-    for flags_class in (UserLogFlags, CompareFlags):
+    """The default of a flag of `UserLogFlags`, `CompareFlags` or `TwoTowerFlags`."""
+    for flags_class in (UserLogFlags, CompareFlags, TwoTowerFlags):
         if name in flags_class.__dataclass_fields__:
             field = flags_class.__dataclass_fields__[name]
             return (field.default_factory() if field.default is dataclasses.MISSING
@@ -270,12 +262,11 @@ def _default(name: str):
 
 def _refuse_unused(args) -> None:
     """A flag the chosen data source or model does not read is an error, not ignored."""
-    def given(name, flags_class):
-        field = flags_class.__dataclass_fields__[name]
-        return getattr(args, name) != field.default
+    def given(name):
+        return getattr(args, name) != _default(name)
 
     if args.dataset:
-        unused = [n for n in _LOG_ONLY if given(n, UserLogFlags)]
+        unused = [n for n in _LOG_ONLY if given(n)]
         if unused:
             raise ValueError(f"--{unused[0].replace('_', '-')} is a flag of --interactions "
                              f"(your log); --dataset {args.dataset} does not take it.")
@@ -283,9 +274,9 @@ def _refuse_unused(args) -> None:
         raise ValueError("--data-dir is where --dataset's files are; --interactions names "
                          "the log itself.")
     if args.model == "sasrec":
-        unused = [n for n in _TWO_TOWER_ONLY if given(n, CompareFlags)]
+        unused = [n for n in _TWO_TOWER_ONLY if given(n)]
         if unused:
-            raise ValueError(f"--{unused[0].replace('_', '-')} is a two-tower flag; "
+            raise ValueError(f"{_flag(unused[0])} is a two-tower flag; "
                              f"--model sasrec takes its model from --preset.")
 
 

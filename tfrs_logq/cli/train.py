@@ -170,7 +170,8 @@ def _run_two_tower(args) -> int:
     sasrec_only = [k for k in flags if k not in DATA_FIELDS and k not in TWO_TOWER_SHARED]
     if sasrec_only:
         raise ValueError(f"--{sasrec_only[0].replace('_', '-')} is a SASRec flag, not taken "
-                         "by --model two-tower.")
+                         "by --model two-tower" + (" (its uniform negatives: "
+                         "--uniform-negatives)." if sasrec_only[0] == "num_negatives" else "."))
     model_flags = {k: v for k, v in _two_tower_flags(args).items() if v is not None}
     weight_column = model_flags.pop("weight_column", None)
     if "uniform_negatives" in model_flags:  # TwoTowerConfig's num_negatives
