@@ -222,6 +222,24 @@ def test_train_without_split_takes_the_split_the_data_format_supports(
     assert overrides.get("split") == split
 
 
+def test_data_stats_and_compare_read_one_data_source(capsys, tmp_path, monkeypatch):
+    """`DataSource` (tfrs_logq.pipelines.source) is both commands' data flags: a dataset's
+    file format reaches the loader, and a flag of --dataset with a log is refused."""
+    from tfrs_logq.pipelines import datasets
+
+    commands = (["data", "stats"], ["compare", "--output-dir", tmp_path / "out"])
+    for command in commands:
+        args, kwargs = reached(monkeypatch, datasets, "load_split", *command, "--dataset",
+                               "ml-1m", "--data-format", "sasrec", "--split", "loo",
+                               "--data-dir", tmp_path)
+        assert args == ("ml-1m", "loo", str(tmp_path)) and kwargs["data_format"] == "sasrec"
+        for flag, value in (("--data-format", "sasrec"), ("--data-dir", tmp_path)):
+            code, _, err = run(capsys, *command, "--interactions", tmp_path / "log.csv",
+                               "--user-column", "u", "--item-column", "i", flag, value)
+            assert_one_line_error(code, err, f"{flag} is --dataset's")
+    assert not (tmp_path / "out").exists()
+
+
 def test_data_stats_without_split_takes_gsasrec_for_sasrecs_file(capsys, monkeypatch):
     from tfrs_logq.pipelines import datasets
 
@@ -283,10 +301,12 @@ def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_preset
 def test_the_flags_constants_are_the_librarys():
     """The flag modules import no TensorFlow: the choices they name are the library's."""
     from tfrs_logq.cli import diagnose, export
+    from tfrs_logq.pipelines import log_readers, source
     from tfrs_logq.serving import export as serving_export
     from tfrs_logq.studies import diagnose as studies_diagnose
 
     assert diagnose.SAMPLERS == studies_diagnose.SAMPLERS
+    assert source.LOG_FORMATS == log_readers.FORMATS
     assert (export.INDEXES, export.DEFAULT_MAX_K, export.DEFAULT_TARGET_RECALL) == (
         serving_export.INDEXES, serving_export.DEFAULT_MAX_K,
         serving_export.DEFAULT_TARGET_RECALL)

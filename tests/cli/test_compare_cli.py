@@ -209,7 +209,7 @@ def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
             (("--dataset", "ml-1m", "--deduplicate"),
              "--deduplicate is a flag of --interactions"),
             (("--interactions", weighted_log_csv, "--data-dir", str(tmp_path)),
-             "--data-dir is where --dataset's files are"),
+             "--data-dir is --dataset's"),
             (("--interactions", weighted_log_csv, "--model", "sasrec", "--learning-rate", "0.05"),
              "--learning-rate is a two-tower flag")):
         proc = cli_in_process(capsys, "compare", *flags, "--output-dir", str(tmp_path / "x"))

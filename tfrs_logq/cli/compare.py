@@ -12,45 +12,9 @@ from tyro.conf import Suppress, arg
 
 from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.sasrec.config import LOG_FORMATS
+from tfrs_logq.pipelines.source import DataSource, LogFilters
 from tfrs_logq.studies._grid import check_output_dir
 from tfrs_logq.towers.config import TwoTowerConfig
-
-
-@dataclasses.dataclass
-class UserLogFlags:  # a user's log (`tfrs_logq.pipelines.user_log.UserLogSource`) or a dataset
-    interactions: Annotated[Optional[str], arg(metavar="PATH"), shown(
-        "none: --dataset instead")] = None
-    """a CSV/TSV (optionally .gz), Parquet or JSON Lines file, a glob or a directory"""
-    user_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """the column of user ids (text or integers)"""
-    item_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """the column of item ids (text or integers)"""
-    time_column: Annotated[Optional[str], arg(metavar="C"), shown(
-        "none: the file order, no temporal split")] = None
-    """the column of times: integer seconds or ISO 8601 text"""
-    weight_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """a number per interaction (>= 0): the two-tower loss of each example is multiplied by
-    its target's weight"""
-    log_format: Annotated[Optional[Literal[LOG_FORMATS]], shown(
-        "each file's extension")] = None
-    """the files' format"""
-    skip_bad_lines: bool = False
-    """skip malformed rows and count them (default: the first one is an error)"""
-    min_item_interactions: int = 5
-    """drop items with fewer interactions"""
-    min_user_interactions: int = 0
-    """then drop users with fewer"""
-    deduplicate: bool = False
-    """keep only the first of repeated (user, item) pairs"""
-    dataset: Annotated[Optional[Literal["ml-1m", "steam"]], shown(
-        "none: --interactions")] = None
-    """a built-in dataset instead of --interactions"""
-    data_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
-    """where --dataset's files are"""
-
-    def __post_init__(self) -> None:
-        check(self, at_least={"min_item_interactions": 1, "min_user_interactions": 0})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +78,13 @@ class CompareFlags(Verbose):
     """train at most N unfinished runs, then stop (a rerun goes on)"""
     json: bool = False
     """print one JSON object (the plan and the results' rows); progress goes to stderr"""
-    data: Annotated[UserLogFlags, arg(name="data")] = dataclasses.field(
-        default_factory=UserLogFlags)
+    skip_bad_lines: bool = False
+    """--interactions: skip malformed rows and count them (default: the first one is an
+    error)"""
+    data: Annotated[DataSource, arg(name="data")] = dataclasses.field(
+        default_factory=DataSource)
+    filters: Annotated[LogFilters, arg(name="your log (--interactions)")] = dataclasses.field(
+        default_factory=LogFilters)
     model_config: Annotated[TwoTowerFlags, arg(name="model")] = dataclasses.field(
         default_factory=TwoTowerFlags)
 
@@ -251,8 +220,8 @@ def _flag(name: str) -> str:
 
 
 def _default(name: str):
-    """The default of a flag of `UserLogFlags`, `CompareFlags` or `TwoTowerFlags`."""
-    for flags_class in (UserLogFlags, CompareFlags, TwoTowerFlags):
+    """The default of a flag of compare's dataclasses."""
+    for flags_class in (DataSource, LogFilters, CompareFlags, TwoTowerFlags):
         if name in flags_class.__dataclass_fields__:
             field = flags_class.__dataclass_fields__[name]
             return (field.default_factory() if field.default is dataclasses.MISSING
@@ -270,9 +239,6 @@ def _refuse_unused(args) -> None:
         if unused:
             raise ValueError(f"--{unused[0].replace('_', '-')} is a flag of --interactions "
                              f"(your log); --dataset {args.dataset} does not take it.")
-    elif args.data_dir:
-        raise ValueError("--data-dir is where --dataset's files are; --interactions names "
-                         "the log itself.")
     if args.model == "sasrec":
         unused = [n for n in _TWO_TOWER_ONLY if given(n)]
         if unused:

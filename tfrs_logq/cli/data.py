@@ -16,62 +16,22 @@ from tfrs_logq.cli._common import (
     load_options,
 )
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+from tfrs_logq.pipelines.source import DataSource, LogFilters
 from tfrs_logq.pipelines.splits import SPLITS
-from tfrs_logq.sasrec.config import LOG_FORMATS
 
 
 @dataclasses.dataclass
-class DataOptions:
-    """A built-in dataset or your log (--interactions), and its split."""
-
-    dataset: Annotated[Optional[Literal[DATASETS]], shown(
-        "ml-1m; none with --interactions")] = None
-    """a built-in dataset (instead of --interactions)"""
+class SplitOptions:
     split: Annotated[Optional[Literal[SPLITS]], shown(
         "temporal; gsasrec with --data-format sasrec; loo for a log without --time-column"
     )] = None
     """evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) or
     global temporal (needs timestamps)"""
-    data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown(
-        "$TFRS_LOGQ_DATA_DIR, else the download cache")] = None
-    """directory holding --dataset's files, searched at its top level and one level down"""
-    data_format: Annotated[Optional[Literal[ML1M_FORMATS]], shown(
-        "whichever the data directory holds")] = None
-    """ML-1M source: MovieLens's ratings.dat (timestamps) or SASRec's ml-1m.txt (order
-    only; no download exists)"""
     temporal_fraction: Annotated[Optional[float], shown("0.1; 0.01 for steam")] = None
     """temporal split: fraction of interactions for test, and again for validation"""
-    interactions: Annotated[Optional[str], arg(metavar="PATH")] = None
-    """your own log instead of --dataset: a CSV/TSV (optionally .gz), Parquet or JSON Lines
-    file, a glob or a directory (with --user-column and --item-column)"""
-    user_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """--interactions: the column of user ids (text or integers)"""
-    item_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """--interactions: the column of item ids (text or integers)"""
-    time_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """--interactions: the column of times, integer seconds or ISO 8601 (without it the
-    file order is each user's order, and --split temporal is not possible)"""
-    log_format: Annotated[Optional[Literal[LOG_FORMATS]], shown("each file's extension")] = None
-    """--interactions: csv, tsv, parquet or jsonl for every file"""
 
     def __post_init__(self) -> None:
         check(self, above={"temporal_fraction": 0})
-
-
-@dataclasses.dataclass
-class StatsFlags:
-    min_item_interactions: int = 5
-    """drop items with fewer interactions (as compare and train do)"""
-    min_user_interactions: int = 0
-    """then drop users with fewer"""
-    deduplicate: bool = False
-    """keep only the first of repeated (user, item) pairs"""
-    weight_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """a number per interaction of --interactions: read, checked and summarised"""
-
-    def __post_init__(self) -> None:
-        check(self, at_least={"min_item_interactions": 1, "min_user_interactions": 0})
 
 
 @dataclasses.dataclass
@@ -80,12 +40,14 @@ class Flags(Verbose):
 
     json: bool = False
     """print one JSON object"""
-    data: Annotated[DataOptions, arg(name="data")] = dataclasses.field(
-        default_factory=DataOptions)
+    data: Annotated[DataSource, arg(name="data")] = dataclasses.field(
+        default_factory=DataSource)
+    split: Annotated[SplitOptions, arg(name="split")] = dataclasses.field(
+        default_factory=SplitOptions)
     load: Annotated[LoadOptions, arg(name="data loading")] = dataclasses.field(
         default_factory=LoadOptions)
-    log: Annotated[StatsFlags, arg(name="your log (--interactions)")] = dataclasses.field(
-        default_factory=StatsFlags)
+    log: Annotated[LogFilters, arg(name="your log (--interactions)")] = dataclasses.field(
+        default_factory=LogFilters)
 
 
 def load_any_split(args):
@@ -97,6 +59,11 @@ def load_any_split(args):
 
         from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
 
+        for flag, value in (("--data-dir", getattr(args, "data_dir", None)),
+                            ("--data-format", getattr(args, "data_format", None))):
+            if value:
+                raise ValueError(f"{flag} is --dataset's; --interactions names the log itself "
+                                 "(its format: --log-format).")
         for flag, value in (("--user-column", args.user_column),
                             ("--item-column", args.item_column)):
             if not value:
@@ -157,7 +124,7 @@ def run(args) -> int:
 
     if not getattr(args, "interactions", None):
         given = [n for n in ("min_item_interactions", "min_user_interactions", "deduplicate")
-                 if getattr(args, n) != getattr(StatsFlags, n)]
+                 if getattr(args, n) != getattr(LogFilters, n)]
         if given:
             raise ValueError(f"--{given[0].replace('_', '-')} filters --interactions (your "
                              f"log); a built-in dataset is preprocessed as its papers do.")

@@ -32,6 +32,7 @@ from typing import Any, Literal, Mapping, Optional
 
 from tfrs_logq.corrections import CORRECTIONS, NEGATIVES, LossNameError, parse_loss_name
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+from tfrs_logq.pipelines.source import LOG_FORMATS
 from tfrs_logq.pipelines.splits import SPLITS
 
 STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
@@ -70,7 +71,6 @@ DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction
                "examples", "interactions", "user_column", "item_column", "time_column",
                "log_format")
 GIB = 1 << 30
-LOG_FORMATS = ("csv", "tsv", "parquet", "jsonl")  # `pipelines.log_readers.FORMATS`
 
 
 # The paper's protocol (gSASRec defaults) for a GPU; the paper's model and data with
