@@ -22,7 +22,8 @@ class DataSource:
     and --item-column)."""
 
     dataset: Optional[Literal[DATASETS]] = None
-    """a built-in dataset, instead of --interactions (unset: ml-1m in data stats)"""
+    """a built-in dataset, instead of --interactions (unset: ml-1m, unless --interactions;
+    compare needs one of them)"""
     data_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
     """directory holding --dataset's files, searched at its top level and one level down
     (unset: $TFRS_LOGQ_DATA_DIR, else the download cache)"""

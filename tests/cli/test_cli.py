@@ -279,14 +279,19 @@ def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_preset
     line are documented once."""
     import docstring_parser
 
+    from tfrs_logq.pipelines.source import DataSource
     from tfrs_logq.sasrec.config import FLAGS, OBJECTIVES, PRESETS, TrainConfig
 
     shown = entries(help_of(capsys, "train"))
-    docs = {p.arg_name: p.description
-            for p in docstring_parser.parse_from_object(TrainConfig).params}
     squeeze = lambda text: re.sub(r"\s+", "", text)  # noqa: E731 (help wraps lines)
-    for field in dataclasses.fields(TrainConfig):
-        assert squeeze(docs[field.name]) in squeeze(shown[FLAGS[field.name]]), field.name
+    for config in (TrainConfig, DataSource):  # the data source's fields are DataSource's
+        docs = {p.arg_name: p.description
+                for p in docstring_parser.parse_from_object(config).params}
+        for field in dataclasses.fields(config):
+            if config is TrainConfig and field.name in DataSource.__dataclass_fields__:
+                continue
+            flag = FLAGS.get(field.name, "--" + field.name.replace("_", "-"))
+            assert squeeze(docs[field.name]) in squeeze(shown[flag]), field.name
     # --loss takes SASRec's objectives and, with --model two-tower, the two-tower's losses
     from tfrs_logq.towers.config import LOSSES
 

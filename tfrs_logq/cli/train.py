@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import Suppress, arg
 
 from tfrs_logq.cli._common import (
     LoadOptions,
@@ -21,6 +21,7 @@ from tfrs_logq.cli._common import (
     warn_if_smoke,
 )
 from tfrs_logq.cli._flags import Verbose, check, given, shown
+from tfrs_logq.pipelines.source import DataSource
 from tfrs_logq.sasrec.config import TrainConfig
 
 MODELS = ("sasrec", "two-tower")
@@ -48,14 +49,24 @@ class TwoTowerFlags:
     """the evaluation policy: leave the items of the history a request sends out of the
     ranking (a repeat target is then a miss); --no-exclude-seen ranks them, as top_k does
     with exclude_history false"""
-    weight_column: Annotated[Optional[str], arg(metavar="C"), shown(
-        "none: every example weighs 1")] = None
-    """a column of --interactions weighting each example's loss by its target's weight
-    (plays, dwell time; at least 0, scaled to mean 1)"""
 
     def __post_init__(self) -> None:
         check(self, at_least={"steps": 1, "history_length": 1, "eval_every": 1,
                               "uniform_negatives": 1})
+
+
+@dataclasses.dataclass
+class TrainFlags(TrainConfig):
+    """`TrainConfig`; its data source's fields are `DataSource`'s flags."""
+
+    dataset: Suppress[str] = TrainConfig.dataset
+    data_dir: Suppress[Optional[str]] = None
+    data_format: Suppress[Optional[str]] = None
+    interactions: Suppress[Optional[str]] = None
+    user_column: Suppress[Optional[str]] = None
+    item_column: Suppress[Optional[str]] = None
+    time_column: Suppress[Optional[str]] = None
+    log_format: Suppress[Optional[str]] = None
 
 
 @dataclasses.dataclass
@@ -75,12 +86,21 @@ class Flags(Verbose):
     a directory is refused, and an interrupted run of the same config resumes"""
     json: bool = False
     """print the metrics as one JSON object"""
-    training: Annotated[TrainConfig, arg(name="model, training and data")] = \
-        dataclasses.field(default_factory=TrainConfig)
+    data: Annotated[DataSource, arg(name="data (--weight-column: two-tower)")] = \
+        dataclasses.field(default_factory=DataSource)
+    training: Annotated[TrainFlags, arg(name="model, training and split")] = \
+        dataclasses.field(default_factory=TrainFlags)
     two_tower: Annotated[TwoTowerFlags, arg(name="two-tower (--model two-tower)")] = \
         dataclasses.field(default_factory=TwoTowerFlags)
     load: Annotated[LoadOptions, arg(name="data loading")] = \
         dataclasses.field(default_factory=LoadOptions)
+
+
+def _given_training(args) -> dict:
+    """The `TrainConfig` fields given as flags (the data source's among them; its weight
+    column is the two-tower's)."""
+    source = given(args.flags.data, args.given - {"weight_column"})
+    return {**given(args.flags.training, args.given), **source}
 
 
 def _two_tower_flags(args) -> dict:
@@ -91,7 +111,7 @@ def _two_tower_flags(args) -> dict:
 def training_overrides(args) -> dict:
     """``--config``, then the `TrainConfig` flags given, to go over the preset."""
     overrides = config_file(args.config) if args.config else {}
-    return {**overrides, **given(args.flags.training, args.given)}
+    return {**overrides, **_given_training(args)}
 
 
 def _with_split(overrides: dict, preset_fields: dict = {}) -> dict:  # noqa: B006 (read only)
@@ -133,7 +153,7 @@ def run(args) -> int:
     if args.model == "two-tower":
         return _run_two_tower(args)
     given = [f"--{k.replace('_', '-')}" for k, v in _two_tower_flags(args).items()
-             if v is not None]
+             if v is not None] + (["--weight-column"] if args.weight_column else [])
     if given:
         raise ValueError(f"{given[0]} is a two-tower flag: add --model two-tower, or leave "
                          "it out for SASRec.")
@@ -166,14 +186,14 @@ def _run_two_tower(args) -> int:
     if args.config:
         raise ValueError("--config holds SASRec's TrainConfig fields: give the two-tower "
                          "model's as flags.")
-    flags = given(args.flags.training, args.given)
+    flags = _given_training(args)
     sasrec_only = [k for k in flags if k not in DATA_FIELDS and k not in TWO_TOWER_SHARED]
     if sasrec_only:
         raise ValueError(f"--{sasrec_only[0].replace('_', '-')} is a SASRec flag, not taken "
                          "by --model two-tower" + (" (its uniform negatives: "
                          "--uniform-negatives)." if sasrec_only[0] == "num_negatives" else "."))
     model_flags = {k: v for k, v in _two_tower_flags(args).items() if v is not None}
-    weight_column = model_flags.pop("weight_column", None)
+    weight_column = args.weight_column
     if "uniform_negatives" in model_flags:  # TwoTowerConfig's num_negatives
         model_flags["num_negatives"] = model_flags.pop("uniform_negatives")
     config = TwoTowerConfig(**{k: v for k, v in flags.items() if k in TWO_TOWER_SHARED},
