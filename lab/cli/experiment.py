@@ -21,10 +21,12 @@ _OTHER_DATA = ("interactions", "examples", "user_column", "item_column", "time_c
 
 @dataclasses.dataclass
 class GridTraining(TrainConfig):
-    """`TrainConfig`'s model and training fields: the grid sets the dataset, split, loss and
-    seed of each run. `run_grid` loads the data with the defaults (no data-loading flags it
-    would refuse), and runs over --datasets: a user's log or an ExampleGen artifact would
-    train the same data under each dataset's name (`compare` takes a log)."""
+    """TrainConfig's model and training fields; --datasets, --splits, --loss and --seeds
+    set each run's data, split, loss and seed."""
+
+    # `run_grid` loads the data with the defaults (no data-loading flags it would refuse),
+    # and runs over --datasets: a user's log or an ExampleGen artifact would train the
+    # same data under each dataset's name (`compare` takes a log).
 
     dataset: Suppress[str] = TrainConfig.dataset
     split: Suppress[str] = TrainConfig.split

@@ -15,7 +15,7 @@ from tfrs_logq.studies.demo_config import DemoConfig
 
 @dataclasses.dataclass
 class DemoOptions(DemoConfig):
-    """`DemoConfig`, its fields' bounds checked as flags."""
+    """DemoConfig's fields, each run's."""
 
     def __post_init__(self) -> None:
         check(self, {"num_items": "synthetic_items", "num_users": "synthetic_users",

@@ -57,7 +57,8 @@ class TwoTowerFlags:
 
 @dataclasses.dataclass
 class TrainFlags(TrainConfig):
-    """`TrainConfig`; its data source's fields are `DataSource`'s flags."""
+    """TrainConfig's fields (its data source: the data flags); a preset sets those not
+    given."""
 
     dataset: Suppress[str] = TrainConfig.dataset
     data_dir: Suppress[Optional[str]] = None
