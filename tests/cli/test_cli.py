@@ -155,6 +155,7 @@ def test_help_shows_every_flags_default_and_a_missing_required_flag_is_one_line(
 
 def test_either_spelling_reaches_the_command_help_shows_one_and_old_names_are_refused(
         capsys, monkeypatch):
+    import tfrs_logq.sasrec.training  # noqa: F401 (imported unpatched: it binds load_split)
     from tfrs_logq.pipelines import datasets
 
     args, kwargs = reached(monkeypatch, datasets, "load_split", "data", "stats",
@@ -175,6 +176,7 @@ def test_either_spelling_reaches_the_command_help_shows_one_and_old_names_are_re
     # Old names are gone (given with the required flags: tyro names a missing one first).
     train = ["train", "--model-dir", "m"]
     pipeline = ["pipeline", "run", "--pipeline-root", "r"]
+    diagnose = ["diagnose", "--synthetic-items", "10"]
     for command, old in ((["data", "stats"], ["--format", "sasrec"]),
                          (train, ["--fraction", "0.2"]), (["compare"], ["--format", "csv"]),
                          (pipeline, ["--format", "csv"]), (train, ["--xla"]),
@@ -184,8 +186,8 @@ def test_either_spelling_reaches_the_command_help_shows_one_and_old_names_are_re
                          (train + ["--model", "two-tower"], ["--num-negatives", "4"]),
                          (["demo"], ["--corrections", "none"]), (["demo"], ["--num-items", "9"]),
                          (["demo"], ["--num-users", "9"]),
-                         (["diagnose"], ["--corrections", "none"]),
-                         (["diagnose"], ["--num-negatives", "4"]),
+                         (diagnose, ["--corrections", "none"]),
+                         (diagnose, ["--num-negatives", "4"]),
                          (pipeline, ["--serving-base-path", "b"])):
         code, _, err = run(capsys, *command, *old)
         assert_usage_error(code, err, old[0])
@@ -225,6 +227,8 @@ def test_train_without_split_takes_the_split_the_data_format_supports(
 def test_data_stats_and_compare_read_one_data_source(capsys, tmp_path, monkeypatch):
     """`DataSource` (tfrs_logq.pipelines.source) is both commands' data flags: a dataset's
     file format reaches the loader, and a flag of --dataset with a log is refused."""
+    import tfrs_logq.sasrec.training  # noqa: F401 (imported unpatched: it binds load_split)
+    import tfrs_logq.studies.compare  # noqa: F401
     from tfrs_logq.pipelines import datasets
 
     commands = (["data", "stats"], ["compare", "--output-dir", tmp_path / "out"])
@@ -260,7 +264,8 @@ def test_the_installed_commands_are_the_users_and_the_lab_is_not_among_them(caps
 
 
 def test_a_list_takes_its_values_after_the_flag():
-    flags = cli.parse(["diagnose", "--num-sampled", "1", "2", "3", "--loss", "none", "corrected"])
+    flags = cli.parse(["diagnose", "--synthetic-items", "10", "--num-sampled", "1", "2", "3",
+                       "--loss", "none", "corrected"])
     assert flags.num_sampled == (1, 2, 3) and flags.loss == ("none", "corrected")
 
 
@@ -270,8 +275,12 @@ def test_a_list_is_checked_item_by_item(capsys, tmp_path):
     code, _, err = run(capsys, "diagnose", "--synthetic-items", "10", "--num-sampled", "4", "0")
     assert_one_line_error(code, err, "argument --num-sampled", ">= 1, got 0")
     assert len(err.strip().splitlines()) == 1, err
-    code, _, err = run(capsys, "diagnose", "--num-sampled")
+    code, _, err = run(capsys, "diagnose", "--synthetic-items", "10", "--num-sampled")
     assert_one_line_error(code, err, "argument --num-sampled", "at least one")
+    # one model: a run's or the synthetic stream's, given once
+    for flags in ([], ["--model-dir", tmp_path, "--synthetic-items", "10"]):
+        code, _, err = run(capsys, "diagnose", *flags)
+        assert_usage_error(code, err, "--model-dir", "--synthetic-items")
 
 
 def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_presets(capsys):

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import arg, create_mutex_group
 
 from tfrs_logq.cli._common import read_model_config
 from tfrs_logq.cli._flags import Verbose, check, shown
@@ -16,13 +16,17 @@ from tfrs_logq.corrections import CORRECTIONS
 SAMPLERS = ("in-batch", "uniform", "mixed", "mixed-unigram")  # `studies.diagnose.SAMPLERS`
 
 
+# One model is diagnosed: a trained run's, or the synthetic stream's ground truth.
+_MODEL = create_mutex_group(required=True, title="the model (one of)")
+
+
 @dataclasses.dataclass
 class Flags(Verbose):
     """gradient bias of none/logq/corrected against the full softmax"""
 
-    model_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
-    """a `tfrs-logq train` run (this or --synthetic-items is required)"""
-    synthetic_items: Optional[int] = None
+    model_dir: Annotated[Optional[str], arg(metavar="DIR"), _MODEL] = None
+    """a `tfrs-logq train` run"""
+    synthetic_items: Annotated[Optional[int], _MODEL] = None
     """the synthetic stream's ground-truth model with N items"""
     data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown("its saved data_dir")] = None
     """data of --model-dir"""
@@ -53,9 +57,6 @@ class Flags(Verbose):
 def run(args) -> int:
     from tfrs_logq.studies import diagnose as diag
 
-    if (args.model_dir is None) == (args.synthetic_items is None):
-        raise ValueError("give one of --model-dir DIR (a trained run) and --synthetic-items N "
-                         "(the synthetic stream's model)")
     if args.model_dir:
         read_model_config(args.model_dir)
         inputs = diag.model_dir_inputs(args.model_dir, args.queries, seed=args.seed,
