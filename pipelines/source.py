@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import arg, create_mutex_group
 
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
 
 LOG_FORMATS = ("csv", "tsv", "parquet", "jsonl")  # `log_readers.FORMATS` (a test checks)
+# One source at most: a built-in dataset or a user's log.
+_SOURCE = create_mutex_group(required=False, title="the data: --dataset or --interactions")
 
 
 @dataclasses.dataclass
@@ -21,7 +23,7 @@ class DataSource:
     """A built-in dataset (--dataset), or your own log (--interactions with --user-column
     and --item-column)."""
 
-    dataset: Optional[Literal[DATASETS]] = None
+    dataset: Annotated[Optional[Literal[DATASETS]], _SOURCE] = None
     """a built-in dataset, instead of --interactions (unset: ml-1m, unless --interactions;
     compare needs one of them)"""
     data_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
@@ -30,7 +32,7 @@ class DataSource:
     data_format: Optional[Literal[ML1M_FORMATS]] = None
     """--dataset ml-1m: MovieLens's ratings.dat (timestamps) or SASRec's ml-1m.txt (order
     only; no download exists) (unset: whichever the data directory holds)"""
-    interactions: Annotated[Optional[str], arg(metavar="PATH")] = None
+    interactions: Annotated[Optional[str], arg(metavar="PATH"), _SOURCE] = None
     """your own log instead of --dataset: a CSV/TSV (optionally .gz), Parquet or JSON Lines
     file, a glob or a directory"""
     user_column: Annotated[Optional[str], arg(metavar="C")] = None

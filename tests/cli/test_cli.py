@@ -241,7 +241,10 @@ def test_data_stats_and_compare_read_one_data_source(capsys, tmp_path, monkeypat
             code, _, err = run(capsys, *command, "--interactions", tmp_path / "log.csv",
                                "--user-column", "u", "--item-column", "i", flag, value)
             assert_one_line_error(code, err, f"{flag} is --dataset's")
-    assert not (tmp_path / "out").exists()
+    for command in (*commands, ["train", "--model-dir", tmp_path / "m"]):  # one source
+        code, _, err = run(capsys, *command, "--dataset", "ml-1m", "--interactions", "x.csv")
+        assert_usage_error(code, err, "--dataset", "--interactions")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "m").exists()
 
 
 def test_data_stats_without_split_takes_gsasrec_for_sasrecs_file(capsys, monkeypatch):

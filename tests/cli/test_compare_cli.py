@@ -76,7 +76,10 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     report = open(os.path.join(out, "report.md")).read()
     assert "inbatch-corrected against inbatch-logq-official, recall@10:" in report
     again = cli_in_process(capsys, "compare", "--interactions", "x.csv", "--dataset", "ml-1m")
-    assert again.returncode == 2 and "either --interactions" in again.stderr
+    assert again.returncode == 2 and "--interactions" in again.stderr
+    assert "--dataset" in again.stderr
+    neither = cli_in_process(capsys, "compare", "--output-dir", out)
+    assert neither.returncode == 2 and "either --interactions" in neither.stderr
 
 
 @pytest.mark.slow  # a training through the CLI process (19 s on 2 cores): make test-slow

@@ -68,8 +68,6 @@ def load_any_split(args):
                             ("--item-column", args.item_column)):
             if not value:
                 raise ValueError(f"--interactions needs {flag}.")
-        if args.dataset:
-            raise ValueError("give --interactions or --dataset, not both.")
         source = UserLogSource(args.interactions, args.user_column, args.item_column,
                                time_column=args.time_column,
                                weight_column=getattr(args, "weight_column", None),
