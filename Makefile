@@ -91,7 +91,7 @@ pipeline: $(STAMP)
 	if [ -d "$(PIPELINE_DATA)" ]; then \
 	  $(VENV)/bin/tfrs-logq pipeline run --pipeline-root pipeline_output --dataset ml-1m \
 	    --data-dir $(PIPELINE_DATA) --data-format sasrec --split gsasrec \
-	    --preset $(PIPELINE_PRESET) --serving-base-path pipeline_output/serving/ml1m; \
+	    --preset $(PIPELINE_PRESET) --model_base_path pipeline_output/serving/ml1m; \
 	else \
 	  echo "$(PIPELINE_DATA) not found: running the synthetic stream (ExampleGen, Statistics)"; \
 	  $(VENV)/bin/tfrs-logq pipeline run --pipeline-root pipeline_output/synthetic \

@@ -39,6 +39,8 @@ run() {  # loss seed
   local snap rc; snap=$(mktemp -d)
   trap 'rm -rf "${snap:-}"' EXIT  # snap is local: unset when the script exits
   grid_snapshot "$PIN" "$snap" || return 1
+  # --losses: the pinned commit's name of the flag (the lab's experiment now takes --loss;
+  # a grid pinned to such a commit needs --loss here).
   grid_python "$snap" -m "$(grid_lab "$snap")" experiment \
     --output-dir "$ROOT/$OUT" --preset fixed --datasets ml-1m --splits gsasrec \
     --losses "$loss" --seeds "$seed" "${DATA[@]}"

@@ -26,9 +26,11 @@ PY=${PY:-.venv/bin/python}
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || echo "no nvidia-smi"
 start=$(date +%s)
+IFS=', ' read -r -a LOSS_LIST <<< "$LOSSES"  # commas or spaces: the lab takes a list
+IFS=', ' read -r -a SEED_LIST <<< "$SEEDS"
 "$PY" -m lab experiment --output-dir "$OUTPUT_DIR" --datasets ml-1m --splits gsasrec \
-    --data-dir "$DATA_DIR" --data-format sasrec --preset paper --losses "$LOSSES" \
-    --seeds "$SEEDS" --parallel "$PARALLEL" --xla --mixed-precision float16 \
+    --data-dir "$DATA_DIR" --data-format sasrec --preset paper --loss "${LOSS_LIST[@]}" \
+    --seeds "${SEED_LIST[@]}" --parallel "$PARALLEL" --jit-compile --mixed-precision float16 \
     --max-epochs "$MAX_EPOCHS" --json
 echo "wall seconds: $(( $(date +%s) - start ))"
 cat "$OUTPUT_DIR/table.md"

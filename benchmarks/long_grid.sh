@@ -46,7 +46,7 @@ run() {  # out loss seed [flags...]
   # From inside the snapshot: the committed code trains, not the work tree.
   grid_python "$snap" -m "$(grid_lab "$snap")" experiment \
     --output-dir "$ROOT/$out" --preset long --datasets ml-1m --splits gsasrec \
-    --losses "$loss" --seeds "$seed" "${DATA[@]}" "$@"
+    --loss "$loss" --seeds "$seed" "${DATA[@]}" "$@"
   rc=$?
   rm -rf "$snap"
   grid_commit "$out" "at the long preset"

@@ -1,30 +1,26 @@
-"""``python -m lab``: the lab's command, ``experiment``, with the flags,
-help, one-line errors and exit statuses of ``tfrs-logq`` (`tfrs_logq.cli.app`): one module
-per command, each with its flags (``Flags``) and its handler (``run``)."""
+"""``python -m lab``: the lab's command, ``experiment``, with the flags, help, one-line
+errors and exit statuses of ``tfrs-logq`` (`tfrs_logq.cli.app`): one module per command,
+each with its flags (``Flags``) and its handler (``run``)."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Annotated, Optional, Sequence, Union
+
+from tyro.conf import Suppress, subcommand
 
 from tfrs_logq.cli import app  # tfrs_logq.cli filters TF 2.21's start-up lines (`_quiet`)
 
 PROG = "python -m lab"
 
-# (path, module, help): one module of `lab.cli` per command, as `tfrs_logq.cli.app.COMMANDS`.
-COMMANDS = (
-    (("experiment",), "experiment", "run the paper's grid and write its Table 1"),
-)
+from lab.cli import experiment  # noqa: E402 (it reads PROG)
 
-
-def build_parser():
-    """The ``python -m lab`` parser; each command's flags are added when first used."""
-    return app.build_parser(COMMANDS, package=__name__, prog=PROG,
-                            description="The experiments behind tfrs-logq's findings, "
-                                        "run from a checkout (not installed).")
+COMMANDS = Union[Annotated[experiment.Flags, subcommand("experiment")], Annotated[None, Suppress]]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return app.main(argv, build=build_parser)
+    return app.main(argv, commands=COMMANDS, prog=PROG,
+                    description="The experiments behind tfrs-logq's findings, run from a "
+                                "checkout (not installed).")
 
 
-__all__ = ["COMMANDS", "PROG", "build_parser", "main"]
+__all__ = ["COMMANDS", "PROG", "main"]

@@ -64,7 +64,7 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     out = str(tmp_path / "cmp")
     proc = cli_in_process(capsys, "compare", "--interactions", log_csv, "--user-column", "user",
                        "--item-column", "item", "--time-column", "when", "--split", "loo",
-                       "--losses", "inbatch-logq-official,inbatch-corrected", "--seeds", "0", "1",
+                       "--loss", "inbatch-logq-official", "inbatch-corrected", "--seeds", "0", "1",
                        "--steps", "20", "--eval-every", "10", "--window", "2", "--batch-size",
                        "32", "--embedding-dim", "8", "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -76,7 +76,10 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     report = open(os.path.join(out, "report.md")).read()
     assert "inbatch-corrected against inbatch-logq-official, recall@10:" in report
     again = cli_in_process(capsys, "compare", "--interactions", "x.csv", "--dataset", "ml-1m")
-    assert again.returncode == 2 and "either --interactions" in again.stderr
+    assert again.returncode == 2 and "--interactions" in again.stderr
+    assert "--dataset" in again.stderr
+    neither = cli_in_process(capsys, "compare", "--output-dir", out)
+    assert neither.returncode == 2 and "either --interactions" in neither.stderr
 
 
 @pytest.mark.slow  # a training through the CLI process (19 s on 2 cores): make test-slow
@@ -112,8 +115,8 @@ def test_compare_without_split_takes_loo_for_a_log_without_times(weighted_log_cs
     proc = cli_in_process(capsys, "compare", "--interactions", weighted_log_csv,
                           "--user-column", "user", "--item-column", "item", "--seeds", "0",
                           "--steps", "2", "--eval-every", "2", "--window", "1",
-                          "--batch-size", "16", "--embedding-dim", "4", "--losses",
-                          "inbatch-logq-official,inbatch-corrected", "--output-dir",
+                          "--batch-size", "16", "--embedding-dim", "4", "--loss",
+                          "inbatch-logq-official", "inbatch-corrected", "--output-dir",
                           str(tmp_path / "out"), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = json.loads(proc.stdout.strip().splitlines()[-1])["plan"]
@@ -127,20 +130,20 @@ def test_compare_weights_the_two_tower_loss_and_refuses_weights_for_sasrec(
               "--steps", "4", "--eval-every", "2", "--window", "1", "--batch-size", "16",
               "--embedding-dim", "4")
     out = str(tmp_path / "weighted")
-    proc = cli_in_process(capsys, "compare", *common, "--losses",
-                          "inbatch-logq-official,inbatch-corrected", "--output-dir", out, "--json")
+    proc = cli_in_process(capsys, "compare", *common, "--loss", "inbatch-logq-official",
+                          "inbatch-corrected", "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = json.loads(proc.stdout.strip().splitlines()[-1])["plan"]
     assert plan["source"] == "plays.csv, split loo, weighted by plays"
     # The same directory without the weights is another plan.
     unweighted = [a for a in common if a not in ("--weight-column", "plays")]
-    again = cli_in_process(capsys, "compare", *unweighted, "--losses",
-                           "inbatch-logq-official,inbatch-corrected", "--output-dir", out)
+    again = cli_in_process(capsys, "compare", *unweighted, "--loss",
+                           "inbatch-logq-official", "inbatch-corrected", "--output-dir", out)
     assert again.returncode == 2 and "another plan" in again.stderr, again.stderr[-2000:]
     sasrec_flags = common[:-4]  # not --batch-size and --embedding-dim: two-tower flags
     assert sasrec_flags[-2:] == ("--window", "1")
-    sasrec = cli_in_process(capsys, "compare", *sasrec_flags, "--model", "sasrec", "--losses",
-                            "bce,full-softmax", "--output-dir", str(tmp_path / "sasrec"))
+    sasrec = cli_in_process(capsys, "compare", *sasrec_flags, "--model", "sasrec", "--loss",
+                            "bce", "full-softmax", "--output-dir", str(tmp_path / "sasrec"))
     assert sasrec.returncode == 2, sasrec.stderr[-2000:]
     errors = [line for line in sasrec.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "--model two-tower only" in errors[0], sasrec.stderr[-2000:]
@@ -181,7 +184,7 @@ def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
         weighted_log_csv, tmp_path, capsys):
     common = ("--user-column", "user", "--item-column", "item", "--split", "loo", "--seeds",
               "0", "--steps", "2", "--eval-every", "2", "--window", "1", "--batch-size", "16",
-              "--embedding-dim", "4", "--losses", "inbatch-logq-official,inbatch-corrected")
+              "--embedding-dim", "4", "--loss", "inbatch-logq-official", "inbatch-corrected")
     out = str(tmp_path / "cmp")
     first = cli_in_process(capsys, "compare", "--interactions", weighted_log_csv, *common,
                            "--output-dir", out)
@@ -209,7 +212,7 @@ def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
             (("--dataset", "ml-1m", "--deduplicate"),
              "--deduplicate is a flag of --interactions"),
             (("--interactions", weighted_log_csv, "--data-dir", str(tmp_path)),
-             "--data-dir is where --dataset's files are"),
+             "--data-dir is --dataset's"),
             (("--interactions", weighted_log_csv, "--model", "sasrec", "--learning-rate", "0.05"),
              "--learning-rate is a two-tower flag")):
         proc = cli_in_process(capsys, "compare", *flags, "--output-dir", str(tmp_path / "x"))
@@ -265,7 +268,7 @@ def test_compare_takes_your_own_tfrs_model_with_model_fn(log_csv, tmp_path, monk
     log = ("--interactions", log_csv, "--user-column", "user", "--item-column", "item",
            "--split", "loo")
     proc = cli_in_process(capsys, "compare", *log, "--model-fn", "log_model:build",
-                          "--losses", "inbatch-logq-tfrs,inbatch-corrected", "--seeds", "0",
+                          "--loss", "inbatch-logq-tfrs", "inbatch-corrected", "--seeds", "0",
                           "--steps", "4", "--eval-every", "2", "--window", "1",
                           "--batch-size", "32", "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]

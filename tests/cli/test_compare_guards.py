@@ -101,8 +101,8 @@ def test_few_steps_take_a_window_of_the_evaluations_there_are(clicks, tmp_path, 
     out = str(tmp_path / "out")
     proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--time-column",
                           "ts", "--split", "temporal", "--temporal-fraction", "0.3",
-                          "--min-item-interactions", "1", "--losses",
-                          "inbatch-logq-tfrs,inbatch-corrected", "--seeds", "0", "--steps",
+                          "--min-item-interactions", "1", "--loss",
+                          "inbatch-logq-tfrs", "inbatch-corrected", "--seeds", "0", "--steps",
                           "6", "--batch-size", "16", "--embedding-dim", "4",
                           "--output-dir", out)
     assert proc.returncode == 0, proc.stderr[-3000:]  # 6 steps: one evaluation, window 1
@@ -149,7 +149,7 @@ def test_a_sasrec_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, 
 
 def test_report_only_takes_the_margin_only_and_data_stats_filters_only_a_log(tmp_path, capsys):
     proc = cli_in_process(capsys, "compare", "--report-only", "--output-dir", str(tmp_path),
-                          "--seeds", "0,1")
+                          "--seeds", "0", "1")
     _one_error(proc, "--report-only rebuilds the report")
     proc = cli_in_process(capsys, "data", "stats", "--dataset", "ml-1m", "--deduplicate")
     _one_error(proc, "--deduplicate filters --interactions")

@@ -13,7 +13,7 @@ import pytest
 from cli_process import cli_in_process
 
 LOG = ("--user-column", "user", "--item-column", "item", "--time-column", "ts")
-SMALL = ("--losses", "inbatch-logq-tfrs,inbatch-corrected", "--steps", "2", "--eval-every",
+SMALL = ("--loss", "inbatch-logq-tfrs", "inbatch-corrected", "--steps", "2", "--eval-every",
          "2", "--window", "1", "--batch-size", "16", "--embedding-dim", "4",
          "--min-item-interactions", "1")
 
@@ -50,7 +50,7 @@ def _one_error(proc, message):
 def test_a_seed_beyond_32_bits_is_refused_before_anything_is_written(clicks, tmp_path, capsys):
     out = tmp_path / "out"
     proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, *SMALL,
-                          "--seeds", "0,4294967296", "--output-dir", str(out))
+                          "--seeds", "0", "4294967296", "--output-dir", str(out))
     _one_error(proc, "--seeds: must be <= 4294967295, got 4294967296")
     assert not out.exists()
 
@@ -62,7 +62,7 @@ def finished(clicks, tmp_path_factory):
     def make(capsys, path):
         out = str(path)
         proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, *SMALL,
-                              "--temporal-fraction", "0.3", "--seeds", "0,1",
+                              "--temporal-fraction", "0.3", "--seeds", "0", "1",
                               "--output-dir", out)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return out
@@ -74,7 +74,7 @@ def test_another_split_fraction_or_edited_data_is_refused_more_seeds_are_not(
     out = finished(capsys, tmp_path / "out")
     results = open(os.path.join(out, "results.csv")).read()
     other = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, *SMALL,
-                           "--temporal-fraction", "0.2", "--seeds", "0,1", "--output-dir", out)
+                           "--temporal-fraction", "0.2", "--seeds", "0", "1", "--output-dir", out)
     _one_error(other, "data.temporal_fraction 0.3 there, 0.2 now")
     # The same sizes with other content (a log edited in place) is other data.
     edited = [(u, i, t) for u, i, t in _rows()]
@@ -87,7 +87,7 @@ def test_another_split_fraction_or_edited_data_is_refused_more_seeds_are_not(
     assert first.returncode == 0, first.stderr[-3000:]
     _write(copy, edited)
     again = cli_in_process(capsys, "compare", "--interactions", str(copy), *LOG, *SMALL,
-                           "--temporal-fraction", "0.3", "--seeds", "0,1",
+                           "--temporal-fraction", "0.3", "--seeds", "0", "1",
                            "--output-dir", str(tmp_path / "copy"))
     _one_error(again, "data.fingerprint ")
     assert open(os.path.join(out, "results.csv")).read() == results

@@ -74,15 +74,14 @@ def start_up_lines():
     return sorted(set(lines))
 
 
-def _export_nothing(tmp_path, *flags, **env):
-    """`export` of a run that does not exist: imports TensorFlow, then one error line."""
-    return _run(["-m", "tfrs_logq.cli", "export", "--model-dir", str(tmp_path / "none"),
-                 "--model_base_path", str(tmp_path / "out"), "--model_name", "m",
-                 "--index", "brute-force", *flags], **env)
+def _diagnose_nothing(tmp_path, *flags, **env):
+    """`diagnose` of a run that does not exist: imports TensorFlow, then one error line."""
+    return _run(["-m", "tfrs_logq.cli", "diagnose", "--model-dir", str(tmp_path / "none"),
+                 *flags], **env)
 
 
 def test_no_start_up_lines_without_verbose(tmp_path, start_up_lines):
-    proc = _export_nothing(tmp_path)
+    proc = _diagnose_nothing(tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [proc.stderr.splitlines()[0]], proc.stderr
     assert proc.stderr.startswith("tfrs-logq: error: --model-dir "), proc.stderr
@@ -90,8 +89,8 @@ def test_no_start_up_lines_without_verbose(tmp_path, start_up_lines):
 
 
 def test_start_up_lines_with_verbose_or_the_users_own_level(tmp_path, start_up_lines):
-    for proc in (_export_nothing(tmp_path, "--verbose"),
-                 _export_nothing(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")):
+    for proc in (_diagnose_nothing(tmp_path, "--verbose"),
+                 _diagnose_nothing(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")):
         assert proc.returncode == 2
         for line in start_up_lines:
             assert line in proc.stderr

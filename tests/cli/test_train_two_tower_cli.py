@@ -24,7 +24,7 @@ def test_train_two_tower_on_a_log_then_export_in_its_ids(log_csv, tmp_path, caps
     code = main(["train", "--model", "two-tower", "--interactions", log_csv, *COMMON,
                  "--model-dir", model_dir, "--steps", "12", "--eval-every", "6",
                  "--batch-size", "32", "--embedding-dim", "8", "--history-length", "4",
-                 "--loss", "mns-logq-tfrs", "--num-negatives", "16", "--json"])
+                 "--loss", "mns-logq-tfrs", "--uniform-negatives", "16", "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])

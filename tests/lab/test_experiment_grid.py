@@ -20,8 +20,8 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     # 20 s of the suite.
     out = tmp_path / "exp"
     proc = experiment(capsys, "--output-dir", str(out), "--preset", "smoke",
-                      "--data-dir", data_dir, "--losses",
-                      "inbatch-logq-official,inbatch-corrected", "--seeds", "0,1",
+                      "--data-dir", data_dir, "--loss",
+                      "inbatch-logq-official", "inbatch-corrected", "--seeds", "0", "1",
                       "--max-epochs", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (out / "table.md").read_text()
@@ -36,12 +36,12 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # A finished grid is not run again.
     again = experiment(capsys, "--output-dir", str(out), "--preset", "smoke",
-                       "--data-dir", data_dir, "--losses", "inbatch-logq-official",
+                       "--data-dir", data_dir, "--loss", "inbatch-logq-official",
                        "--seeds", "0", "--max-epochs", "1", "--json")
     assert again.returncode == 0 and "Epoch" not in again.stdout
     # A later grid in the same directory keeps the earlier rows and curves in its table.
     more = experiment(capsys, "--output-dir", str(out), "--preset", "smoke",
-                      "--data-dir", data_dir, "--losses", "mns-none", "--seeds", "0",
+                      "--data-dir", data_dir, "--loss", "mns-none", "--seeds", "0",
                       "--max-epochs", "1", "--json")
     assert more.returncode == 0, more.stderr[-3000:]
     lines = (out / "results.csv").read_text().strip().splitlines()
@@ -50,7 +50,7 @@ def test_experiment_grid_writes_table(data_dir, tmp_path, capsys):
     assert "MNS, without logQ" in (out / "table.md").read_text()
     # A grid asking for another config never relabels the finished runs.
     other = experiment(capsys, "--output-dir", str(out), "--preset", "smoke",
-                       "--data-dir", data_dir, "--losses", "inbatch-logq-official",
+                       "--data-dir", data_dir, "--loss", "inbatch-logq-official",
                        "--seeds", "0", "--max-epochs", "2", "--json")
     assert other.returncode != 0 and "another config" in other.stderr
 

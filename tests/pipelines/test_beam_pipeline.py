@@ -119,7 +119,7 @@ def built(tmp_path_factory):
     root = base / "root"
     argv = ["pipeline", "run", "--pipeline-root", root, "--input", data, "--data-format",
             "sasrec", "--split", "loo", "--num-shards", "3", "--sketch-width", "64",
-            "--sketch-seed", "7", "--index", "brute-force", "--serving-base-path",
+            "--sketch-seed", "7", "--index", "brute-force", "--model_base_path",
             base / "serving"]
     code = cli.main([str(a) for a in argv])
     assert code == 0
@@ -370,9 +370,9 @@ def test_a_root_that_cannot_be_locked_warns_and_runs(tmp_path, monkeypatch, capl
 
 
 def test_pipeline_help_and_other_commands_import_no_beam():
-    code = ("import sys\nfrom tfrs_logq import cli\np = cli.build_parser()\n"
-            "p.parse_args(['pipeline', 'run', '--pipeline-root', 'x'])\n"
-            "p.parse_args(['data', 'stats'])\n"
+    code = ("import sys\nfrom tfrs_logq import cli\n"
+            "cli.parse(['pipeline', 'run', '--pipeline-root', 'x'])\n"
+            "cli.parse(['data', 'stats'])\n"
             "for path in (['pipeline', 'run'], ['pipeline'], []):\n"
             "    try:\n        cli.main(path + ['--help'])\n    except SystemExit:\n        pass\n"
             "import tfrs_logq.pipelines.beam as b\nb.read_split, b.load_log_q\n"
@@ -663,9 +663,8 @@ def test_exporter_auto_builds_faiss_where_scann_cannot_load(built, tmp_path, mon
     assert INDEXES == export_module.INDEXES and "faiss" in INDEXES
     with pytest.raises(ValueError, match="faiss"):
         Exporter("", index="annoy")
-    args = cli.build_parser().parse_args(["pipeline", "run", "--pipeline-root", "x",
-                                          "--index", "faiss"])
-    assert args.index == "faiss"  # the command's flag takes the component's choices
+    flags = cli.parse(["pipeline", "run", "--pipeline-root", "x", "--index", "faiss"])
+    assert flags.serving.index == "faiss"  # the command's flag takes the component's choices
 
     def no_scann():
         raise ImportError("ScaNN does not load here")
@@ -754,7 +753,7 @@ def test_a_run_whose_model_is_not_blessed_exits_non_zero_with_one_line(built, tm
     shutil.copytree(built["root"], root)
     argv = list(built["argv"])
     argv[argv.index("--pipeline-root") + 1] = root
-    argv[argv.index("--serving-base-path") + 1] = tmp_path / "serving"
+    argv[argv.index("--model_base_path") + 1] = tmp_path / "serving"
     argv += ["--threshold", "recall@10=0.99"]
     for extra in ([], ["--json"]):
         code, out, err = cli_run(capsys, *argv, *extra)

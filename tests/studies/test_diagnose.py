@@ -133,7 +133,7 @@ def test_cli_on_the_synthetic_stream_writes_table_json_and_png(tmp_path, capsys)
 
     out = tmp_path / "diag"
     code = cli.main(["diagnose", "--synthetic-items", "400", "--queries", "24",
-                     "--num-negatives", "4,16", "--draws", "20", "--output-dir", str(out),
+                     "--num-sampled", "4", "16", "--draws", "20", "--output-dir", str(out),
                      "--json"])
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
@@ -203,7 +203,7 @@ def test_cli_model_dir_logs_the_data_loading_line_once(tmp_path, capsys, monkeyp
     monkeypatch.setattr(trained, "load_trained", lambda d: (Encoder(), config, None))
     capsys.readouterr()
     code = cli.main(["diagnose", "--model-dir", str(model_dir), "--queries", "5",
-                     "--num-negatives", "2", "--draws", "2", "--corrections", "none"])
+                     "--num-sampled", "2", "--draws", "2", "--loss", "none"])
     err = capsys.readouterr().err
     assert code == 0, err
     assert len([line for line in err.splitlines() if "ratings.dat" in line]) == 1, err

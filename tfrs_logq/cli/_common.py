@@ -1,6 +1,7 @@
 """What several commands share besides the flags' machinery (`_flags`): the program's
-name, the exit statuses, the flags of data loading, the default split, a training output's
-config, the smoke warning and the log handler. Imports neither tyro nor TensorFlow."""
+name, the exit statuses, the flags of data loading, the default split, ``--config`` files,
+a training output's config, the smoke warning and the log handler. Imports neither tyro
+nor TensorFlow."""
 
 from __future__ import annotations
 
@@ -82,6 +83,25 @@ def default_log_split(time_column: Optional[str]) -> str:
 def data_record(interactions) -> dict:
     return {"source": interactions.source, "data_format": interactions.data_format,
             "rows": interactions.num_rows, "skipped_lines": interactions.skipped_lines}
+
+
+def config_file(path: str, flag_name: str = "--config") -> dict:
+    """The JSON object of `TrainConfig` fields (and ``preset``) in the file ``path``, as
+    `TrainConfig.from_dict` checks it (keys, types, values); a run's config.json will do."""
+    from tfrs_logq.sasrec.config import RUN_RECORD_KEYS, ConfigError, TrainConfig
+
+    where = f"{flag_name} {path}"
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        TrainConfig.from_dict(value)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{where}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not valid JSON: {exc}") from None
+    except ConfigError as exc:
+        raise ValueError(f"{where}: {exc.field} {exc.problem}") from None
+    return {k: v for k, v in value.items() if k not in RUN_RECORD_KEYS}
 
 
 def read_model_config(model_dir: str) -> dict:

@@ -1,111 +1,89 @@
 """The `tfrs-logq` command tree and `main`: logging, one-line errors and exit codes.
 
-Building the parser imports neither tyro nor TensorFlow: argparse takes the command's
-words, tyro its flags (`_flags`); a command's module (its flags and its handler) is
-imported when that command is parsed or its help printed, and
-TensorFlow's start-up logs are silenced before anything imports it (``--verbose``
-keeps them). Errors a user can fix (bad flags, data, files, ports, servers) end the
-command with one line, ``tfrs-logq: error: ...`` on stderr, and exit status 2;
+One `tyro.cli` call parses the command line: each command is its module's ``Flags``
+dataclass (free of TensorFlow), a subcommand of `COMMANDS`; ``data stats`` and ``pipeline
+run`` are nested ones. The command's handler (its module's ``run``) imports the library's
+TensorFlow parts after parsing, and TensorFlow's start-up logs are silenced before
+anything imports it (``--verbose`` keeps them). A flag tyro refuses is its own error
+message, exit status 2; a value a ``Flags`` (or a config) refuses in ``__post_init__``,
+and an error a user can fix that a command raises (bad data, files, ports, servers), end
+the command with one line, ``tfrs-logq: error: ...`` on stderr, and exit status 2;
 ``--verbose`` adds the traceback. Ctrl-C exits 130; ``pipeline run`` exits 3 when its
 Evaluator does not bless the model.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import dataclasses
 import logging
 import os
 import sys
 import traceback
-from typing import Callable, Optional, Sequence
+import types
+from typing import Annotated, Optional, Sequence, Union
 
+import tyro
+from tyro.conf import OmitArgPrefixes, OmitSubcommandPrefixes, Suppress, subcommand
+
+from tfrs_logq.cli import compare, data, demo, diagnose, evaluate, export, pipeline, serve, train
 from tfrs_logq.cli._common import PROG, USER_ERROR_EXIT, cut, log_handler
 
-# (path, module, help): one module of `tfrs_logq.cli` per command, its flags (``Flags``)
-# and its handler (``run``).
-COMMANDS = (
-    (("demo",), "demo",
-     "train none/logq/corrected on the synthetic stream; compare Recall@k"),
-    (("data", "stats"), "data",
-     "the file used, users, items, interactions and split sizes"),
-    (("train",), "train", "train SASRec with one of the paper's losses"),
-    (("compare",), "compare",
-     "standard against corrected logQ on your own log: paired seeds, intervals, a verdict"),
-    (("diagnose",), "diagnose", "gradient bias of none/logq/corrected against the full softmax"),
-    (("export",), "export", "export a trained model as a TF Serving SavedModel"),
-    (("serve",), "serve", "serve exports with TF Serving's gRPC and REST APIs"),
-    (("evaluate",), "evaluate",
-     "Recall@k through a TF Serving endpoint, beside the exact figures"),
-    (("pipeline", "run"), "pipeline",
-     "ExampleGen, Statistics, Trainer, Exporter, BulkInferrer, Evaluator and Pusher into "
-     "--pipeline-root, skipping current components"),
-)
-# Commands that only group others.
-GROUPS = {"data": "dataset tools", "pipeline": "the batch pipeline on Apache Beam"}
-VERBOSE = "show tracebacks and TensorFlow's start-up logs (default: off)"
+
+@dataclasses.dataclass
+class Data:
+    """dataset tools"""
+
+    command: Union[Annotated[data.Flags, subcommand("stats")], Annotated[None, Suppress]]
 
 
-class Parser(argparse.ArgumentParser):
-    """The command tree (argparse); a command's words go to its module's ``Flags``
-    (`_flags.parse`, tyro), the module imported then."""
+@dataclasses.dataclass
+class Pipeline:
+    """the batch pipeline on Apache Beam"""
 
-    def __init__(self, *args, module=None, root=PROG, top=False, **kwargs) -> None:
-        super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.module, self.root, self.top, self.commands = module, root, top, {}
-
-    def error(self, message: str):
-        self.exit(USER_ERROR_EXIT,
-                  f"{self.root}: error: {cut(message)} (see {self.prog} --help)\n")
-
-    def parse_known_args(self, args=None, namespace=None):
-        args, node, n = [str(a) for a in (sys.argv[1:] if args is None else args)], self, 0
-        while self.top and n < len(args) and node.module is None and (
-                args[n] == "--verbose" or args[n] in node.commands):
-            node, n = node.commands.get(args[n], node), n + 1
-        if node.module is None or node is self:  # help, --version, errors, subparsers
-            return super().parse_known_args(args, namespace)
-        namespace, _ = super().parse_known_args(args[:n], namespace)
-        from tfrs_logq.cli._flags import parse
-
-        module = importlib.import_module(node.module)
-        vars(namespace).update(parse(module.Flags, args[n:], node,
-                                     getattr(module, "UNDERSCORES", False)))
-        namespace.run = module.run
-        return namespace, []
+    command: Union[Annotated[pipeline.Flags, subcommand("run")], Annotated[None, Suppress]]
 
 
-def build_parser(commands=COMMANDS, *, package: str = "tfrs_logq.cli", prog: str = PROG,
-                 description: str = "Corrected logQ correction of sampled softmax for TFRS "
-                                    "retrieval.") -> argparse.ArgumentParser:
-    """The `tfrs-logq` parser: argparse takes the command's words, tyro its flags (a
-    command's module is imported when it is parsed or its help printed).
+# Each command is its module's ``Flags``; the class docstring is its line of help.
+COMMANDS = Union[
+    Annotated[demo.Flags, subcommand("demo")], Annotated[Data, subcommand("data")],
+    Annotated[train.Flags, subcommand("train")], Annotated[compare.Flags, subcommand("compare")],
+    Annotated[diagnose.Flags, subcommand("diagnose")],
+    Annotated[export.Flags, subcommand("export")], Annotated[serve.Flags, subcommand("serve")],
+    Annotated[evaluate.Flags, subcommand("evaluate")],
+    Annotated[Pipeline, subcommand("pipeline")],
+]
+DESCRIPTION = "Corrected logQ correction of sampled softmax for TFRS retrieval."
 
-    ``commands`` (``(path, module, help)``, modules of ``package``) under ``prog``: the
-    repository's ``python -m lab`` builds its own commands' parser with it."""
-    from tfrs_logq._version import __version__
 
-    parser = Parser(prog=prog, root=prog, top=True, description=description,
-                    epilog=f"`{prog} COMMAND --help` lists a command's flags and their "
-                           "defaults.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--verbose", action="store_true", help=VERBOSE)
-    dests = {(): "command", ("data",): "data_command", ("pipeline",): "pipeline_command"}
-    subparsers = {(): (parser, parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=Parser))}
-    for path, module, help_text in commands:
-        parent = path[:-1]
-        if parent not in subparsers:  # a group: `data`, `pipeline`
-            above, actions = subparsers[parent[:-1]]
-            group = actions.add_parser(parent[-1], help=GROUPS[parent[-1]], root=prog)
-            group.add_argument("--verbose", action="store_true", help=VERBOSE)
-            above.commands[parent[-1]] = group
-            subparsers[parent] = (group, group.add_subparsers(
-                dest=dests[parent], required=True, metavar="COMMAND", parser_class=Parser))
-        above, actions = subparsers[parent]
-        above.commands[path[-1]] = actions.add_parser(
-            path[-1], module=f"{package}.{module}", help=help_text, root=prog, add_help=False)
-    return parser
+def parse(argv: Sequence[str], commands=COMMANDS, prog: str = PROG,
+          description: str = DESCRIPTION):
+    """The command's ``Flags`` of ``argv`` (`tyro.cli` over ``commands``); a ValueError
+    of a ``__post_init__`` (a value out of bounds) is raised, not drawn as tyro's box."""
+    def raise_value_error(event) -> None:  # not a value tyro could not convert: its box
+        if isinstance(event, tyro._errors.InstantiationFailure) and event.argument is None:
+            raise ValueError(event.message)
+
+    with tyro._errors.on_parse_error(raise_value_error):  # tyro 1.0's parse-error hook
+        flags = tyro.cli(commands, args=list(argv), prog=prog, description=description,
+                         config=(OmitSubcommandPrefixes, OmitArgPrefixes))
+    return flags.command if isinstance(flags, (Data, Pipeline)) else flags  # a group's
+
+
+def namespace(flags, argv: Sequence[str] = ()) -> types.SimpleNamespace:
+    """What a command's ``run`` reads: each field of ``flags`` and of its nested dataclasses
+    by name (an outer field over a nested one of its name), ``flags`` itself, and ``given``:
+    the fields whose flags ``argv`` names (``--x``, ``--no-x``: ``x``)."""
+    def fields(obj) -> dict:
+        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        out = {k: v for k, v in values.items() if not dataclasses.is_dataclass(v)}
+        for value in values.values():
+            if dataclasses.is_dataclass(value):
+                out = {**fields(value), **out}
+        return out
+
+    given = {w.partition("=")[0][2:].removeprefix("no-").replace("-", "_") for w in argv
+             if w.startswith("--")}
+    return types.SimpleNamespace(**fields(flags), flags=flags, given=given)
 
 
 def _quiet_tensorflow(verbose: bool) -> None:
@@ -157,33 +135,35 @@ def _one_line(exc: BaseException) -> str:
     return cut(" ".join(text.split("\n")).strip())
 
 
-def main(argv: Optional[Sequence[str]] = None, *,
-         build: Callable[[], Parser] = build_parser) -> int:
-    """Runs the command ``argv`` names (`sys.argv` by default) in ``build()``'s tree."""
+def main(argv: Optional[Sequence[str]] = None, *, commands=COMMANDS, prog: str = PROG,
+         description: str = DESCRIPTION) -> int:
+    """Runs the command ``argv`` names (`sys.argv` by default) among ``commands``."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:
+        from tfrs_logq._version import __version__
+
+        print(f"{prog} {__version__}")
+        return 0
     verbose = "--verbose" in argv
     _quiet_tensorflow(verbose)  # before any command imports TensorFlow
     beam_args: list = []
     if "--" in argv:  # `pipeline run ... -- BEAM FLAGS`: Beam's own pipeline options
-        at = argv.index("--")
-        argv, beam_args = argv[:at], argv[at + 1:]
-    parser = build()
-    args = parser.parse_args(argv)
-    if beam_args:
-        if getattr(args, "pipeline_command", None) != "run":
-            parser.error("only `pipeline run` takes Beam pipeline options after --")
-        args.beam_args = beam_args
-    _configure_logging(verbose, parser.root)
+        argv, beam_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    _configure_logging(verbose, prog)
     try:
-        return args.run(args)
+        flags = parse(argv, commands, prog, description)
+        if beam_args and not isinstance(flags, pipeline.Flags):
+            raise ValueError("only `pipeline run` takes Beam pipeline options after --")
+        args = namespace(flags, argv)
+        args.beam_args = beam_args
+        return sys.modules[type(flags).__module__].run(args)  # the command's handler
     except KeyboardInterrupt:
-        print(f"{parser.root}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         if not _is_user_error(exc):
             raise
         if verbose:
             traceback.print_exc()
-        print(f"{parser.root}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return USER_ERROR_EXIT
-

@@ -8,52 +8,29 @@ import json
 import sys
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import Suppress, arg
 
 from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.pipelines.log_readers import FORMATS as LOG_FORMATS
+from tfrs_logq.pipelines.source import DataSource, LogFilters
 from tfrs_logq.studies._grid import check_output_dir
+from tfrs_logq.towers.config import TwoTowerConfig
 
 
-@dataclasses.dataclass
-class UserLogFlags:  # a user's log (`tfrs_logq.pipelines.user_log.UserLogSource`) or a dataset
-    interactions: Annotated[Optional[str], arg(metavar="PATH"), shown(
-        "none: --dataset instead")] = None
-    """a CSV/TSV (optionally .gz), Parquet or JSON Lines file, a glob or a directory"""
-    user_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """the column of user ids (text or integers)"""
-    item_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """the column of item ids (text or integers)"""
-    time_column: Annotated[Optional[str], arg(metavar="C"), shown(
-        "none: the file order, no temporal split")] = None
-    """the column of times: integer seconds or ISO 8601 text"""
-    weight_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """a number per interaction (>= 0): the two-tower loss of each example is multiplied by
-    its target's weight"""
-    log_format: Annotated[Optional[Literal[LOG_FORMATS]], shown(
-        "each file's extension")] = None
-    """the files' format"""
-    skip_bad_lines: bool = False
-    """skip malformed rows and count them (default: the first one is an error)"""
-    min_item_interactions: int = 5
-    """drop items with fewer interactions"""
-    min_user_interactions: int = 0
-    """then drop users with fewer"""
-    deduplicate: bool = False
-    """keep only the first of repeated (user, item) pairs"""
-    dataset: Annotated[Optional[Literal["ml-1m", "steam"]], shown(
-        "none: --interactions")] = None
-    """a built-in dataset instead of --interactions"""
-    data_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
-    """where --dataset's files are"""
+@dataclasses.dataclass(frozen=True)
+class TwoTowerFlags(TwoTowerConfig):
+    """Each run's `TwoTowerConfig` (--loss and --seeds list the runs'): --steps,
+    --eval-every and --exclude-seen for every model, --batch-size and --history-length for
+    --model-fn too, the others for the two-tower alone."""
 
-    def __post_init__(self) -> None:
-        check(self, at_least={"min_item_interactions": 1, "min_user_interactions": 0})
+    loss: Suppress[str] = TwoTowerConfig.loss
+    seed: Suppress[int] = TwoTowerConfig.seed
 
 
 @dataclasses.dataclass
 class CompareFlags(Verbose):
+    """standard against corrected logQ on your own log: paired seeds, intervals, a verdict"""
+
     split: Annotated[Optional[Literal["temporal", "loo", "gsasrec"]], shown(
         "temporal; loo for a log without --time-column")] = None
     """the evaluation split (temporal needs --time-column)"""
@@ -69,38 +46,20 @@ class CompareFlags(Verbose):
     """--model-fn: the model's attribute that embeds a query (called with user ids)"""
     candidate_model: str = "candidate_model"
     """--model-fn: the model's attribute that embeds a candidate (called with item ids)"""
-    losses: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
+    loss: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     """the losses compared (the first is the baseline unless --baseline); two-tower:
     inbatch|mns x none|logq-tfrs|logq-official|corrected"""
-    baseline: Annotated[Optional[str], shown("the first of --losses")] = None
+    baseline: Annotated[Optional[str], shown("the first of --loss")] = None
     """the loss the others are paired against"""
     seeds: tuple[int, ...] = (0, 1, 2)
     """seeds: one pair per seed"""
-    steps: int = 3000
-    """training steps of every run (fixed: no early stopping)"""
-    eval_every: int = 500
-    """evaluate the test split every this many steps"""
     window: Annotated[Optional[int], shown("3, or every evaluation when fewer")] = None
     """a run's result: the mean of its last this many evaluations"""
-    batch_size: int = 512
-    """examples per step"""
-    embedding_dim: int = 64
-    """embedding size (two-tower)"""
-    history_length: int = 50
-    """the query reads the user's last this many items (two-tower)"""
-    num_negatives: int = 1024
-    """uniform negatives of the mns-* losses (two-tower)"""
-    learning_rate: float = 3e-3
-    """Adam's step size (two-tower)"""
-    sasrec_preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
+    preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
     """SASRec's architecture (--model sasrec); --steps, --eval-every and --window replace
     its epochs"""
     temporal_fraction: Annotated[Optional[float], arg(metavar="F"), shown("0.1")] = None
     """--split temporal: the latest this fraction of interactions is the test split"""
-    exclude_seen: bool = True
-    """the evaluation policy, as the served top_k's exclude_history: leave the items of
-    the history a request sends out of the ranking (a repeat target is then a miss);
-    --no-exclude-seen ranks them (send exclude_history false to serve that way)"""
     margin: Annotated[str, arg(metavar="M")] = "0.002"
     """the equivalence margin: an interval inside ±M reads "no difference larger than
     M"; an absolute difference (0.002) or a percentage of the reference's value (2%)"""
@@ -110,7 +69,7 @@ class CompareFlags(Verbose):
     primary_baseline: Annotated[Optional[str], arg(metavar="LOSS"),
                                 shown("logq-tfrs, else --baseline")] = None
     """the loss you run now, which the corrected loss is judged against (a loss of
-    --losses or its form, logq-tfrs)"""
+    --loss or its form, logq-tfrs)"""
     report_only: bool = False
     """rebuild report.md and the charts from --output-dir's results.csv (no training)"""
     output_dir: Annotated[str, arg(metavar="DIR")] = "compare_output"
@@ -119,14 +78,19 @@ class CompareFlags(Verbose):
     """train at most N unfinished runs, then stop (a rerun goes on)"""
     json: bool = False
     """print one JSON object (the plan and the results' rows); progress goes to stderr"""
-    data: Annotated[UserLogFlags, arg(name="data")] = dataclasses.field(
-        default_factory=UserLogFlags)
+    skip_bad_lines: bool = False
+    """--interactions: skip malformed rows and count them (default: the first one is an
+    error)"""
+    data: Annotated[DataSource, arg(name="data")] = dataclasses.field(
+        default_factory=DataSource)
+    filters: Annotated[LogFilters, arg(name="your log (--interactions)")] = dataclasses.field(
+        default_factory=LogFilters)
+    model_config: Annotated[TwoTowerFlags, arg(name="model")] = dataclasses.field(
+        default_factory=TwoTowerFlags)
 
     def __post_init__(self) -> None:
-        check(self, at_least={"seeds": 0, "steps": 1, "eval_every": 1, "window": 1,
-                              "batch_size": 2, "embedding_dim": 1, "history_length": 1,
-                              "num_negatives": 1, "max_runs": 0},
-              above={"learning_rate": 0, "temporal_fraction": 0},
+        check(self, at_least={"seeds": 0, "window": 1, "max_runs": 0},
+              above={"temporal_fraction": 0},
               at_most={"seeds": 2**32 - 1})
 
 
@@ -145,7 +109,7 @@ def run(args) -> int:
     if args.report_only:
         from tfrs_logq.studies.compare import report_only
 
-        ignored = [n for n in ("interactions", "dataset", "losses", "seeds", "model", "steps",
+        ignored = [n for n in ("interactions", "dataset", "loss", "seeds", "model", "steps",
                                "baseline", "window", "exclude_seen", "model_fn")
                    if getattr(args, n) != _default(n)]
         if ignored:
@@ -167,13 +131,8 @@ def run(args) -> int:
     if args.model == "sasrec" and not args.exclude_seen:
         raise ValueError("--no-exclude-seen is a two-tower flag: SASRec is evaluated "
                          "exclude-seen, as its export serves by default.")
-    config = TwoTowerConfig(exclude_seen=args.exclude_seen, steps=args.steps,
-                            eval_every=args.eval_every,
-                            batch_size=args.batch_size, embedding_dim=args.embedding_dim,
-                            history_length=args.history_length,
-                            num_negatives=args.num_negatives, learning_rate=args.learning_rate,
-                            loss=("inbatch-corrected" if args.model == "sasrec"
-                                  else args.losses[0]))
+    config = TwoTowerConfig(**{**dataclasses.asdict(args.flags.model_config), "loss": (
+        "inbatch-corrected" if args.model == "sasrec" else args.loss[0])})
     from tfrs_logq.cli.data import load_any_split
 
     if bool(args.interactions) == bool(args.dataset):
@@ -184,9 +143,9 @@ def run(args) -> int:
         args.split = default_log_split(args.time_column) if args.interactions else "temporal"
     # The plan is checked (losses, baseline, window) before the data is read.
     window = args.window or min(3, len(config.eval_steps))
-    plan = Plan(losses=tuple(args.losses), seeds=tuple(args.seeds), config=config,
+    plan = Plan(losses=tuple(args.loss), seeds=tuple(args.seeds), config=config,
                 window=window, baseline=args.baseline or "", model=args.model,
-                sasrec_preset=args.sasrec_preset)
+                sasrec_preset=args.preset)
     split, name = load_any_split(args)
     plan = dataclasses.replace(
         plan, source=f"{name}, split {args.split}"
@@ -209,10 +168,10 @@ def _run_model_fn(args, say, margin) -> int:
     from tfrs_logq.cli.data import load_any_split
     from tfrs_logq.studies.user_model import compare_split, load_model_fn
 
-    given = [n for n in ("model", "sasrec_preset", *_TWO_TOWER_ONLY)
+    given = [n for n in ("model", "preset", *_TWO_TOWER_ONLY)
              if n not in _MODEL_FN_TAKES and getattr(args, n) != _default(n)]
     if given:
-        raise ValueError(f"--{given[0].replace('_', '-')} is a flag of the built-in models; "
+        raise ValueError(f"{_flag(given[0])} is a flag of the built-in models; "
                          f"with --model-fn your model_fn builds the model (and compiles "
                          f"its optimizer).")
     if args.weight_column:
@@ -230,7 +189,7 @@ def _run_model_fn(args, say, margin) -> int:
         model_fn, split, history_length=args.history_length, exclude_seen=args.exclude_seen,
         data_identity=_data_identity(args, split), model_fn_flag="--model-fn",
         query_model=args.query_model, candidate_model=args.candidate_model,
-        losses=tuple(args.losses), seeds=tuple(args.seeds), steps=args.steps,
+        losses=tuple(args.loss), seeds=tuple(args.seeds), steps=args.steps,
         eval_every=args.eval_every, window=args.window, batch_size=args.batch_size,
         baseline=args.baseline, output_dir=args.output_dir, margin=margin,
         primary_metric=args.primary_metric, primary_baseline=args.primary_baseline,
@@ -249,15 +208,20 @@ def _run_model_fn(args, say, margin) -> int:
 _LOG_ONLY = ("user_column", "item_column", "time_column", "weight_column", "log_format",
              "min_item_interactions", "min_user_interactions", "deduplicate")
 _TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "num_negatives",
-                   "learning_rate")
+                   "learning_rate", "optimizer")
 # What --model-fn takes of those (the batch, the history a request sends), and its own.
 _MODEL_FN_TAKES = ("batch_size", "history_length")
 _MODEL_FN_ONLY = ("query_model", "candidate_model")
 
 
+def _flag(name: str) -> str:
+    """The flag of a field (TwoTowerConfig's num_negatives is --uniform-negatives)."""
+    return "--" + {"num_negatives": "uniform_negatives"}.get(name, name).replace("_", "-")
+
+
 def _default(name: str):
-    """The default of a flag of `UserLogFlags` or `CompareFlags`."""
-    for flags_class in (UserLogFlags, CompareFlags):
+    """The default of a flag of compare's dataclasses."""
+    for flags_class in (DataSource, LogFilters, CompareFlags, TwoTowerFlags):
         if name in flags_class.__dataclass_fields__:
             field = flags_class.__dataclass_fields__[name]
             return (field.default_factory() if field.default is dataclasses.MISSING
@@ -267,23 +231,19 @@ def _default(name: str):
 
 def _refuse_unused(args) -> None:
     """A flag the chosen data source or model does not read is an error, not ignored."""
-    def given(name, flags_class):
-        field = flags_class.__dataclass_fields__[name]
-        return getattr(args, name) != field.default
+    def given(name):
+        return getattr(args, name) != _default(name)
 
     if args.dataset:
-        unused = [n for n in _LOG_ONLY if given(n, UserLogFlags)]
+        unused = [n for n in _LOG_ONLY if given(n)]
         if unused:
             raise ValueError(f"--{unused[0].replace('_', '-')} is a flag of --interactions "
                              f"(your log); --dataset {args.dataset} does not take it.")
-    elif args.data_dir:
-        raise ValueError("--data-dir is where --dataset's files are; --interactions names "
-                         "the log itself.")
     if args.model == "sasrec":
-        unused = [n for n in _TWO_TOWER_ONLY if given(n, CompareFlags)]
+        unused = [n for n in _TWO_TOWER_ONLY if given(n)]
         if unused:
-            raise ValueError(f"--{unused[0].replace('_', '-')} is a two-tower flag; "
-                             f"--model sasrec takes its model from --sasrec-preset.")
+            raise ValueError(f"{_flag(unused[0])} is a two-tower flag; "
+                             f"--model sasrec takes its model from --preset.")
 
 
 def _data_identity(args, split) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 from tyro.conf import arg
 
@@ -15,39 +15,39 @@ from tfrs_logq.cli._common import (
     default_split,
     load_options,
 )
-from tfrs_logq.cli._flags import Verbose, check
-from tfrs_logq.cli._train_flags import train_options
-
-_DataOptions = train_options("DataOptions", only=(
-    "dataset", "split", "data_dir", "data_format", "temporal_fraction", "interactions",
-    "user_column", "item_column", "time_column", "log_format"))
+from tfrs_logq.cli._flags import Verbose, check, shown
+from tfrs_logq.pipelines.source import DataSource, LogFilters
+from tfrs_logq.pipelines.splits import SPLITS
 
 
 @dataclasses.dataclass
-class StatsFlags:
-    min_item_interactions: int = 5
-    """drop items with fewer interactions (as compare and train do)"""
-    min_user_interactions: int = 0
-    """then drop users with fewer"""
-    deduplicate: bool = False
-    """keep only the first of repeated (user, item) pairs"""
-    weight_column: Annotated[Optional[str], arg(metavar="C")] = None
-    """a number per interaction of --interactions: read, checked and summarised"""
+class SplitOptions:
+    split: Annotated[Optional[Literal[SPLITS]], shown(
+        "temporal; gsasrec with --data-format sasrec; loo for a log without --time-column"
+    )] = None
+    """evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) or
+    global temporal (needs timestamps)"""
+    temporal_fraction: Annotated[Optional[float], shown("0.1; 0.01 for steam")] = None
+    """temporal split: fraction of interactions for test, and again for validation"""
 
     def __post_init__(self) -> None:
-        check(self, at_least={"min_item_interactions": 1, "min_user_interactions": 0})
+        check(self, above={"temporal_fraction": 0})
 
 
 @dataclasses.dataclass
 class Flags(Verbose):
+    """the file used, users, items, interactions and split sizes"""
+
     json: bool = False
     """print one JSON object"""
-    data: Annotated[_DataOptions, arg(name="data")] = dataclasses.field(
-        default_factory=_DataOptions)
+    data: Annotated[DataSource, arg(name="data")] = dataclasses.field(
+        default_factory=DataSource)
+    split: Annotated[SplitOptions, arg(name="split")] = dataclasses.field(
+        default_factory=SplitOptions)
     load: Annotated[LoadOptions, arg(name="data loading")] = dataclasses.field(
         default_factory=LoadOptions)
-    log: Annotated[StatsFlags, arg(name="your log (--interactions)")] = dataclasses.field(
-        default_factory=StatsFlags)
+    log: Annotated[LogFilters, arg(name="your log (--interactions)")] = dataclasses.field(
+        default_factory=LogFilters)
 
 
 def load_any_split(args):
@@ -59,12 +59,15 @@ def load_any_split(args):
 
         from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
 
+        for flag, value in (("--data-dir", getattr(args, "data_dir", None)),
+                            ("--data-format", getattr(args, "data_format", None))):
+            if value:
+                raise ValueError(f"{flag} is --dataset's; --interactions names the log itself "
+                                 "(its format: --log-format).")
         for flag, value in (("--user-column", args.user_column),
                             ("--item-column", args.item_column)):
             if not value:
                 raise ValueError(f"--interactions needs {flag}.")
-        if args.dataset:
-            raise ValueError("give --interactions or --dataset, not both.")
         source = UserLogSource(args.interactions, args.user_column, args.item_column,
                                time_column=args.time_column,
                                weight_column=getattr(args, "weight_column", None),
@@ -119,7 +122,7 @@ def run(args) -> int:
 
     if not getattr(args, "interactions", None):
         given = [n for n in ("min_item_interactions", "min_user_interactions", "deduplicate")
-                 if getattr(args, n) != getattr(StatsFlags, n)]
+                 if getattr(args, n) != getattr(LogFilters, n)]
         if given:
             raise ValueError(f"--{given[0].replace('_', '-')} filters --interactions (your "
                              f"log); a built-in dataset is preprocessed as its papers do.")

@@ -7,19 +7,26 @@ import json
 import os
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import arg, create_mutex_group
 
 from tfrs_logq.cli._common import read_model_config
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.losses import CORRECTIONS
-from tfrs_logq.studies.diagnose import SAMPLERS
+from tfrs_logq.corrections import CORRECTIONS
+
+SAMPLERS = ("in-batch", "uniform", "mixed", "mixed-unigram")  # `studies.diagnose.SAMPLERS`
+
+
+# One model is diagnosed: a trained run's, or the synthetic stream's ground truth.
+_MODEL = create_mutex_group(required=True, title="the model (one of)")
 
 
 @dataclasses.dataclass
 class Flags(Verbose):
-    model_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
-    """a `tfrs-logq train` run (this or --synthetic-items is required)"""
-    synthetic_items: Optional[int] = None
+    """gradient bias of none/logq/corrected against the full softmax"""
+
+    model_dir: Annotated[Optional[str], arg(metavar="DIR"), _MODEL] = None
+    """a `tfrs-logq train` run"""
+    synthetic_items: Annotated[Optional[int], _MODEL] = None
     """the synthetic stream's ground-truth model with N items"""
     data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown("its saved data_dir")] = None
     """data of --model-dir"""
@@ -27,10 +34,10 @@ class Flags(Verbose):
     """queries (test users of --model-dir, users of the stream)"""
     samplers: tuple[Literal[SAMPLERS], ...] = ("in-batch",)
     """samplers"""
-    num_negatives: tuple[int, ...] = (16, 64, 256)
-    """numbers of negatives k"""
-    corrections: tuple[Literal[CORRECTIONS], ...] = CORRECTIONS
-    """corrections"""
+    num_sampled: tuple[int, ...] = (16, 64, 256)
+    """numbers k of negatives sampled per query"""
+    loss: tuple[Literal[CORRECTIONS], ...] = CORRECTIONS
+    """the losses compared: sampled softmax with each of these corrections"""
     draws: int = 200
     """Monte Carlo draws of the negatives per sampler and k"""
     exact: bool = False
@@ -43,16 +50,13 @@ class Flags(Verbose):
     """print the result as one JSON object"""
 
     def __post_init__(self) -> None:
-        check(self, at_least={"synthetic_items": 2, "queries": 1, "num_negatives": 1,
+        check(self, at_least={"synthetic_items": 2, "queries": 1, "num_sampled": 1,
                               "draws": 2, "seed": 0})
 
 
 def run(args) -> int:
     from tfrs_logq.studies import diagnose as diag
 
-    if (args.model_dir is None) == (args.synthetic_items is None):
-        raise ValueError("give one of --model-dir DIR (a trained run) and --synthetic-items N "
-                         "(the synthetic stream's model)")
     if args.model_dir:
         read_model_config(args.model_dir)
         inputs = diag.model_dir_inputs(args.model_dir, args.queries, seed=args.seed,
@@ -61,8 +65,8 @@ def run(args) -> int:
     else:
         inputs = diag.synthetic_inputs(args.synthetic_items, args.queries, seed=args.seed)
         source = {"synthetic_items": args.synthetic_items}
-    result = diag.diagnose(*inputs, samplers=args.samplers, num_negatives=args.num_negatives,
-                           corrections=args.corrections, num_draws=args.draws, seed=args.seed,
+    result = diag.diagnose(*inputs, samplers=args.samplers, num_negatives=args.num_sampled,
+                           corrections=args.loss, num_draws=args.draws, seed=args.seed,
                            exact=args.exact)
     result.pop("_per_query")
     result = {**source, **result}

@@ -5,17 +5,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 from tyro.conf import arg
 
 from tfrs_logq.cli._common import LoadOptions, load_options, read_model_config, require_modules
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.cli._train_flags import train_options
+from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+from tfrs_logq.pipelines.splits import SPLITS
 
-_DataOptions = train_options("DataOptions", only=("dataset", "split", "data_dir", "data_format"),
-                             dataset="the model's", split="the model's",
-                             data_format="the model's")
+
+@dataclasses.dataclass
+class DataOptions:
+    """The model's data, unless given."""
+
+    dataset: Annotated[Optional[Literal[DATASETS]], shown("the model's")] = None
+    """the dataset evaluated"""
+    split: Annotated[Optional[Literal[SPLITS]], shown("the model's")] = None
+    """the split whose test targets are evaluated"""
+    data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown("the model's")] = None
+    """directory holding the data files"""
+    data_format: Annotated[Optional[Literal[ML1M_FORMATS]], shown("the model's")] = None
+    """ML-1M source: MovieLens's ratings.dat or SASRec's ml-1m.txt"""
 
 
 def host_port(text: str) -> str:
@@ -29,9 +40,11 @@ def host_port(text: str) -> str:
 
 @dataclasses.dataclass
 class Flags(Verbose):
+    """Recall@k through a TF Serving endpoint, beside the exact figures"""
+
     server: Annotated[str, arg(metavar="HOST:PORT")]
     """the gRPC endpoint"""
-    model_name: Annotated[str, arg(metavar="NAME")]
+    model_name: Annotated[str, arg(metavar="NAME", aliases=("--model_name",))]
     """the servable's name"""
     model_dir: Annotated[str, arg(metavar="DIR")]
     """the training output of the served model (its data, and the exact figures)"""
@@ -41,8 +54,8 @@ class Flags(Verbose):
     """how long to wait for the server to answer at start"""
     json: bool = False
     """print one JSON object"""
-    data: Annotated[_DataOptions, arg(name="data")] = dataclasses.field(
-        default_factory=_DataOptions)
+    data: Annotated[DataOptions, arg(name="data")] = dataclasses.field(
+        default_factory=DataOptions)
     load: Annotated[LoadOptions, arg(name="data loading")] = dataclasses.field(
         default_factory=LoadOptions)
 

@@ -12,16 +12,22 @@ from tyro.conf import arg
 
 from tfrs_logq.cli._common import read_model_config
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.serving.export import DEFAULT_MAX_K, DEFAULT_TARGET_RECALL, INDEXES
+
+# `tfrs_logq.serving.export`'s (which imports TensorFlow; a test checks they agree).
+INDEXES = ("auto", "scann", "faiss", "brute-force")
+DEFAULT_TARGET_RECALL = 0.95
+DEFAULT_MAX_K = 1000
 
 
 @dataclasses.dataclass
 class Flags(Verbose):
+    """export a trained model as a TF Serving SavedModel"""
+
     model_dir: Annotated[str, arg(metavar="DIR")]
     """the output of `tfrs-logq train`"""
-    model_base_path: Annotated[str, arg(metavar="DIR")]
+    model_base_path: Annotated[str, arg(metavar="DIR", aliases=("--model_base_path",))]
     """TF Serving's base path: the directory of integer versions this export adds to"""
-    model_name: Annotated[str, arg(metavar="NAME")]
+    model_name: Annotated[str, arg(metavar="NAME", aliases=("--model_name",))]
     """the servable's name"""
     version: Annotated[Optional[int], shown("the next free one")] = None
     """integer version"""

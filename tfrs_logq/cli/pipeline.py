@@ -16,22 +16,23 @@ from tyro.conf import arg
 from tfrs_logq.cli._common import (
     NOT_BLESSED_EXIT,
     PROG,
+    config_file,
     default_split,
     warn_if_smoke,
 )
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.cli._train_flags import config_file, train_options
 from tfrs_logq.pipelines.beam import COMPONENTS, METRICS, SOURCE_FORMATS
 from tfrs_logq.pipelines.beam.exporter import INDEXES
 from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
 from tfrs_logq.pipelines.datasets import DATASETS
-from tfrs_logq.sasrec.config import TrainConfig
+from tfrs_logq.pipelines.splits import SPLITS
+from tfrs_logq.sasrec.config import OBJECTIVES, PRESETS, TrainConfig
 
 
-def _thresholds(text: str) -> dict:
-    """``METRIC=MIN,...`` -> ``{metric: min}``, each minimum in [0, 1]."""
+def _thresholds(parts) -> dict:
+    """``("METRIC=MIN", ...)`` -> ``{metric: min}``, each minimum in [0, 1]."""
     out = {}
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
+    for part in parts:
         name, sep, value = (s.strip() for s in part.partition("="))
         try:
             out[name] = float(value)
@@ -43,8 +44,6 @@ def _thresholds(text: str) -> dict:
         if not 0.0 <= out[name] <= 1.0:
             raise ValueError(f"argument --threshold: {name}: must be at least 0 and at most "
                              f"1, got {value}")
-    if not out:
-        raise ValueError("argument --threshold: must name at least one METRIC=MIN")
     return out
 
 
@@ -53,10 +52,36 @@ _BEAM = ("beam (Beam's own flags go after --: tfrs-logq pipeline run ... --runne
          "--sdk_container_image IMAGE)")
 _TRAINER = "Trainer (tfrs-logq train --examples DIR/ExampleGen --log-q DIR/Statistics)"
 _SERVING = "Exporter, BulkInferrer, Evaluator, Pusher"
-_SplitOptions = train_options("SplitOptions", only=("data_dir", "split", "temporal_fraction"),
-                              temporal_fraction="0.1 for ml-1m, 0.01 for steam, else 0.1")
-_TrainerOptions = train_options("TrainerOptions", only=("preset", "loss", "seed"),
-                                preset="smoke")
+
+
+@dataclasses.dataclass
+class SplitOptions:
+    data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown(
+        "$TFRS_LOGQ_DATA_DIR, else the download cache")] = None
+    """directory holding the dataset's files, searched at its top level and one level down"""
+    split: Annotated[Optional[Literal[SPLITS]], shown(
+        "temporal, gsasrec with --data-format sasrec")] = None
+    """evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) or
+    global temporal (needs timestamps)"""
+    temporal_fraction: Annotated[Optional[float], shown(
+        "0.1 for ml-1m, 0.01 for steam, else 0.1")] = None
+    """temporal split: fraction of interactions for test, and again for validation"""
+
+    def __post_init__(self) -> None:
+        check(self, above={"temporal_fraction": 0})
+
+
+@dataclasses.dataclass
+class TrainerOptions:
+    preset: Annotated[Optional[Literal[tuple(PRESETS)]], shown("smoke")] = None
+    """the Trainer's preset (as train --preset)"""
+    loss: Annotated[Optional[Literal[OBJECTIVES]], shown(TrainConfig.loss)] = None
+    """training objective: the paper's losses"""
+    seed: Annotated[Optional[int], shown("0")] = None
+    """random seed"""
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"seed": 0})
 
 
 @dataclasses.dataclass
@@ -129,12 +154,14 @@ class BeamFlags:
 @dataclasses.dataclass
 class ServingFlags:
     index: Literal[INDEXES] = INDEXES[0]
-    """the export's index: scann, brute-force (exact, stock TensorFlow ops), or auto (scann
-    where ScaNN loads, else brute-force)"""
+    """the export's index: scann, faiss (searched by tfrs-logq serve), brute-force (exact,
+    stock TensorFlow ops), or auto (scann where ScaNN loads, else faiss where it imports,
+    else brute-force)"""
     top_k: Annotated[int, arg(metavar="K")] = 1000
     """items BulkInferrer lists per test target (at least the largest cut-off, 1000, unless
     the catalog is smaller)"""
-    thresholds: Annotated[Optional[str], arg(name="threshold", metavar="METRIC=MIN,...")] = None
+    thresholds: Annotated[Optional[tuple[str, ...]], arg(name="threshold",
+                                                          metavar="METRIC=MIN")] = None
     """bless only if every named overall figure (recall@10, ..., ndcg@20) is at least its
     minimum"""
     baseline: Annotated[Optional[str], arg(metavar="DIR")] = None
@@ -143,10 +170,10 @@ class ServingFlags:
     --baseline-tolerance"""
     baseline_tolerance: float = 0.0
     """how far below the baseline a figure may be"""
-    serving_base_path: Annotated[Optional[str], arg(metavar="DIR"), shown(
-        "none, no Pusher")] = None
-    """Pusher copies a blessed export here as the next integer version (TF Serving's
-    --model_base_path)"""
+    model_base_path: Annotated[Optional[str], arg(
+        metavar="DIR", aliases=("--model_base_path",)), shown("none, no Pusher")] = None
+    """TF Serving's base path: Pusher copies a blessed export here as the next integer
+    version"""
 
     def __post_init__(self) -> None:
         check(self, at_least={"top_k": 1, "baseline_tolerance": 0})
@@ -156,6 +183,9 @@ class ServingFlags:
 
 @dataclasses.dataclass
 class Flags(Verbose):
+    """ExampleGen, Statistics, Trainer, Exporter, BulkInferrer, Evaluator and Pusher into
+    --pipeline-root, skipping current components"""
+
     pipeline_root: Annotated[str, arg(metavar="DIR")]
     """where the components' artifacts go (DIR/ExampleGen, DIR/Statistics, DIR/Trainer,
     ..., each with a manifest.json); current ones are skipped"""
@@ -170,13 +200,13 @@ class Flags(Verbose):
     json: bool = False
     """print one JSON object"""
     data: Annotated[DataFlags, arg(name="data")] = dataclasses.field(default_factory=DataFlags)
-    split: Annotated[_SplitOptions, arg(name="data directory and split")] = \
-        dataclasses.field(default_factory=_SplitOptions)
+    split: Annotated[SplitOptions, arg(name="data directory and split")] = \
+        dataclasses.field(default_factory=SplitOptions)
     synthetic: Annotated[SyntheticFlags, arg(name="--dataset synthetic")] = \
         dataclasses.field(default_factory=SyntheticFlags)
     beam: Annotated[BeamFlags, arg(name=_BEAM)] = dataclasses.field(default_factory=BeamFlags)
-    trainer: Annotated[_TrainerOptions, arg(name=_TRAINER)] = dataclasses.field(
-        default_factory=_TrainerOptions)
+    trainer: Annotated[TrainerOptions, arg(name=_TRAINER)] = dataclasses.field(
+        default_factory=TrainerOptions)
     serving: Annotated[ServingFlags, arg(name=_SERVING)] = dataclasses.field(
         default_factory=ServingFlags)
 
@@ -327,7 +357,7 @@ def run(args) -> int:
         sketch_width=args.sketch_width, sketch_seed=args.sketch_seed, preset=preset,
         train_options=train_options, index=args.index, top_k=args.top_k,
         thresholds=args.thresholds, baseline=args.baseline,
-        baseline_tolerance=args.baseline_tolerance, serving_base_path=args.serving_base_path,
+        baseline_tolerance=args.baseline_tolerance, serving_base_path=args.model_base_path,
         stop_after=args.stop_after, runner=args.runner, num_workers=args.num_workers,
         force=args.force, train_verbose=0 if args.json or not sys.stdout.isatty() else 2)
     if args.json:

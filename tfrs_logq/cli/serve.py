@@ -11,47 +11,63 @@ from typing import Annotated
 from tyro.conf import arg
 
 from tfrs_logq.cli._common import log_handler, require_modules
-from tfrs_logq.cli._flags import Verbose, annotate, values
+from tfrs_logq.cli._flags import Verbose
 from tfrs_logq.serving.options import ServerOptions
 
-UNDERSCORES = True  # TF Serving's flag names: --model_base_path (--model-base-path too)
 
-# The help of `ServerOptions`' fields (`ServerOptions` checks the values, for the Python
-# API too: ports in 0-65535, sizes and timeouts at least 1 or 0).
-_HELP = {
-    "model_name": "the servable's name, as clients ask for it",
-    "model_base_path": "TF Serving's base path: the directory of integer versions",
-    "port": "gRPC port (0: any free port)",
-    "rest_api_port": "REST port (0: any free port)",
-    "host": "address to bind (loopback only unless told)",
-    "file_system_poll_wait_seconds": "seconds between looks for a new version",
-    "max_batch_size": "most rows batched into one model call",
-    "batch_timeout_micros": "longest wait for a batch to fill",
-    "max_request_rows": "most rows in one request",
-    "max_rows_times_k": "most results one request may ask for, rows x k (and most in one "
-                        "batched model call)",
-    "max_request_bytes": "largest request (REST body, gRPC message)",
-    "max_response_bytes": "largest reply (REST body, gRPC message)",
-    "num_threads": "gRPC worker threads",
-    "rest_api_num_threads": "REST worker threads (connections beyond them wait, not fail)",
-    "rest_api_timeout_in_ms": "REST: longest a client may take to send a request (its "
-                              "headers, then its body), in ms",
-    "request_timeout_in_ms": "longest a request waits for its batch's result, in ms (then "
-                             "DEADLINE_EXCEEDED / HTTP 504)",
-    "drain_timeout_in_ms": "on SIGTERM or SIGINT, longest the shutdown may take (the grace, "
-                           "then requests in flight finishing), in ms",
-    "drain_grace_in_ms": "first part of the drain: readiness fails and replies say "
-                         "Connection: close while the ports still accept, in ms",
-}
-
-
-_ServeOptions = annotate(ServerOptions, "ServeOptions",
-                         **{name: (arg(help=text),) for name, text in _HELP.items()})
+# TF Serving's flag names: --model_name, --model_base_path (help shows that spelling; tyro
+# takes either spelling of every flag). `ServerOptions` checks the values, for the Python
+# API too: ports in 0-65535, sizes and timeouts at least 1 or 0.
+@dataclasses.dataclass
+class ServeOptions(ServerOptions):
+    model_name: Annotated[str, arg(metavar="NAME", aliases=("--model_name",))]
+    """the servable's name, as clients ask for it"""
+    model_base_path: Annotated[str, arg(metavar="DIR", aliases=("--model_base_path",))]
+    """TF Serving's base path: the directory of integer versions"""
+    port: int = ServerOptions.port
+    """gRPC port (0: any free port)"""
+    rest_api_port: int = ServerOptions.rest_api_port
+    """REST port (0: any free port)"""
+    host: str = ServerOptions.host
+    """address to bind (loopback only unless told)"""
+    file_system_poll_wait_seconds: float = ServerOptions.file_system_poll_wait_seconds
+    """seconds between looks for a new version"""
+    max_batch_size: int = ServerOptions.max_batch_size
+    """most rows batched into one model call"""
+    batch_timeout_micros: int = ServerOptions.batch_timeout_micros
+    """longest wait for a batch to fill"""
+    max_request_rows: int = ServerOptions.max_request_rows
+    """most rows in one request"""
+    max_rows_times_k: int = ServerOptions.max_rows_times_k
+    """most results one request may ask for, rows x k (and most in one batched model
+    call)"""
+    max_request_bytes: int = ServerOptions.max_request_bytes
+    """largest request (REST body, gRPC message)"""
+    max_response_bytes: int = ServerOptions.max_response_bytes
+    """largest reply (REST body, gRPC message)"""
+    num_threads: int = ServerOptions.num_threads
+    """gRPC worker threads"""
+    rest_api_num_threads: int = ServerOptions.rest_api_num_threads
+    """REST worker threads (connections beyond them wait, not fail)"""
+    rest_api_timeout_in_ms: int = ServerOptions.rest_api_timeout_in_ms
+    """REST: longest a client may take to send a request (its headers, then its body), in
+    ms"""
+    request_timeout_in_ms: int = ServerOptions.request_timeout_in_ms
+    """longest a request waits for its batch's result, in ms (then DEADLINE_EXCEEDED / HTTP
+    504)"""
+    drain_timeout_in_ms: int = ServerOptions.drain_timeout_in_ms
+    """on SIGTERM or SIGINT, longest the shutdown may take (the grace, then requests in
+    flight finishing), in ms"""
+    drain_grace_in_ms: int = ServerOptions.drain_grace_in_ms
+    """first part of the drain: readiness fails and replies say Connection: close while the
+    ports still accept, in ms"""
 
 
 @dataclasses.dataclass
 class Flags(Verbose):
-    server: Annotated[_ServeOptions, arg(name="server")]
+    """serve exports with TF Serving's gRPC and REST APIs"""
+
+    server: Annotated[ServeOptions, arg(name="server")]
 
 
 def _check_port(host: str, port: int, flag: str) -> None:
@@ -81,7 +97,7 @@ def run(args) -> int:
     from tfrs_logq.serving.server import ModelServer
 
     # Checks the name (as export does), the ports (0-65535), the counts and timeouts.
-    options = ServerOptions(**values(args, ServerOptions))
+    options = ServerOptions(**dataclasses.asdict(args.flags.server))
     base = args.model_base_path
     if not os.path.isdir(base):
         raise FileNotFoundError(

@@ -8,26 +8,26 @@ import json
 import sys
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import DisallowNone, arg
+from tyro.conf import Suppress, arg
 
 from tfrs_logq.cli._common import (
     LoadOptions,
     bad_share,
+    config_file,
     data_record,
     default_log_split,
     default_split,
     load_options,
     warn_if_smoke,
 )
-from tfrs_logq.cli._flags import Verbose, check, shown, values
-from tfrs_logq.cli._train_flags import train_options, training_overrides
+from tfrs_logq.cli._flags import Verbose, check, given, shown
+from tfrs_logq.pipelines.source import DataSource
+from tfrs_logq.sasrec.config import TrainConfig
 
 MODELS = ("sasrec", "two-tower")
 # TrainConfig's fields a two-tower run takes (the data fields and these); the others are
 # SASRec's and refused with --model two-tower.
-TWO_TOWER_SHARED = ("loss", "seed", "batch_size", "embedding_dim", "num_negatives",
-                    "learning_rate")
-_TrainOptions = train_options("TrainOptions", loss="mns-corrected; two-tower: inbatch-corrected")
+TWO_TOWER_SHARED = ("loss", "seed", "batch_size", "embedding_dim", "learning_rate")
 
 
 @dataclasses.dataclass
@@ -41,23 +41,39 @@ class TwoTowerFlags:
     optimizer: Annotated[Optional[Literal["lazy-adam", "adam"]], shown(
         "lazy-adam: a step independent of the catalog")] = None
     """lazy-adam updates only the table rows a batch touches"""
+    uniform_negatives: Annotated[Optional[int], shown("1024")] = None
+    """uniform negatives shared by the batch, of the mns-* losses"""
     eval_every: Annotated[Optional[int], shown("500")] = None
     """evaluate the test split every this many steps (and at the last)"""
-    exclude_seen: Annotated[Optional[bool], DisallowNone, shown("on, as the served top_k")] = None
+    exclude_seen: bool = True
     """the evaluation policy: leave the items of the history a request sends out of the
     ranking (a repeat target is then a miss); --no-exclude-seen ranks them, as top_k does
     with exclude_history false"""
-    weight_column: Annotated[Optional[str], arg(metavar="C"), shown(
-        "none: every example weighs 1")] = None
-    """a column of --interactions weighting each example's loss by its target's weight
-    (plays, dwell time; at least 0, scaled to mean 1)"""
 
     def __post_init__(self) -> None:
-        check(self, at_least={"steps": 1, "history_length": 1, "eval_every": 1})
+        check(self, at_least={"steps": 1, "history_length": 1, "eval_every": 1,
+                              "uniform_negatives": 1})
+
+
+@dataclasses.dataclass
+class TrainFlags(TrainConfig):
+    """TrainConfig's fields (its data source: the data flags); a preset sets those not
+    given."""
+
+    dataset: Suppress[str] = TrainConfig.dataset
+    data_dir: Suppress[Optional[str]] = None
+    data_format: Suppress[Optional[str]] = None
+    interactions: Suppress[Optional[str]] = None
+    user_column: Suppress[Optional[str]] = None
+    item_column: Suppress[Optional[str]] = None
+    time_column: Suppress[Optional[str]] = None
+    log_format: Suppress[Optional[str]] = None
 
 
 @dataclasses.dataclass
 class Flags(Verbose):
+    """train SASRec or a two-tower model with one of the paper's losses"""
+
     model_dir: Annotated[str, arg(metavar="DIR")]
     """where the run goes (config.json, weights, metrics.json, logs)"""
     model: Literal[MODELS] = "sasrec"
@@ -71,12 +87,32 @@ class Flags(Verbose):
     a directory is refused, and an interrupted run of the same config resumes"""
     json: bool = False
     """print the metrics as one JSON object"""
-    training: Annotated[_TrainOptions, arg(name="model, training and data")] = \
-        dataclasses.field(default_factory=_TrainOptions)
+    data: Annotated[DataSource, arg(name="data (--weight-column: two-tower)")] = \
+        dataclasses.field(default_factory=DataSource)
+    training: Annotated[TrainFlags, arg(name="model, training and split")] = \
+        dataclasses.field(default_factory=TrainFlags)
     two_tower: Annotated[TwoTowerFlags, arg(name="two-tower (--model two-tower)")] = \
         dataclasses.field(default_factory=TwoTowerFlags)
     load: Annotated[LoadOptions, arg(name="data loading")] = \
         dataclasses.field(default_factory=LoadOptions)
+
+
+def _given_training(args) -> dict:
+    """The `TrainConfig` fields given as flags (the data source's among them; its weight
+    column is the two-tower's)."""
+    source = given(args.flags.data, args.given - {"weight_column"})
+    return {**given(args.flags.training, args.given), **source}
+
+
+def _two_tower_flags(args) -> dict:
+    """The two-tower flags given."""
+    return given(args.flags.two_tower, args.given)
+
+
+def training_overrides(args) -> dict:
+    """``--config``, then the `TrainConfig` flags given, to go over the preset."""
+    overrides = config_file(args.config) if args.config else {}
+    return {**overrides, **_given_training(args)}
 
 
 def _with_split(overrides: dict, preset_fields: dict = {}) -> dict:  # noqa: B006 (read only)
@@ -117,8 +153,8 @@ def _load(config, overrides: dict, args):
 def run(args) -> int:
     if args.model == "two-tower":
         return _run_two_tower(args)
-    given = [f"--{k.replace('_', '-')}" for k, v in values(args, TwoTowerFlags).items()
-             if v is not None]
+    given = [f"--{k.replace('_', '-')}" for k, v in _two_tower_flags(args).items()
+             if v is not None] + (["--weight-column"] if args.weight_column else [])
     if given:
         raise ValueError(f"{given[0]} is a two-tower flag: add --model two-tower, or leave "
                          "it out for SASRec.")
@@ -151,16 +187,19 @@ def _run_two_tower(args) -> int:
     if args.config:
         raise ValueError("--config holds SASRec's TrainConfig fields: give the two-tower "
                          "model's as flags.")
-    given = {k: v for k, v in values(args, TrainConfig).items() if v is not None}
-    sasrec_only = [k for k in given if k not in DATA_FIELDS and k not in TWO_TOWER_SHARED]
+    flags = _given_training(args)
+    sasrec_only = [k for k in flags if k not in DATA_FIELDS and k not in TWO_TOWER_SHARED]
     if sasrec_only:
         raise ValueError(f"--{sasrec_only[0].replace('_', '-')} is a SASRec flag, not taken "
-                         "by --model two-tower.")
-    model_flags = {k: v for k, v in values(args, TwoTowerFlags).items() if v is not None}
-    weight_column = model_flags.pop("weight_column", None)
-    config = TwoTowerConfig(**{k: v for k, v in given.items() if k in TWO_TOWER_SHARED},
+                         "by --model two-tower" + (" (its uniform negatives: "
+                         "--uniform-negatives)." if sasrec_only[0] == "num_negatives" else "."))
+    model_flags = {k: v for k, v in _two_tower_flags(args).items() if v is not None}
+    weight_column = args.weight_column
+    if "uniform_negatives" in model_flags:  # TwoTowerConfig's num_negatives
+        model_flags["num_negatives"] = model_flags.pop("uniform_negatives")
+    config = TwoTowerConfig(**{k: v for k, v in flags.items() if k in TWO_TOWER_SHARED},
                             **model_flags)
-    overrides = _with_split({k: v for k, v in given.items() if k in DATA_FIELDS})
+    overrides = _with_split({k: v for k, v in flags.items() if k in DATA_FIELDS})
     data_config = TrainConfig(**overrides).validate()  # a log's columns, one data source
     if weight_column is not None:
         if not weight_column.strip():

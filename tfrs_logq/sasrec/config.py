@@ -28,10 +28,11 @@ import dataclasses
 import json
 import numbers
 import typing
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from tfrs_logq.corrections import CORRECTIONS, NEGATIVES, LossNameError, parse_loss_name
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
+from tfrs_logq.pipelines.source import LOG_FORMATS
 from tfrs_logq.pipelines.splits import SPLITS
 
 STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
@@ -72,6 +73,72 @@ DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction
 GIB = 1 << 30
 
 
+# The paper's protocol (gSASRec defaults) for a GPU; the paper's model and data with
+# a step cap and a short patience, for long runs on 2 CPU cores (80 epochs of 48 steps
+# at most on ML-1M); the same run to its end, scored over its last epochs; a fixed
+# small CPU budget; and a smoke test for CI. A preset sets these fields; explicit
+# flags override it.
+PRESETS = {
+    "paper": {},
+    "long": {"split": "gsasrec", "max_epochs": 80, "patience": 10},
+    # The long preset run to its end (no early stop), scored by the mean test metrics
+    # of all users over its last 20 epochs (the powered comparison).
+    "fixed": {"split": "gsasrec", "max_epochs": 80, "patience": 10_000, "test_window": 20},
+    "cpu": {"max_length": 200, "embedding_dim": 64, "batch_size": 64, "steps_per_epoch": 50,
+            "max_epochs": 12, "patience": 12, "max_validation_users": 2048},
+    "smoke": {"max_length": 30, "embedding_dim": 16, "num_blocks": 1, "batch_size": 32,
+              "num_negatives": 32, "steps_per_epoch": 5, "max_epochs": 2, "patience": 2,
+              "max_validation_users": 256, "dropout": 0.2},
+}
+
+
+def resolve_config(preset: Optional[str] = None, **overrides) -> TrainConfig:
+    """The preset's fields, then ``overrides`` (None leaves the preset's), checked
+    (`TrainConfig.validate` too).
+
+    Raises:
+      ValueError: an unknown preset or option; `ConfigError`: a bad value.
+    """
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}.")
+    fields = {**(PRESETS[preset] if preset else {}),
+              **{k: v for k, v in overrides.items() if v is not None}}
+    unknown = set(fields) - {f.name for f in dataclasses.fields(TrainConfig)}
+    if unknown:
+        raise ValueError(f"unknown training options: {sorted(unknown)}")
+    return TrainConfig(preset=preset, **fields).validate()
+
+
+def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
+    """``config`` with the data fields (``dataset``, ``split``, ``data_format``,
+    ``temporal_fraction``) of its ExampleGen artifact ``config.examples``: the artifact
+    decides them. A field named in ``explicit`` (set by the user) that disagrees is
+    an error rather than silently replaced.
+
+    Raises:
+      ArtifactError: ``config.examples`` is not a finished, intact ExampleGen artifact.
+      ValueError: an explicit field disagrees with the artifact.
+    """
+    from tfrs_logq.pipelines.manifest import verified_manifest
+
+    params = verified_manifest(config.examples, "ExampleGen")["parameters"]
+    found = {"split": params["split"], "dataset": params["dataset"],
+             "data_format": params["data_format"],
+             "temporal_fraction": params["split_options"].get("fraction")}
+    for name in explicit:
+        if name in found and getattr(config, name) not in (None, found[name]):
+            flag = FLAGS[name]
+            raise ValueError(f"{flag} {getattr(config, name)} disagrees with --examples "
+                             f"{config.examples}, whose {name} is {found[name]!r}; leave "
+                             f"{flag} out (the artifact decides it).")
+    return dataclasses.replace(config, **found)
+
+
+__all__ = ["DATA_FIELDS", "FLAGS", "LIMITS", "MIXED_PRECISION_POLICIES", "MONITOR", "OBJECTIVES",
+           "PRESETS", "RUN_RECORD_KEYS", "STRATEGIES", "ConfigError", "TrainConfig",
+           "examples_config", "largest_tensor", "resolve_config"]
+
+
 class ConfigError(ValueError):
     """A `TrainConfig` field with a value it refuses. One line: the field, its flag and
     the problem (``field``, ``flag`` and ``problem`` hold them apart, for the command line
@@ -92,17 +159,17 @@ class TrainConfig:
     the field and its ``tfrs-logq train`` flag. The field docstrings are the flags' help.
     """
 
-    dataset: str = "ml-1m"
+    dataset: Literal[DATASETS] = "ml-1m"
     """dataset to train on"""
-    split: str = "temporal"
+    split: Literal[SPLITS] = "temporal"
     """evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) or
     global temporal (needs timestamps)"""
-    loss: str = "mns-corrected"
+    loss: Literal[OBJECTIVES] = "mns-corrected"
     """training objective: the paper's losses"""
     data_dir: Optional[str] = None
     """directory holding the data files, searched at its top level and one level down;
     never falls back elsewhere"""
-    data_format: Optional[str] = None
+    data_format: Optional[Literal[ML1M_FORMATS]] = None
     """ML-1M source: MovieLens's ratings.dat (timestamps) or SASRec's ml-1m.txt (order
     only; no download exists)"""
     max_length: int = 200
@@ -136,11 +203,11 @@ class TrainConfig:
     """temporal split: fraction of interactions for test, and again for validation"""
     seed: int = 0
     """random seed"""
-    strategy: str = "auto"
+    strategy: Literal[STRATEGIES] = "auto"
     """tf.distribute strategy (auto: TPU, multi-worker, several GPUs, else default)"""
     cross_replica_negatives: bool = False
     """draw in-batch negatives from the targets of all replicas"""
-    mixed_precision: str = "none"
+    mixed_precision: Literal[MIXED_PRECISION_POLICIES] = "none"
     """mixed-precision policy"""
     jit_compile: bool = False
     """compile the training step with XLA"""
@@ -148,8 +215,8 @@ class TrainConfig:
     """score with the input item embeddings (weight tying)"""
     length_buckets: int = 8
     """speed only: run the SASRec blocks on this many groups of similar-length sequences,
-    each without its padding columns (1 under --xla and on TPU)"""
-    preset: Optional[str] = None
+    each without its padding columns (1 under --jit-compile and on TPU)"""
+    preset: Optional[Literal[tuple(PRESETS)]] = None
     """a set of defaults: smoke (about a minute on 2 CPU cores: a plumbing check, not a
     usable model), cpu (a fixed CPU budget), long (the paper's model, 80 epochs at most,
     patience 10), fixed (long run to its end, scored over its last 20 epochs), paper (the
@@ -171,7 +238,7 @@ class TrainConfig:
     time_column: Optional[str] = None
     """--interactions: the column of times, integer seconds or ISO 8601 (without it the
     file order is each user's order, and --split temporal is not possible)"""
-    log_format: Optional[str] = None
+    log_format: Optional[Literal[LOG_FORMATS]] = None
     """--interactions: csv, tsv, parquet or jsonl for every file"""
     max_tensor_gib: float = 4.0
     """refuse a config whose largest training tensor (estimated from batch, history
@@ -193,7 +260,7 @@ class TrainConfig:
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError("preset", f"must be one of {tuple(PRESETS)}, received "
                                         f"{self.preset!r}.")
-        if self.log_format not in (None, "csv", "tsv", "parquet", "jsonl"):
+        if self.log_format not in (None, *LOG_FORMATS):
             raise ConfigError("log_format", f"must be one of csv, tsv, parquet, jsonl, received "
                                             f"{str(self.log_format)[:40]!r}.")
         # "": a file of `pipeline run --input` that names no dataset.
@@ -236,6 +303,8 @@ class TrainConfig:
             value, kind = getattr(self, field.name), _FIELD_TYPES[field.name]
             optional = type(None) in typing.get_args(kind)
             base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+            if typing.Literal in (typing.get_origin(kind), typing.get_origin(base)):
+                base = str  # the choices are checked by name (`__post_init__`)
             if value is None and optional:
                 continue
             if base is bool:
@@ -376,70 +445,3 @@ def largest_tensor(config: TrainConfig, num_items: Optional[int] = None) -> tupl
 
 # Each field's `tfrs-logq train` flag (its other spelling, --data_dir, is accepted too).
 FLAGS = {f.name: "--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)}
-FLAGS["jit_compile"] = "--xla"
-
-
-# The paper's protocol (gSASRec defaults) for a GPU; the paper's model and data with
-# a step cap and a short patience, for long runs on 2 CPU cores (80 epochs of 48 steps
-# at most on ML-1M); the same run to its end, scored over its last epochs; a fixed
-# small CPU budget; and a smoke test for CI. A preset sets these fields; explicit
-# flags override it.
-PRESETS = {
-    "paper": {},
-    "long": {"split": "gsasrec", "max_epochs": 80, "patience": 10},
-    # The long preset run to its end (no early stop), scored by the mean test metrics
-    # of all users over its last 20 epochs (the powered comparison).
-    "fixed": {"split": "gsasrec", "max_epochs": 80, "patience": 10_000, "test_window": 20},
-    "cpu": {"max_length": 200, "embedding_dim": 64, "batch_size": 64, "steps_per_epoch": 50,
-            "max_epochs": 12, "patience": 12, "max_validation_users": 2048},
-    "smoke": {"max_length": 30, "embedding_dim": 16, "num_blocks": 1, "batch_size": 32,
-              "num_negatives": 32, "steps_per_epoch": 5, "max_epochs": 2, "patience": 2,
-              "max_validation_users": 256, "dropout": 0.2},
-}
-
-
-def resolve_config(preset: Optional[str] = None, **overrides) -> TrainConfig:
-    """The preset's fields, then ``overrides`` (None leaves the preset's), checked
-    (`TrainConfig.validate` too).
-
-    Raises:
-      ValueError: an unknown preset or option; `ConfigError`: a bad value.
-    """
-    if preset is not None and preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}.")
-    fields = {**(PRESETS[preset] if preset else {}),
-              **{k: v for k, v in overrides.items() if v is not None}}
-    unknown = set(fields) - {f.name for f in dataclasses.fields(TrainConfig)}
-    if unknown:
-        raise ValueError(f"unknown training options: {sorted(unknown)}")
-    return TrainConfig(preset=preset, **fields).validate()
-
-
-def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
-    """``config`` with the data fields (``dataset``, ``split``, ``data_format``,
-    ``temporal_fraction``) of its ExampleGen artifact ``config.examples``: the artifact
-    decides them. A field named in ``explicit`` (set by the user) that disagrees is
-    an error rather than silently replaced.
-
-    Raises:
-      ArtifactError: ``config.examples`` is not a finished, intact ExampleGen artifact.
-      ValueError: an explicit field disagrees with the artifact.
-    """
-    from tfrs_logq.pipelines.manifest import verified_manifest
-
-    params = verified_manifest(config.examples, "ExampleGen")["parameters"]
-    found = {"split": params["split"], "dataset": params["dataset"],
-             "data_format": params["data_format"],
-             "temporal_fraction": params["split_options"].get("fraction")}
-    for name in explicit:
-        if name in found and getattr(config, name) not in (None, found[name]):
-            flag = FLAGS[name]
-            raise ValueError(f"{flag} {getattr(config, name)} disagrees with --examples "
-                             f"{config.examples}, whose {name} is {found[name]!r}; leave "
-                             f"{flag} out (the artifact decides it).")
-    return dataclasses.replace(config, **found)
-
-
-__all__ = ["DATA_FIELDS", "FLAGS", "LIMITS", "MIXED_PRECISION_POLICIES", "MONITOR", "OBJECTIVES",
-           "PRESETS", "RUN_RECORD_KEYS", "STRATEGIES", "ConfigError", "TrainConfig",
-           "examples_config", "largest_tensor", "resolve_config"]

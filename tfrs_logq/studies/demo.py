@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -22,6 +22,7 @@ from tfrs_logq.frequency import CountMinSketch, ExactFrequency
 from tfrs_logq.metrics import recall_ndcg_from_ranks, target_ranks
 from tfrs_logq.pipelines.synthetic import SyntheticConfig, SyntheticStream
 from tfrs_logq.proposal import standard_positive_share
+from tfrs_logq.studies.demo_config import DemoConfig
 from tfrs_logq.tasks import CorrectedRetrieval
 from tfrs_logq.towers.training import positive_share
 from tfrs_logq.two_tower import TwoTowerModel
@@ -50,32 +51,6 @@ class StepLines(tf.keras.callbacks.Callback):
         loss = float((logs or {}).get("loss", float("nan")))
         print(f"  step {done:,}/{self.steps:,}: loss {loss:.3f}, {spent:.0f} s, about "
               f"{spent / done * (self.steps - done):.0f} s left", flush=True)
-
-
-@dataclasses.dataclass
-class DemoConfig:
-    """The demo's world, model and budget (``tfrs-logq demo``'s flags): every correction is
-    trained on the same synthetic stream and evaluated against its exact truth."""
-
-    # A world where the losses can differ (50 topics at sharpness 2.5 would put the
-    # positive's share of the standard denominator at about 0.01, where standard and
-    # corrected logQ coincide by construction). The regime knob: P(d|u)/Q(d) is about
-    # num_topics * P(c|u), so many sharp topics put the share high: here the truth's median
-    # P/Q is about 1,200 against 1,023 in-batch negatives, a share of about 0.54
-    # (research/study.md). The stream keeps two [num_users, num_topics] float64 tables.
-    num_items: int = 20_000
-    num_users: int = 20_000
-    num_topics: int = 2_000
-    topic_sharpness: float = 8.0
-    batch_size: int = 1024
-    # What these settings give: results/README.md (the demo).
-    steps: int = 1000
-    embedding_dim: int = 32
-    learning_rate: float = 1e-2
-    num_eval: int = 8192
-    frequency: str = "count-min"  # or "true"
-    corrections: Sequence[str] = ("none", "logq-tfrs", "corrected")
-    seed: int = 0
 
 
 def _frequency(kind: str, stream: SyntheticStream) -> Optional[tf.Module]:
@@ -150,7 +125,7 @@ def regime_line(stream: SyntheticStream, eval_batch: dict, batch_size: int) -> s
             "differ only where it is large (research/study.md)")
     if share < SMALL_SHARE:
         line += ("; more and sharper topics raise it (e.g. --num-topics 10000 "
-                 "--topic-sharpness 8 --num-users 20000)")
+                 "--topic-sharpness 8 --synthetic-users 20000)")
     return line
 
 

@@ -13,8 +13,10 @@ by `tfrs_logq.corrections.parse_loss_name` into `TwoTowerConfig.loss_name`.
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated, Literal
 
 import numpy as np
+from tyro.conf import arg
 
 from tfrs_logq.corrections import LOSS_NAMES, NEGATIVES, LossName, parse_loss_name
 
@@ -28,7 +30,7 @@ MAX_HISTORY_LENGTH = 10_000
 class TwoTowerConfig:
     """One two-tower training run on a user's log."""
 
-    loss: str = "inbatch-corrected"
+    loss: Literal[LOSSES] = "inbatch-corrected"
     """``inbatch``/``mns`` + ``none``/``logq-tfrs``/``logq-official``/``corrected`` (`LOSSES`)"""
     seed: int = 0
     """initial weights, batches and negatives (common random numbers across losses)"""
@@ -40,16 +42,18 @@ class TwoTowerConfig:
     """query and item embedding size"""
     history_length: int = 50
     """the query tower reads the user's last this many items"""
-    num_negatives: int = 1024
+    num_negatives: Annotated[int, arg(name="uniform_negatives")] = 1024
     """uniform negatives shared by the batch (``mns-*`` losses only)"""
     learning_rate: float = 3e-3
     """Adam's step size"""
-    optimizer: str = "lazy-adam"
+    optimizer: Literal[OPTIMIZERS] = "lazy-adam"
     """``lazy-adam`` (row-sparse: a step independent of the catalog size) or ``adam``"""
     eval_every: int = 500
     """evaluate the test split every this many steps (and at the last step)"""
     exclude_seen: bool = True
-    """leave the user's history out of the ranking (the gSASRec protocol)"""
+    """the evaluation policy, as the served top_k's exclude_history: leave the items of the
+    history a request sends out of the ranking (a repeat target is then a miss; the gSASRec
+    protocol); off, they are ranked (send exclude_history false to serve that way)"""
 
     def __post_init__(self) -> None:
         parse_loss_name(self.loss, LOSSES)  # the one check of the name
