@@ -14,6 +14,7 @@ Evaluator does not bless the model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -60,10 +61,13 @@ def parse(argv: Sequence[str], commands=COMMANDS, prog: str = PROG,
     """The command's ``Flags`` of ``argv`` (`tyro.cli` over ``commands``); a ValueError
     of a ``__post_init__`` (a value out of bounds) is raised, not drawn as tyro's box."""
     def raise_value_error(event) -> None:  # not a value tyro could not convert: its box
-        if isinstance(event, tyro._errors.InstantiationFailure) and event.argument is None:
+        if type(event).__name__ == "InstantiationFailure" and event.argument is None:
             raise ValueError(event.message)
 
-    with tyro._errors.on_parse_error(raise_value_error):  # tyro 1.0's parse-error hook
+    # tyro's parse-error hook (tyro._errors, documented there as experimental): where a
+    # tyro release lacks it, such a value is tyro's own message, exit status 2, as well.
+    hook = getattr(getattr(tyro, "_errors", None), "on_parse_error", None)
+    with hook(raise_value_error) if hook else contextlib.nullcontext():
         flags = tyro.cli(commands, args=list(argv), prog=prog, description=description,
                          config=(OmitSubcommandPrefixes, OmitArgPrefixes))
     return flags.command if isinstance(flags, (Data, Pipeline)) else flags  # a group's
@@ -105,9 +109,8 @@ def _configure_logging(verbose: bool, prog: str = PROG) -> None:
     logger.propagate = False
 
 
-_EXTRAS = {"scann": "scann", "tensorflow_serving": "serving", "grpc": "serving",
-           "uvicorn": "serving", "starlette": "serving",
-           "tensorflow_datasets": "data", "apache_beam": "beam"}
+_EXTRAS = {"scann": "scann", "tensorflow_serving": "serving", "grpc": "serving", "uvicorn":
+           "serving", "starlette": "serving", "tensorflow_datasets": "data", "apache_beam": "beam"}
 
 
 def _is_user_error(exc: BaseException) -> bool:
