@@ -105,7 +105,7 @@ class Pusher:
         verified_manifest(self.exporter_dir, "Exporter")
         base = os.path.abspath(self.serving_base_path)
         if os.path.exists(base) and not os.path.isdir(base):
-            raise NotADirectoryError(f"--serving-base-path {base} is a file, not a directory.")
+            raise NotADirectoryError(f"--model_base_path {base} is a file, not a directory.")
         if evaluation["blessed"]:
             path = push_version(saved_model_dir(os.path.abspath(self.exporter_dir)), base)
             record = {"pushed": True, "pushed_version": int(os.path.basename(path)),

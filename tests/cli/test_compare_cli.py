@@ -75,6 +75,10 @@ def test_compare_on_a_log_writes_a_paired_report(log_csv, tmp_path, capsys):
     assert "compare: 4 runs" in proc.stderr  # progress goes to stderr with --json
     report = open(os.path.join(out, "report.md")).read()
     assert "inbatch-corrected against inbatch-logq-official, recall@10:" in report
+    # The index export --index auto would serve, measured on each loss's final model at seed 0.
+    with open(os.path.join(out, "served_index.json")) as f:
+        served = json.load(f)
+    assert served and "Served: `tfrs-logq export --index auto` would serve" in report
     again = cli_in_process(capsys, "compare", "--interactions", "x.csv", "--dataset", "ml-1m")
     assert again.returncode == 2 and "--interactions" in again.stderr
     assert "--dataset" in again.stderr
@@ -302,3 +306,29 @@ def test_compare_takes_your_own_tfrs_model_with_model_fn(log_csv, tmp_path, monk
         errors = [line for line in bad.stderr.splitlines() if "error:" in line]
         assert bad.returncode == 2 and len(errors) == 1 and message in errors[0], bad.stderr
         assert not (tmp_path / "refused").exists()
+
+
+def test_compare_takes_max_bad_share_for_a_log_and_skips_the_served_index_when_told(
+        log_csv, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    lines = open(log_csv).read().splitlines()
+    bad.write_text("\n".join(lines[:600] + ['u1,"item-1,2024-01-01T00:01:01'] + lines[600:])
+                   + "\n")
+    common = ("compare", "--interactions", str(bad), "--user-column", "user", "--item-column",
+              "item", "--split", "loo", "--loss", "inbatch-logq-tfrs", "inbatch-corrected",
+              "--seeds", "0", "--steps", "4", "--eval-every", "4", "--batch-size", "32",
+              "--embedding-dim", "8")
+    # A stray quote swallows the log's tail: more than --max-bad-share of its lines.
+    proc = cli_in_process(capsys, *common, "--skip-bad-lines", "--max-bad-share", "0.01",
+                          "--output-dir", str(tmp_path / "a"))
+    assert proc.returncode == 2 and "--max-bad-share" in proc.stderr, proc.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "a" / "results.csv")
+    proc = cli_in_process(capsys, *common, "--skip-bad-lines", "--max-bad-share", "0.9",
+                          "--no-served-index", "--output-dir", str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not os.path.exists(tmp_path / "b" / "served_index.json")
+    assert "Served:" not in open(tmp_path / "b" / "report.md").read()
+    for args, flag in ((["--max-bad-share", "1.5"], "--max-bad-share"),
+                       (["--dataset", "ml-1m", "--max-bad-share", "0.5"], "--max-bad-share")):
+        proc = cli_in_process(capsys, "compare", *args, "--output-dir", str(tmp_path / "c"))
+        assert proc.returncode == 2 and flag in proc.stderr, proc.stderr[-2000:]

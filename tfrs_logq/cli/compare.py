@@ -81,6 +81,13 @@ class CompareFlags(Verbose):
     skip_bad_lines: bool = False
     """--interactions: skip malformed rows and count them (default: the first one is an
     error)"""
+    max_bad_share: Annotated[Optional[float], arg(metavar="S"), shown("0.01")] = None
+    """with --skip-bad-lines, the largest share of your log's lines it may skip; more is an
+    error"""
+    served_index: bool = True
+    """measure the index `export --index auto` would serve (ScaNN, else faiss) on the final
+    model of each loss at the first seed: the report says how far a served Recall@k can
+    move from its exact figure (--no-served-index: skip it)"""
     data: Annotated[DataSource, arg(name="data")] = dataclasses.field(
         default_factory=DataSource)
     filters: Annotated[LogFilters, arg(name="your log (--interactions)")] = dataclasses.field(
@@ -91,7 +98,7 @@ class CompareFlags(Verbose):
     def __post_init__(self) -> None:
         check(self, at_least={"seeds": 0, "window": 1, "max_runs": 0},
               above={"temporal_fraction": 0},
-              at_most={"seeds": 2**32 - 1})
+              at_most={"seeds": 2**32 - 1, "max_bad_share": 1})
 
 
 Flags = CompareFlags
@@ -110,7 +117,8 @@ def run(args) -> int:
         from tfrs_logq.studies.compare import report_only
 
         ignored = [n for n in ("interactions", "dataset", "loss", "seeds", "model", "steps",
-                               "baseline", "window", "exclude_seen", "model_fn")
+                               "baseline", "window", "exclude_seen", "model_fn",
+                               "served_index")
                    if getattr(args, n) != _default(n)]
         if ignored:
             raise ValueError(f"--report-only rebuilds the report of --output-dir from its "
@@ -152,7 +160,8 @@ def run(args) -> int:
         + (f", weighted by {args.weight_column}" if args.weight_column else ""),
         data=_data_identity(args, split))
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs,
-                       margin=margin, primary=(args.primary_metric, args.primary_baseline))
+                       margin=margin, primary=(args.primary_metric, args.primary_baseline),
+                       served_index=_served_index(args))
     if args.json:
         from tfrs_logq.studies.compare import load_plan
 
@@ -193,7 +202,8 @@ def _run_model_fn(args, say, margin) -> int:
         eval_every=args.eval_every, window=args.window, batch_size=args.batch_size,
         baseline=args.baseline, output_dir=args.output_dir, margin=margin,
         primary_metric=args.primary_metric, primary_baseline=args.primary_baseline,
-        max_runs=args.max_runs, source=f"{name}, split {args.split}", say=say)
+        max_runs=args.max_runs, source=f"{name}, split {args.split}", say=say,
+        served_index=_served_index(args))
     if args.json:
         from tfrs_logq.studies.compare import load_plan
 
@@ -202,6 +212,16 @@ def _run_model_fn(args, say, margin) -> int:
                           "losses": list(plan.losses), "seeds": list(plan.seeds),
                           "results": rows}))
     return 0
+
+
+def _served_index(args):
+    """The hook measuring the index `export --index auto` would serve, unless
+    --no-served-index (`tfrs_logq.serving.served_recall`)."""
+    if not args.served_index:
+        return None
+    from tfrs_logq.serving.served_recall import served_recall
+
+    return served_recall
 
 
 # The flags only a user's log takes (their defaults), and those only the two-tower takes.

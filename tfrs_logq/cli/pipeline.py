@@ -278,7 +278,8 @@ def _print_component(result, args) -> None:
               f"{counts.get('best_epoch')}), test recall@10 {test.get('recall@10', 0):.4f}, "
               f"ndcg@10 {test.get('ndcg@10', 0):.4f}")
     elif result.name == "Exporter":
-        print(f"    {counts.get('index')} index over {counts.get('num_items', 0):,} items: "
+        print(f"    {counts.get('index_description') or counts.get('index') + ' index'} over "
+              f"{counts.get('num_items', 0):,} items: "
               f"{os.path.join(result.directory, counts.get('saved_model', ''))}")
     elif result.name == "BulkInferrer":
         print(f"    top {counts.get('k')} of {counts.get('num_predictions', 0):,} test targets "
@@ -344,10 +345,6 @@ def run(args) -> int:
     else:
         path, fmt, dataset = _pipeline_input(args)
     preset, train_options = _pipeline_train_options(args)
-    if args.index == "scann" and COMPONENTS.index(args.stop_after) >= COMPONENTS.index("Exporter"):
-        from tfrs_logq.serving.export import scann_ops_or_error
-
-        scann_ops_or_error()  # before ExampleGen and the Trainer run, not after
     results = run_pipeline(
         args.pipeline_root, path, fmt, split=args.split, dataset=dataset,
         beam_args=getattr(args, "beam_args", ()), force_local_root=args.force_local_root,

@@ -537,7 +537,7 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
         examples = None
         need = max(estimated_peak_bytes(plan.sasrec_config(loss, plan.seeds[0]),
                                         split.num_items) for loss in plan.losses)
-        lower = "--sasrec-preset (its batch, history length and negatives)"
+        lower = "--preset (its batch, history length and negatives)"
     ids = id_storage_bytes(split)
     need += ids
     have = available_memory_bytes()
