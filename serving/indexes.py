@@ -17,6 +17,20 @@ from typing import Optional
 INDEXES = ("auto", "scann", "faiss", "brute-force")
 
 
+def check_index_loads(index: str) -> None:
+    """ImportError (one line) where ``index`` ``"scann"`` or ``"faiss"`` cannot load here
+    (``auto`` falls back at export; ``brute-force`` always loads): what ``export`` and
+    ``pipeline run`` check before they read or train anything."""
+    if index == "faiss":
+        from tfrs_logq.serving.faiss_index import faiss_or_error
+
+        faiss_or_error()
+    elif index == "scann":
+        from tfrs_logq.serving.export import scann_ops_or_error
+
+        scann_ops_or_error()
+
+
 def _by_k(recall) -> dict:
     """``{k: recall@k}`` by ascending k (a protobuf ``Struct`` keeps no order)."""
     return dict(sorted((recall or {}).items(), key=lambda kv: int(kv[0])))

@@ -123,19 +123,6 @@ COMPONENTS = ("ExampleGen", "Statistics", "Trainer", "Exporter", "BulkInferrer",
               "Pusher")
 
 
-def _check_index_loads(index: str) -> None:
-    """ImportError (one line) where ``--index scann`` or ``faiss`` cannot load here, before
-    ExampleGen and the Trainer run, not after (``auto`` falls back at export)."""
-    if index == "faiss":
-        from tfrs_logq.serving.faiss_index import faiss_or_error
-
-        faiss_or_error()
-    elif index == "scann":
-        from tfrs_logq.serving.export import scann_ops_or_error
-
-        scann_ops_or_error()
-
-
 def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "gsasrec",
                  dataset: str = "", skip_bad_lines: bool = False,
                  temporal_fraction: Optional[float] = None, num_shards: int = 4,
@@ -242,7 +229,9 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
     resolve_config(preset, **dict(train_options or {}))
     Exporter("", index=index)
     if COMPONENTS.index(stop_after) >= COMPONENTS.index("Exporter"):
-        _check_index_loads(index)
+        from tfrs_logq.serving.indexes import check_index_loads
+
+        check_index_loads(index)
     components = [example_gen, statistics, trainer, exporter, bulk_inferrer, evaluator]
     if serving_base_path:
         components.append(pusher)

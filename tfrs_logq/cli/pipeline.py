@@ -345,6 +345,10 @@ def run(args) -> int:
     else:
         path, fmt, dataset = _pipeline_input(args)
     preset, train_options = _pipeline_train_options(args)
+    if COMPONENTS.index(args.stop_after) >= COMPONENTS.index("Exporter"):
+        from tfrs_logq.serving.indexes import check_index_loads
+
+        check_index_loads(args.index)  # before Beam is imported or ExampleGen runs
     results = run_pipeline(
         args.pipeline_root, path, fmt, split=args.split, dataset=dataset,
         beam_args=getattr(args, "beam_args", ()), force_local_root=args.force_local_root,
