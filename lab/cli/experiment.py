@@ -15,6 +15,7 @@ from tfrs_logq.pipelines.datasets import DATASETS
 from tfrs_logq.pipelines.splits import SPLITS
 from tfrs_logq.sasrec.config import OBJECTIVES, TrainConfig
 
+_GRID = ("dataset", "split", "loss", "seed")  # each run's own, from --datasets ... --seeds
 _OTHER_DATA = ("interactions", "examples", "user_column", "item_column", "time_column",
                "log_format")
 
@@ -73,8 +74,12 @@ class Flags(Verbose):
 def run(args) -> int:
     from lab.experiment import run_grid
 
+    # --loss and --seeds name the grid's runs: TrainConfig's loss and seed (hidden) are not
+    # given by them, and a --config's dataset, split, loss or seed gives way to the grid's.
     overrides = {**(config_file(args.config) if args.config else {}),
-                 **given(args.flags.training, args.given)}
+                 **given(args.flags.training, args.given - set(_GRID))}
+    for name in _GRID:
+        overrides.pop(name, None)
     other = [k for k in _OTHER_DATA if overrides.get(k)]
     if other:
         raise ValueError(f"--config sets {other[0]!r}: experiment trains the built-in "
