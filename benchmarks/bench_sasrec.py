@@ -7,7 +7,7 @@ scripts run the same configuration for ``--official-steps`` steps each, and
 the ratio official / ours is printed. Data: SASRec's ML-1M ``ml-1m.txt`` from
 ``../shared/data`` (or a synthetic stand-in of the same size).
 
-    python benchmarks/bench_sasrec.py --preset paper --losses inbatch-corrected,mns-corrected \\
+    python benchmarks/bench_sasrec.py --preset paper --loss inbatch-corrected mns-corrected \\
         --official-dir /tmp/logq --official-python /tmp/refenv/bin/python
 """
 
@@ -114,16 +114,16 @@ def main():
     parser.add_argument("--preset", default="paper")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--losses", default="inbatch-corrected,mns-corrected")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--loss", nargs="+", default=["inbatch-corrected", "mns-corrected"])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                        metavar="VARIANT", help="the variants timed")
     parser.add_argument("--data-dir", default=DEFAULT_ML1M)
     parser.add_argument("--official-dir", help="local checkout of the official code")
     parser.add_argument("--official-python", help="a Python with torch (official timing)")
     parser.add_argument("--official-steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    losses = args.losses.split(",")
-    variants = args.variants.split(",")
+    losses, variants = args.loss, args.variants
     for name in losses:
         if name not in OBJECTIVES:
             parser.error(f"unknown loss {name!r}")

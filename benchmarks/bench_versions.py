@@ -10,7 +10,7 @@ gives the median over rounds of each process's median, wall and CPU (all threads
 milliseconds per step, and the ratio.
 
     python benchmarks/bench_versions.py --baseline 40bc40e --candidate WORKTREE \\
-        --preset cpu --losses inbatch-corrected,mns-corrected
+        --preset cpu --loss inbatch-corrected mns-corrected
 """
 
 import argparse
@@ -65,7 +65,8 @@ def child(args) -> None:
         raise SystemExit(f"imported {tfrs_logq.__file__}, not the snapshot {args.snapshot}")
     inter, _ = ml1m_or_stand_in(args.data_dir)
     split = make_split(inter, "gsasrec")
-    cfg = resolve_config(args.preset, loss=args.loss)
+    (loss,) = args.loss  # one loss a child process
+    cfg = resolve_config(args.preset, loss=loss)
     model = build_model(cfg, split, tf.distribute.get_strategy())
     full = lambda x: tf.shape(tf.nest.flatten(x)[0])[0] == cfg.batch_size  # noqa: E731
     data = iter(training_dataset(split, cfg.batch_size, cfg.max_length).repeat().filter(full))
@@ -97,7 +98,8 @@ def main():
     parser.add_argument("--candidate", default="WORKTREE",
                         help="git revision, or WORKTREE for the files as they are")
     parser.add_argument("--preset", default="cpu")
-    parser.add_argument("--losses", default="inbatch-corrected,mns-corrected")
+    parser.add_argument("--loss", nargs="+", default=["inbatch-corrected", "mns-corrected"],
+                        help="the losses timed, one after the other")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--data-dir", default=DEFAULT_DATA)
@@ -105,7 +107,6 @@ def main():
                         help="seconds one version's process may take")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", help=argparse.SUPPRESS)
-    parser.add_argument("--loss", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
@@ -117,7 +118,7 @@ def main():
     from tfrs_logq._util.hostinfo import cpu_description
 
     revs = {"baseline": args.baseline, "candidate": args.candidate}
-    losses = args.losses.split(",")
+    losses = args.loss
     results = {(who, loss): [] for who in revs for loss in losses}
     with tempfile.TemporaryDirectory(prefix="bench-versions-") as tmp:
         snaps = {who: snapshot(rev, tempfile.mkdtemp(dir=tmp)) for who, rev in revs.items()}

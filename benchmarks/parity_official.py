@@ -25,7 +25,7 @@ table.
 
     python benchmarks/parity_official.py --data-dir ../shared/data/ml-1m-sasrec \\
         --official-dir /tmp/logq --official-python /tmp/refenv/bin/python \\
-        --losses inbatch-none,inbatch-logq-official,mns-logq-official,mns-corrected --seeds 0,1 \\
+        --loss inbatch-none inbatch-logq-official mns-logq-official mns-corrected --seeds 0 1 \\
         --output results/parity-cpu
 """
 
@@ -362,11 +362,12 @@ def main(argv=None) -> int:
                         "(default: git clone into a temporary directory)")
     parser.add_argument("--official-python", help="a Python with torch, ir_measures, tqdm, "
                         "torchinfo (default: a new virtual environment)")
-    parser.add_argument("--losses", default="inbatch-none,inbatch-logq-official,"
-                                            "mns-logq-official,mns-corrected")
-    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--loss", nargs="+", default=["inbatch-none", "inbatch-logq-official",
+                                                      "mns-logq-official", "mns-corrected"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--budget", default="cpu", choices=BUDGETS)
-    parser.add_argument("--sides", default="official,ours")
+    parser.add_argument("--sides", nargs="+", default=["official", "ours"],
+                        choices=("official", "ours"))
     parser.add_argument("--threads", type=int, default=2, help="CPU threads per run")
     parser.add_argument("--output", default="results/parity-cpu")
     parser.add_argument("--import-ours", metavar="DIR",
@@ -385,12 +386,11 @@ def main(argv=None) -> int:
         print(f"forward pass, official gSASRec vs SASRecEncoder with its weights: "
               f"max |difference| {diff:.2e}")
         return 0 if diff < 1e-4 else 1
-    losses = args.losses.split(",")
+    losses = args.loss
     unknown = set(losses) - set(OFFICIAL_SCRIPTS)
     if unknown:
         parser.error(f"unknown losses {sorted(unknown)}; expected some of {list(OFFICIAL_SCRIPTS)}")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    sides = args.sides.split(",")
+    seeds, sides = args.seeds, args.sides
     os.makedirs(args.output, exist_ok=True)
     runs_path = os.path.join(args.output, "runs.jsonl")
     records = []
