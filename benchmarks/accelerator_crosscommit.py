@@ -38,7 +38,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITS = ("549b394", "c7da2e7")
-# Seed 1's cross-commit pairs; both commits name TFRS's logQ `logq-paper`.
+# Seed 1's cross-commit pairs; both commits name TFRS's logQ `logq-paper` (`logq-tfrs` from
+# 085c1a8 on, so the script compares commits before it).
 CORRECTIONS = ("corrected", "logq-paper", "logq-official")
 # The curve preset's structure (sigma 8, mixed negatives, mixture proposal, d = 32, learning
 # rate 1e-2, lazy Adam) on the small world of `benchmarks/accelerator/w1_probe.py`.
@@ -88,6 +89,8 @@ def run_commit(commit: str, work: str, steps: list, seed: int, log) -> dict:
     try:
         env = {**os.environ, "KERAS_BACKEND": "jax",
                "PYTHONPATH": os.pathsep.join([os.path.join(tree, "keras-logq"), tree])}
+        # The flags as the compared commits spell them: `--corrections` (today `--loss`)
+        # and comma-separated lists (today space-separated).
         cmd = [sys.executable, "benchmarks/accelerator_study.py", "--preset", "curve",
                "--output-dir", out, "--seeds", str(seed), "--proposals", "mixture",
                "--corrections", ",".join(CORRECTIONS),
@@ -175,18 +178,17 @@ def compare(a: dict, b: dict, commits) -> list:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--commits", default=",".join(COMMITS), help="two commits, comma-separated")
-    p.add_argument("--eval-at", default="100,300,1000", help="evaluation points (the last is "
-                                                        "the length of the runs)")
+    p.add_argument("--commits", nargs=2, default=list(COMMITS), metavar=("A", "B"),
+                   help="the two commits compared")
+    p.add_argument("--eval-at", nargs="+", type=int, default=[100, 300, 1000],
+                   help="evaluation points (the last is the length of the runs)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--output", required=True, help="the CSV of compared quantities")
     p.add_argument("--work", help="a folder for the worktrees and the runs (default: a "
                                   "temporary folder)")
     args = p.parse_args(argv)
-    commits = args.commits.split(",")
-    if len(commits) != 2:
-        raise SystemExit(f"--commits takes two commits, received {args.commits!r}")
-    steps = sorted(int(s) for s in args.eval_at.split(","))
+    commits = args.commits
+    steps = sorted(args.eval_at)
     work = args.work or tempfile.mkdtemp(prefix="crosscommit-")
     os.makedirs(work, exist_ok=True)
 

@@ -35,7 +35,7 @@ def test_paired_differences_and_intervals_match_scipy(tmp_path, capsys):
     rows += [_row("corrected", 0, 100, 0.1, num_items=5)]  # another world: left out
     path = tmp_path / "results.csv"
     _write(path, rows)
-    assert curve_report.main([str(path), "--num-items", "1000"]) == 0
+    assert curve_report.main([str(path), "--synthetic-items", "1000"]) == 0
     levels, paired = capsys.readouterr().out.strip().split("\n\n")
     text = levels + "\n" + paired
     diff = corrected - standard
@@ -54,7 +54,7 @@ def test_no_rows_for_the_world_is_a_one_line_error(tmp_path):
     path = tmp_path / "results.csv"
     _write(path, [_row("corrected", 0, 100, 0.5)])
     with pytest.raises(SystemExit, match="no rows with num_items=7"):
-        curve_report.main([str(path), "--num-items", "7"])
+        curve_report.main([str(path), "--synthetic-items", "7"])
 
 
 def test_importing_the_report_leaves_keras_backend_alone():

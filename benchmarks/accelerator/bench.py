@@ -1,7 +1,7 @@
 """Step time of the accelerator study, with its ratios measured in the same process.
 
     python -m benchmarks.accelerator.bench                      # CPU or whatever JAX sees
-    python -m benchmarks.accelerator.bench --items 100000,1000000,10000000 --batch 4096
+    python -m benchmarks.accelerator.bench --items 100000 1000000 10000000 --batch 4096
 
 For each catalog size and each correction the jitted training step of
 `benchmarks.accelerator.model` (stream drawn on the device, negatives, keras-logq loss,
@@ -51,8 +51,10 @@ def log_q_check(enabled: bool):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--items", default="100000,1000000")
-    p.add_argument("--corrections", default="logq-tfrs,corrected")
+    p.add_argument("--items", nargs="+", type=int, default=[100_000, 1_000_000],
+                   help="catalog sizes")
+    p.add_argument("--loss", nargs="+", default=["logq-tfrs", "corrected"],
+                   help="the corrections timed")
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--negatives", type=int, default=1024, help="uniform and in-batch, each")
     p.add_argument("--dim", type=int, default=32)
@@ -68,8 +70,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     checks = {"on": [True], "off": [False], "both": [True, False]}[args.log_q_check]
 
-    sizes = [int(s) for s in args.items.split(",")]
-    corrections = args.corrections.split(",")
+    sizes, corrections = args.items, args.loss
     configs = []
     for v in sizes:
         base = Run(num_items=v, num_users=args.users, num_topics=min(args.topics, v),

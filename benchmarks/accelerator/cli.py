@@ -43,11 +43,13 @@ def main(argv=None) -> int:
                     "from OUT/runs/ after a stop.")
     p.add_argument("--preset", choices=tuple(PRESETS), default="smoke")
     p.add_argument("--output-dir", required=True)
-    p.add_argument("--seeds", help="comma-separated seeds (default: the preset's)")
-    p.add_argument("--eval-at", help="comma-separated step counts to evaluate at "
-                                     "(default: the preset's)")
-    p.add_argument("--corrections", help="comma-separated subset of the preset's corrections")
-    p.add_argument("--proposals", help="comma-separated subset of the preset's proposals")
+    p.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's)")
+    p.add_argument("--eval-at", nargs="+", type=int,
+                   help="step counts to evaluate at (default: the preset's)")
+    p.add_argument("--loss", nargs="+",
+                   help="a subset of the preset's corrections (default: all)")
+    p.add_argument("--proposals", nargs="+",
+                   help="a subset of the preset's proposals (default: all)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a Run field of every run (e.g. num_items=100000)")
     p.add_argument("--max-seconds", type=float, help="stop (state saved) before this many "
@@ -61,15 +63,16 @@ def main(argv=None) -> int:
 
     overrides = parse_overrides(args.set)
     if args.eval_at:
-        overrides["eval_at"] = tuple(int(s) for s in args.eval_at.split(","))
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-    runs = preset_runs(args.preset, seeds, **overrides)
-    if args.corrections:
-        keep = set(args.corrections.split(","))
-        runs = [r for r in runs if r.correction in keep]
-    if args.proposals:
-        keep = set(args.proposals.split(","))
-        runs = [r for r in runs if r.proposal in keep]
+        overrides["eval_at"] = tuple(args.eval_at)
+    runs = preset_runs(args.preset, args.seeds, **overrides)
+    for flag, field, keep in (("--loss", "correction", args.loss),
+                              ("--proposals", "proposal", args.proposals)):
+        if keep:
+            known = sorted({getattr(r, field) for r in runs})
+            if set(keep) - set(known):
+                p.error(f"argument {flag}: {sorted(set(keep) - set(known))} not in the "
+                        f"preset {args.preset!r}, which has {known}")
+            runs = [r for r in runs if getattr(r, field) in keep]
 
     from . import driver  # imports jax
 

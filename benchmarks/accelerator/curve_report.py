@@ -1,13 +1,14 @@
 """The learning curve's tables: levels, and corrected against each form, by step count.
 
     python -m benchmarks.accelerator.curve_report results/accelerator-study/results.csv \\
-        [--num-items 1000000] [--proposal mixture]
+        [--synthetic-items 1000000] [--proposal mixture]
 
-Reads the rows of one world (``num_items``) and proposal from the study's ``results.csv``
-and prints two markdown tables: every row's exact Recall@10/100/1000, model median ``P`` and
-ms per step, by step count, correction and seed; then, at each step count, corrected minus
-each other correction paired by seed (common random numbers), every seed's difference and,
-from two seeds on, the mean with its 95 % t interval (`tfrs_logq.stats.paired_by_seed`).
+Reads the rows of one world (its catalog size, the rows' ``num_items``) and proposal from
+the study's ``results.csv`` and prints two markdown tables: every row's exact
+Recall@10/100/1000, model median ``P`` and ms per step, by step count, correction and seed;
+then, at each step count, corrected minus each other correction paired by seed (common
+random numbers), every seed's difference and, from two seeds on, the mean with its 95 % t
+interval (`tfrs_logq.stats.paired_by_seed`).
 No TensorFlow, no JAX: the CSV and SciPy.
 """
 
@@ -74,10 +75,11 @@ def paired_table(rows: list, reference: str = "corrected") -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="?", default="results/accelerator-study/results.csv")
-    p.add_argument("--num-items", type=int, default=1_000_000)
+    p.add_argument("--synthetic-items", type=int, default=1_000_000,
+                   help="the world's catalog size (the rows' num_items)")
     p.add_argument("--proposal", default="mixture")
     args = p.parse_args(argv)
-    rows = read_rows(args.results, args.num_items, args.proposal)
+    rows = read_rows(args.results, args.synthetic_items, args.proposal)
     print(levels_table(rows))
     print()
     print(paired_table(rows))
