@@ -33,7 +33,7 @@ def main():
     parser.add_argument("--interactions", type=float, default=1e8,
                         help="training interactions (users x history length)")
     parser.add_argument("--history-length", type=int, default=100)
-    parser.add_argument("--num-items", type=int, default=1_000_000)
+    parser.add_argument("--synthetic-items", type=int, default=1_000_000)
     parser.add_argument("--users-per-chunk", type=int, default=10_000)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--depth", type=int, default=4)
@@ -42,12 +42,12 @@ def main():
     parser.add_argument("--no-exact", action="store_true", help="skip the exact run")
     args = parser.parse_args()
     users = int(round(args.interactions / args.history_length))
-    spec = SyntheticSpec(num_users=users, num_items=args.num_items,
+    spec = SyntheticSpec(num_users=users, num_items=args.synthetic_items,
                          history_length=args.history_length, seed=0,
                          users_per_chunk=args.users_per_chunk)
     print(f"machine: {machine()}")
     print(f"synthetic: {spec.train_interactions:,} training interactions ({users:,} users x "
-          f"{args.history_length}), {args.num_items:,} items, {spec.num_chunks} chunks; "
+          f"{args.history_length}), {args.synthetic_items:,} items, {spec.num_chunks} chunks; "
           f"sketch {args.depth} x {args.width:,}; FnApiRunner, {args.num_workers} workers")
     results = {}
     for mode in ("count-min",) if args.no_exact else ("count-min", "exact"):

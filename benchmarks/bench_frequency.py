@@ -1,6 +1,6 @@
 """Update and query throughput (ids/s) of the item-frequency estimators.
 
-    python benchmarks/bench_frequency.py [--batch 4096 --num-items 10000000]
+    python benchmarks/bench_frequency.py [--batch 4096 --synthetic-items 10000000]
 """
 
 import argparse
@@ -15,13 +15,13 @@ from tfrs_logq import CountMinSketch, ExactFrequency, StreamingFrequency  # noqa
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=4096)
-    parser.add_argument("--num-items", type=int, default=10_000_000)
+    parser.add_argument("--synthetic-items", type=int, default=10_000_000)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    batches = [tf.constant(rng.zipf(1.1, size=args.batch) % args.num_items, tf.int64)
+    batches = [tf.constant(rng.zipf(1.1, size=args.batch) % args.synthetic_items, tf.int64)
                for _ in range(16)]
     estimators = {
-        f"ExactFrequency({args.num_items:,})": ExactFrequency(args.num_items),
+        f"ExactFrequency({args.synthetic_items:,})": ExactFrequency(args.synthetic_items),
         "CountMinSketch(4 x 2^20)": CountMinSketch(depth=4, width=1 << 20),
         "StreamingFrequency(2 x 2^20)": StreamingFrequency(num_buckets=1 << 20, num_hashes=2),
     }

@@ -71,7 +71,7 @@ def make_data(args, path):
     import tfrs_logq  # noqa: F401  (tf-keras before TensorFlow)
     from tfrs_logq.pipelines.synthetic import SyntheticStream
 
-    stream = SyntheticStream(num_items=args.num_items, num_users=args.num_users,
+    stream = SyntheticStream(num_items=args.synthetic_items, num_users=args.synthetic_users,
                              num_topics=args.num_topics, seed=args.seed)
     train = list(stream.dataset(args.batch_size, args.steps).as_numpy_iterator())
     test = list(stream.dataset(args.num_test, 1, start_batch=10**9).as_numpy_iterator())[0]
@@ -92,12 +92,12 @@ def run_tfrs(args, data):
     class TwoTower(tfrs.Model):
         def __init__(self):
             super().__init__()
-            self.user_tower = tf.keras.layers.Embedding(args.num_users, args.dim,
+            self.user_tower = tf.keras.layers.Embedding(args.synthetic_users, args.dim,
                                                         embeddings_initializer=init())
-            self.item_tower = tf.keras.layers.Embedding(args.num_items + 1, args.dim,
+            self.item_tower = tf.keras.layers.Embedding(args.synthetic_items + 1, args.dim,
                                                         embeddings_initializer=init())
-            self.frequency = tfrs_logq.ExactFrequency(args.num_items + 1)
-            self.task = tfrs_logq.CorrectedRetrieval(correction=args.correction,
+            self.frequency = tfrs_logq.ExactFrequency(args.synthetic_items + 1)
+            self.task = tfrs_logq.CorrectedRetrieval(correction=args.loss,
                                                      temperature=args.temperature,
                                                      reduction="sum_over_batch_size")
 
@@ -134,8 +134,8 @@ def keras_worker(args):
     spec.loader.exec_module(example)
     data = np.load(args.keras_worker)
     keras.utils.set_random_seed(args.seed)
-    model = example.TwoTower(args.num_users, args.num_items, dim=args.dim,
-                             correction=args.correction, temperature=args.temperature)
+    model = example.TwoTower(args.synthetic_users, args.synthetic_items, dim=args.dim,
+                             correction=args.loss, temperature=args.temperature)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate))
     model.build()
     timer = _step_timer(keras.callbacks.Callback)
@@ -153,17 +153,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--num-items", type=int, default=2000)
-    p.add_argument("--num-users", type=int, default=2000)
+    p.add_argument("--synthetic-items", type=int, default=2000)
+    p.add_argument("--synthetic-users", type=int, default=2000)
     p.add_argument("--num-topics", type=int, default=20)
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.1)
     p.add_argument("--learning-rate", type=float, default=0.01)
-    p.add_argument("--correction", default="corrected")
+    p.add_argument("--loss", default="corrected",
+                   help="in-batch sampled softmax with this correction")
     p.add_argument("--num-test", type=int, default=4000)
     p.add_argument("--k", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backends", default="jax,torch,tensorflow")
+    p.add_argument("--backends", nargs="+", default=["jax", "torch", "tensorflow"])
     p.add_argument("--keras-python", default=os.path.join(ROOT, ".venv-keras", "bin", "python"),
                    help="python with keras, jax and torch (make install creates it)")
     p.add_argument("--keras-worker", default=None, help=argparse.SUPPRESS)
@@ -175,7 +176,7 @@ def main(argv=None):
     make_data(args, path)
     rows = [run_tfrs(args, np.load(path))]
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
-    for backend in args.backends.split(","):
+    for backend in args.backends:
         python = sys.executable if backend == "tensorflow" else args.keras_python
         env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
         env["KERAS_BACKEND"] = backend
@@ -190,8 +191,8 @@ def main(argv=None):
                                         np.load(path)["test_item"], args.k)
         rows.append(row)
     base = rows[0]["step_s"]
-    print(f"{args.steps} steps of {args.batch_size}, V={args.num_items}, "
-          f"correction={args.correction}, Recall@{args.k} on {args.num_test} held-out examples")
+    print(f"{args.steps} steps of {args.batch_size}, V={args.synthetic_items}, "
+          f"correction={args.loss}, Recall@{args.k} on {args.num_test} held-out examples")
     print(f"{'path':<22} {'backend':<11} {'Recall@' + str(args.k):>10} {'ms/step':>9} "
           f"{'vs TFRS':>8}")
     for r in rows:

@@ -17,7 +17,7 @@
 4. Slow clients: p50/p99 of normal REST requests with none, then 64, connections that
    each sent part of a request (half the headers, or the headers and part of a body).
 
-    python benchmarks/bench_serving.py [--num-items 1000000 --queries 2000 --clients 8]
+    python benchmarks/bench_serving.py [--synthetic-items 1000000 --queries 2000 --clients 8]
     python benchmarks/bench_serving.py --skip-ann --skip-grpc   # the REST parts only
     python benchmarks/bench_serving.py --skip-grpc --skip-rest --skip-slow \
         --dim 32 --ann-k 100 1000 --search-fraction 0.05        # ScaNN only, tuned and not
@@ -74,7 +74,7 @@ def ann_benchmark(args, rng):
     every row; every ScaNN row is searched through `search_scann`, as the exported
     module searches."""
     spread = dict(noise=args.noise, norm_spread=args.norm_spread)
-    items = clustered(args.num_items, args.dim, rng, **spread)
+    items = clustered(args.synthetic_items, args.dim, rng, **spread)
     queries = clustered(args.queries, args.dim, rng, **spread)
     tuning_queries = clustered(args.tuning_queries, args.dim, rng, **spread)
     q = tf.constant(queries)
@@ -88,7 +88,7 @@ def ann_benchmark(args, rng):
             [np.asarray(o) for o in out])
 
     ks = sorted(args.ann_k)
-    params = scann_parameters(args.num_items, ks[0], max_k=ks[-1])
+    params = scann_parameters(args.synthetic_items, ks[0], max_k=ks[-1])
     start = time.perf_counter()
     searcher = build_scann_searcher(items, params)
     build_s = time.perf_counter() - start
@@ -96,7 +96,7 @@ def ann_benchmark(args, rng):
     tuned, report = tune_scann(searcher, items, tuning_queries, params, args.target_recall,
                                queries_source=f"{args.tuning_queries} synthetic queries")
     tune_s = time.perf_counter() - start
-    print(f"{args.num_items:,} items, d={args.dim}, clustered (1,000 components, noise "
+    print(f"{args.synthetic_items:,} items, d={args.dim}, clustered (1,000 components, noise "
           f"{args.noise:g}, norm spread {args.norm_spread:g}), {args.queries:,} queries in "
           f"batches of 256; tree of {params.get('num_leaves', 0):,} leaves built in "
           f"{build_s:.0f} s; tuned to recall {args.target_recall:g} in {tune_s:.0f} s on "
@@ -196,7 +196,7 @@ def server_benchmark(args, rng, model_base_path):
 
 def rest_load_benchmark(args, model_base_path):
     """Many REST clients at once: every request must succeed (none reset or dropped)."""
-    clients_list = [int(c) for c in args.rest_clients.split(",")]
+    clients_list = args.rest_clients
     per_client = args.rest_requests_per_client
     srv = start_server(args, model_base_path)
     rows = []
@@ -362,7 +362,7 @@ print(json.dumps({"total": clients * per_client, "ok": len(latencies),
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--num-items", type=int, default=1_000_000)
+    parser.add_argument("--synthetic-items", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--server-items", type=int, default=100_000)
@@ -388,8 +388,8 @@ def main():
                              "that a partitioned index finds hard")
     parser.add_argument("--skip-grpc", action="store_true", help="skip part 2")
     parser.add_argument("--skip-rest", action="store_true", help="skip part 3")
-    parser.add_argument("--rest-clients", default="32,200",
-                        help="comma-separated numbers of concurrent REST clients")
+    parser.add_argument("--rest-clients", nargs="+", type=int, default=[32, 200],
+                        help="numbers of concurrent REST clients")
     parser.add_argument("--rest-requests-per-client", type=int, default=10)
     parser.add_argument("--skip-slow", action="store_true", help="skip part 4")
     parser.add_argument("--slow-clients", type=int, default=64,

@@ -4,7 +4,7 @@ Prints examples/s of the stream at V = 10M items and examples/s of a two-tower
 training step (CorrectedRetrieval, in-batch negatives) at the same batch size
 on a smaller catalog; the ratio says whether the input could be a bottleneck.
 
-    python benchmarks/bench_synthetic.py [--num-items 10000000 --batch 4096]
+    python benchmarks/bench_synthetic.py [--synthetic-items 10000000 --batch 4096]
 """
 
 import argparse
@@ -20,14 +20,14 @@ from tfrs_logq.two_tower import TwoTowerModel  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--num-items", type=int, default=10_000_000)
+    parser.add_argument("--synthetic-items", type=int, default=10_000_000)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--batches", type=int, default=60)
     args = parser.parse_args()
     print(f"machine: {machine()}")
 
     start = time.perf_counter()
-    stream = SyntheticStream(num_items=args.num_items, num_users=100_000)
+    stream = SyntheticStream(num_items=args.synthetic_items, num_users=100_000)
     build = time.perf_counter() - start
     it = iter(stream.dataset(args.batch))
     next(it)
@@ -35,7 +35,7 @@ def main():
     for _ in range(args.batches):
         next(it)
     stream_rate = args.batches * args.batch / (time.perf_counter() - start)
-    print(f"stream: V={args.num_items:,}, history 10, batch {args.batch}: "
+    print(f"stream: V={args.synthetic_items:,}, history 10, batch {args.batch}: "
           f"{stream_rate:,.0f} examples/s (build {build:.1f} s)")
 
     train_items = 1_000_000

@@ -42,21 +42,22 @@ def gap_row(config: SyntheticConfig, batch_size: int, batches: int) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-items", type=int, default=100_000)
-    parser.add_argument("--num-users", type=int, default=20_000)
+    parser.add_argument("--synthetic-items", type=int, default=100_000)
+    parser.add_argument("--synthetic-users", type=int, default=20_000)
     parser.add_argument("--num-topics", type=int, nargs="+", default=[10_000, 1_000])
     parser.add_argument("--topic-sharpness", type=float, default=8.0)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=30)
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    print(f"V = {args.num_items:,}, {args.num_users:,} users, sigma {args.topic_sharpness:g}, "
-          f"batch {args.batch_size:,}, {args.batches} batches of the training stream")
+    print(f"V = {args.synthetic_items:,}, {args.synthetic_users:,} users, "
+          f"sigma {args.topic_sharpness:g}, batch {args.batch_size:,}, {args.batches} batches "
+          "of the training stream")
     print("| topics | distinct / B | positions repeated | log pi - log BQ: mean | 1 % | min "
           "| max B Q |")
     print("|---|---|---|---|---|---|---|")
     for topics in args.num_topics:
-        config = SyntheticConfig(num_items=args.num_items, num_users=args.num_users,
+        config = SyntheticConfig(num_items=args.synthetic_items, num_users=args.synthetic_users,
                                  num_topics=topics, topic_sharpness=args.topic_sharpness)
         r = gap_row(config, args.batch_size, args.batches)
         print(f"| {r['topics']:,} | {r['distinct']:.3f} | {r['repeats']:.3f} | "

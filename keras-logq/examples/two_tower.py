@@ -144,12 +144,13 @@ def recall_at_k(model, users, items, k):
 
 def run(args) -> dict:
     keras.utils.set_random_seed(args.seed)
-    stream = SyntheticStream(num_items=args.num_items, num_users=args.num_users,
+    stream = SyntheticStream(num_items=args.synthetic_items, num_users=args.synthetic_users,
                              num_topics=args.num_topics, seed=args.seed)
     users, items = stream.sample(args.steps * args.batch_size)
     test_users, test_items = stream.sample(args.num_test)
-    model = TwoTower(args.num_users, args.num_items, dim=args.dim, correction=args.correction,
-                     num_uniform=args.num_uniform, temperature=args.temperature)
+    model = TwoTower(args.synthetic_users, args.synthetic_items, dim=args.dim,
+                     correction=args.loss, num_uniform=args.num_uniform,
+                     temperature=args.temperature)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
                   jit_compile=args.jit_compile)
     model.build()
@@ -160,7 +161,7 @@ def run(args) -> dict:
     seconds = time.perf_counter() - start
     return {
         "backend": keras.backend.backend(),
-        "correction": args.correction,
+        "correction": args.loss,
         "steps": args.steps,
         "loss": float(history.history["loss"][-1]),
         "recall_before": before,
@@ -168,15 +169,16 @@ def run(args) -> dict:
         "seconds_per_step": seconds / args.steps,
         "counts_match": bool(np.array_equal(
             keras.ops.convert_to_numpy(model.frequency.counts),
-            np.bincount(items, minlength=args.num_items + 1))),
+            np.bincount(items, minlength=args.synthetic_items + 1))),
     }
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--correction", default="corrected", choices=keras_logq.CORRECTIONS)
-    p.add_argument("--num-items", type=int, default=2000)
-    p.add_argument("--num-users", type=int, default=2000)
+    p.add_argument("--loss", default="corrected", choices=keras_logq.CORRECTIONS,
+                   help="in-batch sampled softmax with this correction")
+    p.add_argument("--synthetic-items", type=int, default=2000)
+    p.add_argument("--synthetic-users", type=int, default=2000)
     p.add_argument("--num-topics", type=int, default=20)
     p.add_argument("--num-uniform", type=int, default=0, help="uniform negatives per batch")
     p.add_argument("--dim", type=int, default=32)

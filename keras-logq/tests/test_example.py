@@ -14,11 +14,11 @@ _spec = importlib.util.spec_from_file_location("two_tower_example", _PATH)
 two_tower = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(two_tower)
 
-SMALL = ["--num-items", "300", "--num-users", "300", "--num-topics", "10", "--batch-size", "64",
-         "--steps", "60", "--num-test", "600", "--k", "20"]
+SMALL = ["--synthetic-items", "300", "--synthetic-users", "300", "--num-topics", "10",
+         "--batch-size", "64", "--steps", "60", "--num-test", "600", "--k", "20"]
 
 
-@pytest.mark.parametrize("extra", [[], ["--num-uniform", "16"], ["--correction", "logq-tfrs"]],
+@pytest.mark.parametrize("extra", [[], ["--num-uniform", "16"], ["--loss", "logq-tfrs"]],
                          ids=["in-batch-corrected", "mns-corrected", "in-batch-logq-tfrs"])
 def test_example_trains_on_this_backend(extra):
     result = two_tower.main(SMALL + extra)
