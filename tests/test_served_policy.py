@@ -38,7 +38,7 @@ def _train_and_export(root, log, flags):
 def served_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("policy")
     return _train_and_export(root, write_log(root / "clicks.csv"), [
-        "--model", "two-tower", "--steps", "40", "--eval-every", "40", "--batch-size", "32",
+        "two-tower", "--steps", "40", "--eval-every", "40", "--batch-size", "32",
         "--embedding-dim", "8", "--history-length", "4"])
 
 
@@ -98,7 +98,7 @@ def test_train_no_exclude_seen_reports_the_keep_seen_recall(served_run, tmp_path
     exclude_history false."""
     log = write_log(tmp_path / "clicks.csv")
     model_dir, saved, result = _train_and_export(tmp_path, log, [
-        "--model", "two-tower", "--steps", "40", "--eval-every", "40", "--batch-size", "32",
+        "two-tower", "--steps", "40", "--eval-every", "40", "--batch-size", "32",
         "--embedding-dim", "8", "--history-length", "4", "--no-exclude-seen"])
     encoder, config, raw_ids = load_trained(model_dir)
     split = load_run_split(model_dir)

@@ -183,7 +183,7 @@ def test_either_spelling_reaches_the_command_help_shows_one_and_old_names_are_re
                          (train, ["--no-xla"]), (["compare"], ["--losses", "inbatch-none"]),
                          (["compare"], ["--sasrec-preset", "cpu"]),
                          (["compare"], ["--num-negatives", "4"]),
-                         (train + ["--model", "two-tower"], ["--num-negatives", "4"]),
+                         (train + ["two-tower"], ["--num-negatives", "4"]),
                          (["demo"], ["--corrections", "none"]), (["demo"], ["--num-items", "9"]),
                          (["demo"], ["--num-users", "9"]),
                          (diagnose, ["--corrections", "none"]),
@@ -304,7 +304,7 @@ def test_train_config_fields_are_trains_flags_with_their_docs_choices_and_preset
                 continue
             flag = FLAGS.get(field.name, "--" + field.name.replace("_", "-"))
             assert squeeze(docs[field.name]) in squeeze(shown[flag]), field.name
-    # --loss takes SASRec's objectives and, with --model two-tower, the two-tower's losses
+    # --loss takes SASRec's objectives (train two-tower: the two-tower's losses, among them)
     from tfrs_logq.towers.config import LOSSES
 
     choices = squeeze(shown["--loss"]).split("{", 1)[1].split("}", 1)[0].split(",")

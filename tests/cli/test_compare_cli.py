@@ -146,11 +146,11 @@ def test_compare_weights_the_two_tower_loss_and_refuses_weights_for_sasrec(
     assert again.returncode == 2 and "another plan" in again.stderr, again.stderr[-2000:]
     sasrec_flags = common[:-4]  # not --batch-size and --embedding-dim: two-tower flags
     assert sasrec_flags[-2:] == ("--window", "1")
-    sasrec = cli_in_process(capsys, "compare", *sasrec_flags, "--model", "sasrec", "--loss",
+    sasrec = cli_in_process(capsys, "compare", "sasrec", *sasrec_flags, "--loss",
                             "bce", "full-softmax", "--output-dir", str(tmp_path / "sasrec"))
     assert sasrec.returncode == 2, sasrec.stderr[-2000:]
     errors = [line for line in sasrec.stderr.splitlines() if "error" in line]
-    assert len(errors) == 1 and "--model two-tower only" in errors[0], sasrec.stderr[-2000:]
+    assert len(errors) == 1 and "compare two-tower only" in errors[0], sasrec.stderr[-2000:]
     assert not os.path.exists(tmp_path / "sasrec")  # refused before the directory is made
 
 
@@ -216,12 +216,19 @@ def test_compare_refuses_flags_it_would_ignore_and_other_data_in_a_directory(
             (("--dataset", "ml-1m", "--deduplicate"),
              "--deduplicate is a flag of --interactions"),
             (("--interactions", weighted_log_csv, "--data-dir", str(tmp_path)),
-             "--data-dir is --dataset's"),
-            (("--interactions", weighted_log_csv, "--model", "sasrec", "--learning-rate", "0.05"),
-             "--learning-rate is a two-tower flag")):
+             "--data-dir is --dataset's")):
         proc = cli_in_process(capsys, "compare", *flags, "--output-dir", str(tmp_path / "x"))
         errors = [line for line in proc.stderr.splitlines() if "error:" in line]
         assert proc.returncode == 2 and len(errors) == 1 and message in errors[0], proc.stderr
+        assert not (tmp_path / "x").exists()
+    # A flag of another model is refused by the parser, naming it (exit status 2).
+    for flags, named in ((("sasrec", "--learning-rate", "0.05"), "--learning-rate"),
+                         (("sasrec", "--no-exclude-seen"), "--no-exclude-seen"),
+                         (("--preset", "smoke"), "--preset"),
+                         (("--model", "sasrec"), "--model")):
+        proc = cli_in_process(capsys, "compare", "--interactions", weighted_log_csv, *flags,
+                              "--output-dir", str(tmp_path / "x"))
+        assert proc.returncode == 2 and named in proc.stderr, proc.stderr
         assert not (tmp_path / "x").exists()
 
 
@@ -271,7 +278,7 @@ def test_compare_takes_your_own_tfrs_model_with_model_fn(log_csv, tmp_path, monk
     out = str(tmp_path / "mine")
     log = ("--interactions", log_csv, "--user-column", "user", "--item-column", "item",
            "--split", "loo")
-    proc = cli_in_process(capsys, "compare", *log, "--model-fn", "log_model:build",
+    proc = cli_in_process(capsys, "compare", "tfrs-model", *log, "--model-fn", "log_model:build",
                           "--loss", "inbatch-logq-tfrs", "inbatch-corrected", "--seeds", "0",
                           "--steps", "4", "--eval-every", "2", "--window", "1",
                           "--batch-size", "32", "--output-dir", out, "--json")
@@ -298,13 +305,22 @@ def test_compare_takes_your_own_tfrs_model_with_model_fn(log_csv, tmp_path, monk
     for flags, message in (
             (("--model-fn", "no_such_module:build"), "no module named 'no_such_module'"),
             (("--model-fn", "log_model:nothing"), "has no function 'nothing'"),
-            (("--model-fn", "log_model:build", "--embedding-dim", "8"),
-             "--embedding-dim is a flag of the built-in models"),
-            (("--query-model", "user_model"), "--query-model is a flag of --model-fn")):
-        bad = cli_in_process(capsys, "compare", *log, *flags, "--output-dir",
+            (("--model-fn", "log_model:build", "--weight-column", "user"),
+             "--weight-column weights the built-in two-tower's loss")):
+        bad = cli_in_process(capsys, "compare", "tfrs-model", *log, *flags, "--output-dir",
                              str(tmp_path / "refused"))
         errors = [line for line in bad.stderr.splitlines() if "error:" in line]
         assert bad.returncode == 2 and len(errors) == 1 and message in errors[0], bad.stderr
+        assert not (tmp_path / "refused").exists()
+    # Flags of another model, or none of --model-fn, are the parser's usage errors.
+    for flags, named in ((("tfrs-model", "--model-fn", "log_model:build", "--embedding-dim",
+                           "8"), "--embedding-dim"),
+                         (("tfrs-model",), "--model-fn"),
+                         (("--query-model", "user_model"), "--query-model"),
+                         (("--model-fn", "log_model:build"), "--model-fn")):
+        bad = cli_in_process(capsys, "compare", *log, *flags, "--output-dir",
+                             str(tmp_path / "refused"))
+        assert bad.returncode == 2 and named in bad.stderr, bad.stderr
         assert not (tmp_path / "refused").exists()
 
 

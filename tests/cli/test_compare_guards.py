@@ -141,7 +141,7 @@ def test_a_sasrec_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, 
 
     monkeypatch.setattr(compare, "available_memory_bytes", lambda: 2**20)
     proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
-                          "--model", "sasrec", "--steps", "4", "--eval-every", "2",
+                          "sasrec", "--steps", "4", "--eval-every", "2",
                           "--output-dir", str(tmp_path / "out"))
     _one_error(proc, "GiB available: lower --preset")
     assert not os.path.exists(tmp_path / "out")

@@ -1,4 +1,4 @@
-"""``tfrs-logq train --model two-tower`` on a user's log, then ``export``: what a user
+"""``tfrs-logq train two-tower`` on a user's log, then ``export``: what a user
 types and sees, and the flags of the other family refused in one line."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def log_csv(tmp_path_factory):
 
 def test_train_two_tower_on_a_log_then_export_in_its_ids(log_csv, tmp_path, capsys):
     model_dir = str(tmp_path / "run")
-    code = main(["train", "--model", "two-tower", "--interactions", log_csv, *COMMON,
+    code = main(["train", "two-tower", "--interactions", log_csv, *COMMON,
                  "--model-dir", model_dir, "--steps", "12", "--eval-every", "6",
                  "--batch-size", "32", "--embedding-dim", "8", "--history-length", "4",
                  "--loss", "mns-logq-tfrs", "--uniform-negatives", "16", "--json"])
@@ -67,17 +67,26 @@ def test_train_two_tower_on_a_log_then_export_in_its_ids(log_csv, tmp_path, caps
         srv.stop()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (("--model", "two-tower", "--num-blocks", "3"), "--num-blocks is a SASRec flag"),
-    (("--model", "two-tower", "--loss", "gbce"), "`loss` must be one of"),
-    (("--steps", "5"), "--steps is a two-tower flag"),
+@pytest.mark.parametrize("flags, named", [
+    (("two-tower", "--num-blocks", "3"), "--num-blocks"),  # SASRec's, not two-tower's
+    (("--steps", "5"), "--steps"),  # two-tower's, not SASRec's (the default)
+    (("--model", "two-tower"), "--model"),  # the subcommand now
 ])
-def test_the_other_familys_flags_are_one_line_errors(log_csv, tmp_path, capsys, flags,
-                                                     message):
-    code = main(["train", "--interactions", log_csv, *COMMON,
-                 "--model-dir", str(tmp_path / "run"), *flags])
+def test_the_other_familys_flags_are_refused_by_the_parser(log_csv, tmp_path, capsys, flags,
+                                                           named):
+    with pytest.raises(SystemExit) as exit:  # tyro's usage error
+        main(["train", "--interactions", log_csv, *COMMON,
+              "--model-dir", str(tmp_path / "run"), *flags])
     err = capsys.readouterr().err
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert exit.value.code == 2 and named in err and not (tmp_path / "run").exists(), err
+
+
+def test_a_two_tower_value_out_of_range_is_a_one_line_error(log_csv, tmp_path, capsys):
+    code = main(["train", "two-tower", "--interactions", log_csv, *COMMON,
+                 "--model-dir", str(tmp_path / "run"), "--steps", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "`steps` must be an integer in [1," in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
 
 
 def _weighted_log(path, weights):
@@ -103,7 +112,7 @@ def _error(err: str) -> str:
 
 
 def _train(log, model_dir, capsys, *more):
-    code = main(["train", "--model", "two-tower", "--interactions", log, *COMMON,
+    code = main(["train", "two-tower", "--interactions", log, *COMMON,
                  "--model-dir", model_dir, *TINY, *more])
     out, err = capsys.readouterr()
     return code, out, err
@@ -147,8 +156,8 @@ def test_weight_column_errors_are_one_line_and_leave_no_directory(tmp_path, caps
     sasrec = main(["train", "--interactions", zero, *COMMON, "--weight-column", "plays",
                    "--model-dir", str(tmp_path / "sasrec")])
     err = capsys.readouterr().err
-    assert sasrec == 2 and "--weight-column is a two-tower flag" in err, err
-    builtin = main(["train", "--model", "two-tower", "--dataset", "ml-1m", "--weight-column",
+    assert sasrec == 2 and "--weight-column weights the two-tower model's loss" in err, err
+    builtin = main(["train", "two-tower", "--dataset", "ml-1m", "--weight-column",
                     "rating", "--model-dir", str(tmp_path / "ml")])
     err = capsys.readouterr().err
     assert builtin == 2 and "names a column of --interactions" in err, err
@@ -172,7 +181,7 @@ def test_skip_bad_lines_is_taken_recorded_and_reused_by_the_reload(tmp_path, cap
     model_dir = str(tmp_path / "run")
     flags = (TINY[:-1] if model == "two-tower" else
              ("--preset", "smoke", "--max-epochs", "1", "--steps-per-epoch", "2"))
-    args = ["train", "--model", model, "--interactions", log, *COMMON,
+    args = ["train", model, "--interactions", log, *COMMON,
             "--model-dir", model_dir, *flags]
     assert main(args) == 2  # without the flag: the malformed row is an error
     assert "line 41" in _error(capsys.readouterr().err)
@@ -220,7 +229,7 @@ def test_data_flags_that_cannot_apply_are_one_line_errors(log_csv, tmp_path, cap
              "(--interactions) is needed with --user-column"),
             (("--interactions", log_csv, "--item-column", "item"),
              "is needed with --interactions")):
-        code = main(["train", "--model", "two-tower", *flags, "--no-download",
+        code = main(["train", "two-tower", *flags, "--no-download",
                      "--model-dir", str(tmp_path / "run")])
         assert code == 2 and message in _error(capsys.readouterr().err)
         assert not (tmp_path / "run").exists()

@@ -2,7 +2,9 @@
 
 One `tyro.cli` call parses the command line: each command is its module's ``Flags``
 dataclass (free of TensorFlow), a subcommand of `COMMANDS`; ``data stats`` and ``pipeline
-run`` are nested ones. The command's handler (its module's ``run``) imports the library's
+run`` are nested ones, and so are the models of ``train`` and ``compare`` (``train
+two-tower``; a command's flags may come before or after them, and without one a command
+takes its default model's). The command's handler (its module's ``run``) imports the library's
 TensorFlow parts after parsing, and TensorFlow's start-up logs are silenced before
 anything imports it (``--verbose`` keeps them). A flag tyro refuses is its own error
 message, exit status 2; a value a ``Flags`` (or a config) refuses in ``__post_init__``,
@@ -69,7 +71,8 @@ def parse(argv: Sequence[str], commands=COMMANDS, prog: str = PROG,
     hook = getattr(getattr(tyro, "_errors", None), "on_parse_error", None)
     with hook(raise_value_error) if hook else contextlib.nullcontext():
         flags = tyro.cli(commands, args=list(argv), prog=prog, description=description,
-                         config=(OmitSubcommandPrefixes, OmitArgPrefixes))
+                         config=(OmitSubcommandPrefixes, OmitArgPrefixes,
+                                 tyro.conf.CascadeSubcommandArgs))
     return flags.command if isinstance(flags, (Data, Pipeline)) else flags  # a group's
 
 
@@ -147,8 +150,7 @@ def main(argv: Optional[Sequence[str]] = None, *, commands=COMMANDS, prog: str =
 
         print(f"{prog} {__version__}")
         return 0
-    verbose = "--verbose" in argv
-    _quiet_tensorflow(verbose)  # before any command imports TensorFlow
+    _quiet_tensorflow(verbose := "--verbose" in argv)  # before any command imports TensorFlow
     beam_args: list = []
     if "--" in argv:  # `pipeline run ... -- BEAM FLAGS`: Beam's own pipeline options
         argv, beam_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]

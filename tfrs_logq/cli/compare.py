@@ -1,14 +1,16 @@
 """``tfrs-logq compare``: standard against corrected logQ on your own log, paired by seed
-(`tfrs_logq.studies.compare`)."""
+(`tfrs_logq.studies.compare`), with the built-in two-tower model (``compare two-tower``, the
+default), SASRec (``compare sasrec``) or your own TFRS model (``compare tfrs-model
+--model-fn MODULE:FUNCTION``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import sys
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
-from tyro.conf import Suppress, arg
+from tyro.conf import Suppress, arg, subcommand
 
 from tfrs_logq.cli._common import default_log_split
 from tfrs_logq.cli._flags import Verbose, check, shown
@@ -19,12 +21,62 @@ from tfrs_logq.towers.config import TwoTowerConfig
 
 @dataclasses.dataclass(frozen=True)
 class TwoTowerFlags(TwoTowerConfig):
-    """Each run's `TwoTowerConfig` (--loss and --seeds list the runs'): --steps,
-    --eval-every and --exclude-seen for every model, --batch-size and --history-length for
-    --model-fn too, the others for the two-tower alone."""
+    """the built-in two-tower model (the default): each run's TwoTowerConfig (--loss and
+    --seeds list the runs')"""
 
     loss: Suppress[str] = TwoTowerConfig.loss
     seed: Suppress[int] = TwoTowerConfig.seed
+
+
+@dataclasses.dataclass
+class SASRecFlags:
+    """SASRec with the paper's losses (tfrs-logq train's names): its architecture from
+    --preset; --steps, --eval-every and --window replace the preset's epochs"""
+
+    preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
+    """SASRec's architecture"""
+    steps: int = TwoTowerConfig.steps
+    """training steps (fixed: no early stopping)"""
+    eval_every: int = TwoTowerConfig.eval_every
+    """evaluate the test split every this many steps (and at the last step)"""
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"steps": 1, "eval_every": 1})
+
+
+@dataclasses.dataclass
+class TFRSModelFlags:
+    """your own TFRS model (docs/compare.md): a function model_fn(task) returning a compiled
+    tfrs.Model whose compute_loss returns task(...) with candidate_ids; trained on your log's
+    {"user_id", "item_id"} examples (text ids)"""
+
+    model_fn: Annotated[str, arg(metavar="MODULE:FUNCTION")]
+    """the function building your model, its module looked up from the current directory
+    too"""
+    query_model: str = "query_model"
+    """the model's attribute that embeds a query (called with user ids)"""
+    candidate_model: str = "candidate_model"
+    """the model's attribute that embeds a candidate (called with item ids)"""
+    steps: int = TwoTowerConfig.steps
+    """training steps (fixed: no early stopping)"""
+    batch_size: int = TwoTowerConfig.batch_size
+    """training examples per step"""
+    history_length: int = TwoTowerConfig.history_length
+    """the history a test request sends: its last this many items, left out of the ranking
+    with --exclude-seen"""
+    eval_every: int = TwoTowerConfig.eval_every
+    """evaluate the test split every this many steps (and at the last step)"""
+    exclude_seen: bool = TwoTowerConfig.exclude_seen
+    """the evaluation policy, as the served top_k's exclude_history: leave the items of the
+    history a request sends out of the ranking (off: they are ranked)"""
+
+    def __post_init__(self) -> None:
+        check(self, at_least={"steps": 1, "eval_every": 1, "batch_size": 2,
+                              "history_length": 1})
+
+
+# The model a comparison trains: the subcommand, named as the plan names it.
+MODELS = {TwoTowerFlags: "two-tower", SASRecFlags: "sasrec", TFRSModelFlags: "tfrs-model"}
 
 
 @dataclasses.dataclass
@@ -34,18 +86,6 @@ class CompareFlags(Verbose):
     split: Annotated[Optional[Literal["temporal", "loo", "gsasrec"]], shown(
         "temporal; loo for a log without --time-column")] = None
     """the evaluation split (temporal needs --time-column)"""
-    model: Literal["two-tower", "sasrec"] = "two-tower"
-    """the model family"""
-    model_fn: Annotated[Optional[str], arg(metavar="MODULE:FUNCTION"), shown(
-        "none: --model")] = None
-    """your own TFRS model instead of --model: a function model_fn(task) returning a
-    compiled tfrs.Model whose compute_loss returns task(...) with candidate_ids; trained on
-    your log's {"user_id", "item_id"} examples (text ids), the module looked up from the
-    current directory too (docs/compare.md)"""
-    query_model: str = "query_model"
-    """--model-fn: the model's attribute that embeds a query (called with user ids)"""
-    candidate_model: str = "candidate_model"
-    """--model-fn: the model's attribute that embeds a candidate (called with item ids)"""
     loss: tuple[str, ...] = ("inbatch-logq-tfrs", "inbatch-logq-official", "inbatch-corrected")
     """the losses compared (the first is the baseline unless --baseline); two-tower:
     inbatch|mns x none|logq-tfrs|logq-official|corrected"""
@@ -55,9 +95,6 @@ class CompareFlags(Verbose):
     """seeds: one pair per seed"""
     window: Annotated[Optional[int], shown("3, or every evaluation when fewer")] = None
     """a run's result: the mean of its last this many evaluations"""
-    preset: Literal["smoke", "cpu", "long", "fixed", "paper"] = "cpu"
-    """SASRec's architecture (--model sasrec); --steps, --eval-every and --window replace
-    its epochs"""
     temporal_fraction: Annotated[Optional[float], arg(metavar="F"), shown("0.1")] = None
     """--split temporal: the latest this fraction of interactions is the test split"""
     margin: Annotated[str, arg(metavar="M")] = "0.002"
@@ -92,8 +129,11 @@ class CompareFlags(Verbose):
         default_factory=DataSource)
     filters: Annotated[LogFilters, arg(name="your log (--interactions)")] = dataclasses.field(
         default_factory=LogFilters)
-    model_config: Annotated[TwoTowerFlags, arg(name="model")] = dataclasses.field(
-        default_factory=TwoTowerFlags)
+    model: Union[
+        Annotated[TwoTowerFlags, subcommand("two-tower")],
+        Annotated[SASRecFlags, subcommand("sasrec")],
+        Annotated[TFRSModelFlags, subcommand("tfrs-model")],
+    ] = dataclasses.field(default_factory=TwoTowerFlags)
 
     def __post_init__(self) -> None:
         check(self, at_least={"seeds": 0, "window": 1, "max_runs": 0},
@@ -116,44 +156,34 @@ def run(args) -> int:
     if args.report_only:
         from tfrs_logq.studies.compare import report_only
 
-        ignored = [n for n in ("interactions", "dataset", "loss", "seeds", "model", "steps",
-                               "baseline", "window", "exclude_seen", "model_fn",
-                               "served_index")
-                   if getattr(args, n) != _default(n)]
-        if ignored:
+        ignored = sorted(args.given - _REPORT_TAKES)
+        if ignored or _named_model(args):
+            flag = f"--{ignored[0].replace('_', '-')}" if ignored else _named_model(args)
             raise ValueError(f"--report-only rebuilds the report of --output-dir from its "
                              f"results.csv and plan.json, and takes --margin and --primary-* "
-                             f"only; "
-                             f"--{ignored[0].replace('_', '-')} belongs to a comparison run.")
+                             f"only; {flag} belongs to a comparison run.")
         text = report_only(args.output_dir, say=say, margin=margin,
                            primary=(args.primary_metric, args.primary_baseline))
         if args.json:
             print(json.dumps({"output_dir": args.output_dir, "report": text}))
         return 0
-    if args.model_fn:
+    model = MODELS[type(args.flags.model)]
+    if model == "tfrs-model":
         return _run_model_fn(args, say, margin)
-    unused = [n for n in _MODEL_FN_ONLY if getattr(args, n) != _default(n)]
-    if unused:
-        raise ValueError(f"--{unused[0].replace('_', '-')} is a flag of --model-fn (your own "
-                         f"model).")
-    if args.model == "sasrec" and not args.exclude_seen:
-        raise ValueError("--no-exclude-seen is a two-tower flag: SASRec is evaluated "
-                         "exclude-seen, as its export serves by default.")
-    config = TwoTowerConfig(**{**dataclasses.asdict(args.flags.model_config), "loss": (
-        "inbatch-corrected" if args.model == "sasrec" else args.loss[0])})
+    given = {k: v for k, v in dataclasses.asdict(args.flags.model).items()
+             if k in TwoTowerConfig.__dataclass_fields__ and k not in ("loss", "seed")}
+    config = TwoTowerConfig(**given, loss="inbatch-corrected" if model == "sasrec"
+                            else args.loss[0])
     from tfrs_logq.cli.data import load_any_split
 
-    if bool(args.interactions) == bool(args.dataset):
-        raise ValueError("give either --interactions (with --user-column and --item-column) "
-                         "or --dataset.")
     _refuse_unused(args)
     if args.split is None:  # as `train` and `data stats`: a log without times has no temporal
         args.split = default_log_split(args.time_column) if args.interactions else "temporal"
     # The plan is checked (losses, baseline, window) before the data is read.
     window = args.window or min(3, len(config.eval_steps))
     plan = Plan(losses=tuple(args.loss), seeds=tuple(args.seeds), config=config,
-                window=window, baseline=args.baseline or "", model=args.model,
-                sasrec_preset=args.preset)
+                window=window, baseline=args.baseline or "", model=model,
+                sasrec_preset=getattr(args, "preset", "cpu"))
     split, name = load_any_split(args)
     plan = dataclasses.replace(
         plan, source=f"{name}, split {args.split}"
@@ -177,18 +207,9 @@ def _run_model_fn(args, say, margin) -> int:
     from tfrs_logq.cli.data import load_any_split
     from tfrs_logq.studies.user_model import compare_split, load_model_fn
 
-    given = [n for n in ("model", "preset", *_TWO_TOWER_ONLY)
-             if n not in _MODEL_FN_TAKES and getattr(args, n) != _default(n)]
-    if given:
-        raise ValueError(f"{_flag(given[0])} is a flag of the built-in models; "
-                         f"with --model-fn your model_fn builds the model (and compiles "
-                         f"its optimizer).")
     if args.weight_column:
-        raise ValueError("--weight-column weights the built-in two-tower's loss; --model-fn "
-                         "trains your model unweighted: leave it out.")
-    if bool(args.interactions) == bool(args.dataset):
-        raise ValueError("give either --interactions (with --user-column and --item-column) "
-                         "or --dataset.")
+        raise ValueError("--weight-column weights the built-in two-tower's loss (compare "
+                         "two-tower); your model trains unweighted: leave it out.")
     _refuse_unused(args)
     model_fn = load_model_fn(args.model_fn, "--model-fn")  # before the log is read
     if args.split is None:
@@ -224,24 +245,21 @@ def _served_index(args):
     return served_recall
 
 
-# The flags only a user's log takes (their defaults), and those only the two-tower takes.
+# The flags only a user's log takes (their defaults); those --report-only takes.
 _LOG_ONLY = ("user_column", "item_column", "time_column", "weight_column", "log_format",
              "min_item_interactions", "min_user_interactions", "deduplicate")
-_TWO_TOWER_ONLY = ("batch_size", "embedding_dim", "history_length", "num_negatives",
-                   "learning_rate", "optimizer")
-# What --model-fn takes of those (the batch, the history a request sends), and its own.
-_MODEL_FN_TAKES = ("batch_size", "history_length")
-_MODEL_FN_ONLY = ("query_model", "candidate_model")
+_REPORT_TAKES = {"report_only", "output_dir", "margin", "primary_metric", "primary_baseline",
+                 "json", "verbose"}
 
 
-def _flag(name: str) -> str:
-    """The flag of a field (TwoTowerConfig's num_negatives is --uniform-negatives)."""
-    return "--" + {"num_negatives": "uniform_negatives"}.get(name, name).replace("_", "-")
+def _named_model(args) -> str:
+    """The model subcommand given (``compare sasrec``), or "" for the default two-tower."""
+    return "" if args.flags.model == TwoTowerFlags() else MODELS[type(args.flags.model)]
 
 
 def _default(name: str):
-    """The default of a flag of compare's dataclasses."""
-    for flags_class in (DataSource, LogFilters, CompareFlags, TwoTowerFlags):
+    """The default of a field of the data source's dataclasses."""
+    for flags_class in (DataSource, LogFilters):
         if name in flags_class.__dataclass_fields__:
             field = flags_class.__dataclass_fields__[name]
             return (field.default_factory() if field.default is dataclasses.MISSING
@@ -250,20 +268,18 @@ def _default(name: str):
 
 
 def _refuse_unused(args) -> None:
-    """A flag the chosen data source or model does not read is an error, not ignored."""
+    """One data source, and no flag of a user's log with --dataset (not ignored)."""
     def given(name):
         return getattr(args, name) != _default(name)
 
+    if bool(args.interactions) == bool(args.dataset):
+        raise ValueError("give either --interactions (with --user-column and --item-column) "
+                         "or --dataset.")
     if args.dataset:
         unused = [n for n in _LOG_ONLY if given(n)]
         if unused:
             raise ValueError(f"--{unused[0].replace('_', '-')} is a flag of --interactions "
                              f"(your log); --dataset {args.dataset} does not take it.")
-    if args.model == "sasrec":
-        unused = [n for n in _TWO_TOWER_ONLY if given(n)]
-        if unused:
-            raise ValueError(f"{_flag(unused[0])} is a two-tower flag; "
-                             f"--model sasrec takes its model from --preset.")
 
 
 def _data_identity(args, split) -> dict:

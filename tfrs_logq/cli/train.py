@@ -1,14 +1,15 @@
-"""``tfrs-logq train``: one training run, SASRec (`tfrs_logq.sasrec.training.train`) or,
-with ``--model two-tower``, a two-tower retrieval model (`tfrs_logq.towers.run`)."""
+"""``tfrs-logq train``: one training run, ``train sasrec`` (the default;
+`tfrs_logq.sasrec.training.train`) or ``train two-tower``, a two-tower retrieval model
+(`tfrs_logq.towers.run`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import sys
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
-from tyro.conf import Suppress, arg
+from tyro.conf import Suppress, arg, subcommand
 
 from tfrs_logq.cli._common import (
     LoadOptions,
@@ -20,45 +21,17 @@ from tfrs_logq.cli._common import (
     load_options,
     warn_if_smoke,
 )
-from tfrs_logq.cli._flags import Verbose, check, given, shown
+from tfrs_logq.cli._flags import Verbose, given, shown
 from tfrs_logq.pipelines.source import DataSource
+from tfrs_logq.pipelines.splits import SPLITS
 from tfrs_logq.sasrec.config import TrainConfig
-
-MODELS = ("sasrec", "two-tower")
-# TrainConfig's fields a two-tower run takes (the data fields and these); the others are
-# SASRec's and refused with --model two-tower.
-TWO_TOWER_SHARED = ("loss", "seed", "batch_size", "embedding_dim", "learning_rate")
-
-
-@dataclasses.dataclass
-class TwoTowerFlags:
-    """The two-tower model's own flags (not given: TwoTowerConfig's defaults)."""
-
-    steps: Annotated[Optional[int], shown("3000")] = None
-    """training steps (fixed length: no early stopping)"""
-    history_length: Annotated[Optional[int], shown("50")] = None
-    """the query tower reads the user's last this many items"""
-    optimizer: Annotated[Optional[Literal["lazy-adam", "adam"]], shown(
-        "lazy-adam: a step independent of the catalog")] = None
-    """lazy-adam updates only the table rows a batch touches"""
-    uniform_negatives: Annotated[Optional[int], shown("1024")] = None
-    """uniform negatives shared by the batch, of the mns-* losses"""
-    eval_every: Annotated[Optional[int], shown("500")] = None
-    """evaluate the test split every this many steps (and at the last)"""
-    exclude_seen: bool = True
-    """the evaluation policy: leave the items of the history a request sends out of the
-    ranking (a repeat target is then a miss); --no-exclude-seen ranks them, as top_k does
-    with exclude_history false"""
-
-    def __post_init__(self) -> None:
-        check(self, at_least={"steps": 1, "history_length": 1, "eval_every": 1,
-                              "uniform_negatives": 1})
+from tfrs_logq.towers.config import TwoTowerConfig
 
 
 @dataclasses.dataclass
 class TrainFlags(TrainConfig):
-    """TrainConfig's fields (its data source: the data flags); a preset sets those not
-    given."""
+    """TrainConfig's fields (its data source and split: the data flags); a preset sets
+    those not given."""
 
     dataset: Suppress[str] = TrainConfig.dataset
     data_dir: Suppress[Optional[str]] = None
@@ -68,20 +41,46 @@ class TrainFlags(TrainConfig):
     item_column: Suppress[Optional[str]] = None
     time_column: Suppress[Optional[str]] = None
     log_format: Suppress[Optional[str]] = None
+    split: Suppress[str] = TrainConfig.split
+    temporal_fraction: Suppress[Optional[float]] = None
+    examples: Suppress[Optional[str]] = None
+
+
+@dataclasses.dataclass
+class SASRec:
+    """SASRec with one of the paper's losses (the default model): TrainConfig's fields; a
+    --preset or --config sets those not given"""
+
+    config: Annotated[Optional[str], arg(metavar="FILE")] = None
+    """JSON object of TrainConfig fields (and "preset"); flags override it"""
+    training: Annotated[TrainFlags, arg(name="model and training")] = \
+        dataclasses.field(default_factory=TrainFlags)
+
+
+@dataclasses.dataclass
+class SplitFlags:
+    """The evaluation split (as TrainConfig's fields of these names)."""
+
+    split: Annotated[Optional[Literal[SPLITS]], shown(
+        "temporal; gsasrec with --data-format sasrec; loo for a log without --time-column")
+    ] = None
+    """evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) or
+    global temporal (needs timestamps)"""
+    temporal_fraction: Annotated[Optional[float], arg(metavar="F")] = None
+    """temporal split: fraction of interactions for test, and again for validation"""
+    examples: Annotated[Optional[str], arg(metavar="DIR")] = None
+    """train on this ExampleGen artifact of `tfrs-logq pipeline run`
+    (PIPELINE_ROOT/ExampleGen) instead of loading the data file; its dataset and split
+    are used"""
 
 
 @dataclasses.dataclass
 class Flags(Verbose):
-    """train SASRec or a two-tower model with one of the paper's losses"""
+    """train SASRec (`train sasrec`, the default) or a two-tower model (`train two-tower`)
+    with one of the paper's losses"""
 
     model_dir: Annotated[str, arg(metavar="DIR")]
     """where the run goes (config.json, weights, metrics.json, logs)"""
-    model: Literal[MODELS] = "sasrec"
-    """the model family: SASRec, or a two-tower model (a query tower over the user's last
-    --history-length items, an item table; --loss inbatch|mns x
-    none|logq-tfrs|logq-official|corrected)"""
-    config: Annotated[Optional[str], arg(metavar="FILE")] = None
-    """JSON object of TrainConfig fields (and "preset"); flags override it (SASRec)"""
     overwrite: bool = False
     """replace a run of another config (or a finished one) in --model-dir; without it such
     a directory is refused, and an interrupted run of the same config resumes"""
@@ -89,24 +88,26 @@ class Flags(Verbose):
     """print the metrics as one JSON object"""
     data: Annotated[DataSource, arg(name="data (--weight-column: two-tower)")] = \
         dataclasses.field(default_factory=DataSource)
-    training: Annotated[TrainFlags, arg(name="model, training and split")] = \
-        dataclasses.field(default_factory=TrainFlags)
-    two_tower: Annotated[TwoTowerFlags, arg(name="two-tower (--model two-tower)")] = \
-        dataclasses.field(default_factory=TwoTowerFlags)
+    split: Annotated[SplitFlags, arg(name="split")] = dataclasses.field(
+        default_factory=SplitFlags)
     load: Annotated[LoadOptions, arg(name="data loading")] = \
         dataclasses.field(default_factory=LoadOptions)
+    model: Union[
+        Annotated[SASRec, subcommand("sasrec")],
+        Annotated[TwoTowerConfig, subcommand("two-tower", description=(
+            "a two-tower retrieval model: a query tower over the user's last "
+            "--history-length items, an item table; --loss inbatch|mns x "
+            "none|logq-tfrs|logq-official|corrected"))],
+    ] = dataclasses.field(default_factory=SASRec)
 
 
 def _given_training(args) -> dict:
-    """The `TrainConfig` fields given as flags (the data source's among them; its weight
-    column is the two-tower's)."""
+    """The `TrainConfig` fields given as flags (the data source's and the split's among
+    them; the data source's weight column is the two-tower's)."""
     source = given(args.flags.data, args.given - {"weight_column"})
-    return {**given(args.flags.training, args.given), **source}
-
-
-def _two_tower_flags(args) -> dict:
-    """The two-tower flags given."""
-    return given(args.flags.two_tower, args.given)
+    training = (given(args.flags.model.training, args.given)
+                if isinstance(args.flags.model, SASRec) else {})
+    return {**training, **given(args.flags.split, args.given), **source}
 
 
 def training_overrides(args) -> dict:
@@ -151,13 +152,11 @@ def _load(config, overrides: dict, args):
 
 
 def run(args) -> int:
-    if args.model == "two-tower":
+    if isinstance(args.flags.model, TwoTowerConfig):
         return _run_two_tower(args)
-    given = [f"--{k.replace('_', '-')}" for k, v in _two_tower_flags(args).items()
-             if v is not None] + (["--weight-column"] if args.weight_column else [])
-    if given:
-        raise ValueError(f"{given[0]} is a two-tower flag: add --model two-tower, or leave "
-                         "it out for SASRec.")
+    if args.weight_column:
+        raise ValueError("--weight-column weights the two-tower model's loss (train "
+                         "two-tower); SASRec trains unweighted: leave it out.")
     from tfrs_logq.sasrec import training
     from tfrs_logq.sasrec.config import PRESETS
 
@@ -175,31 +174,16 @@ def run(args) -> int:
 
 
 def _run_two_tower(args) -> int:
-    """``train --model two-tower``: the data flags as for SASRec, the model's own
-    (`TwoTowerFlags` and `TWO_TOWER_SHARED`); SASRec's other flags are refused."""
-    from tfrs_logq.sasrec.config import DATA_FIELDS, TrainConfig
+    """``train two-tower``: the data and split flags as for SASRec, the model's own
+    (`TwoTowerConfig`'s fields)."""
+    from tfrs_logq.sasrec.config import DATA_FIELDS
     from tfrs_logq.sasrec.run_directory import saved_config
     from tfrs_logq.sasrec.training import load_config_split
-    from tfrs_logq.towers.config import TwoTowerConfig
     from tfrs_logq.towers.run import train_run
     from tfrs_logq.towers.training import Examples
 
-    if args.config:
-        raise ValueError("--config holds SASRec's TrainConfig fields: give the two-tower "
-                         "model's as flags.")
-    flags = _given_training(args)
-    sasrec_only = [k for k in flags if k not in DATA_FIELDS and k not in TWO_TOWER_SHARED]
-    if sasrec_only:
-        raise ValueError(f"--{sasrec_only[0].replace('_', '-')} is a SASRec flag, not taken "
-                         "by --model two-tower" + (" (its uniform negatives: "
-                         "--uniform-negatives)." if sasrec_only[0] == "num_negatives" else "."))
-    model_flags = {k: v for k, v in _two_tower_flags(args).items() if v is not None}
-    weight_column = args.weight_column
-    if "uniform_negatives" in model_flags:  # TwoTowerConfig's num_negatives
-        model_flags["num_negatives"] = model_flags.pop("uniform_negatives")
-    config = TwoTowerConfig(**{k: v for k, v in flags.items() if k in TWO_TOWER_SHARED},
-                            **model_flags)
-    overrides = _with_split({k: v for k, v in flags.items() if k in DATA_FIELDS})
+    config, weight_column = args.flags.model, args.weight_column
+    overrides = _with_split(_given_training(args))
     data_config = TrainConfig(**overrides).validate()  # a log's columns, one data source
     if weight_column is not None:
         if not weight_column.strip():

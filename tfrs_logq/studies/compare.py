@@ -510,7 +510,7 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     of results.csv. One process per directory (`RunLock`). ``served_index``: `run_plan`'s
     hook (None: the served index is not measured)."""
     if plan.model == "sasrec" and split.interactions.weight is not None:
-        raise CompareError("a weight column weights the loss of --model two-tower only; "
+        raise CompareError("a weight column weights the loss of compare two-tower only; "
                            "SASRec trains unweighted: leave out --weight-column.")
     # Checked and built (weights too) before the output directory is touched.
     check_evaluable(split, split.test)

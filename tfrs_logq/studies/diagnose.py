@@ -509,7 +509,7 @@ def model_dir_inputs(model_dir: str, num_queries: int, part: str = "test", seed:
 
     if is_two_tower_run(model_dir):
         raise ValueError(f"--model-dir {model_dir} holds a two-tower run; diagnose reads "
-                         "SASRec runs (`tfrs-logq train` without --model two-tower).")
+                         "SASRec runs (`tfrs-logq train`, or `train sasrec`).")
     encoder, config, _ = load_trained(model_dir)
     split = load_run_split(model_dir, data_dir)  # its ExampleGen artifact's, or its dataset's
     chosen = getattr(split, part)

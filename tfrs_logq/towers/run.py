@@ -1,4 +1,4 @@
-"""A two-tower training run in a directory (``tfrs-logq train --model two-tower``).
+"""A two-tower training run in a directory (``tfrs-logq train two-tower``).
 
 One run of `tfrs_logq.towers.training.train` on a split, its state and results in
 ``model_dir``, laid out as a SASRec run's where export and evaluation read it:
