@@ -14,8 +14,9 @@ from tyro.conf import arg, create_mutex_group
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
 
 LOG_FORMATS = ("csv", "tsv", "parquet", "jsonl")  # `log_readers.FORMATS` (a test checks)
-# One source at most: a built-in dataset or a user's log.
-_SOURCE = create_mutex_group(required=False, title="the data: --dataset or --interactions")
+# One source at most: a built-in dataset or a user's log (a subclass that widens one of
+# the two fields annotates it with this group too).
+SOURCE_GROUP = create_mutex_group(required=False, title="the data: --dataset or --interactions")
 
 
 @dataclasses.dataclass
@@ -23,7 +24,7 @@ class DataSource:
     """A built-in dataset (--dataset), or your own log (--interactions with --user-column
     and --item-column)."""
 
-    dataset: Annotated[Optional[Literal[DATASETS]], _SOURCE] = None
+    dataset: Annotated[Optional[Literal[DATASETS]], SOURCE_GROUP] = None
     """a built-in dataset, instead of --interactions (unset: ml-1m, unless --interactions;
     compare needs one of them)"""
     data_dir: Annotated[Optional[str], arg(metavar="DIR")] = None
@@ -32,7 +33,7 @@ class DataSource:
     data_format: Optional[Literal[ML1M_FORMATS]] = None
     """--dataset ml-1m: MovieLens's ratings.dat (timestamps) or SASRec's ml-1m.txt (order
     only; no download exists) (unset: whichever the data directory holds)"""
-    interactions: Annotated[Optional[str], arg(metavar="PATH"), _SOURCE] = None
+    interactions: Annotated[Optional[str], arg(metavar="PATH"), SOURCE_GROUP] = None
     """your own log instead of --dataset: a CSV/TSV (optionally .gz), Parquet or JSON Lines
     file, a glob or a directory"""
     user_column: Annotated[Optional[str], arg(metavar="C")] = None
@@ -69,4 +70,4 @@ class LogFilters:
                                  f"got {getattr(self, name)}")
 
 
-__all__ = ["LOG_FORMATS", "DataSource", "LogFilters"]
+__all__ = ["LOG_FORMATS", "SOURCE_GROUP", "DataSource", "LogFilters"]

@@ -2,7 +2,7 @@
 
 ::
 
-    data file ──> ExampleGen ──> ROOT/ExampleGen/     examples/*.tfrecord, vocabulary/
+    file, log ──> ExampleGen ──> ROOT/ExampleGen/     examples/*.tfrecord, vocabulary/
                       │
                       ├──> Statistics ──> ROOT/Statistics/     item_counts.npz
                       │         │
@@ -123,7 +123,8 @@ COMPONENTS = ("ExampleGen", "Statistics", "Trainer", "Exporter", "BulkInferrer",
               "Pusher")
 
 
-def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "gsasrec",
+def run_pipeline(root: str, input_path: Optional[str] = None,
+                 data_format: Optional[str] = None, *, split: Optional[str] = None,
                  dataset: str = "", skip_bad_lines: bool = False,
                  temporal_fraction: Optional[float] = None, num_shards: int = 4,
                  sketch_depth: int = 4, sketch_width: int = 1 << 20, sketch_seed: int = 0,
@@ -133,7 +134,7 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
                  serving_base_path: Optional[str] = None, stop_after: str = "Pusher",
                  runner: str = "FnApiRunner", num_workers: int = 2, force: bool = False,
                  train_verbose=0, beam_args=(), force_local_root: bool = False,
-                 synthetic=None, statistics_mode: Optional[str] = None,
+                 synthetic=None, user_log=None, statistics_mode: Optional[str] = None,
                  **example_gen_options) -> list[ComponentResult]:
     """The components in order under ``root``, up to and including ``stop_after``;
     Pusher only with a ``serving_base_path``. See each component for its arguments:
@@ -143,15 +144,24 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
     ``baseline``, ``baseline_tolerance``), `Pusher`. Returns one `ComponentResult` per
     component run or skipped.
 
+    The data is one of: a file, ``input_path`` in ``data_format`` (`ExampleGen`;
+    ``split`` defaults to ``"gsasrec"``); ``user_log``, a `UserLogSource` (a user's
+    own log: `UserLogExampleGen`, whose ``skip_bad_lines`` and ``max_bad_share`` are
+    the source's; ``dataset`` names the log; ``split`` defaults to ``"temporal"`` with
+    the source's ``time_column``, else ``"loo"``); or ``synthetic``, a
+    `SyntheticSpec` (`SyntheticExampleGen` and `SyntheticStatistics`, whose
+    ``statistics_mode`` defaults to ``"count-min"``; such runs stop after Statistics;
+    the split is leave-one-out). ``statistics_mode`` ``"count-min"`` needs
+    ``synthetic``. ``example_gen_options`` go to the ExampleGen (say,
+    ``min_item_interactions``, or a log's ``min_user_interactions`` and
+    ``deduplicate``).
+
     ``runner`` and ``beam_args`` (Beam's flags) are checked first (`runner.check_runner`;
-    ``force_local_root`` accepts a local root with a non-local runner). ``synthetic``
-    (a `SyntheticSpec`; ``input_path`` and ``data_format`` are then ignored) draws the
-    data instead of reading a file: `SyntheticExampleGen` and `SyntheticStatistics`,
-    whose ``statistics_mode`` defaults to ``"count-min"``; such runs stop after
-    Statistics. ``statistics_mode`` ``"count-min"`` needs ``synthetic``.
+    ``force_local_root`` accepts a local root with a non-local runner).
 
     Raises:
-      ValueError: an unknown ``stop_after``, a runner missing an option, ...
+      ValueError: an unknown ``stop_after``, no data or two, a runner missing an
+        option, ...
       ImportError: ``index`` ``"scann"`` or ``"faiss"`` where it cannot load (one line,
         before any component runs).
     """
@@ -160,20 +170,40 @@ def run_pipeline(root: str, input_path: str, data_format: str, *, split: str = "
 
     if stop_after not in COMPONENTS:
         raise ValueError(f"`stop_after` must be one of {COMPONENTS}, received {stop_after!r}.")
-    check_runner(runner, beam_args, {"--pipeline-root": root,
-                                     "--input": None if synthetic else input_path},
+    if synthetic is not None and user_log is not None:
+        raise ValueError("`synthetic` draws the data and `user_log` reads it: give one.")
+    if user_log is not None and (input_path or data_format):
+        raise ValueError("`user_log` and `input_path` both name the data: give one.")
+    if synthetic is None and user_log is None and not (input_path and data_format):
+        raise ValueError("no data: give `input_path` and `data_format`, `user_log` or "
+                         "`synthetic`.")
+    if user_log is not None:
+        data_path = ("--interactions", str(user_log.path))
+    else:
+        data_path = ("the data file", None if synthetic else input_path)
+    check_runner(runner, beam_args, {"--pipeline-root": root, data_path[0]: data_path[1]},
                  force_local_root=force_local_root)
+    if statistics_mode not in (None, "exact") and synthetic is None:
+        raise ValueError("--statistics count-min counts synthetic chunks; a file's "
+                         "Statistics are exact (with the sketch beside them).")
     if synthetic is not None:
         if COMPONENTS.index(stop_after) > COMPONENTS.index("Statistics"):
             raise ValueError("--dataset synthetic runs ExampleGen and Statistics; add "
                              "--stop-after Statistics (or ExampleGen).")
         example_gen = SyntheticExampleGen(synthetic, num_shards=num_shards)
+    elif user_log is not None:
+        from tfrs_logq.pipelines.beam.user_log_source import UserLogExampleGen
+
+        if skip_bad_lines and not user_log.skip_bad_lines:
+            raise ValueError("`skip_bad_lines` of a user's log is the `UserLogSource`'s: "
+                             "give UserLogSource(..., skip_bad_lines=True).")
+        example_gen = UserLogExampleGen(
+            user_log, split or ("temporal" if user_log.time_column else "loo"),
+            dataset=dataset, temporal_fraction=temporal_fraction, num_shards=num_shards,
+            **example_gen_options)
     else:
-        if statistics_mode not in (None, "exact"):
-            raise ValueError("--statistics count-min counts synthetic chunks; a file's "
-                             "Statistics are exact (with the sketch beside them).")
-        example_gen = ExampleGen(input_path, data_format, split=split, dataset=dataset,
-                                 skip_bad_lines=skip_bad_lines,
+        example_gen = ExampleGen(input_path, data_format, split=split or "gsasrec",
+                                 dataset=dataset, skip_bad_lines=skip_bad_lines,
                                  temporal_fraction=temporal_fraction, num_shards=num_shards,
                                  **example_gen_options)
     at = lambda root, name: os.path.join(root, name)  # noqa: E731

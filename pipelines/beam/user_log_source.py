@@ -85,7 +85,7 @@ def assemble_user_log(parts: list, params: dict, staging: str, source):
     options = params["split_options"]
     try:
         interactions = interactions_from_raw(
-            raw, source, name=params["dataset"] or None,
+            raw, source, name=params["log_name"],
             min_item_interactions=params["min_item_interactions"],
             min_user_interactions=params["min_user_interactions"],
             deduplicate=params["deduplicate"])
@@ -111,7 +111,10 @@ class UserLogExampleGen:
       source: `UserLogSource`. The files must be readable at the same path by every
         worker.
       split: str. One of ``loo``, ``gsasrec``, ``temporal``. Defaults to ``"temporal"``.
-      dataset: str. The log's name. Defaults to the source's base name.
+      dataset: str. The log's name, the manifest's ``log_name`` (its ``dataset`` is
+        ``""``, as ExampleGen's for a file of no built-in dataset, so that the Trainer,
+        whose `TrainConfig` takes a built-in dataset's name or ``""``, reads the
+        artifact). Defaults to the source's base name.
       min_item_interactions: int. Defaults to 5. min_user_interactions: int. Defaults
         to 0. deduplicate: bool. Defaults to False (as `load_user_log`).
       temporal_fraction: float. Defaults to 0.1.
@@ -160,7 +163,8 @@ class UserLogExampleGen:
                          "files": [{"path": f, "sha256": file_fingerprint(f)} for f in files]}}
 
     def parameters(self) -> dict:
-        return {"dataset": self.dataset or self.source.name(), "data_format": "user-log",
+        return {"dataset": "", "log_name": self.dataset or self.source.name(),
+                "data_format": "user-log",
                 "source": self.source.as_dict(), "split": self.split,
                 "split_options": self.split_options(),
                 "min_item_interactions": self.min_item_interactions,

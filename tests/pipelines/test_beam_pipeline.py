@@ -111,16 +111,17 @@ def cli_run(capsys, *argv):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """``tfrs-logq pipeline run`` on a SASRec file, leave-one-out split, a 64-wide sketch,
-    smoke training, a brute-force export pushed to a serving base path."""
+    """``tfrs-logq pipeline run`` on ML-1M as SASRec's file (a small one), leave-one-out
+    split, a 64-wide sketch, smoke training, a brute-force export pushed to a serving base
+    path."""
     base = tmp_path_factory.mktemp("beam")
     data = base / "ml-1m.txt"
     write_sasrec(data)
     root = base / "root"
-    argv = ["pipeline", "run", "--pipeline-root", root, "--input", data, "--data-format",
-            "sasrec", "--split", "loo", "--num-shards", "3", "--sketch-width", "64",
-            "--sketch-seed", "7", "--index", "brute-force", "--model_base_path",
-            base / "serving"]
+    argv = ["pipeline", "run", "--pipeline-root", root, "--dataset", "ml-1m", "--data-dir",
+            base, "--data-format", "sasrec", "--split", "loo", "--num-shards", "3",
+            "--sketch-width", "64", "--sketch-seed", "7", "--index", "brute-force",
+            "--model_base_path", base / "serving"]
     code = cli.main([str(a) for a in argv])
     assert code == 0
     return {"root": str(root), "data": str(data), "argv": argv, "serving": str(base / "serving")}
@@ -175,15 +176,16 @@ def test_ratings_with_bad_lines_fail_naming_file_and_line(tmp_path, capsys):
     """The job fails with the in-memory loader's message: the file (here ML-1M's zip and
     its member) and the first bad line."""
     write_ratings(tmp_path / "ratings.dat", bad=(150, 300))
-    path = tmp_path / "ml-1m.zip"
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "ml-1m.zip"
     with zipfile.ZipFile(path, "w") as archive:
         archive.write(tmp_path / "ratings.dat", "ml-1m/ratings.dat")
     with pytest.raises(DataFormatError) as expected:
         datasets.read_ratings_dat(str(path))
     assert f"{path}:ml-1m/ratings.dat, line 150: " in str(expected.value)
     root = tmp_path / "root"
-    code, out, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", root, "--input", path,
-                             "--data-format", "ratings", "--split", "loo")
+    code, out, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", root, "--data-dir",
+                             tmp_path / "data", "--split", "loo")
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"tfrs-logq: error: {expected.value}"
     assert sorted(os.listdir(root)) == [".lock", ".logs"]  # nothing half-written is left
@@ -295,8 +297,8 @@ def test_a_damaged_artifact_is_refused_and_rebuilt_identically(built, tmp_path):
     with pytest.raises(ArtifactError, match="extra.txt is not in the manifest"):
         load_log_q(str(root / "Statistics"))
     (root / "Statistics" / "extra.txt").unlink()
-    results = run_pipeline(str(root), built["data"], "sasrec", split="loo", num_shards=3,
-                           sketch_width=64, sketch_seed=7, index="brute-force")
+    results = run_pipeline(str(root), built["data"], "sasrec", split="loo", dataset="ml-1m",
+                           num_shards=3, sketch_width=64, sketch_seed=7, index="brute-force")
     # The rebuilt records are the same bytes, so nothing downstream reruns.
     assert [(r.name, r.status) for r in results] == [("ExampleGen", "ran")] + [
         (name, "skipped") for name in COMPONENTS[1:-1]]
@@ -384,10 +386,16 @@ def test_pipeline_help_and_other_commands_import_no_beam():
     assert "--pipeline-root" in proc.stdout and "--skip-bad-lines" in proc.stdout
 
 
-def test_input_needs_a_format_and_sasrec_has_no_temporal_split(tmp_path, capsys):
-    code, _, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", tmp_path / "r",
-                           "--input", tmp_path / "x.txt")
-    assert code == 2 and "--input needs --data-format" in err
+def test_the_old_input_flags_are_refused_and_sasrec_has_no_temporal_split(tmp_path, capsys):
+    """A user's log is --interactions now, a dataset's file is found in --data-dir: tyro
+    refuses --input (and --data-format's old csv), exit status 2, naming the flag."""
+    log = tmp_path / "x.csv"
+    log.write_text("user,item\n1,2\n")
+    for flags, named in ((("--input", log), "--input"),
+                         (("--data-format", "csv"), "--data-format")):
+        code, _, err = cli_run(capsys, "pipeline", "run", "--pipeline-root", tmp_path / "r",
+                               *flags)
+        assert code == 2 and named in err and "Traceback" not in err, err
     data = tmp_path / "d"
     data.mkdir()
     write_sasrec(data / "ml-1m.txt")
@@ -398,8 +406,14 @@ def test_input_needs_a_format_and_sasrec_has_no_temporal_split(tmp_path, capsys)
 
 @pytest.mark.parametrize("flags, message", [
     (("--synthetic-users", "50"), "--synthetic-users is a flag of --dataset synthetic"),
-    (("--input", "x.csv", "--data-format", "csv", "--data-dir", "d"),
-     "--input names the file itself"),
+    (("--interactions", "x.csv", "--user-column", "u", "--item-column", "i", "--data-dir", "d"),
+     "--data-dir is --dataset's; --interactions names the log itself"),
+    (("--interactions", "x.csv", "--user-column", "u"), "--interactions needs --item-column"),
+    (("--dataset", "steam", "--user-column", "u"), "--user-column is a flag of --interactions"),
+    (("--min-item-interactions", "2",), "--min-item-interactions is a flag of --interactions"),
+    (("--weight-column", "w"), "--weight-column: the pipeline's Trainer (SASRec) does not"),
+    (("--dataset", "steam", "--data-format", "sasrec"), "steam has no such choice"),
+    (("--dataset", "synthetic", "--data-format", "sasrec"), "it takes no --data-format"),
     (("--dataset", "synthetic", "--split", "temporal"), "it takes no --split"),
     (("--dataset", "synthetic", "--temporal-fraction", "0.2"), "no --temporal-fraction"),
     (("--dataset", "synthetic", "--data-dir", "d"), "it takes no --data-dir"),
@@ -476,7 +490,7 @@ def test_trainer_on_the_records_equals_training_in_memory(built, tmp_path):
     from tfrs_logq.sasrec.training import resolve_config, train
 
     ran = _trainer_metrics(built)
-    config = resolve_config("smoke", split="loo", dataset="")
+    config = resolve_config("smoke", split="loo", dataset="ml-1m")
     result = train(config, str(tmp_path / "in-memory"), verbose=0, split=_in_memory_split(built))
     assert result["validation_curve"] == ran["validation_curve"]
     assert result["test"] == ran["test"]
@@ -817,9 +831,8 @@ def test_push_copies_into_a_hidden_directory_then_renames(tmp_path, monkeypatch)
 
 
 def test_pipeline_flags_are_checked_before_anything_runs(tmp_path, capsys):
-    data = tmp_path / "d.txt"
-    write_sasrec(data)
-    common = ["pipeline", "run", "--pipeline-root", tmp_path / "r", "--input", data,
+    write_sasrec(tmp_path / "ml-1m.txt")
+    common = ["pipeline", "run", "--pipeline-root", tmp_path / "r", "--data-dir", tmp_path,
               "--data-format", "sasrec"]
     code, _, err = cli_run(capsys, *common, "--threshold", "recall@7=0.1")
     assert code == 2 and "recall@7=0.1" in err and "recall@10" in err

@@ -65,3 +65,97 @@ def test_user_log_example_gen_fails_as_the_library_does(tmp_path):
         run_components([UserLogExampleGen(source, "temporal")], str(tmp_path / "root"))
     assert str(beam.value) == str(library.value)
     assert f"{tmp_path / 'log' / 'part-1.csv'}, line 22:" in str(beam.value)
+
+
+# -------------------------------------------------- the command: pipeline run --interactions
+
+
+def _cli(capsys, *argv):
+    from tfrs_logq import cli
+
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_pipeline_run_on_a_users_log_builds_what_the_library_builds(tmp_path, capsys):
+    """``pipeline run --interactions`` (DataSource's flags, LogFilters', --skip-bad-lines):
+    its ExampleGen artifact is `load_user_log_split`'s split with train's default split
+    (temporal, as the log has times), its Statistics the split's training counts, and the
+    Trainer takes the artifact's data fields (its config, without training)."""
+    from tfrs_logq.pipelines.beam import load_item_statistics
+    from tfrs_logq.pipelines.beam.trainer import Trainer
+
+    log = write_log(tmp_path / "log")
+    root = tmp_path / "root"
+    code, out, err = _cli(capsys, "pipeline", "run", "--pipeline-root", root,
+                          "--interactions", log, "--user-column", "user", "--item-column",
+                          "item", "--time-column", "time", "--skip-bad-lines",
+                          "--min-item-interactions", "3", "--min-user-interactions", "7",
+                          "--deduplicate",
+                          "--stop-after", "Statistics", "--num-shards", "2",
+                          "--sketch-width", "64")
+    assert code == 0, err
+    assert f"{log} (user-log), split temporal" in out and "1 malformed lines skipped" in out
+    source = UserLogSource(str(log), "user", "item", time_column="time", skip_bad_lines=True)
+    ref = load_user_log_split(source, "temporal", min_item_interactions=3,
+                              min_user_interactions=7, deduplicate=True)
+    got = read_split(str(root / "ExampleGen"))
+    assert_same_split(got, ref)
+    assert ref.interactions.num_users < 80 and len(ref.interactions) < 1500  # filtered
+    np.testing.assert_array_equal(load_item_statistics(str(root / "Statistics")).counts,
+                                  ref.train_item_counts())
+    manifest = artifacts.read_manifest(str(root / "ExampleGen"))
+    assert manifest["parameters"] == UserLogExampleGen(
+        source, "temporal", min_item_interactions=3, min_user_interactions=7, deduplicate=True,
+        num_shards=2).parameters()
+    assert (manifest["parameters"]["dataset"], manifest["parameters"]["log_name"]) == ("", "log")
+    config = Trainer(str(root / "ExampleGen"), str(root / "Statistics")).config()
+    assert (config.dataset, config.split, config.data_format) == ("", "temporal", "user-log")
+
+
+def test_pipeline_run_on_a_log_without_times_splits_leave_one_out(tmp_path, capsys):
+    """train's default for a log without --time-column; --max-bad-share bounds the
+    skipped share as in train and data stats (the run stops with the library's line)."""
+    log = write_log(tmp_path / "log")
+    base = ["pipeline", "run", "--pipeline-root", tmp_path / "root", "--interactions", log,
+            "--user-column", "user", "--item-column", "item", "--stop-after", "ExampleGen"]
+    strict = UserLogSource(str(log), "user", "item", skip_bad_lines=True, max_bad_share=1e-4)
+    with pytest.raises(DataFormatError) as library:
+        load_user_log_split(strict, "loo")
+    code, _, err = _cli(capsys, *base, "--skip-bad-lines", "--max-bad-share", "0.0001")
+    assert code == 2 and err.strip().splitlines()[-1] == f"tfrs-logq: error: {library.value}"
+    assert not (tmp_path / "root" / "ExampleGen").exists()
+    code, out, err = _cli(capsys, *base, "--skip-bad-lines")
+    assert code == 0, err
+    assert "split leave-one-out" in out
+    skipping = UserLogSource(str(log), "user", "item", skip_bad_lines=True)
+    assert_same_split(read_split(str(tmp_path / "root" / "ExampleGen")),
+                      load_user_log_split(skipping, "loo"))
+
+
+@pytest.mark.slow  # smoke training and BulkInferrer's TensorFlow workers: about 40 s
+def test_the_whole_pipeline_runs_on_a_users_log(tmp_path, capsys):
+    """ExampleGen to Pusher on a user's log: the Trainer trains on UserLogExampleGen's
+    records, BulkInferrer lists and the Evaluator scores every test target of the split,
+    Pusher pushes the blessed export."""
+    log = write_log(tmp_path / "log")
+    root = tmp_path / "root"
+    code, out, err = _cli(capsys, "pipeline", "run", "--pipeline-root", root,
+                          "--interactions", log, "--user-column", "user", "--item-column",
+                          "item", "--time-column", "time", "--skip-bad-lines",
+                          "--index", "brute-force", "--top-k", "50", "--sketch-width", "64",
+                          "--model_base_path", tmp_path / "serving", "--json")
+    assert code == 0, err
+    import json
+
+    ran = {c["name"]: c for c in json.loads(out.strip().splitlines()[-1])["components"]}
+    assert list(ran) == ["ExampleGen", "Statistics", "Trainer", "Exporter", "BulkInferrer",
+                         "Evaluator", "Pusher"]
+    split = read_split(str(root / "ExampleGen"))
+    assert ran["Evaluator"]["counts"]["num_targets"] == len(split.test)
+    assert ran["BulkInferrer"]["counts"]["num_predictions"] == len(split.test)
+    assert ran["Pusher"]["pushed"] and (tmp_path / "serving" / "1" / "saved_model.pb").exists()

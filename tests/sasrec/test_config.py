@@ -93,8 +93,9 @@ def test_the_defaults_every_loss_and_every_preset_are_valid():
 
 
 def test_an_unnamed_dataset_and_an_artifacts_own_format_are_accepted():
-    """`pipeline run --input FILE` names no dataset; an ExampleGen artifact records the
-    format it read (csv, steam), which is not one of ML-1M's files."""
+    """An ExampleGen artifact of a file that is no built-in dataset (`run_pipeline`'s, or
+    `pipeline run --interactions LOG`'s) names no dataset, and records the format it read
+    (csv, steam, user-log), which is not one of ML-1M's files."""
     assert resolve_config("smoke", dataset="").dataset == ""
     assert TrainConfig(data_format="csv", examples="some/ExampleGen").data_format == "csv"
 

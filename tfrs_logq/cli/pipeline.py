@@ -11,20 +11,24 @@ import os
 import sys
 from typing import Annotated, Literal, Optional
 
-from tyro.conf import arg
+from tyro.conf import Suppress, arg
 
 from tfrs_logq.cli._common import (
     NOT_BLESSED_EXIT,
     PROG,
+    LoadOptions,
+    bad_share,
     config_file,
+    default_log_split,
     default_split,
     warn_if_smoke,
 )
 from tfrs_logq.cli._flags import Verbose, check, shown
-from tfrs_logq.pipelines.beam import COMPONENTS, METRICS, SOURCE_FORMATS
+from tfrs_logq.pipelines.beam import COMPONENTS, METRICS
 from tfrs_logq.pipelines.beam.exporter import INDEXES
 from tfrs_logq.pipelines.beam.runner import DEFAULT_NUM_WORKERS, RUNNERS
 from tfrs_logq.pipelines.datasets import DATASETS
+from tfrs_logq.pipelines.source import SOURCE_GROUP, DataSource, LogFilters
 from tfrs_logq.pipelines.splits import SPLITS
 from tfrs_logq.sasrec.config import OBJECTIVES, PRESETS, TrainConfig
 
@@ -56,15 +60,12 @@ _SERVING = "Exporter, BulkInferrer, Evaluator, Pusher"
 
 @dataclasses.dataclass
 class SplitOptions:
-    data_dir: Annotated[Optional[str], arg(metavar="DIR"), shown(
-        "$TFRS_LOGQ_DATA_DIR, else the download cache")] = None
-    """directory holding the dataset's files, searched at its top level and one level down"""
     split: Annotated[Optional[Literal[SPLITS]], shown(
-        "temporal, gsasrec with --data-format sasrec")] = None
+        "temporal; gsasrec with --data-format sasrec; loo for a log without --time-column"
+    )] = None
     """evaluation split: leave-one-out (loo), gSASRec's validation users (gsasrec) or
     global temporal (needs timestamps)"""
-    temporal_fraction: Annotated[Optional[float], shown(
-        "0.1 for ml-1m, 0.01 for steam, else 0.1")] = None
+    temporal_fraction: Annotated[Optional[float], shown("0.1; 0.01 for steam")] = None
     """temporal split: fraction of interactions for test, and again for validation"""
 
     def __post_init__(self) -> None:
@@ -85,21 +86,19 @@ class TrainerOptions:
 
 
 @dataclasses.dataclass
-class DataFlags:
-    dataset: Annotated[Optional[Literal[(*DATASETS, "synthetic")]], shown(
-        f"{TrainConfig.dataset}; with --input, none")] = None
-    """dataset; synthetic draws the synthetic stream's model in the workers
-    (--synthetic-*; ExampleGen and Statistics only)"""
-    input: Annotated[Optional[str], arg(metavar="FILE")] = None
-    """read this file instead of finding the dataset's (needs --data-format)"""
-    data_format: Annotated[Optional[Literal[SOURCE_FORMATS]], shown(
-        "for ml-1m whichever the data directory holds")] = None
-    """the file's format: ratings (user::item::rating::ts), sasrec (user item), csv
-    (user,item,timestamp) or steam (Steam reviews)"""
-    skip_bad_lines: bool = False
-    """drop malformed lines of the data file and count them in the manifest"""
-    download: bool = True
-    """download the data when no local copy exists"""
+class PipelineSource(DataSource):
+    """A built-in dataset (--dataset), synthetic data (--dataset synthetic), or your own
+    log (--interactions with --user-column and --item-column)."""
+
+    dataset: Annotated[Optional[Literal[(*DATASETS, "synthetic")]], SOURCE_GROUP] = None
+    """a built-in dataset, instead of --interactions; synthetic draws the synthetic
+    stream's model in the workers (--synthetic-*; ExampleGen and Statistics only) (unset:
+    ml-1m, unless --interactions)"""
+
+
+@dataclasses.dataclass
+class PipelineLoadOptions(LoadOptions):  # ExampleGen reads the file: no preprocessed cache
+    cache: Suppress[bool] = True
 
 
 @dataclasses.dataclass
@@ -129,7 +128,7 @@ class BeamFlags:
     SparkRunner --spark_master_url or --job_endpoint, DataflowRunner --project, --region,
     --temp_location, --sdk_container_image (checked before anything runs)"""
     force_local_root: bool = False
-    """with a non-local runner, accept a --pipeline-root (and --input) on a local
+    """with a non-local runner, accept a --pipeline-root (and the data's path) on a local
     filesystem: it is mounted at the same path on every worker"""
     statistics: Annotated[Optional[Literal["exact", "count-min"]], shown(
         "exact; count-min for synthetic")] = None
@@ -199,9 +198,14 @@ class Flags(Verbose):
     """rebuild every component, current or not"""
     json: bool = False
     """print one JSON object"""
-    data: Annotated[DataFlags, arg(name="data")] = dataclasses.field(default_factory=DataFlags)
-    split: Annotated[SplitOptions, arg(name="data directory and split")] = \
-        dataclasses.field(default_factory=SplitOptions)
+    data: Annotated[PipelineSource, arg(name="data (--weight-column: not taken)")] = \
+        dataclasses.field(default_factory=PipelineSource)
+    split: Annotated[SplitOptions, arg(name="split")] = dataclasses.field(
+        default_factory=SplitOptions)
+    load: Annotated[PipelineLoadOptions, arg(name="data loading")] = dataclasses.field(
+        default_factory=PipelineLoadOptions)
+    log: Annotated[LogFilters, arg(name="your log (--interactions)")] = dataclasses.field(
+        default_factory=LogFilters)
     synthetic: Annotated[SyntheticFlags, arg(name="--dataset synthetic")] = \
         dataclasses.field(default_factory=SyntheticFlags)
     beam: Annotated[BeamFlags, arg(name=_BEAM)] = dataclasses.field(default_factory=BeamFlags)
@@ -212,30 +216,27 @@ class Flags(Verbose):
 
 
 def _pipeline_input(args) -> tuple[str, str, str]:
-    """``(file, format, dataset name)`` of ``pipeline run``, found as ``data stats`` finds it."""
+    """``(file, format, dataset name)`` of a built-in dataset, found as ``data stats`` finds
+    it."""
     from tfrs_logq.pipelines import datasets
 
-    if args.input is not None:
-        if args.data_format is None:
-            raise ValueError("--input needs --data-format (one of ratings, sasrec, csv, "
-                             "steam).")
-        if not os.path.isfile(args.input):
-            raise FileNotFoundError(f"--input {args.input}: no such file")
-        return args.input, args.data_format, args.dataset or ""
     dataset = args.dataset or TrainConfig.dataset
     if dataset == "ml-1m":
-        if args.data_format not in (None, *datasets.ML1M_FORMATS):
-            raise ValueError(f"--data-format for ml-1m is one of {datasets.ML1M_FORMATS}; "
-                             f"use --input FILE for a {args.data_format} file.")
         path, fmt = datasets.resolve_ml1m(args.data_dir, args.data_format,
                                           needs_timestamps=args.split == "temporal",
                                           download_ok=args.download)
         return path, fmt, dataset
-    if args.data_format is not None:
-        raise ValueError(f"--data-format chooses the file of ml-1m or of --input; {dataset} "
-                         "has no such choice.")
     path, fmt = datasets.resolve_steam(args.data_dir, download_ok=args.download)
     return path, fmt, dataset
+
+
+def _user_log(args):
+    """The `UserLogSource` of ``--interactions`` and its columns (as ``data stats``)."""
+    from tfrs_logq.pipelines.user_log import UserLogSource
+
+    return UserLogSource(args.interactions, args.user_column, args.item_column,
+                         time_column=args.time_column, format=args.log_format,
+                         skip_bad_lines=args.skip_bad_lines, **bad_share(args))
 
 
 def _pipeline_train_options(args) -> tuple[str, dict]:
@@ -298,26 +299,56 @@ def _print_component(result, args) -> None:
             print(f"    not pushed: {counts.get('reason')}")
 
 
+# The flags only a user's log (--interactions) reads.
+_LOG_ONLY = ("user_column", "item_column", "time_column", "log_format", "max_bad_share",
+             *(f.name for f in dataclasses.fields(LogFilters)))
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def _refuse_unused(args) -> None:
-    """A data flag the chosen source does not read is an error, not ignored."""
-    synthetic_flags = [f.name for f in dataclasses.fields(SyntheticFlags)
-                       if f.name.startswith("synthetic_")
-                       and getattr(args, f.name) != f.default]
-    if args.dataset != "synthetic":
-        if synthetic_flags:
-            raise ValueError(f"--{synthetic_flags[0].replace('_', '-')} is a flag of "
-                             "--dataset synthetic.")
-        if args.input is not None and args.data_dir is not None:
-            raise ValueError("--data-dir is where a dataset's files are found; --input names "
-                             "the file itself.")
+    """A data flag the chosen source does not read is an error, not ignored (what tyro's
+    types and the --dataset/--interactions group cannot say)."""
+    defaults = {**{f.name: f.default for f in dataclasses.fields(LogFilters)},
+                **{f.name: f.default for f in dataclasses.fields(SyntheticFlags)}}
+
+    def given(name: str) -> bool:
+        return getattr(args, name) not in (None, defaults.get(name))
+
+    if args.weight_column is not None:
+        raise ValueError("--weight-column: the pipeline's Trainer (SASRec) does not weight "
+                         "examples; leave it out (train --model two-tower weights them).")
+    synthetic_flags = [f.name for f in dataclasses.fields(SyntheticFlags) if given(f.name)]
+    if args.dataset != "synthetic" and synthetic_flags:
+        raise ValueError(f"{_flag(synthetic_flags[0])} is a flag of --dataset synthetic.")
+    if args.interactions:
+        for name in ("data_dir", "data_format"):
+            if given(name):
+                raise ValueError(f"{_flag(name)} is --dataset's; --interactions names the log "
+                                 "itself (its format: --log-format).")
+        for name in ("user_column", "item_column"):
+            if not getattr(args, name):
+                raise ValueError(f"--interactions needs {_flag(name)}.")
         return
-    given = [flag for flag, value in (("--split", args.split not in (None, "loo")),
+    unused = [n for n in _LOG_ONLY if given(n)]
+    if unused:
+        raise ValueError(f"{_flag(unused[0])} is a flag of --interactions (your log); "
+                         f"--dataset {args.dataset or TrainConfig.dataset} does not take it.")
+    if args.dataset == "steam" and args.data_format is not None:
+        raise ValueError("--data-format chooses the file of ml-1m; steam has no such "
+                         "choice.")
+    if args.dataset != "synthetic":
+        return
+    taken = [flag for flag, value in (("--split", args.split not in (None, "loo")),
                                       ("--temporal-fraction", args.temporal_fraction),
                                       ("--data-dir", args.data_dir),
+                                      ("--data-format", args.data_format),
                                       ("--skip-bad-lines", args.skip_bad_lines)) if value]
-    if given:
+    if taken:
         raise ValueError(f"--dataset synthetic draws each user's history, validation and test "
-                         f"item (leave-one-out, no file): it takes no {given[0]}.")
+                         f"item (leave-one-out, no file): it takes no {taken[0]}.")
 
 
 def run(args) -> int:
@@ -327,33 +358,36 @@ def run(args) -> int:
         logging.getLogger().addHandler(logging.NullHandler())
     from tfrs_logq.pipelines.beam.pipeline import run_pipeline
 
-    args.split = args.split or default_split(args.data_format)
-    synthetic = None
     if args.dataset == "synthetic":
         from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec
 
-        if args.input is not None or args.data_format is not None:
-            raise ValueError("--dataset synthetic draws its data; it takes no --input or "
-                             "--data-format.")
-        synthetic = SyntheticSpec(
+        data = {"synthetic": SyntheticSpec(
             num_users=args.synthetic_users, num_items=args.synthetic_items,
             history_length=args.synthetic_history_length, seed=args.synthetic_seed,
-            users_per_chunk=args.synthetic_users_per_chunk)
-        path, fmt, dataset = "synthetic", "synthetic", "synthetic"
+            users_per_chunk=args.synthetic_users_per_chunk)}
+        path = fmt = "synthetic"
+        args.split = "loo"
         if args.stop_after == "Pusher":  # the default: synthetic runs stop after Statistics
             args.stop_after = "Statistics"
+    elif args.interactions:
+        data = {"user_log": _user_log(args), **{f.name: getattr(args, f.name)
+                                                for f in dataclasses.fields(LogFilters)}}
+        path, fmt = args.interactions, "user-log"
+        args.split = args.split or default_log_split(args.time_column)
     else:
+        args.split = args.split or default_split(args.data_format)
         path, fmt, dataset = _pipeline_input(args)
+        data = {"input_path": path, "data_format": fmt, "dataset": dataset,
+                "skip_bad_lines": args.skip_bad_lines}
     preset, train_options = _pipeline_train_options(args)
     if COMPONENTS.index(args.stop_after) >= COMPONENTS.index("Exporter"):
         from tfrs_logq.serving.indexes import check_index_loads
 
         check_index_loads(args.index)  # before Beam is imported or ExampleGen runs
     results = run_pipeline(
-        args.pipeline_root, path, fmt, split=args.split, dataset=dataset,
+        args.pipeline_root, split=args.split, **data,
         beam_args=getattr(args, "beam_args", ()), force_local_root=args.force_local_root,
-        synthetic=synthetic, statistics_mode=args.statistics,
-        skip_bad_lines=args.skip_bad_lines, temporal_fraction=args.temporal_fraction,
+        statistics_mode=args.statistics, temporal_fraction=args.temporal_fraction,
         num_shards=args.num_shards, sketch_depth=args.sketch_depth,
         sketch_width=args.sketch_width, sketch_seed=args.sketch_seed, preset=preset,
         train_options=train_options, index=args.index, top_k=args.top_k,
@@ -372,14 +406,13 @@ def run(args) -> int:
                                           "counts": r.manifest.get("counts")}
                                          for r in results]}))
     else:
-        split = "leave-one-out" if args.dataset == "synthetic" else args.split
+        split = "leave-one-out" if args.split == "loo" else args.split
         print(f"pipeline {os.path.abspath(args.pipeline_root)}: {path} ({fmt}), split {split}")
         for result in results:
             _print_component(result, args)
     if any(r.name == "Trainer" for r in results):
         warn_if_smoke(preset)
     return _blessing_status(results)
-
 
 
 def _blessing_status(results) -> int:
