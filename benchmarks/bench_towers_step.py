@@ -1,4 +1,4 @@
-"""The two-tower trainer's step (`tfrs-logq train --model two-tower`, `compare`) against
+"""The two-tower trainer's step (`tfrs-logq train two-tower`, `compare`) against
 the catalog size: 100,000 against 1,000,000 items, row-sparse `lazy-adam` (the
 default) against tf-keras `adam`.
 

@@ -9,7 +9,7 @@ seed. `benchmarks/compare_ml1m.sh` calls it
 run by run from a pinned commit; it is the library path of
 
     tfrs-logq compare --interactions ml-1m.csv --user-column user_id --item-column item_id \\
-        --split gsasrec --seeds 0,1,2,3,4 --steps 3000 --output-dir results/compare-ml1m
+        --split gsasrec --seeds 0 1 2 3 4 --steps 3000 --output-dir results/compare-ml1m
 """
 
 from __future__ import annotations

@@ -863,7 +863,7 @@ def log_datasets(split: Split, history_length: int = 50,
                  exclude_seen: bool = True) -> tuple[tf.data.Dataset, tf.data.Dataset,
                                                      tf.data.Dataset]:
     """``(train, test, candidates)`` of a log's `Split` as `compare_model` takes them, the
-    log's ids as text (``tfrs-logq compare --model-fn``):
+    log's ids as text (``tfrs-logq compare tfrs-model --model-fn``):
 
     - ``train``: every training interaction, ``{"user_id": tf.string, "item_id": tf.string}``
       (``candidate_id="item_id"``);
@@ -894,7 +894,7 @@ def log_datasets(split: Split, history_length: int = 50,
 def compare_split(model_fn, split: Split, *, history_length: int = 50,
                   exclude_seen: bool = True, data_identity: Optional[dict] = None,
                   model_fn_flag: str = "model_fn", **options) -> list[dict]:
-    """`compare_model` on a log's `Split` (``tfrs-logq compare --model-fn``): its
+    """`compare_model` on a log's `Split` (``tfrs-logq compare tfrs-model --model-fn``): its
     `log_datasets` (``candidate_id="item_id"``), the report's facts from the split (test
     users, repeat and cold targets, duplicates), ``data_identity`` (the file and its
     preprocessing) in the plan; ``options``: `compare_model`'s keyword arguments."""
