@@ -3,8 +3,8 @@
     python benchmarks/bench_user_log.py --rows 100000000 --work-dir /tmp/bench-user-log \\
         --output results/user-log-reading/results.json
 
-Generates a ``user,item,timestamp`` log of ``--rows`` rows (integer ids: ``--users``
-users, ``--items`` items with Zipf popularity; times in a year; a gzip'd copy is not
+Generates a ``user,item,timestamp`` log of ``--rows`` rows (integer ids: ``--synthetic-users``
+users, ``--synthetic-items`` items with Zipf popularity; times in a year; a gzip'd copy is not
 made: reading a .gz is the same code behind zlib) as CSV and as Parquet (written in
 chunks, never whole in memory), then measures, each in a fresh process so that its
 peak resident memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own:
@@ -132,8 +132,8 @@ def machine() -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=100_000_000)
-    p.add_argument("--users", type=int, default=1_000_000)
-    p.add_argument("--items", type=int, default=100_000)
+    p.add_argument("--synthetic-users", dest="users", type=int, default=1_000_000)
+    p.add_argument("--synthetic-items", dest="items", type=int, default=100_000)
     p.add_argument("--work-dir", default="/tmp/bench-user-log")
     p.add_argument("--formats", default="csv,parquet")
     p.add_argument("--phases", default=",".join(PHASES))

@@ -1,7 +1,7 @@
 """Step time of the accelerator study, with its ratios measured in the same process.
 
     python -m benchmarks.accelerator.bench                      # CPU or whatever JAX sees
-    python -m benchmarks.accelerator.bench --items 100000 1000000 10000000 --batch 4096
+    python -m benchmarks.accelerator.bench --synthetic-items 100000 1000000 10000000 --batch 4096
 
 For each catalog size and each correction the jitted training step of
 `benchmarks.accelerator.model` (stream drawn on the device, negatives, keras-logq loss,
@@ -10,7 +10,7 @@ configurations interleaved round by round (so that a change of load hits all ali
 median block (or with ``--statistic min`` the fastest, on a shared machine) gives ms/step.
 Printed: the table, then the ratios corrected / logq-tfrs at every size and largest /
 smallest catalog for every correction, and the machine.
-The world has ``--users`` users (the step reads one row of the `[users, C]` table per
+The world has ``--synthetic-users`` users (the step reads one row of the `[users, C]` table per
 draw; the size does not enter the step's cost beyond cache effects).
 """
 
@@ -51,14 +51,14 @@ def log_q_check(enabled: bool):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--items", nargs="+", type=int, default=[100_000, 1_000_000],
-                   help="catalog sizes")
+    p.add_argument("--synthetic-items", dest="items", nargs="+", type=int,
+                   default=[100_000, 1_000_000], help="catalog sizes")
     p.add_argument("--loss", nargs="+", default=["logq-tfrs", "corrected"],
                    help="the corrections timed")
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--negatives", type=int, default=1024, help="uniform and in-batch, each")
     p.add_argument("--dim", type=int, default=32)
-    p.add_argument("--users", type=int, default=2000)
+    p.add_argument("--synthetic-users", dest="users", type=int, default=2000)
     p.add_argument("--topics", type=int, default=10_000)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)

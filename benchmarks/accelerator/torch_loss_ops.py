@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--extra", type=int, default=1024, help="shared negatives")
-    p.add_argument("--items", type=int, default=100_000)
+    p.add_argument("--synthetic-items", dest="items", type=int, default=100_000)
     p.add_argument("--repeats", type=int, default=15)
     args = p.parse_args(argv)
     torch.set_num_threads(1)

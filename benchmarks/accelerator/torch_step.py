@@ -1,7 +1,7 @@
 """keras-logq's two-tower step on PyTorch: corrected against logQ, synchronisations counted.
 
     KERAS_BACKEND=torch python -m benchmarks.accelerator.torch_step \
-        --items 1000000 --batch 4096 --negatives 4096 --dim 64
+        --synthetic-items 1000000 --batch 4096 --negatives 4096 --dim 64
 
 An H100 measured keras-logq on PyTorch at 14.7 ms a step corrected against 11.4 ms
 standard logQ on an H100 (1M items, batch 4,096 with 4,096 uniform negatives, d = 64,
@@ -127,8 +127,8 @@ def sync(device: torch.device) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--items", type=int, default=1_000_000)
-    p.add_argument("--users", type=int, default=100_000)
+    p.add_argument("--synthetic-items", dest="items", type=int, default=1_000_000)
+    p.add_argument("--synthetic-users", dest="users", type=int, default=100_000)
     p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--negatives", type=int, default=4096)
     p.add_argument("--dim", type=int, default=64)
