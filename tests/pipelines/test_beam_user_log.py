@@ -67,6 +67,25 @@ def test_user_log_example_gen_fails_as_the_library_does(tmp_path):
     assert f"{tmp_path / 'log' / 'part-1.csv'}, line 22:" in str(beam.value)
 
 
+def test_run_pipeline_takes_one_source_of_data(tmp_path):
+    """`run_pipeline`'s data is a file, a user's log or synthetic draws, one of them; a
+    log's skip_bad_lines is its source's. Refused before any component runs."""
+    from tfrs_logq.pipelines.beam import run_pipeline
+    from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec
+
+    log = UserLogSource(str(write_log(tmp_path / "log")), "user", "item")
+    root = tmp_path / "root"
+    for kwargs, message in (({}, "no data"),
+                            ({"input_path": "x.txt", "data_format": "sasrec", "user_log": log},
+                             "both name the data"),
+                            ({"user_log": log, "synthetic": SyntheticSpec(num_users=5)},
+                             "give one"),
+                            ({"user_log": log, "skip_bad_lines": True}, "UserLogSource")):
+        with pytest.raises(ValueError, match=message):
+            run_pipeline(str(root), **kwargs)
+    assert not root.exists()
+
+
 # -------------------------------------------------- the command: pipeline run --interactions
 
 
