@@ -335,7 +335,8 @@ def _refuse_unused(args) -> None:
     unused = [n for n in _LOG_ONLY if given(n)]
     if unused:
         raise ValueError(f"{_flag(unused[0])} is a flag of --interactions (your log); "
-                         f"--dataset {args.dataset or TrainConfig.dataset} does not take it.")
+                         f"--dataset {args.dataset or TrainConfig.dataset + ' (the default)'} "
+                         "does not take it.")
     if args.dataset == "steam" and args.data_format is not None:
         raise ValueError("--data-format chooses the file of ml-1m; steam has no such "
                          "choice.")
