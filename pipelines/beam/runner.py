@@ -118,7 +118,7 @@ def check_runner(runner: str, beam_args=(), paths: dict = None,
     - ``SparkRunner``: ``--spark_master_url`` (spark://host:port) or ``--job_endpoint``;
     - ``DataflowRunner``: ``--project``, ``--region``, ``--temp_location`` (gs://) and
       ``--sdk_container_image`` (workers need this project's code and TensorFlow);
-    - every non-local runner: ``paths`` (``{"--pipeline-root": DIR, "--input": FILE}``)
+    - every non-local runner: ``paths`` (``{"--pipeline-root": DIR, "--interactions": PATH}``)
       must lie on a filesystem all workers mount at the same path (NFS, GCS FUSE, ...,
       `SHARED_FILESYSTEMS`), or ``force_local_root`` says they do: components write
       their artifacts with POSIX file operations, from the workers.

@@ -319,7 +319,7 @@ def _refuse_unused(args) -> None:
 
     if args.weight_column is not None:
         raise ValueError("--weight-column: the pipeline's Trainer (SASRec) does not weight "
-                         "examples; leave it out (train --model two-tower weights them).")
+                         "examples; leave it out (train two-tower weights them).")
     synthetic_flags = [f.name for f in dataclasses.fields(SyntheticFlags) if given(f.name)]
     if args.dataset != "synthetic" and synthetic_flags:
         raise ValueError(f"{_flag(synthetic_flags[0])} is a flag of --dataset synthetic.")

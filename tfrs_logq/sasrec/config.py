@@ -263,7 +263,7 @@ class TrainConfig:
         if self.log_format not in (None, *LOG_FORMATS):
             raise ConfigError("log_format", f"must be one of csv, tsv, parquet, jsonl, received "
                                             f"{str(self.log_format)[:40]!r}.")
-        # "": a file of `pipeline run --input` that names no dataset.
+        # "": an ExampleGen artifact of a file or a log that is no built-in dataset.
         if self.dataset not in (*DATASETS, ""):
             raise ConfigError("dataset", f"must be one of {DATASETS}, received "
                                          f"{self.dataset!r}.")
