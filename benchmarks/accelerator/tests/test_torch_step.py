@@ -19,8 +19,8 @@ def test_torch_step_runs_both_corrections_on_cpu():
     env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.accelerator.torch_step", "--device", "cpu",
-         "--items", "500", "--users", "50", "--batch", "16", "--negatives", "16", "--dim",
-         "4", "--steps", "2", "--rounds", "2"],
+         "--synthetic-items", "500", "--synthetic-users", "50", "--batch", "16",
+         "--negatives", "16", "--dim", "4", "--steps", "2", "--rounds", "2"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = {m.group(1): m.group(0) for m in
