@@ -30,7 +30,8 @@ import contextlib
 import datetime
 import logging
 import os
-from typing import Iterator, Optional
+import shutil
+from typing import Callable, Iterator, Optional
 
 from tfrs_logq._util import atomic
 from tfrs_logq._util.atomic import write_json
@@ -117,27 +118,85 @@ def remove_stale(root: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def locked(root: str) -> Iterator[None]:
+def locked(root: str, undo: Optional[Callable[[], bool]] = None) -> Iterator[None]:
     """Holds ``ROOT/.lock`` for the block (`tfrs_logq._util.locks.ExclusiveLock`); a second
     run on the same root is refused at once, naming the process that holds it. On a
     filesystem that cannot lock, a warning, and the run goes on.
 
+    When the block raises and ``undo()`` is true (say, no component finished), what the
+    run added to ROOT is removed before the lock is released (`_remove_added`): ROOT
+    itself, its missing parents and ``.lock`` where the run made them, and the entries of
+    ROOT and of its directories that were not there when the lock was taken. What was
+    there is left as it was.
+
     Raises:
       ArtifactError: another pipeline run holds the root.
     """
+    made = _missing_directories(root)  # ROOT and the parents makedirs will create
+    lock_path = os.path.join(root, LOCK)
+    made_lock = not os.path.lexists(lock_path)
     os.makedirs(root, exist_ok=True)
-    lock = ExclusiveLock(os.path.join(root, LOCK), wait=False)
+    lock = ExclusiveLock(lock_path, wait=False)
+    held = False
     try:
         lock.acquire()
+        held = True
     except LockUnsupported as e:
         log.warning("cannot lock %s (%s): this filesystem has no flock, so nothing stops a "
                     "second pipeline run on the same root", lock.path, e.strerror)
-        yield
-        return
     except LockHeld as e:
         raise ArtifactError(f"--pipeline-root {root} is in use by another pipeline run "
                             f"({describe_holder(e.holder)}); wait for it to finish.") from None
     try:
-        yield
+        before = _entries(root)  # while the lock is held nothing else adds to ROOT
+        try:
+            yield
+        except BaseException:
+            if undo is not None and undo():
+                _remove_added(root, before, made_lock, made)
+            raise
     finally:
-        lock.release()
+        if held:
+            lock.release()
+
+
+def _missing_directories(path: str) -> list[str]:
+    """``path`` and its ancestors that do not exist, deepest first."""
+    missing, path = [], os.path.abspath(path)
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def _entries(root: str) -> set[str]:
+    """The names in ``root`` and, as ``DIR/NAME``, in each of its directories."""
+    names = set()
+    for name in os.listdir(root):
+        names.add(name)
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            names.update(f"{name}/{inner}" for inner in os.listdir(path))
+    return names
+
+
+def _remove_added(root: str, before: set[str], made_lock: bool, made: list[str]) -> None:
+    """Removes what is in ``root`` now and was not in ``before`` (`_entries`), then its
+    ``.lock`` if ``made_lock`` and the directories ``made`` (deepest first) where empty.
+    The lock file goes last, so no other run can take ROOT while this one empties it;
+    a run that takes it in between keeps ROOT (its own ``.lock`` is in it)."""
+    for name in sorted(_entries(root) - before - {LOCK}, key=lambda n: -n.count("/")):
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+    if made_lock:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(root, LOCK))
+    for directory in made:
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty (another run's lock, or a file of someone else's)
+            break

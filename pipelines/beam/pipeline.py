@@ -107,9 +107,13 @@ def run_components(components: Sequence, root: str, runner: str = "FnApiRunner",
                    num_workers: int = 2, force: bool = False,
                    beam_args=()) -> list[ComponentResult]:
     """Runs components in order (each may read the artifacts of those before it),
-    holding the root's lock; stale ``.tmp-*`` directories of dead runs are removed."""
-    results = []
-    with artifacts.locked(root):
+    holding the root's lock; stale ``.tmp-*`` directories of dead runs are removed.
+
+    A run that fails before any component finished (bad data refused by the first
+    ExampleGen, say) leaves ``root`` as it found it: what it made there (the root itself
+    on a first run, ``.lock``, ``.logs``) is removed (`artifacts.locked`'s ``undo``)."""
+    results: list[ComponentResult] = []
+    with artifacts.locked(root, undo=lambda: not results):
         for name in artifacts.remove_stale(root):
             log.info("removed %s, left by a run that did not finish", os.path.join(root, name))
         for component in components:

@@ -188,7 +188,7 @@ def test_ratings_with_bad_lines_fail_naming_file_and_line(tmp_path, capsys):
                              tmp_path / "data", "--split", "loo")
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"tfrs-logq: error: {expected.value}"
-    assert sorted(os.listdir(root)) == [".lock", ".logs"]  # nothing half-written is left
+    assert not root.exists()  # nothing half-written: a refused first run leaves no root
 
 
 def test_skip_bad_lines_drops_and_counts_them(tmp_path):
@@ -366,6 +366,85 @@ def test_a_root_that_cannot_be_locked_warns_and_runs(tmp_path, monkeypatch, capl
         with artifacts.locked(str(tmp_path)):
             ran.append(True)
     assert ran and any("has no flock" in r.getMessage() for r in caplog.records)
+
+
+
+class _Toy:
+    """A component that logs to ROOT/.logs (as Beam's workers do) and writes one file,
+    then fails when told to (as ExampleGen refusing bad data)."""
+
+    USES_BEAM = False
+    version = 1
+
+    def __init__(self, name, fail=False):
+        self.name, self.fail = name, fail
+
+    def inputs(self, root):
+        return {}
+
+    def parameters(self):
+        return {}
+
+    def build(self, root, staging, run):
+        os.makedirs(os.path.join(root, ".logs"), exist_ok=True)
+        with open(os.path.join(root, ".logs", f"{self.name}.log"), "a") as f:
+            f.write("a worker's log\n")
+        with open(os.path.join(staging, "data"), "w") as f:
+            f.write(self.name)
+        if self.fail:
+            raise DataFormatError(f"{self.name}: bad data")
+        return {}
+
+
+def _files(root):
+    """``{path relative to root: bytes}`` of every file and ``{dir/: None}`` of every
+    directory under ``root``."""
+    found = {}
+    for parent, dirs, files in os.walk(root):
+        rel = os.path.relpath(parent, root)
+        found.update({os.path.normpath(os.path.join(rel, d)) + "/": None for d in dirs})
+        for name in files:
+            with open(os.path.join(parent, name), "rb") as f:
+                found[os.path.normpath(os.path.join(rel, name))] = f.read()
+    return found
+
+
+def test_a_run_failing_before_any_component_finished_leaves_the_root_as_it_was(tmp_path):
+    """A first run refused by its first component leaves no root (nor the parents it
+    made); on an existing root it removes what it added and leaves the rest as it was.
+    Once a component finished, a later failure keeps the root, its artifact, the lock
+    file and the failing component's log."""
+    root = tmp_path / "runs" / "r"
+    with pytest.raises(DataFormatError, match="A: bad data"):
+        run_components([_Toy("A", fail=True)], str(root))
+    assert os.listdir(tmp_path) == []
+    root.mkdir(parents=True)
+    (root / "notes.txt").write_text("mine")
+    (root / ".logs").mkdir()
+    (root / ".logs" / "A.log").write_text("an older run's log\n")
+    before = _files(root)
+    with pytest.raises(DataFormatError, match="B: bad data"):
+        run_components([_Toy("B", fail=True)], str(root))
+    assert _files(root) == before  # .lock and .logs/B.log, which it made, are gone
+    with pytest.raises(DataFormatError, match="B: bad data"):
+        run_components([_Toy("A"), _Toy("B", fail=True)], str(root))
+    after = _files(root)
+    assert after["A/data"] == b"A" and after[".logs/B.log"] == b"a worker's log\n"
+    assert ".lock" in after and after["notes.txt"] == b"mine"
+    assert not [name for name in os.listdir(root) if name.startswith(".tmp-")]
+
+
+def test_a_run_refused_for_a_held_root_removes_nothing(tmp_path):
+    """The lock is taken before anything is undone: a run refused because another holds
+    the root leaves that run's root, lock file included, alone."""
+    root = tmp_path / "r"
+    with artifacts.locked(str(root)):
+        with pytest.raises(ArtifactError, match="in use by another pipeline run"):
+            run_components([_Toy("A", fail=True)], str(root))
+        assert os.listdir(root) == [artifacts.LOCK]
+        with pytest.raises(ArtifactError, match="in use by another pipeline run"):
+            run_components([], str(root))  # the lock file held is the one in ROOT
+    assert os.listdir(root) == [artifacts.LOCK]
 
 
 # ----------------------------------------------------------------------- the command
@@ -830,6 +909,27 @@ def test_push_copies_into_a_hidden_directory_then_renames(tmp_path, monkeypatch)
     assert (base / "2" / "variables" / "variables.index").read_bytes() == b"ix"
 
 
+
+@pytest.mark.parametrize("flag", ["--pipeline-root", "--train-config", "--interactions",
+                                  "--data-dir", "--baseline", "--model_base_path"])
+def test_an_empty_path_is_refused_naming_its_flag(tmp_path, capsys, flag):
+    """An empty path is refused when the flags are parsed, in one line naming the flag
+    (not "No such file or directory" once the data is read); nothing is created."""
+    log = tmp_path / "log.csv"
+    log.write_text("user,item\n1,2\n1,3\n2,2\n")
+    flags = {"--pipeline-root": tmp_path / "r", "--interactions": log,
+             "--user-column": "user", "--item-column": "item", "--stop-after": "ExampleGen"}
+    if flag == "--data-dir":  # a flag of --dataset
+        flags = {"--pipeline-root": tmp_path / "r", "--dataset": "ml-1m"}
+    flags[flag] = ""
+    code, out, err = cli_run(capsys, "pipeline", "run", *(x for kv in flags.items() for x in kv))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and out == "", err
+    assert lines[0].startswith("tfrs-logq: error: ") and "empty" in lines[0]
+    assert flag.replace("_", "-") in lines[0] and "No such file" not in err
+    assert os.listdir(tmp_path) == ["log.csv"]
+
+
 def test_pipeline_flags_are_checked_before_anything_runs(tmp_path, capsys):
     write_sasrec(tmp_path / "ml-1m.txt")
     common = ["pipeline", "run", "--pipeline-root", tmp_path / "r", "--data-dir", tmp_path,
@@ -968,3 +1068,24 @@ def test_count_min_only_statistics_never_hold_exact_counts(tmp_path):
                                stats.sketch_log_q())
     with pytest.raises(ValueError, match="only the count-min sketch"):
         load_log_q(str(tmp_path / "Statistics"))
+
+
+def test_train_refuses_a_synthetic_example_gen_artifact_in_one_line(tmp_path, capsys):
+    """``train --examples`` on `SyntheticExampleGen`'s artifact says it cannot be trained
+    on (a synthetic pipeline stops after Statistics), not that a --dataset the user did
+    not give is wrong; no model directory is made."""
+    from tfrs_logq.pipelines.beam.example_gen import SyntheticExampleGen
+    from tfrs_logq.pipelines.beam.synthetic_source import SyntheticSpec
+
+    run_components([SyntheticExampleGen(SyntheticSpec(**TINY), num_shards=1)],
+                   str(tmp_path / "r"))
+    examples_dir = tmp_path / "r" / "ExampleGen"
+    capsys.readouterr()  # the run's own log lines
+    code, _, err = cli_run(capsys, "train", "--model-dir", tmp_path / "m", "--examples",
+                           examples_dir)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"tfrs-logq: error: --examples {examples_dir} is a synthetic "
+                               "ExampleGen artifact")
+    assert "stops after Statistics" in lines[0] and "--dataset)" not in lines[0]
+    assert not (tmp_path / "m").exists()

@@ -156,6 +156,21 @@ def test_pipeline_run_on_a_log_without_times_splits_leave_one_out(tmp_path, caps
                       load_user_log_split(skipping, "loo"))
 
 
+
+def test_a_first_run_refused_for_bad_data_leaves_no_pipeline_root(tmp_path, capsys):
+    """ExampleGen refusing the log (here a --time-column it lacks) ends the run with one
+    line and leaves no pipeline root, nor the parent it made, no .lock and no .logs (an
+    existing root: test_beam_pipeline's
+    test_a_run_failing_before_any_component_finished_leaves_the_root_as_it_was)."""
+    log = write_log(tmp_path / "log")
+    base = ["pipeline", "run", "--interactions", log, "--user-column", "user",
+            "--item-column", "item", "--stop-after", "Statistics"]
+    code, _, err = _cli(capsys, *base, "--pipeline-root", tmp_path / "runs" / "first",
+                        "--time-column", "nosuchcol")
+    assert code == 2 and "no column 'nosuchcol'" in err.strip().splitlines()[-1], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log"]
+
+
 @pytest.mark.slow  # smoke training and BulkInferrer's TensorFlow workers: about 40 s
 def test_the_whole_pipeline_runs_on_a_users_log(tmp_path, capsys):
     """ExampleGen to Pusher on a user's log: the Trainer trains on UserLogExampleGen's

@@ -226,3 +226,15 @@ def test_examples_config_takes_the_artifacts_data_fields(tmp_path):
     os.remove(os.path.join(directory, "part-0.tfrecord"))
     with pytest.raises(ValueError, match="part-0.tfrecord is missing"):
         examples_config(resolve_config("smoke", examples=directory))
+
+
+def test_examples_config_refuses_a_synthetic_artifact_in_one_line(tmp_path):
+    """`SyntheticExampleGen`'s parameters (dataset and data format "synthetic"), which no
+    `TrainConfig` takes: the error says so, not that a --dataset (not given) is wrong."""
+    directory = _example_gen(tmp_path, {"dataset": "synthetic", "data_format": "synthetic",
+                                        "split": "loo", "split_options": {}})
+    with pytest.raises(ValueError) as excinfo:
+        examples_config(resolve_config("smoke", examples=directory))
+    _one_line_error(excinfo, f"--examples {directory} is a synthetic ExampleGen artifact",
+                    "cannot be trained on", "stops after Statistics")
+    assert "--dataset)" not in str(excinfo.value)

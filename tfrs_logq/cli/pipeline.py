@@ -214,6 +214,20 @@ class Flags(Verbose):
     serving: Annotated[ServingFlags, arg(name=_SERVING)] = dataclasses.field(
         default_factory=ServingFlags)
 
+    def __post_init__(self) -> None:
+        # "" is no path: refused here, not after the data is read ("No such file or
+        # directory" naming no flag).
+        for flag, path, what in (
+                ("--pipeline-root", self.pipeline_root, "a directory"),
+                ("--train-config", self.train_config, "a JSON file, or leave the flag out"),
+                ("--interactions", self.data.interactions, "a file or directory"),
+                ("--data-dir", self.data.data_dir, "a directory, or leave the flag out"),
+                ("--baseline", self.serving.baseline, "a directory, or leave the flag out"),
+                ("--model-base-path", self.serving.model_base_path,
+                 "a directory, or leave the flag out")):
+            if path is not None and not path.strip():
+                raise ValueError(f"argument {flag}: must not be empty; give {what}")
+
 
 def _pipeline_input(args) -> tuple[str, str, str]:
     """``(file, format, dataset name)`` of a built-in dataset, found as ``data stats`` finds

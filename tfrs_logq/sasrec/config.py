@@ -117,11 +117,17 @@ def examples_config(config: TrainConfig, explicit=()) -> TrainConfig:
 
     Raises:
       ArtifactError: ``config.examples`` is not a finished, intact ExampleGen artifact.
-      ValueError: an explicit field disagrees with the artifact.
+      ValueError: an explicit field disagrees with the artifact, or the artifact is
+        synthetic draws (`SyntheticExampleGen`'s), which no `TrainConfig` trains on.
     """
     from tfrs_logq.pipelines.manifest import verified_manifest
 
     params = verified_manifest(config.examples, "ExampleGen")["parameters"]
+    if params.get("dataset") == "synthetic":  # SyntheticExampleGen's, no TrainConfig dataset
+        raise ValueError(f"--examples {config.examples} is a synthetic ExampleGen artifact "
+                         "(pipeline run --dataset synthetic), which cannot be trained on: a "
+                         "synthetic pipeline stops after Statistics; give a dataset's or "
+                         "a log's ExampleGen artifact.")
     found = {"split": params["split"], "dataset": params["dataset"],
              "data_format": params["data_format"],
              "temporal_fraction": params["split_options"].get("fraction")}
