@@ -50,6 +50,13 @@ class DataSource:
     """--interactions: csv, tsv, parquet or jsonl for every file (unset: each file's
     extension)"""
 
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):  # "" is neither a path nor a column
+            value = getattr(self, field.name)
+            if isinstance(value, str) and not value.strip():
+                raise ValueError(f"--{field.name.replace('_', '-')} is empty: give a value, "
+                                 f"or leave the flag out.")
+
 
 @dataclasses.dataclass
 class LogFilters:

@@ -210,8 +210,9 @@ def check_evaluable(split: Split, part: EvalPart, name: str = "test") -> None:
                          f"person, not the model; use a log with more users.")
     if split.num_items < MIN_RANKED_ITEMS:
         raise ValueError(f"the catalog has {split.num_items} items after filtering: "
-                         f"Recall@10 is 1.0 for any model below {MIN_RANKED_ITEMS}; lower "
-                         f"--min-item-interactions or use a larger log.")
+                         f"Recall@10 is 1.0 for any model below {MIN_RANKED_ITEMS}; use a larger "
+                         f"log (or a lower --min-item-interactions, in the commands that "
+                         f"take it).")
     counts = split.train_item_counts()
     if len(part) and not np.any(counts[part.targets] > 0):
         raise ValueError(f"every {name} target is an item never seen in training (cold): "

@@ -207,6 +207,13 @@ def test_train_flags_reach_the_config_and_flags_not_given_leave_the_preset_alone
                            "--no-jit-compile", "--dropout", "0.5")
     assert overrides["jit_compile"] is False and overrides["dropout"] == 0.5
     assert "max_length" not in overrides
+    # A user's log: no built-in dataset in the config (TrainConfig's default is ml-1m),
+    # with the sasrec subcommand named before or after the command's own flags.
+    log = ["--interactions", tmp_path / "log.csv", "--user-column", "u", "--item-column", "i"]
+    for argv in ([*base, *log], ["train", "sasrec", *log, "--preset", "smoke", "--model-dir",
+                                 tmp_path / "m"]):
+        _, overrides = reached(monkeypatch, training, "resolve_config", *argv)
+        assert overrides["dataset"] == "" and overrides["split"] == "loo", overrides
 
 
 @pytest.mark.parametrize("flags, split", [
@@ -796,3 +803,16 @@ def test_demo_says_what_it_is_doing_in_a_log(capsys, tmp_path):
 def test_demo_cli_rejects_bad_corrections(capsys):
     code, _, err = run(capsys, "demo", "--loss", "none", "bogus")
     assert code == 2 and "bogus" in err
+
+
+def test_a_closed_pipe_on_stdout_ends_quietly():
+    """``tfrs-logq ... --help | head``: the reader has left; no error line, exit 141 (as a
+    process SIGPIPE ends), not 2 with "Broken pipe"."""
+    read, write = os.pipe()
+    os.close(read)  # the reader left before the first line: every write fails
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tfrs_logq.cli", "train", "--help"],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141 and proc.stderr == "", proc.stderr

@@ -151,6 +151,14 @@ def test_report_only_takes_the_margin_only_and_data_stats_filters_only_a_log(tmp
     proc = cli_in_process(capsys, "compare", "--report-only", "--output-dir", str(tmp_path),
                           "--seeds", "0", "1")
     _one_error(proc, "--report-only rebuilds the report")
+    for model in ("sasrec", "tfrs-model"):  # the plan names the model
+        proc = cli_in_process(capsys, "compare", model, "--report-only", "--output-dir",
+                              str(tmp_path), *(["--model-fn", "m:f"] * (model == "tfrs-model")))
+        _one_error(proc, "--report-only reads the model from --output-dir's plan.json")
+    for flags in (("--seeds", "0", "1", "0"), ("--loss", "inbatch-none", "inbatch-none")):
+        proc = cli_in_process(capsys, "compare", "--dataset", "ml-1m", "--output-dir",
+                              str(tmp_path / "twice"), *flags)
+        _one_error(proc, f"argument {flags[0]}: {flags[-1]} is given twice")
     proc = cli_in_process(capsys, "data", "stats", "--dataset", "ml-1m", "--deduplicate")
     _one_error(proc, "--deduplicate filters --interactions")
 

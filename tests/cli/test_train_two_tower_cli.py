@@ -81,12 +81,37 @@ def test_the_other_familys_flags_are_refused_by_the_parser(log_csv, tmp_path, ca
     assert exit.value.code == 2 and named in err and not (tmp_path / "run").exists(), err
 
 
-def test_a_two_tower_value_out_of_range_is_a_one_line_error(log_csv, tmp_path, capsys):
+@pytest.mark.parametrize("flags, message", [
+    (("--steps", "0"), "`steps` (--steps) must be an integer in [1,"),
+    (("--seed", "-1"), "`seed` (--seed) must be an integer in [0,"),
+    (("--uniform-negatives", "0"), "`num_negatives` (--uniform-negatives) must be"),
+    (("--learning-rate", "0"), "`learning_rate` (--learning-rate) must be in (0, 10)"),
+    (("--interactions", ""), "--interactions is empty"),
+    (("--model-dir", ""), "argument --model-dir: empty"),
+])
+def test_a_two_tower_value_out_of_range_is_a_one_line_error_naming_its_flag(
+        log_csv, tmp_path, capsys, monkeypatch, flags, message):
+    monkeypatch.chdir(tmp_path)
     code = main(["train", "two-tower", "--interactions", log_csv, *COMMON,
-                 "--model-dir", str(tmp_path / "run"), "--steps", "0"])
+                 "--model-dir", str(tmp_path / "run"), *flags])
     err = capsys.readouterr().err
-    assert code == 2 and "`steps` must be an integer in [1," in err, err
-    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    assert code == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1 and os.listdir(tmp_path) == []
+
+
+def test_a_log_two_tower_cannot_train_is_refused_before_the_directory_is_made(
+        tmp_path, capsys, log_csv):
+    rows = ["user,item,ts"] + [f"u{u},i{(u + t) % 10},{u * 100 + t}" for u in range(60)
+                               for t in range(8)]  # 10 items: Recall@10 is 1 for any model
+    (tmp_path / "small.csv").write_text("\n".join(rows) + "\n")
+    for log, flags, message in (
+            (str(tmp_path / "small.csv"), (), "the catalog has 10 items"),
+            (log_csv, ("--batch-size", "100000"), "--batch-size 100,000 is larger than the")):
+        code = main(["train", "two-tower", "--interactions", log, *COMMON, "--split", "loo",
+                     "--model-dir", str(tmp_path / "run"), "--steps", "2", *flags])
+        err = capsys.readouterr().err
+        assert code == 2 and message in _error(err), err
+        assert not (tmp_path / "run").exists()
 
 
 def _weighted_log(path, weights):

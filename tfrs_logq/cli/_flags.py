@@ -31,14 +31,14 @@ _BOUNDS = {"at_least": (">=", operator.ge), "above": (">", operator.gt),
 
 def check(flags, names=None, **bounds: dict) -> None:
     """``flags``' fields within ``bounds`` (``at_least``, ``above``, ``at_most``: ``{field:
-    bound}``), each item of a list, and no list empty; else ValueError ``argument --x: must
+    bound}``), each item of a list, and no list or text empty; else ValueError ``argument --x: must
     be >= 1, got 0`` (``names``: ``{field: flag}`` where the flag is not the field's name)."""
     def flag(name: str) -> str:
         return (names or {}).get(name, name).replace("_", "-")
 
     for field in dataclasses.fields(flags):
-        if getattr(flags, field.name) == ():
-            raise ValueError(f"argument --{flag(field.name)}: must name at least one value")
+        if getattr(flags, field.name) in ((), ""):  # no list, path or name is empty
+            raise ValueError(f"argument --{flag(field.name)}: empty; name at least one value")
     for key, limits in bounds.items():
         sign, within = _BOUNDS[key]
         for name, bound in limits.items():

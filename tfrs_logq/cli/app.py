@@ -3,15 +3,16 @@
 One `tyro.cli` call parses the command line: each command is its module's ``Flags``
 dataclass (free of TensorFlow), a subcommand of `COMMANDS`; ``data stats`` and ``pipeline
 run`` are nested ones, and so are the models of ``train`` and ``compare`` (``train
-two-tower``; a command's flags may come before or after them, and without one a command
-takes its default model's). The command's handler (its module's ``run``) imports the library's
-TensorFlow parts after parsing, and TensorFlow's start-up logs are silenced before
-anything imports it (``--verbose`` keeps them). A flag tyro refuses is its own error
-message, exit status 2; a value a ``Flags`` (or a config) refuses in ``__post_init__``,
-and an error a user can fix that a command raises (bad data, files, ports, servers), end
-the command with one line, ``tfrs-logq: error: ...`` on stderr, and exit status 2;
-``--verbose`` adds the traceback. Ctrl-C exits 130; ``pipeline run`` exits 3 when its
-Evaluator does not bless the model.
+two-tower``; the command's own flags may come before or after them, a model's after its
+name, and without a name a command takes its default model's). The command's handler (its
+module's ``run``) imports the library's TensorFlow parts after parsing, and TensorFlow's
+start-up logs are silenced before anything imports it (``--verbose`` keeps them). A flag
+tyro refuses is its own error message, exit status 2; a value a ``Flags`` (or a config)
+refuses in ``__post_init__``, and an error a user can fix that a command raises (bad
+data, files, ports, servers), end the command with one line, ``tfrs-logq: error: ...`` on
+stderr, and exit status 2; ``--verbose`` adds the traceback. Ctrl-C exits 130, a closed
+pipe on stdout 141 (as SIGPIPE ends other tools) without a message; ``pipeline run`` exits
+3 when its Evaluator does not bless the model.
 """
 
 from __future__ import annotations
@@ -106,8 +107,7 @@ def _quiet_tensorflow(verbose: bool) -> None:
 def _configure_logging(verbose: bool, prog: str = PROG) -> None:
     log_handler.setFormatter(logging.Formatter(f"{prog}: %(message)s"))
     logger = logging.getLogger("tfrs_logq")
-    if log_handler not in logger.handlers:
-        logger.addHandler(log_handler)
+    logger.addHandler(log_handler)  # once: a logger adds a handler it holds no second time
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
     logger.propagate = False
 
@@ -118,13 +118,10 @@ _EXTRAS = {"scann": "scann", "tensorflow_serving": "serving", "grpc": "serving",
 
 def _is_user_error(exc: BaseException) -> bool:
     """Errors with a message a user can act on (not bugs)."""
-    known: list = [ValueError, OSError, ImportError]
-    server = sys.modules.get("tfrs_logq.serving.server")
-    if server is not None:
-        known.append(server.ServingError)
-    grpc = sys.modules.get("grpc")
-    if grpc is not None:
-        known.append(grpc.RpcError)
+    known = [ValueError, OSError, ImportError]
+    for module, name in (("tfrs_logq.serving.errors", "ServingError"), ("grpc", "RpcError")):
+        if module in sys.modules:  # loaded by the command, so it may raise these
+            known.append(getattr(sys.modules[module], name))
     return isinstance(exc, tuple(known))
 
 
@@ -151,9 +148,8 @@ def main(argv: Optional[Sequence[str]] = None, *, commands=COMMANDS, prog: str =
         print(f"{prog} {__version__}")
         return 0
     _quiet_tensorflow(verbose := "--verbose" in argv)  # before any command imports TensorFlow
-    beam_args: list = []
-    if "--" in argv:  # `pipeline run ... -- BEAM FLAGS`: Beam's own pipeline options
-        argv, beam_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    cut_at = argv.index("--") if "--" in argv else len(argv)  # `pipeline run ... -- BEAM`
+    argv, beam_args = argv[:cut_at], argv[cut_at + 1:]  # Beam's own pipeline options
     _configure_logging(verbose, prog)
     try:
         flags = parse(argv, commands, prog, description)
@@ -165,6 +161,9 @@ def main(argv: Optional[Sequence[str]] = None, *, commands=COMMANDS, prog: str =
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tfrs-logq ... | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a process SIGPIPE ends (128 + 13), like other tools in a pipe
     except Exception as exc:
         if not _is_user_error(exc):
             raise

@@ -139,6 +139,11 @@ class CompareFlags(Verbose):
         check(self, at_least={"seeds": 0, "window": 1, "max_runs": 0},
               above={"temporal_fraction": 0},
               at_most={"seeds": 2**32 - 1, "max_bad_share": 1})
+        for name in ("seeds", "loss"):  # a run named twice would be one run, silently
+            values = getattr(self, name)
+            twice = [v for i, v in enumerate(values) if v in values[:i]]
+            if twice:
+                raise ValueError(f"argument --{name}: {twice[0]} is given twice")
 
 
 Flags = CompareFlags
@@ -156,12 +161,16 @@ def run(args) -> int:
     if args.report_only:
         from tfrs_logq.studies.compare import report_only
 
+        if _named_model(args):
+            raise ValueError(f"--report-only reads the model from --output-dir's plan.json: "
+                             f"leave out `{_named_model(args)}` (tfrs-logq compare "
+                             f"--report-only --output-dir DIR).")
         ignored = sorted(args.given - _REPORT_TAKES)
-        if ignored or _named_model(args):
-            flag = f"--{ignored[0].replace('_', '-')}" if ignored else _named_model(args)
+        if ignored:
             raise ValueError(f"--report-only rebuilds the report of --output-dir from its "
                              f"results.csv and plan.json, and takes --margin and --primary-* "
-                             f"only; {flag} belongs to a comparison run.")
+                             f"only; --{ignored[0].replace('_', '-')} belongs to a comparison "
+                             f"run.")
         text = report_only(args.output_dir, say=say, margin=margin,
                            primary=(args.primary_metric, args.primary_baseline))
         if args.json:

@@ -21,7 +21,7 @@ from tfrs_logq.cli._common import (
     load_options,
     warn_if_smoke,
 )
-from tfrs_logq.cli._flags import Verbose, given, shown
+from tfrs_logq.cli._flags import Verbose, check, given, shown
 from tfrs_logq.pipelines.source import DataSource
 from tfrs_logq.pipelines.splits import SPLITS
 from tfrs_logq.sasrec.config import TrainConfig
@@ -55,6 +55,9 @@ class SASRec:
     """JSON object of TrainConfig fields (and "preset"); flags override it"""
     training: Annotated[TrainFlags, arg(name="model and training")] = \
         dataclasses.field(default_factory=TrainFlags)
+
+    def __post_init__(self) -> None:
+        check(self)  # --config "" names no file
 
 
 @dataclasses.dataclass
@@ -99,6 +102,9 @@ class Flags(Verbose):
             "--history-length items, an item table; --loss inbatch|mns x "
             "none|logq-tfrs|logq-official|corrected"))],
     ] = dataclasses.field(default_factory=SASRec)
+
+    def __post_init__(self) -> None:
+        check(self)  # --model-dir "" names no directory
 
 
 def _given_training(args) -> dict:
@@ -161,6 +167,8 @@ def run(args) -> int:
     from tfrs_logq.sasrec.config import PRESETS
 
     overrides = training_overrides(args)
+    if overrides.get("interactions"):  # a user's log: no built-in dataset is recorded
+        overrides["dataset"] = ""
     overrides = _with_split(overrides, PRESETS.get(overrides.get("preset") or "", {}))
     config, split = _load(training.resolve_config(**overrides), overrides, args)
     kwargs = {"overwrite": True} if args.overwrite else {}
@@ -186,9 +194,6 @@ def _run_two_tower(args) -> int:
     overrides = _with_split(_given_training(args))
     data_config = TrainConfig(**overrides).validate()  # a log's columns, one data source
     if weight_column is not None:
-        if not weight_column.strip():
-            raise ValueError("--weight-column is empty: name a column of --interactions, or "
-                             "leave the flag out.")
         # load_config_split refuses a weight column without --interactions.
         split = load_config_split(data_config, weight_column=weight_column,
                                   skip_bad_lines=args.skip_bad_lines, **bad_share(args))

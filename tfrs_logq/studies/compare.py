@@ -523,10 +523,10 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
                            "--no-exclude-seen (and serve with exclude_history false).")
     if plan.model == "two-tower":
         examples = Examples(split, plan.config.history_length)
-        if plan.config.batch_size > len(examples):
-            raise CompareError(f"--batch-size {plan.config.batch_size:,} is larger than the "
-                               f"{len(examples):,} training examples of this log: lower it "
-                               f"(at most {len(examples):,}; 512 is the default).")
+        try:
+            towers.check_trainable(plan.config, split, examples)
+        except ValueError as exc:
+            raise CompareError(str(exc)) from None
         need = towers.estimated_peak_bytes(plan.config, split.num_items, len(examples),
                                            len(split.test))
         lower = "--batch-size (a step's scores grow with its square), --num-negatives or " \

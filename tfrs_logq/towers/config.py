@@ -26,6 +26,11 @@ MAX_EMBEDDING_DIM = 4096
 MAX_HISTORY_LENGTH = 10_000
 
 
+def _flag(name: str) -> str:
+    """The command line's flag of a field (``num_negatives``: ``--uniform-negatives``)."""
+    return "--" + {"num_negatives": "uniform_negatives"}.get(name, name).replace("_", "-")
+
+
 @dataclasses.dataclass(frozen=True)
 class TwoTowerConfig:
     """One two-tower training run on a user's log."""
@@ -58,18 +63,20 @@ class TwoTowerConfig:
     def __post_init__(self) -> None:
         parse_loss_name(self.loss, LOSSES)  # the one check of the name
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}, received "
+            raise ValueError(f"`optimizer` (--optimizer) must be one of {OPTIMIZERS}, received "
                              f"{str(self.optimizer)[:40]!r}.")
-        for name, low, high in (("steps", 1, 10**9), ("batch_size", 2, 1 << 20),
+        for name, low, high in (("seed", 0, 2**32 - 1), ("steps", 1, 10**9),
+                                ("batch_size", 2, 1 << 20),
                                 ("embedding_dim", 1, MAX_EMBEDDING_DIM),
                                 ("history_length", 1, MAX_HISTORY_LENGTH),
                                 ("num_negatives", 1, 1 << 22), ("eval_every", 1, 10**9)):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or not low <= value <= high:
-                raise ValueError(f"`{name}` must be an integer in [{low:,}, {high:,}], "
-                                 f"received {str(value)[:40]}.")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or not low <= value <= high:
+                raise ValueError(f"`{name}` ({_flag(name)}) must be an integer in [{low:,}, "
+                                 f"{high:,}], received {str(value)[:40]}.")
         if not 0 < self.learning_rate < 10:
-            raise ValueError(f"`learning_rate` must be in (0, 10), received "
+            raise ValueError(f"`learning_rate` (--learning-rate) must be in (0, 10), received "
                              f"{self.learning_rate}.")
 
     @property

@@ -96,6 +96,9 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
         ``overwrite``), or another process is training into it.
     """
     _run_directory.check_not_a_file(model_dir)
+    if examples is None:
+        examples = training.Examples(split, config.history_length)
+    training.check_trainable(config, split, examples)  # before the directory is made
     os.makedirs(model_dir, exist_ok=True)
     with RunLock(model_dir):
         record = run_record(config, split.num_items, data)

@@ -219,6 +219,17 @@ def positive_share(model: TwoTowerModel, arrays: dict, log_q: np.ndarray, num_ne
     return out
 
 
+def check_trainable(config: TwoTowerConfig, split: Split, examples: Examples) -> None:
+    """Refuses, in one line, a run that could not train or mean anything: a split
+    `check_evaluable` refuses, or a batch larger than the training examples (a step could
+    never be drawn)."""
+    check_evaluable(split, split.test)
+    if config.batch_size > len(examples):
+        raise ValueError(f"--batch-size {config.batch_size:,} is larger than the "
+                         f"{len(examples):,} training examples of this log: lower it (at most "
+                         f"{len(examples):,}; 512 is the default).")
+
+
 def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = None,
           on_eval: Optional[Callable[[dict], None]] = None,
           done: Sequence[int] = (), on_step: Optional[Callable[[int], None]] = None,
@@ -240,7 +251,7 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
     arrays = evaluation_arrays(split, split.test, config.history_length, config.exclude_seen)
     if not len(arrays["targets"]):
         raise ValueError("the test split is empty: nothing to evaluate.")
-    check_evaluable(split, split.test)
+    check_trainable(config, split, examples)
     ks = _ks(split.num_items)
     target_bands = popularity_bands(split.train_item_counts())[arrays["targets"]]
     start = time.perf_counter()
