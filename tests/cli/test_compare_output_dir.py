@@ -101,6 +101,11 @@ def test_another_split_fraction_or_edited_data_is_refused_more_seeds_are_not(
                           "--temporal-fraction", "0.3", "--seeds", "2", "--output-dir", out)
     assert more.returncode == 0 and "2 to train" in more.stdout, more.stderr[-3000:]
     assert json.load(open(os.path.join(out, "plan.json")))["seeds"] == [0, 1, 2]
+    # Another model into the directory: the model is named, not its settings' defaults.
+    sasrec = cli_in_process(capsys, "compare", "sasrec", "--interactions", clicks, *LOG,
+                            "--temporal-fraction", "0.3", "--seeds", "0", "--output-dir", out)
+    _one_error(sasrec, "holds a two-tower comparison, not sasrec: rerun it with `compare "
+                       "two-tower`")
 
 
 def test_a_folder_with_a_foreign_results_csv_is_refused_untouched(clicks, tmp_path, capsys):

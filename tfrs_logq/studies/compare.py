@@ -335,6 +335,11 @@ def _check_plan(plan: Plan, output_dir: str, write: bool = True) -> Plan:
         old = saved["fixed"]
         if "data" not in old:  # written before plans held the data
             fixed.pop("data", None)
+        if old.get("model") != fixed["model"]:  # the model first: its settings differ anyway
+            raise CompareError(
+                f"{output_dir} holds a {old.get('model')} comparison, not {fixed['model']}: "
+                f"rerun it with `compare {old.get('model')}` and its settings, or use another "
+                f"--output-dir.")
         diffs = _differences(old, fixed)
         if diffs:
             raise CompareError(
