@@ -569,8 +569,8 @@ def interactions_from_raw(raw: RawLog, source: UserLogSource, *, name: Optional[
             f"interactions, {interactions.num_items} item(s) from {len(raw)} rows, with "
             f"min_item_interactions={min_item_interactions}, min_user_interactions="
             f"{min_user_interactions}, deduplicate={deduplicate}); a split needs two items "
-            "or more: lower min_item_interactions or min_user_interactions, or give a longer "
-            "log.")
+            "or more: lower --min-item-interactions or --min-user-interactions "
+            "(min_item_interactions=, min_user_interactions=), or give a longer log.")
     interactions.raw_users = raw.users.values(raw.text_ids)[interactions.raw_users]
     interactions.raw_items = raw.items.values(raw.text_ids)[interactions.raw_items]
     interactions.source = os.path.abspath(os.path.expanduser(str(source.path)))
@@ -631,7 +631,7 @@ def split_interactions(interactions: Interactions, split: str, *,
             raise DataFormatError(
                 f"{where}: the gsasrec split draws {num_validation_users} validation users and "
                 f"the log has {interactions.num_users} after filtering; use --split loo or "
-                "--split temporal, or lower num_validation_users.")
+                "--split temporal (from Python: or lower num_validation_users=).")
         options.update(num_validation_users=num_validation_users, seed=validation_seed)
     result = make_split(interactions, split, **options)
     sizes = {"train": int(result.train_lengths.sum()), "validation": len(result.validation),
