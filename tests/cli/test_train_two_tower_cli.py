@@ -258,3 +258,32 @@ def test_data_flags_that_cannot_apply_are_one_line_errors(log_csv, tmp_path, cap
                      "--model-dir", str(tmp_path / "run")])
         assert code == 2 and message in _error(capsys.readouterr().err)
         assert not (tmp_path / "run").exists()
+
+
+def test_the_log_filters_train_as_compare_and_data_stats_filter_and_the_run_reloads_them(
+        log_csv, tmp_path, capsys):
+    from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
+    from tfrs_logq.serving.export import load_run_split
+
+    filters = {"min_item_interactions": 15, "min_user_interactions": 3, "deduplicate": True}
+    expected = load_user_log_split(UserLogSource(log_csv, "user", "item", time_column="ts"),
+                                   "loo", **filters)
+    assert expected.num_items < load_user_log_split(
+        UserLogSource(log_csv, "user", "item", time_column="ts"), "loo").num_items
+    model_dir = str(tmp_path / "run")
+    code, _, err = _train(log_csv, model_dir, capsys, "--split", "loo",
+                          "--min-item-interactions", "15", "--min-user-interactions", "3",
+                          "--deduplicate")
+    assert code == 0, err
+    record = json.load(open(os.path.join(model_dir, "config.json")))
+    assert {k: record[k] for k in filters} == filters and record["num_items"] == \
+        expected.num_items
+    reloaded = load_run_split(model_dir)  # what export and evaluate rank
+    assert reloaded.num_items == expected.num_items and len(reloaded.interactions) == \
+        len(expected.interactions)
+    # A built-in dataset is preprocessed as its papers do: a filter is refused with it.
+    code = main(["train", "two-tower", "--dataset", "ml-1m", "--min-item-interactions", "2",
+                 "--model-dir", str(tmp_path / "ml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--min-item-interactions" in _error(err), err
+    assert not (tmp_path / "ml").exists()

@@ -22,7 +22,7 @@ from tfrs_logq.cli._common import (
     warn_if_smoke,
 )
 from tfrs_logq.cli._flags import Verbose, check, given, shown
-from tfrs_logq.pipelines.source import DataSource
+from tfrs_logq.pipelines.source import DataSource, LogFilters
 from tfrs_logq.pipelines.splits import SPLITS
 from tfrs_logq.sasrec.config import TrainConfig
 from tfrs_logq.towers.config import TwoTowerConfig
@@ -44,6 +44,9 @@ class TrainFlags(TrainConfig):
     split: Suppress[str] = TrainConfig.split
     temporal_fraction: Suppress[Optional[float]] = None
     examples: Suppress[Optional[str]] = None
+    min_item_interactions: Suppress[int] = TrainConfig.min_item_interactions
+    min_user_interactions: Suppress[int] = TrainConfig.min_user_interactions
+    deduplicate: Suppress[bool] = TrainConfig.deduplicate
 
 
 @dataclasses.dataclass
@@ -91,6 +94,8 @@ class Flags(Verbose):
     """print the metrics as one JSON object"""
     data: Annotated[DataSource, arg(name="data (--weight-column: two-tower)")] = \
         dataclasses.field(default_factory=DataSource)
+    filters: Annotated[LogFilters, arg(name="your log (--interactions)")] = \
+        dataclasses.field(default_factory=LogFilters)
     split: Annotated[SplitFlags, arg(name="split")] = dataclasses.field(
         default_factory=SplitFlags)
     load: Annotated[LoadOptions, arg(name="data loading")] = \
@@ -113,7 +118,8 @@ def _given_training(args) -> dict:
     source = given(args.flags.data, args.given - {"weight_column"})
     training = (given(args.flags.model.training, args.given)
                 if isinstance(args.flags.model, SASRec) else {})
-    return {**training, **given(args.flags.split, args.given), **source}
+    return {**training, **given(args.flags.split, args.given),
+            **given(args.flags.filters, args.given), **source}
 
 
 def training_overrides(args) -> dict:
@@ -184,7 +190,7 @@ def run(args) -> int:
 def _run_two_tower(args) -> int:
     """``train two-tower``: the data and split flags as for SASRec, the model's own
     (`TwoTowerConfig`'s fields)."""
-    from tfrs_logq.sasrec.config import DATA_FIELDS
+    from tfrs_logq.sasrec.config import DATA_FIELDS, LOG_FILTERS
     from tfrs_logq.sasrec.run_directory import saved_config
     from tfrs_logq.sasrec.training import load_config_split
     from tfrs_logq.towers.run import train_run
@@ -202,7 +208,8 @@ def _run_two_tower(args) -> int:
     # Built (and the weights checked) before --model-dir is touched.
     examples = Examples(split, config.history_length)
     saved = saved_config(data_config)  # paths made absolute
-    data = {k: saved[k] for k in DATA_FIELDS}
+    data = {k: saved[k] for k in DATA_FIELDS
+            if k not in LOG_FILTERS or saved[k] != getattr(TrainConfig, k)}  # unless given
     if data["interactions"]:  # a user's log: no built-in dataset (TrainConfig's default)
         data["dataset"] = None
     # Recorded only when given or nonzero: an unweighted, clean run's config is unchanged.

@@ -63,13 +63,16 @@ LIMITS = {
     "max_epochs": 1_000_000,
     "length_buckets": 1_024,
 }
+# How a user's log is filtered before the split (`tfrs_logq.pipelines.source.LogFilters`'s
+# fields, with its defaults): TrainConfig's fields too, so a run reloads its split.
+LOG_FILTERS = ("min_item_interactions", "min_user_interactions", "deduplicate")
 # Keys a run's config.json holds beside the TrainConfig fields (`run_directory.saved_config`).
 RUN_RECORD_KEYS = ("num_items", "skipped_lines")
 # The fields that say which data and which split a run reads (and nothing about the
 # model): a two-tower run records them too, so export and evaluation reload its split.
 DATA_FIELDS = ("dataset", "split", "data_dir", "data_format", "temporal_fraction",
                "examples", "interactions", "user_column", "item_column", "time_column",
-               "log_format")
+               "log_format", *LOG_FILTERS)
 GIB = 1 << 30
 
 
@@ -246,6 +249,12 @@ class TrainConfig:
     file order is each user's order, and --split temporal is not possible)"""
     log_format: Optional[Literal[LOG_FORMATS]] = None
     """--interactions: csv, tsv, parquet or jsonl for every file"""
+    min_item_interactions: int = 5
+    """drop items with fewer interactions"""
+    min_user_interactions: int = 0
+    """then drop users with fewer"""
+    deduplicate: bool = False
+    """keep only the first of repeated (user, item) pairs"""
     max_tensor_gib: float = 4.0
     """refuse a config whose largest training tensor (estimated from batch, history
     length, heads, embedding size and negatives) exceeds this many GiB, before any work
@@ -284,7 +293,10 @@ class TrainConfig:
                 raise ConfigError(name, f"must be in [1, {limit:,}], received {value:,}.")
         if not float(self.max_tensor_gib) >= 0.0:
             raise ConfigError("max_tensor_gib", f"must be >= 0, received {self.max_tensor_gib}.")
-        for name in ("seed", "patience"):
+        if int(self.min_item_interactions) < 1:
+            raise ConfigError("min_item_interactions", f"must be >= 1, received "
+                                                       f"{self.min_item_interactions}.")
+        for name in ("seed", "patience", "min_user_interactions"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(name, f"must be >= 0, received {getattr(self, name)}.")
         if self.max_validation_users is not None and int(self.max_validation_users) < 1:
@@ -332,7 +344,8 @@ class TrainConfig:
         line runs on each flag alone): ``num_heads`` divides ``embedding_dim``, and the
         largest tensor of a training step (`largest_tensor`, with the catalog when
         ``num_items`` is given) is within ``max_tensor_gib``, and a user's log
-        (``interactions``) comes with its user and item columns. Returns self.
+        (``interactions``) comes with its user and item columns (and the log's filters
+        with a log). Returns self.
 
         Raises:
           ConfigError: it is not.
@@ -350,6 +363,12 @@ class TrainConfig:
                                            "log_format")):
             raise ConfigError("interactions", "is needed with --user-column, --item-column, "
                                               "--time-column or --log-format.")
+        else:
+            changed = [n for n in LOG_FILTERS
+                       if getattr(self, n) != TrainConfig.__dataclass_fields__[n].default]
+            if changed:  # a built-in dataset is preprocessed as its papers do
+                raise ConfigError(changed[0], "filters --interactions (your log); a built-in "
+                                              "dataset or an ExampleGen artifact takes none.")
         if self.max_tensor_gib:
             what, size = largest_tensor(self, num_items)
             if size > self.max_tensor_gib * GIB:

@@ -53,6 +53,7 @@ from tfrs_logq.sasrec.callbacks import (
 # The config and run-directory names callers reach through this module (the command
 # line, the studies, the benchmarks); defined in tfrs_logq.sasrec.config / .run_directory.
 from tfrs_logq.sasrec.config import (  # noqa: F401  (re-exported)
+    LOG_FILTERS,
     MONITOR,
     PRESETS,
     STRATEGIES,
@@ -217,7 +218,8 @@ def load_config_split(config: TrainConfig, weight_column: Optional[str] = None,
                                **({} if max_bad_share is None else
                                   {"max_bad_share": max_bad_share}))
         return load_user_log_split(source, config.split,
-                                   temporal_fraction=config.temporal_fraction)
+                                   temporal_fraction=config.temporal_fraction,
+                                   **{name: getattr(config, name) for name in LOG_FILTERS})
     return load_dataset_split(config.dataset, config.split, config.data_dir,
                               data_format=config.data_format,
                               temporal_fraction=config.temporal_fraction,
