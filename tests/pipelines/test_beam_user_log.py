@@ -90,14 +90,11 @@ def test_run_pipeline_takes_one_source_of_data(tmp_path):
 
 
 def _cli(capsys, *argv):
-    from tfrs_logq import cli
+    """``main(argv)`` in process (`tests.cli_process`): (exit code, stdout, stderr)."""
+    from tests.cli_process import cli_in_process
 
-    try:
-        code = cli.main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    proc = cli_in_process(capsys, *argv)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_pipeline_run_on_a_users_log_builds_what_the_library_builds(tmp_path, capsys):
