@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 import tutorial_models as tm
+from deterministic_process import configuration, run_deterministic
 
 import tfrs_logq
 from tfrs_logq import CorrectedRetrieval
@@ -265,25 +266,35 @@ def test_scann_index_of_the_switched_model(tmp_path, correction):
 
 
 @pytest.mark.slow
-def test_flow_under_mirrored_strategy(mirrored_strategy):
+def test_flow_under_mirrored_strategy():
     """The basic flow under MirroredStrategy on two logical CPUs: 'none' and 'logq-tfrs'
-    equal stock's history and evaluation, 'corrected' trains and evaluates."""
+    equal stock's history and evaluation bit for bit, 'corrected' trains and evaluates. In a
+    fresh interpreter with one intra-op thread and op determinism
+    (tests/deterministic_process.py): a top-k accuracy is decided by one-ulp ties."""
+    run_deterministic(_check_mirrored_flow, logical_cpus=2)
+
+
+def _check_mirrored_flow():
+    assert configuration() | {"intra_op": 1, "determinism": True, "logical_cpus": 2} \
+        == configuration()
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    strategy = tf.distribute.MirroredStrategy(devices)
     log = tm.make_log()
     flow = tm.FLOWS["basic"]
     for correction, calls in (("none", "stock"), ("logq-tfrs", "stock-q")):
         stock = tm.run(flow, log, lambda m: tfrs.tasks.Retrieval(metrics=m), calls,
-                       strategy=mirrored_strategy)
+                       strategy=strategy)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # 'none' with Q: warned once
             ours = tm.run(flow, log, lambda m: CorrectedRetrieval(metrics=m,
                                                                   correction=correction),
-                          "switched", strategy=mirrored_strategy)
+                          "switched", strategy=strategy)
         for key, values in stock["history"].items():
-            np.testing.assert_allclose(ours["history"][key], values, rtol=1e-5, err_msg=key)
+            np.testing.assert_array_equal(ours["history"][key], values, err_msg=key)
         for key, value in stock["evaluation"].items():
-            np.testing.assert_allclose(ours["evaluation"][key], value, rtol=1e-5, err_msg=key)
+            np.testing.assert_array_equal(ours["evaluation"][key], value, err_msg=key)
     corrected = tm.run(flow, log, lambda m: CorrectedRetrieval(metrics=m), "switched",
-                       strategy=mirrored_strategy)
+                       strategy=strategy)
     assert np.isfinite(corrected["history"]["loss"]).all()
     assert 0 <= corrected["evaluation"]["factorized_top_k/top_10_categorical_accuracy"] <= 1
 

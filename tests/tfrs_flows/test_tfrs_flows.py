@@ -1,7 +1,12 @@
 """TFRS's retrieval tutorials' flows, trained with stock `tfrs.tasks.Retrieval` and with
 `tfrs_logq.CorrectedRetrieval` swapped in (tutorial_models.py): ``none`` and ``logq-tfrs``
 give stock's loss history and metrics; every correction trains, evaluates, and its
-factorized metric equals the top-k accuracy computed here from the trained towers."""
+factorized metric equals the top-k accuracy computed here from the trained towers.
+
+Each flow's trainings run in one fresh interpreter with one intra-op thread and op
+determinism (tests/deterministic_process.py): the bit-for-bit claim is about the ops, and a
+kernel's thread split in a busy test process is not (top-1 with a streaming index is decided
+by one-ulp ties between a positive's two scores)."""
 
 import os
 import warnings
@@ -11,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 import tutorial_models as tm
+from deterministic_process import configuration, run_deterministic
 
 from tfrs_logq import CorrectedRetrieval
 
@@ -18,11 +24,6 @@ CORRECTIONS = ("none", "logq-tfrs", "logq-official", "corrected")
 # Stock's call for the loss each correction reproduces: TFRS without Q is `none`, with Q
 # `logq-tfrs`. Flows whose metric index has identifiers pass ids to stock too.
 STOCK_CALLS = {"none": "stock", "logq-tfrs": "stock-q"}
-
-
-@pytest.fixture(scope="module")
-def log():
-    return tm.make_log()
 
 
 def _stock_calls(flow, correction):
@@ -73,7 +74,11 @@ FAST_FLOWS = ("basic", "basic-index-ids")
 SLOW_FLOWS = ("basic-integer-ids", "deep-context", "multitask", "sequential-gru")
 
 
-def _check_flow(flow_name, log, strategy=None):
+def _check_flow(flow_name, log=None, strategy=None):
+    """Every check of a flow; run in the deterministic interpreter (``log``: the default
+    made-up log when None, built there)."""
+    assert configuration()["determinism"], "run through run_deterministic"
+    log = log if log is not None else tm.make_log()
     flow = tm.FLOWS[flow_name]
     stock = {}
     for correction in STOCK_CALLS:
@@ -97,14 +102,14 @@ def _check_flow(flow_name, log, strategy=None):
 
 
 @pytest.mark.parametrize("flow_name", FAST_FLOWS)
-def test_flow_every_correction(flow_name, log):
-    _check_flow(flow_name, log)
+def test_flow_every_correction(flow_name):
+    run_deterministic(_check_flow, flow_name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flow_name", SLOW_FLOWS)
-def test_flow_every_correction_slow(flow_name, log):
-    _check_flow(flow_name, log)
+def test_flow_every_correction_slow(flow_name):
+    run_deterministic(_check_flow, flow_name)
 
 
 ML1M = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "ml-1m-partial")
@@ -117,4 +122,8 @@ def test_flow_on_movielens_1m(flow_name):
     use only, read from the shared data folder, never committed)."""
     if not os.path.exists(os.path.join(ML1M, "ratings.dat.gz")):
         pytest.skip("MovieLens-1M ratings (ml-1m-partial) not present")
-    _check_flow(flow_name, tm.ml1m_log(ML1M))
+    run_deterministic(_check_ml1m_flow, flow_name, ML1M)
+
+
+def _check_ml1m_flow(flow_name, path):
+    _check_flow(flow_name, tm.ml1m_log(path))
