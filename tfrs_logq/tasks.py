@@ -6,6 +6,8 @@ defined here above the task:
     scores = candidate_scores(queries, candidates, temperature)
     positives = positive_scores(queries, candidates, temperature)  # its diagonal, cheaply
     ids = coded_candidate_ids(candidate_ids)                 # strings -> int codes
+    # cross_replica_negatives=True, several replicas: the global pool instead
+    pool = cross_replica_candidates(num_queries, candidates, ids, log_q)
     is_negative, num_negatives = negative_mask(ids, ...)     # True = counts as a negative
     log_q = proposal_log_q(probability, log_probability)     # checked: Q <= 1
     per_example = losses.in_batch_softmax_loss(scores, positive_logits=positives, ...)
@@ -144,6 +146,7 @@ def negative_mask(
     remove_accidental_hits: bool,
     deduplicate: bool,
     score_mask: Optional[tf.Tensor] = None,
+    first_occurrence: Optional[tuple[tf.Tensor, tf.Tensor]] = None,
 ) -> tuple[Optional[tf.Tensor], Optional[tf.Tensor]]:
     """Which candidates count as negatives of each query, and how many.
 
@@ -155,6 +158,9 @@ def negative_mask(
       remove_accidental_hits: a candidate with the row's positive id is not a negative.
       deduplicate: only the first occurrence of an id counts.
       score_mask: `[num_queries, num_candidates]` bool, False drops that negative.
+      first_occurrence: ``(is_first, num_unique)`` as `first_occurrence_mask` gives them,
+        when which copy of an id comes first is decided by another order than the
+        columns' (`cross_replica_candidates`). Defaults to None: from ``candidate_ids``.
 
     Returns:
       ``(is_negative, num_negatives)``: `[num_queries, num_candidates]` bool, or
@@ -177,7 +183,8 @@ def negative_mask(
                   for side in ("left", "right")]
         num_negatives = num_candidates - tf.cast(bounds[1] - bounds[0], tf.int32)
     if deduplicate:
-        is_first, num_unique = first_occurrence_mask(candidate_ids)
+        is_first, num_unique = (first_occurrence if first_occurrence is not None
+                                else first_occurrence_mask(candidate_ids))
         is_first = tf.broadcast_to(is_first[None, :], [num_queries, num_candidates])
         is_negative = is_first if is_negative is None else tf.logical_and(is_negative, is_first)
         # With hits removed the negatives are the distinct ids but the positive's.
@@ -191,6 +198,107 @@ def negative_mask(
         is_negative = score_mask if is_negative is None else tf.logical_and(is_negative, score_mask)
         num_negatives = None
     return is_negative, num_negatives
+
+
+def replicas_in_sync() -> int:
+    """How many replicas compute this step together: 1 outside a replica of a strategy."""
+    context = tf.distribute.get_replica_context()
+    return 1 if context is None else int(context.num_replicas_in_sync)
+
+
+def global_candidate_ids(candidate_ids) -> tf.Tensor:
+    """`[num_candidates]` int64 keys that are equal on every replica exactly where the ids are:
+    integers as they are, strings by their 64-bit fingerprint
+    (`tf.strings.to_hash_bucket_fast`, as the hashed frequency estimators key them; two
+    distinct strings of one global batch collide with probability about ``n^2 / 2^64``).
+    `coded_candidate_ids`' codes are the order of first appearance in one replica's batch,
+    not comparable across replicas, and collectives do not carry strings."""
+    ids = tf.convert_to_tensor(candidate_ids)
+    if ids.shape.rank == 2 and ids.shape[1] == 1:
+        ids = tf.reshape(ids, [-1])
+    if ids.dtype == tf.string:
+        return tf.strings.to_hash_bucket_fast(ids, (1 << 63) - 1)
+    if not ids.dtype.is_integer:
+        raise ValueError(f"`candidate_ids` must be integers or strings, received "
+                         f"{ids.dtype.name}.")
+    return tf.cast(ids, tf.int64)
+
+
+@tf.custom_gradient
+def _dense_gradient(x):
+    """``x``, its gradient made dense: `tf.gather`'s is `tf.IndexedSlices`, which the
+    gradient of `ReplicaContext.all_gather` (an all-reduce) cannot take."""
+    return tf.identity(x), lambda upstream: tf.convert_to_tensor(upstream)
+
+
+def first_occurrence_in_order(candidate_ids: tf.Tensor, order: tf.Tensor):
+    """`first_occurrence_mask` of ids whose columns sit at positions ``order`` of another
+    order (the one-device order of `cross_replica_candidates`): which copy of an id counts
+    is decided there, so deduplication keeps the copy one device would keep."""
+    in_order = tf.gather(candidate_ids, tf.math.invert_permutation(order))
+    is_first, num_unique = first_occurrence_mask(in_order)
+    return tf.gather(is_first, order), num_unique
+
+
+def cross_replica_candidates(num_queries, candidate_embeddings, *columns,
+                             score_mask: Optional[tf.Tensor] = None):
+    """Every replica's candidates, for this replica's queries: the global in-batch pool.
+
+    Called inside a replica of a strategy with several replicas in sync. Each replica's
+    candidates are its ``num_queries`` positives, then its extra negatives; the pool on
+    one device holding the concatenated global batch is every replica's positives (in
+    replica order), then every replica's extras. This replica gets that pool with its own
+    positives moved to the front, so that its row ``i``'s positive is still column ``i``
+    (every step after this one is the one-device step); the loss of a row does not depend
+    on the order of its negatives. `ReplicaContext.all_gather` is differentiable: a
+    candidate's gradient from every replica's queries flows back to the replica that
+    embedded it, so the replicas' summed gradients are the global batch's.
+
+    Args:
+      num_queries: this replica's number of queries.
+      candidate_embeddings: `[num_candidates, dim]`, the first ``num_queries`` the positives.
+      *columns: `[num_candidates]` tensors gathered the same way (ids, ``Q``), or None.
+      score_mask: `[num_queries, num_candidates]` bool over this replica's candidates; the
+        other replicas' candidates are kept (masked by id only: hits, deduplication).
+
+    Returns:
+      ``(embeddings, columns, score_mask, first_occurrence_order, num_global_queries)``:
+      the pool's `[num_global_candidates, dim]` embeddings, its columns, the score mask
+      widened to `[num_queries, num_global_candidates]` (None if not given), the
+      `[num_global_candidates]` positions of the pool's columns in the one-device order
+      (for `first_occurrence_mask` in that order) and the global number of queries.
+    """
+    context = tf.distribute.get_replica_context()
+    embeddings = tf.convert_to_tensor(candidate_embeddings)
+    num_queries = tf.cast(num_queries, tf.int32)
+    num_candidates = tf.shape(embeddings)[0]
+    sizes = context.all_gather(tf.stack([num_queries, num_candidates])[None, :], axis=0)
+    queries_per, candidates_per = sizes[:, 0], sizes[:, 1]
+    starts = tf.cumsum(candidates_per, exclusive=True)  # each replica's rows, gathered
+    positives = tf.ragged.range(starts, starts + queries_per).flat_values
+    extras = tf.ragged.range(starts + queries_per, starts + candidates_per).flat_values
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    own = tf.cumsum(queries_per, exclusive=True)[replica]  # our positives, one-device order
+    total_queries = tf.reduce_sum(queries_per)
+    # The pool's columns as positions in the one-device order: ours, the others', extras.
+    order = tf.concat([tf.range(own, own + num_queries), tf.range(0, own),
+                       tf.range(own + num_queries, total_queries),
+                       tf.range(total_queries, total_queries + tf.size(extras))], axis=0)
+    rows = tf.gather(tf.concat([positives, extras], axis=0), order)
+
+    def pooled(value):
+        if value is None:
+            return None
+        return tf.gather(_dense_gradient(context.all_gather(value, axis=0)), rows)
+
+    pool_columns = [pooled(None if c is None else tf.convert_to_tensor(c)) for c in columns]
+    if score_mask is not None:
+        score_mask = tf.convert_to_tensor(score_mask)
+        mine = tf.logical_and(rows >= starts[replica], rows < starts[replica] + num_candidates)
+        local = tf.where(mine, rows - starts[replica], 0)
+        score_mask = tf.logical_or(tf.gather(score_mask, local, axis=1),
+                                   tf.logical_not(mine)[None, :])
+    return pooled(embeddings), pool_columns, score_mask, order, total_queries
 
 
 def proposal_log_q(
@@ -443,6 +551,18 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         (default): when their index has identifiers (`metric_ids`), so that ids passed
         for the loss never break an index of embeddings alone; False: never (score
         matching, as stock TFRS called without ``candidate_ids``); True: always.
+      cross_replica_negatives: bool. Under a `tf.distribute` strategy with more than one
+        replica in sync (`MirroredStrategy`, `MultiWorkerMirroredStrategy`), score each
+        replica's queries against every replica's candidates (`cross_replica_candidates`,
+        `ReplicaContext.all_gather`): a global batch of ``B`` split over ``R`` replicas
+        gives each query ``B - 1`` in-batch negatives, not ``B / R - 1``, and ``Q'``, the
+        weight ``1 - P`` and the accidental hits are those of the global pool; each
+        replica's loss is then exactly its rows of the one-device loss on the concatenated
+        global batch, and the replicas' summed gradients are that batch's. String ids are
+        compared by their 64-bit fingerprint; ``score_mask`` covers the replica's own
+        candidates (the others' are masked by id only). Factorized metrics are unchanged;
+        batch metrics see the global pool. Not on TPUs (replicas' batches of different
+        sizes). Defaults to False (TFRS's behaviour: each replica's own negatives).
     """
 
     def __init__(
@@ -462,6 +582,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         min_sampling_probability: float = 1e-6,
         sampling_probability: str = "per_draw",
         metrics_by_id: Optional[bool] = None,
+        cross_replica_negatives: bool = False,
     ) -> None:
         if isinstance(loss, str):
             raise TypeError(
@@ -532,7 +653,12 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             raise ValueError(f"`metrics_by_id` must be None, True or False, received "
                              f"{metrics_by_id!r}.")
         self._metrics_by_id = metrics_by_id
+        if cross_replica_negatives not in (True, False):
+            raise ValueError(f"`cross_replica_negatives` must be True or False, received "
+                             f"{cross_replica_negatives!r}.")
+        self._cross_replica_negatives = bool(cross_replica_negatives)
         self._warned_probability_ignored = False
+        self._warned_one_replica = False
 
     @property
     def correction(self) -> str:
@@ -555,6 +681,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             min_sampling_probability=self._min_sampling_probability,
             sampling_probability=self._sampling_probability,
             metrics_by_id=self._metrics_by_id,
+            cross_replica_negatives=self._cross_replica_negatives,
         )
         config.pop("trainable", None)
         config.pop("dtype", None)
@@ -612,36 +739,57 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         Returns:
           The reduced loss (scalar), or `[num_queries]` with ``reduction="none"``.
         """
+        self._check_inputs(candidate_ids, candidate_sampling_probability,
+                           candidate_log_sampling_probability)
+        num_local_candidates = candidate_embeddings.shape[0]
+        query_embeddings = tf.convert_to_tensor(query_embeddings)
+        candidate_embeddings = tf.convert_to_tensor(candidate_embeddings)
+        dtype = (tf.float32 if query_embeddings.dtype != candidate_embeddings.dtype
+                 else compute_dtype_for(query_embeddings))  # candidate_scores' dtype
+        log_q = None
+        if self._correction != "none":
+            log_q = proposal_log_q(
+                candidate_sampling_probability,
+                candidate_log_sampling_probability,
+                num_candidates=num_local_candidates,
+                min_probability=self._min_sampling_probability,
+                dtype=dtype,
+                correction=self._correction,
+            )
+        ids = None
+        metric_candidates = candidate_embeddings
+        num_draws = tf.shape(query_embeddings)[0]
+        first_occurrence = None
+        if self._gathers_replicas():
+            keys = None
+            if candidate_ids is not None:
+                coded_candidate_ids(candidate_ids, num_local_candidates)  # shape checked
+                keys = global_candidate_ids(candidate_ids)
+            num_local_queries = tf.shape(query_embeddings)[0]
+            if (num_local_candidates is not None and query_embeddings.shape[0] is not None
+                    and num_local_candidates < query_embeddings.shape[0]):
+                candidate_scores(query_embeddings, candidate_embeddings)  # its one-line error
+            candidate_embeddings, (ids, log_q), score_mask, order, num_draws = (
+                cross_replica_candidates(num_local_queries, candidate_embeddings, keys, log_q,
+                                         score_mask=score_mask))
+            if ids is not None and self._deduplicate_candidates:
+                first_occurrence = first_occurrence_in_order(ids, order)
+        elif candidate_ids is not None:
+            ids = coded_candidate_ids(candidate_ids, num_local_candidates)
         scores = candidate_scores(query_embeddings, candidate_embeddings, self._temperature)
         dtype = scores.dtype
         num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
-        num_candidates_static = scores.shape[1]
+        if log_q is not None and self._sampling_probability == "per_draw_to_inclusion":
+            log_q = inclusion_log_q(log_q, num_draws)
 
-        self._check_inputs(candidate_ids, candidate_sampling_probability,
-                           candidate_log_sampling_probability)
-        ids = None
-        if candidate_ids is not None:
-            ids = coded_candidate_ids(candidate_ids, num_candidates_static)
         remove_hits = self._correction == "corrected" or self._remove_accidental_hits
         is_negative, num_negatives = negative_mask(
             ids, num_queries, num_candidates,
             remove_accidental_hits=remove_hits,
             deduplicate=self._deduplicate_candidates,
             score_mask=score_mask,
+            first_occurrence=first_occurrence,
         )
-
-        log_q = None
-        if self._correction != "none":
-            log_q = proposal_log_q(
-                candidate_sampling_probability,
-                candidate_log_sampling_probability,
-                num_candidates=num_candidates_static,
-                min_probability=self._min_sampling_probability,
-                dtype=dtype,
-                correction=self._correction,
-            )
-            if self._sampling_probability == "per_draw_to_inclusion":
-                log_q = inclusion_log_q(log_q, num_queries)
 
         batch_logits = None
         if self._stock_form:
@@ -665,12 +813,29 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
             loss = reduce_loss(per_example, self._reduction, sample_weight)
 
         update_ops = self._update_metrics(
-            loss, scores, log_q, is_negative, query_embeddings, candidate_embeddings,
+            loss, scores, log_q, is_negative, query_embeddings, metric_candidates,
             candidate_ids, sample_weight, compute_metrics, compute_batch_metrics,
             batch_logits,
         )
         with tf.control_dependencies([op for op in update_ops if op is not None]):
             return tf.identity(loss)
+
+    def _gathers_replicas(self) -> bool:
+        """Whether this call scores against every replica's candidates: the option is on and
+        the call runs in a replica of a strategy with more than one in sync. With one, a
+        warning (once): the option changes nothing there."""
+        if not self._cross_replica_negatives:
+            return False
+        if replicas_in_sync() > 1:
+            return True
+        if not self._warned_one_replica:
+            self._warned_one_replica = True
+            warnings.warn(
+                "cross_replica_negatives=True with one replica in sync: the negatives are this "
+                "device's batch, as without it (it takes effect under a tf.distribute strategy "
+                "with several replicas, inside strategy.run or model.fit).",
+                UserWarning, stacklevel=4)
+        return False
 
     def _check_inputs(self, candidate_ids, probability, log_probability) -> None:
         """One line naming every argument the correction needs and the call lacks."""
@@ -757,6 +922,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
 
 
 __all__ = ["CorrectedRetrieval", "REDUCTIONS", "SAMPLING_PROBABILITIES", "candidate_scores",
-           "coded_candidate_ids", "first_occurrence_mask", "inclusion_log_q",
+           "coded_candidate_ids", "cross_replica_candidates", "first_occurrence_in_order",
+           "first_occurrence_mask", "global_candidate_ids", "inclusion_log_q",
            "index_identifiers_dtype", "metric_ids", "negative_mask",
-           "positive_scores", "proposal_log_q", "reduce_loss"]
+           "positive_scores", "proposal_log_q", "reduce_loss", "replicas_in_sync"]
