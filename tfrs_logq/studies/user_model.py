@@ -50,26 +50,35 @@ Bad input is refused in one line naming the fix, before the output directory is 
 before any training: a ``model_fn`` that cannot be imported or does not return a compiled
 `tfrs.Model`, a model whose ``compute_loss`` never calls the task it was given, candidates
 without ids, test targets that are not candidates, training examples already batched.
+
+``plan.json`` pins the model as well as the settings (`ModelFnConfig`): its source (the
+code of the file that defines ``model_fn``, `model_source`) and its built architecture
+(`architecture`); a rerun into the directory of a comparison whose model changed is
+refused, naming which, rather than pooling two models' seeds in one verdict.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import inspect
+import io
+import json
 import logging
 import os
 import sys
 import time
+import tokenize
 import types
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
-from tfrs_logq._util.fingerprint import file_fingerprint
 from tfrs_logq._util.step_checkpoint import StepCheckpoint
 from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.frequency import ExactFrequency
@@ -136,6 +145,13 @@ class ModelFnConfig:
     """the size of the towers' embeddings"""
     history_length: int = 0
     """the longest history a test query gives (the items a request sends)"""
+    model_source: str = ""
+    """the file that defines ``model_fn`` and a digest of its code (`model_source`):
+    comments and blank lines do not count, every other edit (docstrings too) does"""
+    architecture: str = ""
+    """the model as built: its layers, parameters and a digest of every layer's class and
+    configuration, every weight's shape and dtype and the optimizer's configuration
+    (`architecture`)"""
 
     def __post_init__(self) -> None:
         parse_loss_name(self.loss, TFRS_MODEL_LOSSES)  # the one check of the name
@@ -443,6 +459,145 @@ def _name(obj) -> str:
     return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
 
 
+def _source_file(model_fn) -> Optional[str]:
+    """The file that defines ``model_fn`` (a partial's function, a decorated function's,
+    a callable object's class), or None."""
+    while isinstance(model_fn, functools.partial):
+        model_fn = model_fn.func
+    try:
+        target = inspect.unwrap(model_fn)
+    except ValueError:
+        target = model_fn
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)):
+        target = type(target)
+    try:
+        path = inspect.getsourcefile(target)
+    except TypeError:
+        return None
+    return path if path and os.path.isfile(path) else None
+
+
+def code_fingerprint(path: str) -> str:
+    """sha256 of a Python file's tokens, comments and blank lines left out (an edit of a
+    comment, or of the space between tokens, changes nothing that runs); a file Python
+    cannot tokenize is hashed as it is."""
+    with open(path, "rb") as f:
+        data = f.read()
+    digest = hashlib.sha256()
+    skipped = (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING)
+    layout = (tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE)
+    try:
+        for token in tokenize.tokenize(io.BytesIO(data).readline):
+            if token.type not in skipped:
+                text = "" if token.type in layout else token.string
+                digest.update(f"{token.type}\x00{text}\x01".encode())
+    except (tokenize.TokenError, SyntaxError):
+        return hashlib.sha256(data).hexdigest()
+    return digest.hexdigest()
+
+
+def model_source(model_fn) -> str:
+    """What ``plan.json`` and the runs' checkpoints pin of ``model_fn``'s source: the file
+    defining it and its `code_fingerprint` (``"my_models.py 3f0c..."``), so that the
+    classes built there count as well as the function's body; ``"unknown"`` when the
+    function has no source file. Comments and blank lines do not count (they change no
+    result), every other edit does; code imported from other files is pinned by the model's
+    `architecture` alone."""
+    path = _source_file(model_fn)
+    if path is None:
+        return "unknown"
+    return f"{os.path.basename(path)} {code_fingerprint(path)[:16]}"
+
+
+_WIRING = ("inbound_nodes", "input_layers", "output_layers")
+_UNPINNED = ("name", "batch_input_shape", "batch_shape", "build_config", "compile_config")
+
+
+def _canonical(value, names: dict, wiring: bool = False):
+    """A layer's or optimizer's configuration as JSON values, deterministically: no
+    ``name`` (Keras numbers its names by what the process built before), a functional
+    model's wiring by the layers' positions rather than names, no batch shape of the first
+    call, arrays and numpy scalars as lists and numbers, any other object by its class."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v, names, wiring or k in _WIRING)
+                for k, v in value.items() if k not in _UNPINNED}
+    if isinstance(value, str):
+        return f"<layer {names[value]}>" if wiring and value in names else value
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return _canonical(value.tolist(), names, wiring)
+    if isinstance(value, tf.TensorShape):
+        return value.as_list() if value.rank is not None else None
+    if isinstance(value, tf.DType):
+        return value.name
+    if isinstance(value, (tf.Tensor, tf.Variable)) and hasattr(value, "numpy"):
+        return _canonical(np.asarray(value.numpy()), names, wiring)
+    if isinstance(value, (list, tuple)) or (
+            hasattr(value, "__len__") and hasattr(value, "__getitem__")
+            and not isinstance(value, tf.Module)):
+        try:
+            return [_canonical(v, names, wiring) for v in list(value)]
+        except TypeError:
+            pass
+    return f"<{type(value).__qualname__}>"
+
+
+def _shape(weight) -> Optional[list]:
+    shape = tf.TensorShape(weight.shape)
+    return shape.as_list() if shape.rank is not None else None
+
+
+def architecture(model, task=None) -> str:
+    """What ``plan.json`` pins of a built model: ``"N layers, P parameters, DIGEST"``, the
+    digest a sha256 of every layer's class and configuration (`_canonical`), every
+    weight's shape, dtype and trainability, in the model's own order, and its optimizer's
+    configuration; ``task`` (the loss's task: the same model under every loss) and what it
+    holds left out. Built twice the same, in one process or two, a model has one
+    architecture."""
+    left_out = set()
+    if task is not None:
+        left_out = {id(task)} | {id(m) for m in task.submodules}
+    layers = [m for m in model.submodules if isinstance(m, tf.keras.layers.Layer)
+              and id(m) not in left_out]
+    names = {}
+    for i, layer in enumerate([model, *layers]):
+        names.setdefault(getattr(layer, "name", ""), i)
+    names.pop("", None)
+    described = []
+    logger = tf.get_logger()  # a subclassed model's get_config warns that it has none
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        for layer in [model, *layers]:
+            try:
+                config = layer.get_config()
+            except (NotImplementedError, TypeError, ValueError, AttributeError):
+                config = None
+            kind = f"{type(layer).__module__}.{type(layer).__qualname__}"
+            described.append([kind, _canonical(config, names)])
+    finally:
+        logger.setLevel(level)
+    task_weights = {id(w) for w in task.variables} if task is not None else set()
+    weights = [w for w in model.weights if id(w) not in task_weights]
+    shapes = [[_shape(w), tf.as_dtype(w.dtype).name, bool(w.trainable)] for w in weights]
+    optimizer = getattr(model, "optimizer", None)
+    try:
+        optimizer_config = [type(optimizer).__qualname__,
+                            _canonical(optimizer.get_config(), {})] if optimizer else None
+    except (NotImplementedError, TypeError, ValueError, AttributeError):
+        optimizer_config = [type(optimizer).__qualname__, None]
+    text = json.dumps([described, shapes, optimizer_config], sort_keys=True)
+    parameters = sum(int(np.prod(_shape(w))) for w in weights
+                     if w.trainable and _shape(w) is not None and None not in _shape(w))
+    return (f"{len(layers)} layers, {parameters:,} parameters, "
+            f"{hashlib.sha256(text.encode()).hexdigest()[:16]}")
+
+
 def _embedder(how: Embedder, role: str) -> Callable[[Any, Any], tf.Tensor]:
     if callable(how):
         return how
@@ -500,7 +655,8 @@ def _random_generators(model) -> list:
 def _check_model(model, query_embed, candidate_embed, data: _Data, task: ComparedTask,
                  model_fn_name: str) -> dict:
     """Refuses, in one line, a model `compare_model` cannot train or evaluate; returns
-    what the plan records of it (optimizer, learning rate, embedding size)."""
+    what the plan records of it (optimizer, learning rate, embedding size,
+    `architecture`)."""
     if not isinstance(model, tfrs.models.Model):
         raise CompareError(
             f"model_fn {model_fn_name} returned a {type(model).__name__}, not a tfrs.Model: "
@@ -543,7 +699,7 @@ def _check_model(model, query_embed, candidate_embed, data: _Data, task: Compare
     except (TypeError, ValueError, AttributeError):
         rate = None
     return {"optimizer": type(optimizer).__name__, "learning_rate": rate,
-            "embedding_dim": int(items.shape[1])}
+            "embedding_dim": int(items.shape[1]), "architecture": architecture(model, task)}
 
 
 # ---------------------------------------------------------------------------- training
@@ -580,13 +736,8 @@ class _ModelFnTrainer:
         self.extra = extra
         self.ks = cutoffs(len(data.candidate_ids))
         self.target_bands = popularity_bands(data.counts)[data.targets]
-        source = None
-        try:
-            source = inspect.getsourcefile(model_fn)
-        except TypeError:
-            pass
-        self.code = file_fingerprint(source)[:16] if source and os.path.isfile(source) \
-            else "unknown"
+        self.code = model_source(model_fn)  # the plan's model_source, the checkpoints' key
+        self.name = _name(model_fn)
 
     def build(self, loss: str, seed: int, batch_size: int, shuffle_buffer: int):
         """``(model, task, batches, facts)`` of a run: the seed set, then the task, the
@@ -598,7 +749,7 @@ class _ModelFnTrainer:
             batches = training_batches(self.data.train, seed, batch_size, shuffle_buffer)
             model = self.model_fn(task)
             facts = _check_model(model, self.query_embed, self.candidate_embed, self.data,
-                                 task, _name(self.model_fn))
+                                 task, self.name)
         return model, task, batches, facts
 
     def evaluate(self, model, steps: int) -> tuple[dict, tf.Tensor, tf.Tensor, np.ndarray]:
@@ -634,8 +785,13 @@ class _ModelFnTrainer:
     def train(self, loss, seed, run_dir, on_eval, on_step, evaluations) -> dict:
         config = self.plan.run_config(loss, seed)
         done = {int(r["steps"]) for r in evaluations}
-        model, _, batches, _ = self.build(loss, seed, config.batch_size,
-                                          config.shuffle_buffer)
+        model, _, batches, facts = self.build(loss, seed, config.batch_size,
+                                              config.shuffle_buffer)
+        if facts["architecture"] != config.architecture:
+            raise CompareError(
+                f"model_fn {self.name} built another model for {loss}, seed {seed} "
+                f"({facts['architecture']}) than the plan's ({config.architecture}): build "
+                f"the same model on every call, whatever the task's loss.")
         weights = model.trainable_variables
         if callable(getattr(model.optimizer, "build", None)):
             model.optimizer.build(weights)  # slots exist before a restore
@@ -770,7 +926,9 @@ def compare_model(
       shuffle_buffer: the training set's shuffle buffer. Defaults to 100,000.
       baseline: the loss the others are paired against. Defaults to the first.
       output_dir: where plan.json, results.csv, curves.csv, report.md and the charts go
-        (a rerun goes on; another plan is refused). Defaults to ``"compare_output"``.
+        (a rerun goes on; another plan is refused, and so is another model: plan.json
+        pins the source of the file defining ``model_fn``, comments aside, and the built
+        model's architecture). Defaults to ``"compare_output"``.
       margin: the equivalence margin, an absolute difference (``"0.002"``) or a share of
         the reference's value (``"2%"``). Defaults to the report's
         (`tfrs_logq.studies.compare_report.DEFAULT_MARGIN`).
@@ -791,7 +949,8 @@ def compare_model(
 
     Raises:
       tfrs_logq.studies.compare.CompareError: bad input (one line naming the fix), before
-        the output directory is made and before any training.
+        the output directory is made and before any training; an ``output_dir`` of a
+        comparison whose model's source or architecture changed, before any training.
     """
     return _compare(model_fn, train, test, candidates, candidate_id=candidate_id,
                     query_model=query_model, candidate_model=candidate_model, losses=losses,
@@ -842,9 +1001,12 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
                                       o.shuffle_buffer)
     history = 0 if data.exclude is None else int(data.exclude.shape[1])
     config = dataclasses.replace(config, loss=plan.losses[0], history_length=history,
-                                 exclude_seen=data.exclude is not None, **measured)
+                                 exclude_seen=data.exclude is not None,
+                                 model_source=trainer.code, **measured)
     plan = trainer.plan = dataclasses.replace(
         plan, config=config, data={**(data_identity or {}), **data.identity})
+    _check_same_model(plan, o.output_dir, f"{model_fn_flag} {name}",
+                      "--output-dir" if model_fn_flag.startswith("--") else "output_dir=")
     o.say(f"compare: your model ({name}): {data.num_examples:,} training examples, "
           f"{len(data.candidate_ids):,} candidates, {len(data.targets):,} test queries; "
           f"{config.optimizer}, embeddings of {config.embedding_dim}")
@@ -855,6 +1017,37 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
         test_users=data.query_users),
         say=o.say, max_runs=o.max_runs, margin=margin,
         primary=(o.primary_metric, o.primary_baseline), served_index=o.served_index)
+
+
+_PINNED = (("model_source", "source"), ("architecture", "architecture"))
+
+
+def _check_same_model(plan: Plan, output_dir: str, name: str, output_flag: str) -> None:
+    """Refuses, in one line naming what changed (the source of ``model_fn``, its built
+    architecture, or both) and how to start a new directory (``output_flag``), a rerun
+    into a directory whose comparison trained another model: its seeds and this model's
+    would be pooled in one verdict."""
+    from tfrs_logq.studies.compare import read_plan_json
+
+    saved = read_plan_json(output_dir) if os.path.isdir(output_dir) else None
+    if saved is None or saved["fixed"].get("model") != "tfrs-model":
+        return  # no comparison yet, or another model's (run_plan names it)
+    old = saved["fixed"]["config"]
+    if not any(key in old for key, _ in _PINNED):
+        raise CompareError(
+            f"{output_dir} holds a comparison whose plan.json does not pin its model's "
+            f"source and architecture (written by an earlier version): this model cannot "
+            f"be checked against its runs; give a new {output_flag} (--report-only still "
+            f"reads it).")
+    changed = [(what, old.get(key, "(none)"), getattr(plan.config, key))
+               for key, what in _PINNED if old.get(key) != getattr(plan.config, key)]
+    if changed:
+        words = " and ".join(what for what, _, _ in changed)
+        details = "; ".join(f"{what} {was} there, {now} now" for what, was, now in changed)
+        raise CompareError(
+            f"{output_dir} holds runs of another model: {name}'s {words} changed "
+            f"({details}), and new seeds would be pooled with its in one verdict; give a "
+            f"new {output_flag} for this model, or restore the one it ran.")
 
 
 # ---------------------------------------------------------------------------- a log
@@ -909,5 +1102,6 @@ def compare_split(model_fn, split: Split, *, history_length: int = 50,
                     extra=_duplicates(split), **options)
 
 
-__all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "compare_model",
-           "compare_split", "load_model_fn", "log_datasets", "training_batches"]
+__all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "architecture",
+           "code_fingerprint", "compare_model", "compare_split", "load_model_fn",
+           "log_datasets", "model_source", "training_batches"]
