@@ -153,3 +153,49 @@ def test_the_pins_are_deterministic_and_ignore_comments(tmp_path):
     path.write_text("def f(task):\n    return [task]\n")
     assert code_fingerprint(str(path)) != code
     assert model_source(build).startswith("test_user_model.py ")
+
+
+class UserIdsModel(MovielensModel):
+    """Passes the users' ids as the candidates' (the wrong feature)."""
+
+    def compute_loss(self, features, training=False):
+        return self.task(self.query_model(features["user_id"]),
+                         self.candidate_model(features["movie_title"]),
+                         candidate_ids=features["user_id"])
+
+
+class HalfUnknownIdsModel(MovielensModel):
+    """Passes ids half of which the training set never holds."""
+
+    def compute_loss(self, features, training=False):
+        titles = features["movie_title"]
+        ids = tf.where(tf.range(tf.size(titles)) % 2 == 0, titles, "Not a movie")
+        return self.task(self.query_model(features["user_id"]),
+                         self.candidate_model(titles), candidate_ids=ids)
+
+
+def _compiled(cls):
+    def model_fn(task):
+        model = cls(task)
+        model.compile(optimizer=tf.keras.optimizers.Adagrad(0.1))
+        return model
+    return model_fn
+
+
+def test_candidate_ids_that_are_not_candidates_are_refused_and_unknown_ones_warned(
+        movielens, tmp_path):
+    out = tmp_path / "users"
+    with pytest.raises(CompareError) as error:
+        _compare(movielens, out, model_fn=_compiled(UserIdsModel))
+    message = str(error.value)
+    assert "\n" not in message and "no candidate's" in message, message
+    assert "candidate_ids=features['movie_title']" in message and "np." not in message
+    assert not out.exists()
+    said: list = []
+    _compare(movielens, tmp_path / "half", model_fn=_compiled(HalfUnknownIdsModel),
+             max_runs=0, say=said.append)
+    warnings = [line for line in said if "warning" in line]
+    assert len(warnings) == 1 and "not in train's 'movie_title'" in warnings[0], said
+    said.clear()
+    _compare(movielens, tmp_path / "right", max_runs=0, say=said.append)
+    assert not [line for line in said if "warning" in line], said

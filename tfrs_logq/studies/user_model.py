@@ -48,8 +48,10 @@ For every loss and seed of the plan, `compare_model`:
 
 Bad input is refused in one line naming the fix, before the output directory is made and
 before any training: a ``model_fn`` that cannot be imported or does not return a compiled
-`tfrs.Model`, a model whose ``compute_loss`` never calls the task it was given, candidates
-without ids, test targets that are not candidates, training examples already batched.
+`tfrs.Model`; a model whose ``compute_loss`` never calls the
+task it was given, or passes ``candidate_ids`` none of which is a candidate (a share of
+them unknown to the training frequencies is a warning); candidates without ids, test
+targets that are not candidates, training examples already batched.
 
 ``plan.json`` pins the model as well as the settings (`ModelFnConfig`): its source (the
 code of the file that defines ``model_fn``, `model_source`) and its built architecture
@@ -188,6 +190,8 @@ class ComparedTask(CorrectedRetrieval):
         super().__init__(correction=correction, remove_accidental_hits=True, name=name)
         self.calls = 0
         self.frequency = frequency
+        self.recorded_ids: Optional[list] = None
+        """a list while `compare_model` checks the model: the ids of each eager call"""
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -198,6 +202,12 @@ class ComparedTask(CorrectedRetrieval):
                 "positives' ids, self.task(query_embeddings, candidate_embeddings, "
                 "candidate_ids=features[...]) (the task looks Q up by id and masks "
                 "accidental hits).")
+        ids = given["candidate_ids"]
+        if self.recorded_ids is not None and tf.executing_eagerly():
+            try:
+                self.recorded_ids.append(np.asarray(tf.convert_to_tensor(ids)).reshape(-1))
+            except (TypeError, ValueError):
+                pass  # not a dense tensor: the frequency lookup refuses it
         if given.get("candidate_sampling_probability") is None and \
                 given.get("candidate_log_sampling_probability") is None:
             kwargs["candidate_log_sampling_probability"] = self.frequency.log_q(
@@ -258,6 +268,10 @@ class _Data:
     identity: dict
     query_users: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     """the index of each test target's query among the distinct queries (its test user)"""
+    candidate_feature: str = ""
+    """the feature of the training examples holding the positive's id (``candidate_id``)"""
+    candidate_index: Optional["_Ids"] = None
+    """the candidates' ids, searchable"""
 
 
 def _read_candidates(candidates) -> tuple[np.ndarray, list]:
@@ -404,7 +418,8 @@ def _read_data(train, test, candidates, candidate_id, batch_size: int) -> _Data:
                  candidate_batches=candidate_batches, query_batches=queries,
                  targets=targets, exclude=exclude, counts=candidate_counts,
                  frequency=frequency, query_users=query_users,
-                 candidate_log_q=candidate_log_q, facts=facts, identity=identity)
+                 candidate_log_q=candidate_log_q, facts=facts, identity=identity,
+                 candidate_feature=candidate_id, candidate_index=index)
 
 
 def training_batches(train: tf.data.Dataset, seed: int, batch_size: int,
@@ -457,6 +472,16 @@ def _name(obj) -> str:
     if isinstance(obj, str):
         return obj
     return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def _shown(value) -> str:
+    """An id or value as a message shows it: text for bytes, a plain number for numpy's."""
+    if isinstance(value, (bytes, np.bytes_)):
+        value = bytes(value).decode("utf-8", "replace")
+    elif isinstance(value, np.generic):
+        value = value.item()
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _source_file(model_fn) -> Optional[str]:
@@ -652,11 +677,44 @@ def _random_generators(model) -> list:
     return found
 
 
+UNKNOWN_IDS_WARNING = 0.1
+"""The share of a training batch's ``candidate_ids`` unknown to the training frequencies
+above which `compare_model` warns (the positives' own ids are all known)."""
+
+
+def _check_ids(recorded: list, data: _Data, say: Optional[Callable[[str], None]]) -> None:
+    """Refuses ``candidate_ids`` (``recorded``: those the task was passed on the checked
+    batch) none of which is a candidate; says a warning when more than
+    `UNKNOWN_IDS_WARNING` of them are unknown to the training frequencies (they get the
+    smallest log Q)."""
+    recorded = [ids for ids in recorded if ids.size]
+    if not recorded or data.candidate_index is None:
+        return
+    ids = _as_numpy_ids(np.concatenate(recorded))
+    fix = (f"pass the positives' ids, candidate_ids=features[{data.candidate_feature!r}] (the "
+           f"task looks Q up and masks accidental hits by these ids)")
+    if bool(np.all(data.candidate_index.positions(ids) < 0)):
+        raise CompareError(
+            f"the candidate_ids the model passes its task are no candidate's (the first: "
+            f"{_shown(ids[0])}; a candidate's: {_shown(data.candidate_ids[0])}): {fix}.")
+    if say is None:
+        return
+    try:
+        unknown = np.asarray(data.frequency.count(tf.constant(ids))) <= 0
+    except (TypeError, ValueError, tf.errors.OpError):
+        return
+    if unknown.mean() > UNKNOWN_IDS_WARNING:
+        say(f"compare: warning: {unknown.mean():.0%} of the candidate_ids the model passes "
+            f"its task on a training batch are not in train's {data.candidate_feature!r} "
+            f"(the first: {_shown(ids[unknown][0])}), so they get the smallest log Q; {fix}.")
+
+
 def _check_model(model, query_embed, candidate_embed, data: _Data, task: ComparedTask,
-                 model_fn_name: str) -> dict:
-    """Refuses, in one line, a model `compare_model` cannot train or evaluate; returns
-    what the plan records of it (optimizer, learning rate, embedding size,
-    `architecture`)."""
+                 model_fn_name: str, say: Optional[Callable[[str], None]] = None) -> dict:
+    """Refuses, in one line, a model `compare_model` cannot train or evaluate, or whose
+    ``candidate_ids`` are no candidates' (`_check_ids`; ``say``: where its warning goes,
+    None for none); returns what the plan records of it (optimizer, learning rate,
+    embedding size, `architecture`)."""
     if not isinstance(model, tfrs.models.Model):
         raise CompareError(
             f"model_fn {model_fn_name} returned a {type(model).__name__}, not a tfrs.Model: "
@@ -672,6 +730,7 @@ def _check_model(model, query_embed, candidate_embed, data: _Data, task: Compare
         raise CompareError("model_fn compiled the model with steps_per_execution > 1: "
                            "leave it at 1 (compare evaluates and checkpoints at exact "
                            "steps).")
+    task.recorded_ids = []
     try:
         model.compute_loss(data.probe_batch, training=False)
     except CompareError:
@@ -681,11 +740,14 @@ def _check_model(model, query_embed, candidate_embed, data: _Data, task: Compare
             f"the model's compute_loss failed on a batch of the training set "
             f"({type(error).__name__}: {' '.join(str(error).split())[:200]}); its examples "
             f"hold {_describe(data.train.element_spec)}.") from None
+    finally:
+        recorded, task.recorded_ids = task.recorded_ids, None
     if task.calls == 0:
         raise CompareError(
             f"the model of model_fn {model_fn_name} never calls the task it was given: its "
             f"compute_loss uses another; build the model around the task argument "
             f"(self.task = task) and return self.task(...) from compute_loss.")
+    _check_ids(recorded, data, say)
     queries = _embeddings(query_embed, model, data.query_batches[:1], "query")
     items = _embeddings(candidate_embed, model, data.candidate_batches[:1], "candidate")
     if queries.shape[1] != items.shape[1]:
@@ -739,17 +801,19 @@ class _ModelFnTrainer:
         self.code = model_source(model_fn)  # the plan's model_source, the checkpoints' key
         self.name = _name(model_fn)
 
-    def build(self, loss: str, seed: int, batch_size: int, shuffle_buffer: int):
+    def build(self, loss: str, seed: int, batch_size: int, shuffle_buffer: int,
+              say: Optional[Callable[[str], None]] = None):
         """``(model, task, batches, facts)`` of a run: the seed set, then the task, the
         batches (`training_batches`) and the model (``model_fn(task)``), checked and built
-        on a batch (`_check_model`, whose ``facts`` these are)."""
+        on a batch (`_check_model`, whose ``facts`` these are; ``say``: where its warnings
+        go)."""
         task = ComparedTask(parse_loss_name(loss, None).correction, self.data.frequency)
         with _SeededRandomLayers():
             tf.keras.utils.set_random_seed(seed)
             batches = training_batches(self.data.train, seed, batch_size, shuffle_buffer)
             model = self.model_fn(task)
             facts = _check_model(model, self.query_embed, self.candidate_embed, self.data,
-                                 task, self.name)
+                                 task, self.name, say)
         return model, task, batches, facts
 
     def evaluate(self, model, steps: int) -> tuple[dict, tf.Tensor, tf.Tensor, np.ndarray]:
@@ -998,7 +1062,7 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
                               o.checkpoint_seconds, extra or {})
     # The model checked (and measured) before the output directory is made.
     _, _, _, measured = trainer.build(plan.losses[0], plan.seeds[0], o.batch_size,
-                                      o.shuffle_buffer)
+                                      o.shuffle_buffer, say=o.say)
     history = 0 if data.exclude is None else int(data.exclude.shape[1])
     config = dataclasses.replace(config, loss=plan.losses[0], history_length=history,
                                  exclude_seen=data.exclude is not None,
@@ -1102,6 +1166,6 @@ def compare_split(model_fn, split: Split, *, history_length: int = 50,
                     extra=_duplicates(split), **options)
 
 
-__all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "architecture",
-           "code_fingerprint", "compare_model", "compare_split", "load_model_fn",
-           "log_datasets", "model_source", "training_batches"]
+__all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "UNKNOWN_IDS_WARNING",
+           "architecture", "code_fingerprint", "compare_model", "compare_split",
+           "load_model_fn", "log_datasets", "model_source", "training_batches"]
