@@ -93,6 +93,39 @@ def _one_error(proc) -> str:
     return errors[0]
 
 
+BROKEN = {
+    "raises": (GOOD.format(extra="") + "\n\ndef broken(task):\n    raise RuntimeError('no "
+               "vocabulary yet')\n", "broken", "raised RuntimeError: no vocabulary yet"),
+    "two_arguments": (GOOD.format(extra="") + "\n\ndef broken(task, vocabulary):\n    return "
+                      "build(task)\n", "broken", "takes (task, vocabulary)"),
+    "no_arguments": (GOOD.format(extra="") + "\n\ndef broken():\n    return build(None)\n",
+                     "broken", "takes no arguments"),
+    "syntax_error": ("def broken(task):\n    return (task\n", "broken",
+                     "has a syntax error"),
+    "import_raises": ("raise RuntimeError('set MY_MODELS_HOME first')\n", "broken",
+                      "raised RuntimeError: set MY_MODELS_HOME first"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_model_fn_that_cannot_build_the_model_is_one_line_and_exit_2(
+        case, log_csv, here, tmp_path, capsys):
+    text, function, named = BROKEN[case]
+    module = f"user_{case}"
+    here(module, text)
+    out = tmp_path / "out"
+    proc = _compare(capsys, log_csv, "--model-fn", f"{module}:{function}", "--output-dir",
+                    str(out))
+    line = _one_error(proc)
+    assert named in line and f"--model-fn {module}:{function}" in line, line
+    assert not out.exists()
+    if case == "import_raises":  # --verbose: the user's own traceback, then the line
+        verbose = _compare(capsys, log_csv, "--model-fn", f"{module}:{function}",
+                           "--output-dir", str(out), "--verbose")
+        assert verbose.returncode == 2 and "Traceback" in verbose.stderr
+        assert "set MY_MODELS_HOME first" in verbose.stderr.splitlines()[-1]
+
+
 def test_a_rerun_after_an_edit_of_the_model_is_refused_naming_architecture_and_output_dir(
         log_csv, here, tmp_path, capsys):
     out = str(tmp_path / "cmp")

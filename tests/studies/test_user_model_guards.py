@@ -199,3 +199,32 @@ def test_candidate_ids_that_are_not_candidates_are_refused_and_unknown_ones_warn
     said.clear()
     _compare(movielens, tmp_path / "right", max_runs=0, say=said.append)
     assert not [line for line in said if "warning" in line], said
+
+
+class RaisingModel(MovielensModel):
+    def __init__(self, task):
+        raise RuntimeError("the towers are not ready")
+
+
+def _takes_two(task, vocabulary):
+    return build(task)
+
+
+def _takes_none():
+    return build(None)
+
+
+@pytest.mark.parametrize("model_fn, named", [
+    (_compiled(RaisingModel), "raised RuntimeError: the towers are not ready"),
+    (_takes_two, "takes (task, vocabulary): it must take one argument, the task"),
+    (_takes_none, "takes no arguments: it must take one argument, the task"),
+])
+def test_a_model_fn_that_fails_is_one_line_with_its_error_as_the_cause(movielens, tmp_path,
+                                                                       model_fn, named):
+    out = tmp_path / "out"
+    with pytest.raises(CompareError) as error:
+        _compare(movielens, out, model_fn=model_fn)
+    assert "\n" not in str(error.value) and named in str(error.value), str(error.value)
+    if "raised" in named:
+        assert isinstance(error.value.__cause__, RuntimeError)  # --verbose: the traceback
+    assert not out.exists()

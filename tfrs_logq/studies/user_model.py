@@ -47,11 +47,14 @@ For every loss and seed of the plan, `compare_model`:
   query at the last evaluation, a test user being a distinct query, and report).
 
 Bad input is refused in one line naming the fix, before the output directory is made and
-before any training: a ``model_fn`` that cannot be imported or does not return a compiled
-`tfrs.Model`; a model whose ``compute_loss`` never calls the
+before any training: a ``model_fn`` that cannot be imported (its module missing, failing
+to import or with a syntax error), does not take the task as its one argument, raises, or
+does not return a compiled `tfrs.Model`; a model whose ``compute_loss`` never calls the
 task it was given, or passes ``candidate_ids`` none of which is a candidate (a share of
 them unknown to the training frequencies is a warning); candidates without ids, test
-targets that are not candidates, training examples already batched.
+targets that are not candidates, training examples already batched. The user's own error
+is kept as the refusal's cause (``raise ... from``): ``tfrs-logq --verbose`` prints its
+traceback.
 
 ``plan.json`` pins the model as well as the settings (`ModelFnConfig`): its source (the
 code of the file that defines ``model_fn``, `model_source`) and its built architecture
@@ -73,6 +76,7 @@ import os
 import sys
 import time
 import tokenize
+import traceback
 import types
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence, Union
@@ -436,9 +440,27 @@ def training_batches(train: tf.data.Dataset, seed: int, batch_size: int,
 
 # ---------------------------------------------------------------------------- the model
 
+def _raised(error: BaseException) -> str:
+    """``"RuntimeError: text (my_models.py, line 12)"``: an exception of the user's code in
+    a few words, where it was raised (its last frame) included."""
+    text = " ".join(str(error).split())
+    text = f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
+    frames = traceback.extract_tb(error.__traceback__)
+    library = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    own = [f for f in frames if "site-packages" not in f.filename
+           and not os.path.abspath(f.filename).startswith(library + os.sep)]
+    frame = (own or frames or [None])[-1]  # the user's deepest frame, else the last
+    if frame is not None:
+        text += f" ({os.path.basename(frame.filename)}, line {frame.lineno})"
+    return text
+
+
 def load_model_fn(spec: str, flag: str = "model_fn") -> Callable:
     """The function ``"module:function"`` names (the current directory on the path, as
-    ``python -m`` has it), or a one-line error naming ``flag``."""
+    ``python -m`` has it), checked to take the task as its one argument, or a one-line
+    error naming ``flag``: no such module, a syntax error in it, an exception while
+    importing it, no such function. The user's own error is the refusal's cause
+    (``--verbose``)."""
     module_name, _, name = str(spec).partition(":")
     if not module_name or not name:
         raise CompareError(f"{flag} {spec!r} is not 'module:function' (e.g. my_models:build, "
@@ -450,11 +472,20 @@ def load_model_fn(spec: str, flag: str = "model_fn") -> Callable:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        if error.name is None or not module_name.startswith(error.name):
-            raise  # the module was found: one of its own imports is missing
-        raise CompareError(f"{flag} {spec}: no module named {error.name!r}; run from the "
-                           f"directory that holds {module_name.replace('.', '/')}.py or "
-                           f"install it (module:function).") from None
+        missing = error.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise CompareError(f"{flag} {spec}: no module named {missing!r}; run from the "
+                               f"directory that holds {module_name.replace('.', '/')}.py or "
+                               f"install it (module:function).") from None
+        raise  # the module was found: one of its own imports is missing
+    except SyntaxError as error:
+        where = f"{os.path.basename(error.filename or module_name)}, line {error.lineno}"
+        raise CompareError(f"{flag} {spec}: module {module_name!r} has a syntax error "
+                           f"({where}: {error.msg}); fix it and run again.") from error
+    except Exception as error:  # the module's own code failed as it was imported
+        raise CompareError(f"{flag} {spec}: importing module {module_name!r} raised "
+                           f"{_raised(error)}; fix it (--verbose shows the traceback).") \
+            from error
     finally:
         if added:
             sys.path.remove(here)
@@ -465,7 +496,30 @@ def load_model_fn(spec: str, flag: str = "model_fn") -> Callable:
         raise CompareError(f"{flag} {spec}: module {module_name!r} has no function {name!r}; "
                            f"name the function that builds the model (model_fn(task) -> "
                            f"tfrs.Model).")
+    check_model_fn_signature(found, spec, flag)
     return found
+
+
+def check_model_fn_signature(model_fn: Callable, name: str, flag: str = "model_fn") -> None:
+    """Refuses, in one line, a ``model_fn`` that cannot be called with the task alone."""
+    try:
+        signature = inspect.signature(model_fn)
+    except (TypeError, ValueError):
+        return  # a builtin or a C callable: its call says
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise CompareError(
+            f"{flag} {name} takes {_shown_signature(signature)}: it must take one argument, "
+            f"the task, model_fn(task) -> tfrs.Model (compare builds each run's model "
+            f"around the task of its loss).") from None
+
+
+def _shown_signature(signature: inspect.Signature) -> str:
+    text = str(signature)
+    if text == "()":
+        return "no arguments"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _name(obj) -> str:
@@ -709,20 +763,35 @@ def _check_ids(recorded: list, data: _Data, say: Optional[Callable[[str], None]]
             f"(the first: {_shown(ids[unknown][0])}), so they get the smallest log Q; {fix}.")
 
 
+def _embeddings_of(embed, model, batches: list, role: str) -> tf.Tensor:
+    """`_embeddings` of the check: the user's tower failing is one line, the error kept as
+    its cause."""
+    try:
+        return _embeddings(embed, model, batches, role)
+    except CompareError:
+        raise
+    except Exception as error:
+        raise CompareError(f"the model's {role} tower failed on the {role} features "
+                           f"compare gives it ({_raised(error)}); it is called with "
+                           f"{'the test set' if role == 'query' else 'the candidates'}'s "
+                           f"features.") from error
+
+
 def _check_model(model, query_embed, candidate_embed, data: _Data, task: ComparedTask,
                  model_fn_name: str, say: Optional[Callable[[str], None]] = None) -> dict:
-    """Refuses, in one line, a model `compare_model` cannot train or evaluate, or whose
+    """Refuses, in one line (``model_fn_name``: how it names the function, its flag
+    first), a model `compare_model` cannot train or evaluate, or whose
     ``candidate_ids`` are no candidates' (`_check_ids`; ``say``: where its warning goes,
     None for none); returns what the plan records of it (optimizer, learning rate,
     embedding size, `architecture`)."""
     if not isinstance(model, tfrs.models.Model):
         raise CompareError(
-            f"model_fn {model_fn_name} returned a {type(model).__name__}, not a tfrs.Model: "
+            f"{model_fn_name} returned a {type(model).__name__}, not a tfrs.Model: "
             f"return the tfrs.Model built around its task argument (class M(tfrs.Model) "
             f"with self.task = task).")
     if not getattr(model, "_is_compiled", False) or model.optimizer is None:
         raise CompareError(
-            f"model_fn {model_fn_name} returned a model that is not compiled: compile it "
+            f"{model_fn_name} returned a model that is not compiled: compile it "
             f"there, e.g. model.compile(optimizer=tf.keras.optimizers.Adagrad(0.1)) "
             f"(compare trains it with model.fit).")
     per_execution = getattr(model, "_steps_per_execution", None)
@@ -739,17 +808,17 @@ def _check_model(model, query_embed, candidate_embed, data: _Data, task: Compare
         raise CompareError(
             f"the model's compute_loss failed on a batch of the training set "
             f"({type(error).__name__}: {' '.join(str(error).split())[:200]}); its examples "
-            f"hold {_describe(data.train.element_spec)}.") from None
+            f"hold {_describe(data.train.element_spec)}.") from error
     finally:
         recorded, task.recorded_ids = task.recorded_ids, None
     if task.calls == 0:
         raise CompareError(
-            f"the model of model_fn {model_fn_name} never calls the task it was given: its "
+            f"the model of {model_fn_name} never calls the task it was given: its "
             f"compute_loss uses another; build the model around the task argument "
             f"(self.task = task) and return self.task(...) from compute_loss.")
     _check_ids(recorded, data, say)
-    queries = _embeddings(query_embed, model, data.query_batches[:1], "query")
-    items = _embeddings(candidate_embed, model, data.candidate_batches[:1], "candidate")
+    queries = _embeddings_of(query_embed, model, data.query_batches[:1], "query")
+    items = _embeddings_of(candidate_embed, model, data.candidate_batches[:1], "candidate")
     if queries.shape[1] != items.shape[1]:
         raise CompareError(f"the query tower's embeddings have {queries.shape[1]} "
                            f"dimensions and the candidate tower's {items.shape[1]}: a dot "
@@ -790,7 +859,8 @@ class _ModelFnTrainer:
     """Builds, trains and evaluates the runs of a user's model (`Trainer.train`)."""
 
     def __init__(self, plan: Plan, model_fn: Callable, data: _Data, query_model: Embedder,
-                 candidate_model: Embedder, checkpoint_seconds: float, extra: dict) -> None:
+                 candidate_model: Embedder, checkpoint_seconds: float, extra: dict,
+                 flag: str = "model_fn") -> None:
         self.plan, self.model_fn, self.data = plan, model_fn, data
         self.query_embed = _embedder(query_model, "query")
         self.candidate_embed = _embedder(candidate_model, "candidate")
@@ -799,19 +869,26 @@ class _ModelFnTrainer:
         self.ks = cutoffs(len(data.candidate_ids))
         self.target_bands = popularity_bands(data.counts)[data.targets]
         self.code = model_source(model_fn)  # the plan's model_source, the checkpoints' key
-        self.name = _name(model_fn)
+        self.name = f"{flag} {_name(model_fn)}"  # as messages name it
 
     def build(self, loss: str, seed: int, batch_size: int, shuffle_buffer: int,
               say: Optional[Callable[[str], None]] = None):
         """``(model, task, batches, facts)`` of a run: the seed set, then the task, the
-        batches (`training_batches`) and the model (``model_fn(task)``), checked and built
-        on a batch (`_check_model`, whose ``facts`` these are; ``say``: where its warnings
-        go)."""
+        batches (`training_batches`) and the model (``model_fn(task)``: an exception of it
+        is one line, `_raised`), checked and built on a batch (`_check_model`, whose
+        ``facts`` these are; ``say``: where its warnings go)."""
         task = ComparedTask(parse_loss_name(loss, None).correction, self.data.frequency)
         with _SeededRandomLayers():
             tf.keras.utils.set_random_seed(seed)
             batches = training_batches(self.data.train, seed, batch_size, shuffle_buffer)
-            model = self.model_fn(task)
+            try:
+                model = self.model_fn(task)
+            except CompareError:
+                raise
+            except Exception as error:  # the user's code: one line, its traceback the cause
+                raise CompareError(f"{self.name} raised {_raised(error)} when "
+                                   f"called with the task; fix it (--verbose shows the "
+                                   f"traceback).") from error
             facts = _check_model(model, self.query_embed, self.candidate_embed, self.data,
                                  task, self.name, say)
         return model, task, batches, facts
@@ -853,7 +930,7 @@ class _ModelFnTrainer:
                                               config.shuffle_buffer)
         if facts["architecture"] != config.architecture:
             raise CompareError(
-                f"model_fn {self.name} built another model for {loss}, seed {seed} "
+                f"{self.name} built another model for {loss}, seed {seed} "
                 f"({facts['architecture']}) than the plan's ({config.architecture}): build "
                 f"the same model on every call, whatever the task's loss.")
         weights = model.trainable_variables
@@ -1012,9 +1089,10 @@ def compare_model(
       The rows of ``results.csv``: one per finished loss and seed.
 
     Raises:
-      tfrs_logq.studies.compare.CompareError: bad input (one line naming the fix), before
-        the output directory is made and before any training; an ``output_dir`` of a
-        comparison whose model's source or architecture changed, before any training.
+      tfrs_logq.studies.compare.CompareError: bad input (one line naming the fix; an error
+        of your own code is its ``__cause__``), before the output directory is made and
+        before any training; an ``output_dir`` of a comparison whose model's source or
+        architecture changed, before any training.
     """
     return _compare(model_fn, train, test, candidates, candidate_id=candidate_id,
                     query_model=query_model, candidate_model=candidate_model, losses=losses,
@@ -1048,6 +1126,8 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
     elif not callable(model_fn):
         raise CompareError(f"model_fn must be a function model_fn(task) -> tfrs.Model or "
                            f"'module:function', received {type(model_fn).__name__}.")
+    else:
+        check_model_fn_signature(model_fn, name, model_fn_flag)
     config = ModelFnConfig(steps=o.steps, batch_size=o.batch_size, eval_every=o.eval_every,
                            shuffle_buffer=o.shuffle_buffer, model_fn=name,
                            query_model=_name(o.query_model),
@@ -1059,7 +1139,7 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
     data = _read_data(train, test, candidates, o.candidate_id, o.batch_size)
     data.facts.update(facts or {})
     trainer = _ModelFnTrainer(plan, model_fn, data, o.query_model, o.candidate_model,
-                              o.checkpoint_seconds, extra or {})
+                              o.checkpoint_seconds, extra or {}, model_fn_flag)
     # The model checked (and measured) before the output directory is made.
     _, _, _, measured = trainer.build(plan.losses[0], plan.seeds[0], o.batch_size,
                                       o.shuffle_buffer, say=o.say)
@@ -1069,7 +1149,7 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
                                  model_source=trainer.code, **measured)
     plan = trainer.plan = dataclasses.replace(
         plan, config=config, data={**(data_identity or {}), **data.identity})
-    _check_same_model(plan, o.output_dir, f"{model_fn_flag} {name}",
+    _check_same_model(plan, o.output_dir, trainer.name,
                       "--output-dir" if model_fn_flag.startswith("--") else "output_dir=")
     o.say(f"compare: your model ({name}): {data.num_examples:,} training examples, "
           f"{len(data.candidate_ids):,} candidates, {len(data.targets):,} test queries; "
@@ -1167,5 +1247,5 @@ def compare_split(model_fn, split: Split, *, history_length: int = 50,
 
 
 __all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "UNKNOWN_IDS_WARNING",
-           "architecture", "code_fingerprint", "compare_model", "compare_split",
-           "load_model_fn", "log_datasets", "model_source", "training_batches"]
+           "architecture", "check_model_fn_signature", "code_fingerprint", "compare_model",
+           "compare_split", "load_model_fn", "log_datasets", "model_source", "training_batches"]
