@@ -104,6 +104,8 @@ BROKEN = {
                      "has a syntax error"),
     "import_raises": ("raise RuntimeError('set MY_MODELS_HOME first')\n", "broken",
                       "raised RuntimeError: set MY_MODELS_HOME first"),
+    "missing_package": ("import no_such_package_of_theirs\n", "broken",
+                        "imports 'no_such_package_of_theirs', which is not installed"),
 }
 
 
@@ -124,6 +126,20 @@ def test_a_model_fn_that_cannot_build_the_model_is_one_line_and_exit_2(
                            "--output-dir", str(out), "--verbose")
         assert verbose.returncode == 2 and "Traceback" in verbose.stderr
         assert "set MY_MODELS_HOME first" in verbose.stderr.splitlines()[-1]
+
+
+def test_a_file_name_for_the_module_says_drop_py_and_bad_settings_come_before_the_log(
+        log_csv, here, tmp_path, capsys):
+    here("my_models", GOOD.format(extra=""))
+    line = _one_error(_compare(capsys, log_csv, "--model-fn", "my_models.py:build"))
+    assert "drop .py" in line and "--model-fn my_models:build" in line, line
+    # A loss of no model, with a log that is not there: the loss is refused first.
+    proc = cli_in_process(capsys, "compare", "tfrs-model", "--interactions",
+                          str(tmp_path / "no_such_log.csv"), "--user-column", "u",
+                          "--item-column", "i", "--model-fn", "my_models:build", "--loss",
+                          "inbatch-logq-tfrs", "inbatch-banana")
+    line = _one_error(proc)
+    assert "inbatch-banana" in line and "no_such_log" not in line, line
 
 
 def test_a_rerun_after_an_edit_of_the_model_is_refused_naming_architecture_and_output_dir(

@@ -206,6 +206,14 @@ class RaisingModel(MovielensModel):
         raise RuntimeError("the towers are not ready")
 
 
+class WideQueries(MovielensModel):
+    """A query tower of 16 dimensions against a candidate tower of 8."""
+
+    def __init__(self, task):
+        super().__init__(task)
+        self.query_model.add(tf.keras.layers.Dense(16))
+
+
 def _takes_two(task, vocabulary):
     return build(task)
 
@@ -218,6 +226,8 @@ def _takes_none():
     (_compiled(RaisingModel), "raised RuntimeError: the towers are not ready"),
     (_takes_two, "takes (task, vocabulary): it must take one argument, the task"),
     (_takes_none, "takes no arguments: it must take one argument, the task"),
+    (_compiled(WideQueries), "query tower's embeddings have 16 dimensions and the candidate "
+                             "tower's 8"),
 ])
 def test_a_model_fn_that_fails_is_one_line_with_its_error_as_the_cause(movielens, tmp_path,
                                                                        model_fn, named):
@@ -228,3 +238,34 @@ def test_a_model_fn_that_fails_is_one_line_with_its_error_as_the_cause(movielens
     if "raised" in named:
         assert isinstance(error.value.__cause__, RuntimeError)  # --verbose: the traceback
     assert not out.exists()
+
+
+@pytest.mark.parametrize("given, named", [
+    (dict(seeds=(0, 0)), "`seeds` names 0 twice"),
+    (dict(seeds=(0.5, 1)), "`seeds` must be integers, received 0.5"),
+    (dict(seeds=(True, False)), "`seeds` must be integers, received True"),
+    (dict(seeds="01"), "`seeds` must be a list, received the string '01'"),
+    (dict(seeds=3), "`seeds` must be a list, received 3"),
+    (dict(losses="inbatch-corrected"), "`losses` must be a list, received the string "
+                                       "'inbatch-corrected'"),
+    (dict(losses=("inbatch-corrected", "inbatch-corrected")),
+     "`losses` names 'inbatch-corrected' twice"),
+])
+def test_seeds_and_losses_in_the_wrong_form_are_refused_before_the_data_is_read(
+        tmp_path, given, named):
+    out = tmp_path / "out"
+    with pytest.raises(CompareError) as error:  # no data: refused before it is read
+        _compare((None, None, None), out, **given)
+    assert named in str(error.value) and "\n" not in str(error.value), str(error.value)
+    assert not out.exists()
+
+
+def test_ids_in_messages_are_shown_as_the_user_wrote_them(movielens, tmp_path):
+    train, test, _ = movielens
+    twice = tf.data.Dataset.from_tensor_slices((TITLES + TITLES[:1], TITLES + TITLES[:1]))
+    with pytest.raises(CompareError, match=r"the id 'Movie 0 \(1999\)' 2 times"):
+        _compare((train, test, twice), tmp_path / "a")
+    numbers = tf.data.Dataset.from_tensor_slices(([3] + list(range(120)), [3] + list(range(120))))
+    with pytest.raises(CompareError, match="the id 3 2 times") as error:
+        _compare((train, test, numbers), tmp_path / "b")
+    assert "np." not in str(error.value)

@@ -214,13 +214,17 @@ def run(args) -> int:
 def _run_model_fn(args, say, margin) -> int:
     """``--model-fn``: the user's own TFRS model on the log (`tfrs_logq.compare_model`)."""
     from tfrs_logq.cli.data import load_any_split
-    from tfrs_logq.studies.user_model import compare_split, load_model_fn
+    from tfrs_logq.studies.user_model import check_arguments, compare_split, load_model_fn
 
     if args.weight_column:
         raise ValueError("--weight-column weights the built-in two-tower's loss (compare "
                          "two-tower); your model trains unweighted: leave it out.")
     _refuse_unused(args)
-    model_fn = load_model_fn(args.model_fn, "--model-fn")  # before the log is read
+    # The plan's settings and the model's module before the log is read.
+    check_arguments(losses=tuple(args.loss), seeds=tuple(args.seeds), steps=args.steps,
+                    eval_every=args.eval_every, window=args.window,
+                    batch_size=args.batch_size, baseline=args.baseline)
+    model_fn = load_model_fn(args.model_fn, "--model-fn")
     if args.split is None:
         args.split = default_log_split(args.time_column) if args.interactions else "temporal"
     split, name = load_any_split(args)

@@ -52,9 +52,9 @@ to import or with a syntax error), does not take the task as its one argument, r
 does not return a compiled `tfrs.Model`; a model whose ``compute_loss`` never calls the
 task it was given, or passes ``candidate_ids`` none of which is a candidate (a share of
 them unknown to the training frequencies is a warning); candidates without ids, test
-targets that are not candidates, training examples already batched. The user's own error
-is kept as the refusal's cause (``raise ... from``): ``tfrs-logq --verbose`` prints its
-traceback.
+targets that are not candidates, training examples already batched; losses or seeds
+given as one string, seeds that are not distinct integers. The user's own error is kept as
+the refusal's cause (``raise ... from``): ``tfrs-logq --verbose`` prints its traceback.
 
 ``plan.json`` pins the model as well as the settings (`ModelFnConfig`): its source (the
 code of the file that defines ``model_fn``, `model_source`) and its built architecture
@@ -292,7 +292,7 @@ def _read_candidates(candidates) -> tuple[np.ndarray, list]:
     ids = _as_numpy_ids(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
     unique, counts = np.unique(ids, return_counts=True)
     if len(unique) < len(ids):
-        raise CompareError(f"candidates hold the id {unique[counts > 1][0]!r} "
+        raise CompareError(f"candidates hold the id {_shown(unique[counts > 1][0])} "
                            f"{counts.max()} times: give each candidate once.")
     if len(ids) < MIN_RANKED_ITEMS:
         raise CompareError(f"candidates hold {len(ids)} items: Recall@10 is 1.0 for any "
@@ -349,7 +349,7 @@ def _read_test(test, kind: str, candidates: _Ids) -> tuple[list, np.ndarray,
     if unknown:
         raise CompareError(
             f"{unknown:,} of the {len(targets):,} test targets are not candidates (the "
-            f"first: {raw[targets < 0][0]!r}): the served index can never return them; "
+            f"first: {_shown(raw[targets < 0][0])}): the served index can never return them; "
             f"add them to the candidates or leave those queries out.")
     exclude = None
     if len(spec) == 3:
@@ -458,13 +458,18 @@ def _raised(error: BaseException) -> str:
 def load_model_fn(spec: str, flag: str = "model_fn") -> Callable:
     """The function ``"module:function"`` names (the current directory on the path, as
     ``python -m`` has it), checked to take the task as its one argument, or a one-line
-    error naming ``flag``: no such module, a syntax error in it, an exception while
-    importing it, no such function. The user's own error is the refusal's cause
-    (``--verbose``)."""
+    error naming ``flag``: no such module, a file name given for it (``my_models.py``), a
+    syntax error in it, a package it imports missing, an exception while importing it,
+    no such function. The user's own error is the refusal's cause (``--verbose``)."""
     module_name, _, name = str(spec).partition(":")
     if not module_name or not name:
         raise CompareError(f"{flag} {spec!r} is not 'module:function' (e.g. my_models:build, "
                            f"with my_models.py in the current directory or installed).")
+    if module_name.endswith(".py"):
+        module = module_name[:-3].replace(os.sep, ".").replace("/", ".").strip(".")
+        raise CompareError(f"{flag} {spec}: name the module, not its file: drop .py "
+                           f"({flag} {module}:{name}, run from the directory that holds "
+                           f"{module_name}).")
     here = os.getcwd()
     added = here not in sys.path and "" not in sys.path
     if added:
@@ -477,7 +482,10 @@ def load_model_fn(spec: str, flag: str = "model_fn") -> Callable:
             raise CompareError(f"{flag} {spec}: no module named {missing!r}; run from the "
                                f"directory that holds {module_name.replace('.', '/')}.py or "
                                f"install it (module:function).") from None
-        raise  # the module was found: one of its own imports is missing
+        raise CompareError(  # the module was found: one of its own imports is missing
+            f"{flag} {spec}: module {module_name!r} imports {missing or str(error)!r}, which "
+            f"is not installed in this environment ({sys.executable}): install it there, "
+            f"or import it no more.") from error
     except SyntaxError as error:
         where = f"{os.path.basename(error.filename or module_name)}, line {error.lineno}"
         raise CompareError(f"{flag} {spec}: module {module_name!r} has a syntax error "
@@ -805,6 +813,9 @@ def _check_model(model, query_embed, candidate_embed, data: _Data, task: Compare
     except CompareError:
         raise
     except Exception as error:  # the user's code on our batch: say what the batch held
+        dimensions = _tower_dimensions(model, query_embed, candidate_embed, data)
+        if dimensions is not None:
+            raise dimensions from error
         raise CompareError(
             f"the model's compute_loss failed on a batch of the training set "
             f"({type(error).__name__}: {' '.join(str(error).split())[:200]}); its examples "
@@ -820,9 +831,7 @@ def _check_model(model, query_embed, candidate_embed, data: _Data, task: Compare
     queries = _embeddings_of(query_embed, model, data.query_batches[:1], "query")
     items = _embeddings_of(candidate_embed, model, data.candidate_batches[:1], "candidate")
     if queries.shape[1] != items.shape[1]:
-        raise CompareError(f"the query tower's embeddings have {queries.shape[1]} "
-                           f"dimensions and the candidate tower's {items.shape[1]}: a dot "
-                           f"product needs the same size.")
+        raise _dimension_error(queries.shape[1], items.shape[1])
     optimizer = model.optimizer
     try:
         rate = optimizer.learning_rate
@@ -831,6 +840,25 @@ def _check_model(model, query_embed, candidate_embed, data: _Data, task: Compare
         rate = None
     return {"optimizer": type(optimizer).__name__, "learning_rate": rate,
             "embedding_dim": int(items.shape[1]), "architecture": architecture(model, task)}
+
+
+def _dimension_error(query_dim, candidate_dim) -> CompareError:
+    return CompareError(f"the query tower's embeddings have {query_dim} dimensions and the "
+                        f"candidate tower's {candidate_dim}: a dot product needs the same "
+                        f"size.")
+
+
+def _tower_dimensions(model, query_embed, candidate_embed, data: _Data):
+    """The `_dimension_error` of towers whose embeddings differ in size (why a
+    compute_loss fails in its dot product), or None."""
+    try:
+        queries = _embeddings(query_embed, model, data.query_batches[:1], "query")
+        items = _embeddings(candidate_embed, model, data.candidate_batches[:1], "candidate")
+    except Exception:  # the towers fail too: the compute_loss error says it
+        return None
+    if queries.shape[1] != items.shape[1]:
+        return _dimension_error(queries.shape[1], items.shape[1])
+    return None
 
 
 # ---------------------------------------------------------------------------- training
@@ -1112,12 +1140,7 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
     from tfrs_logq.studies._grid import check_output_dir
     from tfrs_logq.studies.compare_report import Margin
 
-    parameters = inspect.signature(compare_model).parameters
-    unknown = sorted(set(given) - set(parameters))
-    if unknown:
-        raise TypeError(f"compare_model() got an unexpected keyword argument {unknown[0]!r}")
-    o = types.SimpleNamespace(**{**{n: p.default for n, p in parameters.items()
-                                    if p.default is not inspect.Parameter.empty}, **given})
+    o = _options(given)
     check_output_dir(o.output_dir)
     margin = o.margin if o.margin is None or isinstance(o.margin, Margin) else Margin(o.margin)
     name = _name(model_fn)
@@ -1128,14 +1151,9 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
                            f"'module:function', received {type(model_fn).__name__}.")
     else:
         check_model_fn_signature(model_fn, name, model_fn_flag)
-    config = ModelFnConfig(steps=o.steps, batch_size=o.batch_size, eval_every=o.eval_every,
-                           shuffle_buffer=o.shuffle_buffer, model_fn=name,
-                           query_model=_name(o.query_model),
-                           candidate_model=_name(o.candidate_model))
-    # The plan (losses, baseline, window) is checked before the data is read.
-    plan = Plan(losses=tuple(o.losses), seeds=tuple(o.seeds), config=config,
-                window=o.window or min(3, len(config.eval_steps)), baseline=o.baseline or "",
-                model="tfrs-model", source=o.source)
+    # The plan (losses, seeds, baseline, window) is checked before the data is read.
+    plan = _initial_plan(o, name)
+    config = plan.config
     data = _read_data(train, test, candidates, o.candidate_id, o.batch_size)
     data.facts.update(facts or {})
     trainer = _ModelFnTrainer(plan, model_fn, data, o.query_model, o.candidate_model,
@@ -1161,6 +1179,68 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
         test_users=data.query_users),
         say=o.say, max_runs=o.max_runs, margin=margin,
         primary=(o.primary_metric, o.primary_baseline), served_index=o.served_index)
+
+
+def _options(given: dict) -> types.SimpleNamespace:
+    """`compare_model`'s keyword arguments ``given``, the others at their defaults."""
+    parameters = inspect.signature(compare_model).parameters
+    unknown = sorted(set(given) - set(parameters))
+    if unknown:
+        raise TypeError(f"compare_model() got an unexpected keyword argument {unknown[0]!r}")
+    return types.SimpleNamespace(**{**{n: p.default for n, p in parameters.items()
+                                       if p.default is not inspect.Parameter.empty}, **given})
+
+
+def _listed(values, what: str, example: str) -> tuple:
+    """``values`` as a tuple, refused when it is one string or not a list, or names a value
+    twice (it would be one run)."""
+    if isinstance(values, (str, bytes)):
+        raise CompareError(f"`{what}` must be a list, received the string "
+                           f"{_shown(values)}: write {what}={example}.")
+    try:
+        values = tuple(values)
+    except TypeError:
+        raise CompareError(f"`{what}` must be a list, received {_shown(values)}: write "
+                           f"{what}={example}.") from None
+    for i, value in enumerate(values):
+        if any(type(value) is type(v) and value == v for v in values[:i]):
+            raise CompareError(f"`{what}` names {_shown(value)} twice: a run named twice "
+                               f"would be one run; give each once.")
+    return values
+
+
+def _initial_plan(o: types.SimpleNamespace, name: str) -> Plan:
+    """The plan of `compare_model`'s arguments ``o``, before the data and the model are
+    read: losses and seeds (lists, each given once, the seeds integers), the baseline,
+    steps and window checked."""
+    losses = _listed(o.losses, "losses", "('inbatch-logq-tfrs', 'inbatch-corrected')")
+    bad = [loss for loss in losses if not isinstance(loss, str)]
+    if bad:
+        raise CompareError(f"`losses` must be loss names, received {_shown(bad[0])} (a "
+                           f"{type(bad[0]).__name__}).")
+    seeds = _listed(o.seeds, "seeds", "(0, 1, 2)")
+    bad = [s for s in seeds if isinstance(s, (bool, np.bool_))
+           or not isinstance(s, (int, np.integer))]
+    if bad:
+        raise CompareError(f"`seeds` must be integers, received {_shown(bad[0])} (a "
+                           f"{type(bad[0]).__name__}): write seeds=(0, 1, 2).")
+    if len({int(s) for s in seeds}) < len(seeds):
+        raise CompareError("`seeds` names a seed twice: a run named twice would be one run; "
+                           "give each once.")
+    config = ModelFnConfig(steps=o.steps, batch_size=o.batch_size, eval_every=o.eval_every,
+                           shuffle_buffer=o.shuffle_buffer, model_fn=name,
+                           query_model=_name(o.query_model),
+                           candidate_model=_name(o.candidate_model))
+    return Plan(losses=losses, seeds=tuple(int(s) for s in seeds), config=config,
+                window=o.window or min(3, len(config.eval_steps)), baseline=o.baseline or "",
+                model="tfrs-model", source=o.source)
+
+
+def check_arguments(**given) -> None:
+    """Refuses, before any data is read, what `compare_model` refuses of its settings
+    alone (``given``: its keyword arguments): the losses, seeds, baseline, steps and
+    window (``tfrs-logq compare tfrs-model`` checks them before it reads the log)."""
+    _initial_plan(_options(given), "")
 
 
 _PINNED = (("model_source", "source"), ("architecture", "architecture"))
@@ -1247,5 +1327,6 @@ def compare_split(model_fn, split: Split, *, history_length: int = 50,
 
 
 __all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "UNKNOWN_IDS_WARNING",
-           "architecture", "check_model_fn_signature", "code_fingerprint", "compare_model",
-           "compare_split", "load_model_fn", "log_datasets", "model_source", "training_batches"]
+           "architecture", "check_arguments", "check_model_fn_signature", "code_fingerprint",
+           "compare_model", "compare_split", "load_model_fn", "log_datasets", "model_source",
+           "training_batches"]
