@@ -41,9 +41,11 @@ def mirrored_strategy():
     """
     global _STRATEGY
     if _STRATEGY is None:
-        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
-        assert len(devices) == 2, "conftest should have created two logical CPUs"
-        _STRATEGY = tf.distribute.MirroredStrategy(devices)
+        from tfrs_logq._util.strategy import make_strategy
+
+        # The package's own instance: the trainers' --strategy mirrored gets this one too.
+        _STRATEGY = make_strategy("mirrored")
+        assert _STRATEGY.num_replicas_in_sync == 2, "conftest should have made two CPUs"
     return _STRATEGY
 
 

@@ -68,3 +68,51 @@ def test_lazy_adam_in_a_tf_function_and_bad_arguments():
         LazyAdam(0.0)
     with pytest.raises(ValueError, match="beta_2"):
         LazyAdam(0.1, beta_2=1.0)
+
+
+def test_under_mirrored_strategy_a_step_is_one_devices_step_on_the_summed_gradients(
+        mirrored_strategy):
+    """Two replicas, each half of the rows: the replicas' gradients are summed and every
+    copy takes the update one device makes on the whole batch (sparse and dense)."""
+    strategy = mirrored_strategy
+    table = np.arange(20, dtype=np.float32).reshape(10, 2) / 10
+    dense = np.linspace(-1, 1, 6).astype(np.float32).reshape(2, 3)
+    ids = tf.constant([1, 2, 3, 1])
+    with strategy.scope():
+        emb, w = tf.Variable(table), tf.Variable(dense)
+        optimizer = LazyAdam(0.1)
+        optimizer.build([emb, w])
+    emb_one, w_one = tf.Variable(table), tf.Variable(dense)
+    optimizer_one = LazyAdam(0.1)
+    optimizer_one.build([emb_one, w_one])
+
+    def loss(e, v, rows):
+        return tf.reduce_sum(tf.matmul(tf.gather(e, rows), v) ** 2)
+
+    def replica_step(rows):
+        with tf.GradientTape() as tape:
+            value = loss(emb, w, rows)
+        optimizer.apply_gradients(zip(tape.gradient(value, [emb, w]), [emb, w]))
+
+    halves = strategy.experimental_distribute_values_from_function(
+        lambda ctx: ids[2 * ctx.replica_id_in_sync_group:2 * ctx.replica_id_in_sync_group + 2])
+
+    @tf.function
+    def step():
+        strategy.run(replica_step, args=(halves,))
+
+    @tf.function
+    def step_one():
+        with tf.GradientTape() as tape:
+            value = loss(emb_one, w_one, ids)
+        optimizer_one.apply_gradients(zip(tape.gradient(value, [emb_one, w_one]),
+                                          [emb_one, w_one]))
+
+    for _ in range(3):
+        step(), step_one()
+    assert int(optimizer.iterations.numpy()) == 3
+    for var, one in ((emb, emb_one), (w, w_one)):
+        copies = [v.numpy() for v in strategy.experimental_local_results(var)]
+        np.testing.assert_array_equal(copies[0], copies[1])
+        np.testing.assert_allclose(copies[0], one.numpy(), rtol=1e-6, atol=1e-7)
+    assert not np.allclose(emb_one.numpy(), table)  # it moved

@@ -71,27 +71,47 @@ class LazyAdam(tf.Module):
             self._moments(var)
 
     def apply_gradients(self, grads_and_vars) -> None:
+        """Applies one step. Inside a replica of a `tf.distribute` strategy (the optimizer and
+        the variables made in its scope) the replicas' gradients are summed first, as
+        tf-keras' optimizers sum them, and every copy of a variable takes the same update:
+        a step of ``R`` replicas equals one device's step on the sum of their gradients
+        (for a loss summed over its examples: the global batch's)."""
         grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+        context = tf.distribute.get_replica_context()
+        if tf.distribute.has_strategy() and context is not None:
+            context.merge_call(self._distributed_apply, args=(grads_and_vars,))
+            return
         step = self.iterations.assign_add(1)
         for grad, var in grads_and_vars:
             m, v = self._moments(var)
-            dtype = var.dtype
-            t = tf.cast(step, dtype)
-            lr = self.learning_rate * tf.sqrt(1.0 - self.beta_2 ** t) / (1.0 - self.beta_1 ** t)
-            b1, b2 = tf.constant(self.beta_1, dtype), tf.constant(self.beta_2, dtype)
-            if isinstance(grad, tf.IndexedSlices):
-                rows, position = tf.unique(grad.indices)
-                g = tf.math.unsorted_segment_sum(grad.values, position, tf.size(rows))
-                m_rows = b1 * tf.gather(m, rows) + (1.0 - b1) * g
-                v_rows = b2 * tf.gather(v, rows) + (1.0 - b2) * tf.square(g)
-                m.scatter_update(tf.IndexedSlices(m_rows, rows))
-                v.scatter_update(tf.IndexedSlices(v_rows, rows))
-                var.scatter_sub(tf.IndexedSlices(
-                    lr * m_rows / (tf.sqrt(v_rows) + self.epsilon), rows))
-            else:
-                m.assign(b1 * m + (1.0 - b1) * grad)
-                v.assign(b2 * v + (1.0 - b2) * tf.square(grad))
-                var.assign_sub(lr * m / (tf.sqrt(v) + self.epsilon))
+            self._apply_one(var, grad, m, v, step)
 
+    def _distributed_apply(self, strategy, grads_and_vars) -> None:
+        reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, grads_and_vars)
+        step = self.iterations.assign_add(1)
+        for grad, (_, var) in zip(reduced, grads_and_vars):
+            m, v = self._moments(var)
+            strategy.extended.update(var, self._apply_one, args=(grad, m, v, step),
+                                     group=False)
+
+    def _apply_one(self, var, grad, m, v, step) -> None:
+        """The update of one variable (one copy of it under a strategy)."""
+        dtype = var.dtype
+        t = tf.cast(step, dtype)
+        lr = self.learning_rate * tf.sqrt(1.0 - self.beta_2 ** t) / (1.0 - self.beta_1 ** t)
+        b1, b2 = tf.constant(self.beta_1, dtype), tf.constant(self.beta_2, dtype)
+        if isinstance(grad, tf.IndexedSlices):
+            rows, position = tf.unique(grad.indices)
+            g = tf.math.unsorted_segment_sum(grad.values, position, tf.size(rows))
+            m_rows = b1 * tf.gather(m, rows) + (1.0 - b1) * g
+            v_rows = b2 * tf.gather(v, rows) + (1.0 - b2) * tf.square(g)
+            m.scatter_update(tf.IndexedSlices(m_rows, rows))
+            v.scatter_update(tf.IndexedSlices(v_rows, rows))
+            var.scatter_sub(tf.IndexedSlices(
+                lr * m_rows / (tf.sqrt(v_rows) + self.epsilon), rows))
+        else:
+            m.assign(b1 * m + (1.0 - b1) * grad)
+            v.assign(b2 * v + (1.0 - b2) * tf.square(grad))
+            var.assign_sub(lr * m / (tf.sqrt(v) + self.epsilon))
 
 __all__ = ["LazyAdam"]

@@ -287,3 +287,23 @@ def test_the_log_filters_train_as_compare_and_data_stats_filter_and_the_run_relo
     err = capsys.readouterr().err
     assert code == 2 and "--min-item-interactions" in _error(err), err
     assert not (tmp_path / "ml").exists()
+
+
+def test_train_two_tower_on_a_cluster_without_tf_config_is_one_line(log_csv, tmp_path, capsys,
+                                                                    monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    model_dir = tmp_path / "run"
+    code = main(["train", "two-tower", "--interactions", log_csv, *COMMON,
+                 "--model-dir", str(model_dir), "--steps", "2", "--batch-size", "32",
+                 "--strategy", "multi-worker"])
+    err = capsys.readouterr().err
+    assert code == 2 and "TF_CONFIG" in err and len(err.strip().splitlines()) == 1, err
+    assert not model_dir.exists()
+
+
+def test_compare_refuses_a_cluster_strategy_in_one_line(log_csv, tmp_path, capsys):
+    code = main(["compare", "two-tower", "--interactions", log_csv, *COMMON,
+                 "--output-dir", str(tmp_path / "c"), "--steps", "2", "--batch-size", "32",
+                 "--strategy", "multi-worker"])
+    err = capsys.readouterr().err
+    assert code == 2 and "train two-tower" in err and len(err.strip().splitlines()) == 1, err

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import os
 import time
+from typing import Optional
 
 import tensorflow as tf
 
@@ -82,40 +83,48 @@ class StepCheckpoint:
         self._last_save = time.monotonic()
         self.seconds_saving = 0.0
 
-    def _check_key(self, missing_ok: bool) -> None:
-        path = os.path.join(self.directory, self.KEY_FILE)
+    def _check_key(self, missing_ok: bool, directory: Optional[str] = None) -> None:
+        directory = self.directory if directory is None else directory
+        path = os.path.join(directory, self.KEY_FILE)
         if not os.path.exists(path):
             if missing_ok:
                 return
-            raise ValueError(f"{self.directory} holds a checkpoint but no {self.KEY_FILE}, so "
+            raise ValueError(f"{directory} holds a checkpoint but no {self.KEY_FILE}, so "
                              "whose state it is is unknown; remove the directory to start "
                              "the run from step 0.")
         with open(path) as f:
             saved = f.read()
         if saved != self.key:
-            raise ValueError(f"{self.directory} belongs to another run or code: its "
+            raise ValueError(f"{directory} belongs to another run or code: its "
                              f"{self.KEY_FILE} has {key_difference(saved, self.key)}; remove "
                              "the directory to start this run from step 0.")
 
-    def restore(self) -> int:
+    def restore(self, directory: Optional[str] = None) -> int:
         """Loads the latest checkpoint, if any; returns the finished steps it holds (0 when
-        there is none).
+        there is none). ``directory``: read it from there instead (a multi-worker run's
+        workers read the chief's; they save beside it). Defaults to this one's.
 
         Raises:
           ValueError: the directory holds another key's state, or a state with no key.
         """
-        path = self._manager.latest_checkpoint
+        directory = self.directory if directory is None else directory
+        path = (self._manager.latest_checkpoint if directory == self.directory
+                else tf.train.latest_checkpoint(directory))
         if path is None:
             return 0
-        self._check_key(missing_ok=False)
+        self._check_key(missing_ok=False, directory=directory)
         self._checkpoint.restore(path).assert_existing_objects_matched()
         self._last_save = time.monotonic()
         return int(self.steps_done.numpy())
 
+    def due(self) -> bool:
+        """Whether ``every_seconds`` have passed since the last save."""
+        return time.monotonic() - self._last_save >= self.every_seconds
+
     def step_done(self, steps_done: int) -> bool:
         """Call after every step with the number of finished steps; saves when
         ``every_seconds`` have passed since the last save. Returns whether it saved."""
-        if time.monotonic() - self._last_save < self.every_seconds:
+        if not self.due():
             return False
         self.save(steps_done)
         return True

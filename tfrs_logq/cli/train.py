@@ -197,6 +197,10 @@ def _run_two_tower(args) -> int:
     from tfrs_logq.towers.training import Examples
 
     config, weight_column = args.flags.model, args.weight_column
+    if config.strategy == "multi-worker":  # before the log is read
+        from tfrs_logq._util.strategy import check_tf_config
+
+        check_tf_config()
     overrides = _with_split(_given_training(args))
     data_config = TrainConfig(**overrides).validate()  # a log's columns, one data source
     if weight_column is not None:

@@ -30,12 +30,12 @@ import numbers
 import typing
 from typing import Any, Literal, Mapping, Optional
 
+from tfrs_logq._util.strategy import STRATEGIES
 from tfrs_logq.corrections import CORRECTIONS, NEGATIVES, LossNameError, parse_loss_name
 from tfrs_logq.pipelines.datasets import DATASETS, ML1M_FORMATS
 from tfrs_logq.pipelines.source import LOG_FORMATS
 from tfrs_logq.pipelines.splits import SPLITS
 
-STRATEGIES = ("auto", "default", "mirrored", "multi-worker", "tpu")
 # "bfloat16": mixed_bfloat16 (CPU, TPU); "float16": mixed_float16 with dynamic loss
 # scaling (GPU). The policy is set for one `train` call and reset afterwards.
 MIXED_PRECISION_POLICIES = ("none", "bfloat16", "float16")

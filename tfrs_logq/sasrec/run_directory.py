@@ -17,6 +17,7 @@ from typing import Optional
 
 from tfrs_logq._util import run_directory as _run_directory
 from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
+from tfrs_logq._util.strategy import is_chief
 from tfrs_logq.sasrec.config import TrainConfig
 
 log = logging.getLogger("tfrs_logq.sasrec.training")
@@ -126,18 +127,11 @@ def worker_directory(model_dir: str, strategy: str = "auto") -> str:
     non-chief worker of a multi-worker cluster (``TF_CONFIG``), which uses
     ``model_dir/worker-TYPE-INDEX``: every worker saves its own checkpoints (the
     collective ops need them all to), and only the chief writes the run's files."""
-    if strategy not in ("auto", "multi-worker"):
+    if strategy not in ("auto", "multi-worker") or is_chief():
         return model_dir
-    try:
-        tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-    except ValueError:
-        return model_dir
-    cluster, task = tf_config.get("cluster"), tf_config.get("task") or {}
-    if not cluster or not task:
-        return model_dir
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
     kind, index = task.get("type", "worker"), int(task.get("index", 0))
-    chief = kind == "chief" or (kind == "worker" and index == 0 and "chief" not in cluster)
-    return model_dir if chief else os.path.join(model_dir, f"{WORKER_PREFIX}{kind}-{index}")
+    return os.path.join(model_dir, f"{WORKER_PREFIX}{kind}-{index}")
 
 
 def _resumed_speed_fields(config: TrainConfig, model_dir: str) -> TrainConfig:

@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.atomic import write_json
+from tfrs_logq._util.strategy import make_strategy
 from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.metrics import popularity_bands
 from tfrs_logq.pipelines.datasets import load_split as load_dataset_split
@@ -74,27 +75,6 @@ from tfrs_logq.sasrec.run_directory import (  # noqa: F401  (re-exported)
 )
 
 log = logging.getLogger("tfrs_logq.sasrec.training")
-
-
-def make_strategy(kind: str = "auto") -> tf.distribute.Strategy:
-    """``auto``: TPUStrategy if a TPU is found, MultiWorkerMirroredStrategy if
-    ``TF_CONFIG`` names a cluster, MirroredStrategy with several GPUs, else the
-    default strategy. Any of ``default``, ``mirrored``, ``multi-worker``, ``tpu``
-    forces that one."""
-    if kind not in STRATEGIES:
-        raise ValueError(f"unknown strategy {kind!r}; expected one of {STRATEGIES}.")
-    if kind == "tpu" or (kind == "auto" and os.environ.get("TPU_NAME")):
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    if kind == "multi-worker" or (kind == "auto" and "cluster" in
-                                  json.loads(os.environ.get("TF_CONFIG", "{}"))):
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    gpus = tf.config.list_logical_devices("GPU")
-    if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
 
 
 def _subsample(arrays: dict, limit: Optional[int], seed: int) -> dict:

@@ -122,6 +122,10 @@ class Plan:
         if self.baseline not in self.losses:
             raise CompareError(f"the baseline {self.baseline!r} is not one of the losses "
                                f"{', '.join(self.losses)}.")
+        if getattr(self.config, "strategy", "default") == "multi-worker":
+            raise CompareError("compare trains its runs in this process: --strategy mirrored "
+                               "spreads each over this machine's devices; a cluster "
+                               "(multi-worker) trains one run, with `train two-tower`.")
         evaluations = len(self.config.eval_steps)
         if not 1 <= self.window <= evaluations:
             raise CompareError(f"`window` (--window) must be in [1, {evaluations}] (the "
@@ -136,6 +140,8 @@ class Plan:
         """What every run of the directory must share (losses and seeds may grow)."""
         config = dataclasses.asdict(self.config)
         config.pop("loss"), config.pop("seed")
+        if config.get("strategy") == "default":  # as the run id: plans made before agree
+            config.pop("strategy"), config.pop("cross_replica_negatives")
         fixed = {"model": self.model, "source": self.source, "window": self.window,
                  "config": config}
         if self.model == "sasrec":

@@ -21,6 +21,8 @@ from tyro.conf import arg
 from tfrs_logq.corrections import LOSS_NAMES, NEGATIVES, LossName, parse_loss_name
 
 OPTIMIZERS = ("adam", "lazy-adam")
+# `tfrs_logq._util.strategy`'s kinds a two-tower run takes (no TPU: untested there).
+STRATEGIES = ("default", "mirrored", "multi-worker")
 LOSSES = LOSS_NAMES
 MAX_EMBEDDING_DIM = 4096
 MAX_HISTORY_LENGTH = 10_000
@@ -42,7 +44,8 @@ class TwoTowerConfig:
     steps: int = 3000
     """training steps (fixed: no early stopping)"""
     batch_size: int = 512
-    """training examples per step (each a target and the history before it)"""
+    """training examples per step, all replicas together (the global batch: each of R
+    replicas takes batch_size / R of it)"""
     embedding_dim: int = 64
     """query and item embedding size"""
     history_length: int = 50
@@ -60,8 +63,21 @@ class TwoTowerConfig:
     history a request sends out of the ranking (a repeat target is then a miss; the gSASRec
     protocol); off, they are ranked (send exclude_history false to serve that way)"""
 
+    strategy: Literal[STRATEGIES] = "default"
+    """``default`` (one device), ``mirrored`` (this machine's devices) or ``multi-worker``
+    (the cluster TF_CONFIG names): docs/scaling.md"""
+    cross_replica_negatives: bool = True
+    """several replicas: negatives from the whole global batch (as on one device); off, from
+    the replica's share"""
+
     def __post_init__(self) -> None:
         parse_loss_name(self.loss, LOSSES)  # the one check of the name
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"`strategy` (--strategy) must be one of {STRATEGIES}, received "
+                             f"{str(self.strategy)[:40]!r}.")
+        if not isinstance(self.cross_replica_negatives, bool):
+            raise ValueError("`cross_replica_negatives` (--cross-replica-negatives) must be "
+                             f"True or False, received {str(self.cross_replica_negatives)[:40]}.")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"`optimizer` (--optimizer) must be one of {OPTIMIZERS}, received "
                              f"{str(self.optimizer)[:40]!r}.")
@@ -92,8 +108,12 @@ class TwoTowerConfig:
 
     @property
     def run_id(self) -> str:
-        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
+        """Every field that changes the result; the distribution fields only off one device
+        (a run id made before they existed stays the same)."""
+        skip = ("strategy", "cross_replica_negatives") if self.strategy == "default" else ()
+        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                        if f.name not in skip)
 
 
 __all__ = ["LOSSES", "MAX_EMBEDDING_DIM", "MAX_HISTORY_LENGTH", "NEGATIVES",
-           "OPTIMIZERS", "TwoTowerConfig"]
+           "OPTIMIZERS", "STRATEGIES", "TwoTowerConfig"]

@@ -9,6 +9,17 @@ inclusion), ``correction`` (`tfrs_logq.corrections`: none / logq-tfrs / logq-off
 corrected), ``batch_size``, ``learning_rate``, ``optimizer``, ``seed``, ``steps``,
 ``eval_at`` and ``run_id``.
 
+Several devices or machines (``strategy``: `tfrs_logq._util.strategy`): every process
+draws the same global batch ``i`` (a function of ``(seed, i)``), each replica takes its
+equal share of the rows, and the step's negatives are drawn from the whole global batch's
+targets (``cross_replica_negatives``, the default; off: from the replica's share), the
+same on every replica, so each replica's loss is its rows of the one-device loss and the
+replicas' summed gradients (tf-keras' optimizers and `LazyAdam` sum them) are the global
+batch's: a run on R replicas follows the one-device run within float rounding. On a
+multi-worker cluster only the chief writes the checkpoint; every worker restores from it
+(they hold the same weights), and the workers agree at each step on whether to save, so a
+cluster restarted after a lost worker resumes every worker at the same step.
+
 Common random numbers: the initial weights come from ``seed`` alone
 (`tf.keras.utils.set_random_seed`), the negatives of step ``i`` from ``(seed, i)``
 alone (stateless ops), and the caller's batches are a function of ``(seed, i)``: two
@@ -26,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfrs_logq._util.step_checkpoint import StepCheckpoint, source_fingerprint
+from tfrs_logq._util.strategy import make_strategy
 from tfrs_logq.lazy_adam import LazyAdam
 from tfrs_logq.proposal import PROPOSAL_KINDS, proposal_log_q_table
 from tfrs_logq.sampling import sample_negatives
@@ -78,15 +90,16 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
           record: Optional[list] = None, checkpoint_dir: Optional[str] = None,
           checkpoint_seconds: float = 120.0,
           on_step: Optional[Callable[[int], None]] = None,
-          on_eval: Optional[Callable[[int, TwoTowerModel, dict], None]] = None
-          ) -> tuple[TwoTowerModel, dict]:
+          on_eval: Optional[Callable[[int, TwoTowerModel, dict], None]] = None,
+          worker_checkpoint_dir: Optional[str] = None) -> tuple[TwoTowerModel, dict]:
     """Trains one spec on ``batches(first_step)`` (its batches from ``first_step`` on:
     ``{"history": [b, L], "target": [b]}`` int64 and optionally ``"weight": [b]`` float32,
     each example's loss weight; batch ``i`` a function of the seed and ``i`` only);
-    returns the model and ``{"seconds_per_step", "resumed_from_step", "diverged"}``
+    returns the model and ``{"seconds_per_step", "resumed_from_step", "diverged", "loss"}``
     (seconds per step of this process, its first step and the saves excluded; NaN when
-    it trained fewer than 2 steps). ``log_q_unigram``: `[V + 1]` float64 unigram ``log Q``
-    by id (the split's training frequencies); the run's proposal's table is built from it
+    it trained fewer than 2 steps; ``loss``: the last step's summed loss, NaN when none
+    ran). ``log_q_unigram``: `[V + 1]` float64 unigram ``log Q`` by id (the split's
+    training frequencies); the run's proposal's table is built from it
     (`tfrs_logq.proposal.proposal_log_q_table`).
 
     ``record``, when a list, receives ``(batch, negatives)`` numpy pairs of every step
@@ -96,44 +109,80 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
     ending exactly as an uninterrupted run. ``on_step(i)`` is called after step ``i``
     (0-based) has finished. ``on_eval(steps, model, timing)`` is called after each of
     ``run.eval_at``'s steps, before the checkpoint may save that step, so a kill never
-    skips an evaluation (``timing`` as returned, so far)."""
-    model = build_model(run)
-    weights, optimizer = tower_weights(model), make_optimizer(run)
-    optimizer.build(weights)  # slots exist before the step is traced (and restored)
+    skips an evaluation (``timing`` as returned, so far). ``worker_checkpoint_dir``: a
+    multi-worker cluster's non-chief worker restores from ``checkpoint_dir`` (the chief's)
+    and saves there."""
+    strategy = make_strategy(getattr(run, "strategy", "default"))
+    replicas = strategy.num_replicas_in_sync
+    distributed = strategy is not tf.distribute.get_strategy()
+    if run.batch_size % replicas:
+        raise ValueError(f"--batch-size {run.batch_size:,} (the global batch) must be a "
+                         f"multiple of the {replicas} replicas in sync.")
+    share = run.batch_size // replicas
+    global_negatives = replicas == 1 or getattr(run, "cross_replica_negatives", True)
+    with strategy.scope():
+        model = build_model(run)
+        weights, optimizer = tower_weights(model), make_optimizer(run)
+        optimizer.build(weights)  # slots exist before the step is traced (and restored)
     checkpoint = None
     first_step = 0
     if checkpoint_dir:
-        checkpoint = StepCheckpoint(checkpoint_dir, checkpoint_key(run), checkpoint_seconds,
+        # On a cluster the chief's directory holds the state every worker restores; the
+        # others write theirs elsewhere (TensorFlow's rule: every worker saves).
+        checkpoint = StepCheckpoint(worker_checkpoint_dir or checkpoint_dir,
+                                    checkpoint_key(run), checkpoint_seconds,
                                     model=model, optimizer=optimizer)
-        first_step = checkpoint.restore()
+        first_step = checkpoint.restore(checkpoint_dir)
+    if distributed:
+        _check_same_first_step(strategy, first_step)
     log_q_table = proposal_log_q_table(
         log_q_unigram, run.proposal, num_items=run.num_items,
         num_uniform=run.num_uniform_negatives, num_in_batch=run.num_in_batch_negatives,
         num_draws=run.batch_size)
     table = tf.constant(np.where(np.isfinite(log_q_table), log_q_table, 0.0), tf.float32)
 
-    @tf.function
-    def step(batch, index):
-        positives = batch["target"]
-        # Stateless: keyed by (seed, step) alone, log Q read from the proposal's table.
-        negatives = sample_negatives(positives, run.seed, index,
+    def replica_step(batch, index, want_save):
+        local = batch
+        if distributed:
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            local = {k: v[replica * share:(replica + 1) * share] for k, v in batch.items()}
+        positives = local["target"]
+        # Stateless: keyed by (seed, step) alone, log Q read from the proposal's table;
+        # drawn from the global batch's targets, the same on every replica.
+        negatives = sample_negatives(batch["target"] if global_negatives else positives,
+                                     run.seed, index,
                                      num_uniform=run.num_uniform_negatives,
                                      num_in_batch=run.num_in_batch_negatives,
                                      num_items=run.num_items, log_q=table)
         # log Q(p) of the positives is read by logq-tfrs alone (the other corrections
         # leave the positive's term uncorrected).
         with tf.GradientTape() as tape:
-            loss = model.retrieval_loss(batch["history"], positives,
+            loss = model.retrieval_loss(local["history"], positives,
                                         tf.gather(table, positives), negatives,
-                                        sample_weight=batch.get("weight"))
+                                        sample_weight=local.get("weight"))
         grads = tape.gradient(loss, weights)
         optimizer.apply_gradients(zip(grads, weights))
-        return loss, negatives.ids, negatives.is_valid
+        if distributed:  # every worker saves when one's clock says so
+            # (a float made here, on the replica's device: a reduced value needs one)
+            want_save = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.cast(want_save, tf.float32)) > 0
+        return loss, negatives.ids, negatives.is_valid, want_save
+
+    @tf.function
+    def step(batch, index, want_save):
+        if not distributed:
+            return replica_step(batch, index, want_save)
+        loss, ids, valid, save = strategy.run(replica_step, args=(batch, index, want_save))
+        first = strategy.experimental_local_results
+        return (strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+                first(ids)[0], first(valid)[0], first(save)[0])
 
     start, saving = time.perf_counter(), 0.0
     loss = tf.constant(float("nan"))
     for i, batch in enumerate(batches(first_step), first_step):
-        loss, neg_ids, neg_valid = step(batch, tf.constant(i, tf.int64))
+        due = checkpoint is not None and checkpoint.due()
+        loss, neg_ids, neg_valid, save_now = step(batch, tf.constant(i, tf.int64),
+                                                  tf.constant(due))
         if record is not None:
             record.append(({k: v.numpy() for k, v in batch.items()},
                            neg_ids.numpy(), neg_valid.numpy()))
@@ -145,11 +194,11 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
             on_eval(i + 1, model, {
                 "seconds_per_step": ((eval_start - start - saving) / timed if timed > 0
                                      else float("nan")),
-                "resumed_from_step": first_step})
+                "resumed_from_step": first_step, "loss": float(loss)})
             saving += time.perf_counter() - eval_start  # not a training step's time
-        if checkpoint is not None and i + 1 < run.steps:
+        if checkpoint is not None and i + 1 < run.steps and bool(save_now):
             saving -= checkpoint.seconds_saving
-            checkpoint.step_done(i + 1)
+            checkpoint.save(i + 1)
             saving += checkpoint.seconds_saving
         if on_step is not None:
             on_step(i)
@@ -162,8 +211,18 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
     finite = bool(np.isfinite(loss.numpy())) or first_step >= run.steps
     finite = finite and all(bool(np.all(np.isfinite(w.numpy()))) for w in weights)
     return model, {"seconds_per_step": per_step, "resumed_from_step": first_step,
-                   "diverged": not finite}
+                   "diverged": not finite, "loss": float(loss.numpy())}
 
+
+def _check_same_first_step(strategy, first_step: int) -> None:
+    """Refuses replicas that restored different steps (a worker read a checkpoint another
+    had not written yet): their steps' collectives would not match."""
+    total = tf.function(lambda: strategy.reduce(
+        tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(first_step, tf.int64)),
+        axis=None))()
+    if int(total) != first_step * strategy.num_replicas_in_sync:
+        raise RuntimeError(f"the workers restored different steps (this one {first_step:,}): "
+                           "start every worker of the cluster again.")
 
 __all__ = ["PROPOSALS", "build_model", "checkpoint_key", "make_optimizer", "make_task",
            "tower_weights", "train_loop"]

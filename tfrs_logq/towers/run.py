@@ -15,6 +15,12 @@ One run of `tfrs_logq.towers.training.train` on a split, its state and results i
 
 A directory holding another run, or this run finished, is refused unless
 ``overwrite``; a second process training into it is refused at once (its lock).
+
+On a multi-worker cluster (``strategy="multi-worker"``, ``TF_CONFIG``) every worker is
+given the same ``model_dir`` (a filesystem they share): the chief writes the run there, as
+one process would; every other worker locks ``model_dir/worker-TYPE-INDEX``, restores
+from the chief's checkpoint, saves its own beside it while training and removes its folder
+when the run has finished, so the directory holds one model.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from typing import Callable, Optional
 
 import numpy as np
@@ -30,6 +37,7 @@ import tensorflow as tf
 from tfrs_logq._util import run_directory as _run_directory
 from tfrs_logq._util.atomic import write_json
 from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
+from tfrs_logq._util.strategy import check_tf_config, is_chief
 from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.pipelines.vocabulary import RUN_ITEMS_FILE, read_run_items, write_run_items
 from tfrs_logq.towers import training
@@ -39,6 +47,7 @@ from tfrs_logq.two_tower import TwoTowerModel
 
 MODEL_KIND = "two-tower"
 WEIGHTS = "final.weights"
+WORKER_PREFIX = "worker-"  # a multi-worker run's other workers' folders
 
 
 def is_two_tower_run(model_dir: str) -> bool:
@@ -59,12 +68,13 @@ def run_record(config: TwoTowerConfig, num_items: int, data: dict) -> dict:
 def _prepare(model_dir: str, record: dict, overwrite: bool) -> str:
     """``"new"`` or ``"resume"`` (see the module docstring), clearing the directory
     first with ``overwrite``."""
-    if overwrite:
-        _run_directory.clear(model_dir)
+    if overwrite:  # a cluster's other workers keep their folders
+        _run_directory.clear(model_dir, keep=lambda name: name.startswith(WORKER_PREFIX))
     config_path = os.path.join(model_dir, _run_directory.CONFIG)
     if not os.path.exists(config_path):
         # config.json is written last: without it, at most a vocabulary and temporaries.
-        _run_directory.check_new(model_dir, lambda name: name == RUN_ITEMS_FILE)
+        _run_directory.check_new(model_dir, lambda name: name == RUN_ITEMS_FILE
+                                 or name.startswith(WORKER_PREFIX))
         return "new"
     try:
         with open(config_path) as f:
@@ -96,9 +106,13 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
         ``overwrite``), or another process is training into it.
     """
     _run_directory.check_not_a_file(model_dir)
+    if config.strategy == "multi-worker":
+        check_tf_config()  # one line before any work
     if examples is None:
         examples = training.Examples(split, config.history_length)
     training.check_trainable(config, split, examples)  # before the directory is made
+    if config.strategy == "multi-worker" and not is_chief():
+        return _train_worker(config, split, model_dir, on_step, checkpoint_seconds, examples)
     os.makedirs(model_dir, exist_ok=True)
     with RunLock(model_dir):
         record = run_record(config, split.num_items, data)
@@ -128,6 +142,21 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
                               checkpoint_seconds=checkpoint_seconds)
         write_json(os.path.join(model_dir, "metrics.json"), last)  # last: finished
         return {**last, "evaluations": evaluations}
+
+
+def _train_worker(config, split, model_dir, on_step, checkpoint_seconds, examples) -> dict:
+    """A non-chief worker's share of a multi-worker run (the module docstring)."""
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    own = os.path.join(model_dir,
+                       f"{WORKER_PREFIX}{task['type']}-{int(task.get('index', 0))}")
+    os.makedirs(own, exist_ok=True)
+    with RunLock(own):
+        last = training.train(config, split, checkpoint_dir=os.path.join(model_dir, "checkpoint"),
+                              on_step=on_step, examples=examples,
+                              checkpoint_seconds=checkpoint_seconds,
+                              worker_checkpoint_dir=os.path.join(own, "checkpoint"))
+    shutil.rmtree(own, ignore_errors=True)  # its state: the chief's holds the run
+    return {**last, "evaluations": []}
 
 
 class TowerEncoder(tf.Module):

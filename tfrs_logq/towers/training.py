@@ -234,16 +234,18 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
           on_eval: Optional[Callable[[dict], None]] = None,
           done: Sequence[int] = (), on_step: Optional[Callable[[int], None]] = None,
           examples: Optional[Examples] = None, checkpoint_seconds: float = 120.0,
-          on_trained: Optional[Callable[[TwoTowerModel], None]] = None) -> dict:
+          on_trained: Optional[Callable[[TwoTowerModel], None]] = None,
+          worker_checkpoint_dir: Optional[str] = None) -> dict:
     """Trains one run and evaluates the test split at ``config.eval_steps``.
 
     Returns the last evaluation: ``{"steps", "recall@k", "ndcg@k", ...,
     "seconds_per_step", "resumed_from_step"}`` with the regime (`positive_share`) added.
     ``on_eval(row)`` receives every evaluation as it is made, the last included, except
     those whose step is in ``done`` (made before a kill). ``checkpoint_dir``: exact
-    resume (`tfrs_logq.towers.loop.train_loop`). ``examples``: the split's `Examples`,
-    to share them between runs. ``on_trained(model)`` receives the trained model before
-    its last evaluation (to save it).
+    resume (`tfrs_logq.towers.loop.train_loop`, as is ``worker_checkpoint_dir``).
+    ``examples``: the split's `Examples`, to share them between runs.
+    ``on_trained(model)`` receives the trained model before its last evaluation (to save
+    it).
     """
     spec = run_spec(config, split.num_items)
     examples = examples or Examples(split, config.history_length)
@@ -265,6 +267,9 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
                 "seconds_per_step": (round(timing["seconds_per_step"], 5)
                                      if np.isfinite(timing["seconds_per_step"]) else None),
                 "resumed_from_step": timing["resumed_from_step"],
+                # the step's training loss, summed over its batch (NaN: none ran here)
+                "train_loss": (timing["loss"] if np.isfinite(timing.get("loss", np.nan))
+                               else None),
                 "train_seconds": round(time.perf_counter() - start, 1)}
 
     def evaluated(steps: int, model: TwoTowerModel, timing: dict) -> None:
@@ -275,7 +280,7 @@ def train(config: TwoTowerConfig, split: Split, checkpoint_dir: Optional[str] = 
                                                      config.steps),
                                log_q, checkpoint_dir=checkpoint_dir,
                                checkpoint_seconds=checkpoint_seconds, on_step=on_step,
-                               on_eval=evaluated)
+                               on_eval=evaluated, worker_checkpoint_dir=worker_checkpoint_dir)
     if on_trained is not None:
         on_trained(model)
     last = measure(config.steps, model, timing)
