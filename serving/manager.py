@@ -1,7 +1,7 @@
 """`ModelManager`: which version of the model is served (TF Serving's ``ServerCore``).
 
 It polls ``model_base_path`` every ``file_system_poll_wait_seconds`` and serves the
-newest integer version that loads. A version that fails to load (a corrupt
+newest integer version on disk that loads. A version that fails to load (a corrupt
 ``saved_model.pb``, a directory without one) is logged once, kept as an error in the
 model's status, and tried again only when its directory changes; the version being
 served keeps serving meanwhile. A version directory must be ASCII digits within int64
@@ -9,6 +9,18 @@ served keeps serving meanwhile. A version directory must be ASCII digits within 
 status as ``END`` with INVALID_ARGUMENT. A swap lets requests in flight finish on the
 version they started with. During a shutdown (`begin_drain`) the served version is
 reported ``UNLOADING``: readiness fails before the ports close.
+
+A served version whose directory is removed is rolled back from, as TF Serving does: the
+newest version left on disk that loads is loaded and swapped in (the removed one answers
+until then, so that no request fails during the swap), and the status, the
+``tfrs_logq_served_version`` metric and requests naming a version follow it. Where no
+version left on disk loads (none left, or only broken ones), the removed version is
+unloaded, as TF Serving unloads a model whose base path holds no version (the base path
+removed too): requests get NOT_FOUND saying the version was removed, readiness
+(``/readyz``, gRPC health) fails, the metric has no served version, and the status lists
+the removed version as ``END`` with NOT_FOUND (beside the broken ones' errors) until a
+version loads again. A base path that is there but cannot be listed (permissions, an I/O
+error) changes nothing: what is served keeps serving, and it is logged once.
 """
 
 from __future__ import annotations
@@ -89,6 +101,10 @@ class ModelManager:
         self._load = load
         self._servable: Optional[Servable] = None
         self._failed: dict = {}  # version -> (fingerprint, VersionStatus)
+        # The served version whose directory was removed with nothing left to load
+        # instead (END, NOT_FOUND), reported until a version is served again.
+        self._removed: Optional[VersionStatus] = None
+        self._unlisted = False  # the base path could not be listed (logged once)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._retired: list = []
@@ -101,12 +117,26 @@ class ModelManager:
 
     def versions_on_disk(self) -> list[int]:
         """The integer version directories under the base path, oldest first (those
-        beyond int64 included: `poll` refuses them)."""
+        beyond int64 included: `poll` refuses them); none where it cannot be listed."""
+        return self._listing() or []
+
+    def _listing(self) -> Optional[list[int]]:
+        """`versions_on_disk`: none where the base path is gone; None where it is there
+        but cannot be listed (permissions, an I/O error)."""
         base = self.options.model_base_path
         try:
             names = os.listdir(base)
-        except OSError:
-            return []
+        except (FileNotFoundError, NotADirectoryError):
+            self._unlisted = False
+            return []  # gone, with every version in it
+        except OSError as exc:
+            if not self._unlisted:
+                self._unlisted = True
+                log.warning("cannot list %s (%s); %s", base, exc,
+                            f"still serving version {self._servable.version}"
+                            if self._servable is not None else "nothing to serve yet")
+            return None
+        self._unlisted = False
         return sorted(int(d) for d in names
                       if _VERSION_DIRECTORY.fullmatch(d) and os.path.isdir(os.path.join(base, d)))
 
@@ -123,15 +153,22 @@ class ModelManager:
         return [v for v in versions if v <= INT64_MAX]
 
     def poll(self) -> None:
-        """Serves the newest version that loads, if it is not served already."""
-        versions = self.versions_on_disk()
+        """Serves the newest version on disk that loads, if it is not served already:
+        a newer one, or an older one when the served version's directory is gone; the
+        served one is unloaded where it is gone and no version left loads."""
+        versions = self._listing()
+        if versions is None:
+            return  # a base path that cannot be listed changes nothing (logged once)
         for version in list(self._failed):
             if version not in versions:
                 del self._failed[version]  # removed: nothing to report any more
+        if self._removed is not None and self._removed.version in versions:
+            self._removed = None  # back on disk: reported as what it is now
         versions = self._refuse_out_of_range(versions)
         current = self._servable
+        gone = current is not None and current.version not in versions
         for version in reversed(versions):
-            if current is not None and version <= current.version:
+            if current is not None and not gone and version <= current.version:
                 return  # what is served is the newest that loads
             path = os.path.join(self.options.model_base_path, str(version))
             fingerprint = _fingerprint(path)
@@ -148,23 +185,48 @@ class ModelManager:
                     version, "END", _error_code(exc), message))
                 log.error("could not load version %d of %s (%s); %s", version,
                           self.options.model_name, message,
-                          f"still serving version {current.version}" if current is not None
-                          else "trying older versions")
+                          f"still serving version {current.version}"
+                          if current is not None and not gone else "trying older versions")
                 continue
             self._failed.pop(version, None)
             with self._lock:
                 old, self._servable = self._servable, servable
+            self._removed = None
+            if gone:
+                log.warning("version %d of %s was removed from %s; rolled back to version %d",
+                            current.version, self.options.model_name,
+                            self.options.model_base_path, version)
             log.info("serving %s version %d", self.options.model_name, version)
             self._notify()
             if old is not None:
-                # Requests already holding `old` finish on it; its batchers stop later.
-                timer = threading.Timer(30.0, old.close)
-                timer.daemon = True
-                timer.start()
-                # Kept to close them at stop(); those already closed are let go.
-                self._retired = [(t, s) for t, s in self._retired if t.is_alive()]
-                self._retired.append((timer, old))
+                self._retire(old)
             return
+        if gone:
+            self._unload(current)
+
+    def _unload(self, removed: Servable) -> None:
+        """The served version's directory is gone and no version left loads: nothing is
+        served, and the status says why."""
+        message = (f"version {removed.version} was removed from the base path and no "
+                   "version left there loads: nothing is served")
+        with self._lock:
+            if self._servable is not removed:
+                return
+            self._servable = None
+        self._removed = VersionStatus(removed.version, "END", "NOT_FOUND", message)
+        log.error("%s: %s (%s)", self.options.model_name, message,
+                  self.options.model_base_path)
+        self._notify()
+        self._retire(removed)
+
+    def _retire(self, old: Servable) -> None:
+        """Requests already holding ``old`` finish on it; its batchers stop later."""
+        timer = threading.Timer(30.0, old.close)
+        timer.daemon = True
+        timer.start()
+        # Kept to close them at stop(); those already closed are let go.
+        self._retired = [(t, s) for t, s in self._retired if t.is_alive()]
+        self._retired.append((timer, old))
 
     def _watch(self) -> None:
         wait = max(0.05, self.options.file_system_poll_wait_seconds)
@@ -183,7 +245,7 @@ class ModelManager:
         self._check_name(model_name, version)
         servable = self._servable
         if servable is None:
-            raise _not_found(model_name, None, ": no version loaded yet")
+            raise _not_found(model_name, None, self._why_none())
         if version is not None and version != servable.version:
             raise _not_found(model_name, version)
         return servable
@@ -223,10 +285,15 @@ class ModelManager:
 
     def status(self, model_name: str, version: Optional[int] = None) -> list[VersionStatus]:
         """The versions' states, newest first: the one served (AVAILABLE) and those that
-        failed to load (END, with their error). NOT_FOUND when there is none to report."""
+        failed to load (END, with their error); where nothing is served because the served
+        version was removed, that version (END, NOT_FOUND). NOT_FOUND when there is none to
+        report."""
         self._check_name(model_name, version)
         servable = self._servable
         out = [failed for _, failed in list(self._failed.values())]  # poll() may change it
+        removed = self._removed
+        if removed is not None and servable is None:
+            out.append(removed)
         if servable is not None:
             out.append(VersionStatus(servable.version,
                                      "UNLOADING" if self.draining else "AVAILABLE"))
@@ -234,9 +301,15 @@ class ModelManager:
         if version is not None:
             out = [s for s in out if s.version == version]
         if not out:
-            raise _not_found(model_name, version,
-                             ": no version loaded yet" if version is None else "")
+            raise _not_found(model_name, version, self._why_none() if version is None else "")
         return out
+
+    def _why_none(self) -> str:
+        """Why no version is served, as NOT_FOUND's message ends."""
+        removed = self._removed
+        if removed is not None and self._servable is None:
+            return f": version {removed.version} was removed and no version on disk loads"
+        return ": no version loaded yet"
 
     def stop(self) -> None:
         """Stops watching; with the servables' batch workers."""
