@@ -578,10 +578,11 @@ def _free_version_path(base: str, version: int) -> str:
 
 def run_queries(encoder, model_dir: str, raw_ids: np.ndarray,
                 count: int = DEFAULT_TUNING_QUERIES, seed: int = 0) -> tuple[np.ndarray, str]:
-    """Query embeddings of a seeded sample of ``count`` validation users of the run's own
-    data (their histories before the validation target), and a line saying so; where the
-    data cannot be loaded (moved, another vocabulary), random histories of the catalog's
-    items instead, with a one-line warning."""
+    """Query embeddings of a seeded sample of ``count`` validation targets of the run's own
+    data (the user's history before each target; the test split's where the split has no
+    validation part), and a line saying so (how many targets of how many users, of which
+    split); where the data cannot be loaded (moved, another vocabulary), random histories
+    of the catalog's items instead, with a one-line warning."""
     from tfrs_logq.pipelines.sequential import left_pad
 
     rng = np.random.default_rng(seed)
@@ -589,12 +590,16 @@ def run_queries(encoder, model_dir: str, raw_ids: np.ndarray,
         split = load_run_split(model_dir)
         if [str(x) for x in split.interactions.raw_items] != [str(x) for x in raw_ids]:
             raise ValueError(f"{split.interactions.source} is not the data the run trained on")
-        part = split.validation if len(split.validation) else split.test
+        name, part = (("validation", split.validation) if len(split.validation)
+                      else ("test", split.test))
         pick = np.sort(rng.choice(len(part), min(count, len(part)), replace=False))
         histories = [split.sequences[u][:n]
                      for u, n in zip(part.users[pick], part.history_lengths[pick])]
-        source = (f"{len(pick):,} validation users of {split.interactions.source} (their "
-                  "histories before the validation target), seed 0")
+        users = len(np.unique(part.users[pick]))  # a user may have several targets
+        source = (f"{len(pick):,} {name} target{'s' if len(pick) != 1 else ''} of "
+                  f"{users:,} user{'s' if users != 1 else ''} of "
+                  f"{split.interactions.source} (the history before each target), "
+                  f"seed {seed}")
     except Exception as exc:  # noqa: BLE001 (any failure to read the data: say it, go on)
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         logger.warning("ScaNN tuning: could not load the run's data (%s); tuning on %d random "
