@@ -95,7 +95,8 @@ def _reference(world, correction, *, hits=False, dedup=False, score_mask=False):
 
 
 def _distributed(strategy, world, correction, *, cross_replica=True, hits=False,
-                 dedup=False, score_mask=False, string_ids=False):
+                 dedup=False, score_mask=False, string_ids=False, dtype=np.float32,
+                 **task_options):
     """Each replica's summed loss, and the replicas' summed gradients of the tables."""
     replicas = world["replicas"]
     ids = world["ids"]
@@ -109,11 +110,11 @@ def _distributed(strategy, world, correction, *, cross_replica=True, hits=False,
     candidate_rows = per_replica(lambda r: r["candidates"])
     masks = per_replica(lambda r: r["score_mask"])
     with strategy.scope():
-        query_table = tf.Variable(world["queries"].astype(np.float32))
-        candidate_table = tf.Variable(world["candidates"].astype(np.float32))
+        query_table = tf.Variable(world["queries"].astype(dtype))
+        candidate_table = tf.Variable(world["candidates"].astype(dtype))
     task = CorrectedRetrieval(correction=correction, remove_accidental_hits=hits,
                               deduplicate_candidates=dedup,
-                              cross_replica_negatives=cross_replica)
+                              cross_replica_negatives=cross_replica, **task_options)
     ids_t, prob_t = tf.constant(ids), tf.constant(world["prob"].astype(np.float32))
     weight_t = tf.constant(world["weight"].astype(np.float32))
 
@@ -128,7 +129,7 @@ def _distributed(strategy, world, correction, *, cross_replica=True, hits=False,
             loss = task(tf.gather(query_table, rows), tf.gather(candidate_table, columns),
                         **kwargs)
         grads = tape.gradient(loss, [query_table, candidate_table])
-        return loss, [tf.convert_to_tensor(g) for g in grads]
+        return loss, [tf.cast(tf.convert_to_tensor(g), tf.float32) for g in grads]
 
     @tf.function
     def run():
@@ -280,3 +281,49 @@ def test_model_fit_under_mirrored_strategy_with_global_negatives(mirrored_strate
         assert untrained_global[key] == untrained_local[key], key
     # More negatives per query: a larger loss before any step.
     assert untrained_global["loss"] > untrained_local["loss"]
+
+
+def _one_device(world, correction, **task_options):
+    """The task itself (no strategy) on the concatenated global batch: per-row losses."""
+    task = CorrectedRetrieval(correction=correction, reduction="none", **task_options)
+    kwargs = dict(candidate_ids=world["ids"], sample_weight=world["weight"].astype(np.float32))
+    if correction != "none":
+        kwargs["candidate_sampling_probability"] = world["prob"].astype(np.float32)
+    return task(world["queries"].astype(np.float32), world["candidates"].astype(np.float32),
+                **kwargs).numpy()
+
+
+@pytest.mark.parametrize("correction, options", [
+    ("corrected", dict(num_hard_negatives=3)),
+    ("logq-tfrs", dict(num_hard_negatives=3, remove_accidental_hits=True)),
+    ("corrected", dict(deduplicate_candidates=True,
+                       sampling_probability="per_draw_to_inclusion")),
+    ("logq-official", dict(temperature=0.5, reduction="sum_over_batch_size")),
+])
+def test_the_tasks_other_options_equal_one_device(mirrored_strategy, correction, options):
+    """Hard negatives, the inclusion proposal of the global batch's draws, a temperature
+    and the global batch's mean: each replica's loss is its rows of the one-device loss."""
+    world = _world((5, 3), (2, 0), seed=3)
+    options = dict(options)
+    hits = options.pop("remove_accidental_hits", False)
+    dedup = options.pop("deduplicate_candidates", False)
+    reduction = options.pop("reduction", "sum")
+    got, _ = _distributed(mirrored_strategy, world, correction, hits=hits, dedup=dedup,
+                          reduction=reduction, **options)
+    rows = _one_device(world, correction, remove_accidental_hits=hits,
+                       deduplicate_candidates=dedup, **options)
+    scale = len(world["queries"]) if reduction == "sum_over_batch_size" else 1
+    expected = [rows[r["queries"]].sum() / scale for r in world["replicas"]]
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
+
+
+def test_half_precision_embeddings_follow_the_float32_reference(mirrored_strategy):
+    """bfloat16 towers (mixed precision): the gather and the scores in bfloat16, the loss
+    in float32, within bfloat16's rounding of the reference."""
+    world = _world((5, 3), (2, 0), seed=4)
+    loss, grad_q, grad_c = _reference(world, "corrected")
+    got, (got_q, got_c) = _distributed(mirrored_strategy, world, "corrected",
+                                       dtype=tf.bfloat16.as_numpy_dtype)
+    expected = [loss[r["queries"]].sum() for r in world["replicas"]]
+    np.testing.assert_allclose(got, expected, rtol=3e-2, atol=3e-2)
+    np.testing.assert_allclose(got_c, grad_c, rtol=5e-2, atol=5e-2)

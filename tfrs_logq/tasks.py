@@ -289,7 +289,11 @@ def cross_replica_candidates(num_queries, candidate_embeddings, *columns,
     def pooled(value):
         if value is None:
             return None
-        return tf.gather(_dense_gradient(context.all_gather(value, axis=0)), rows)
+        dtype = value.dtype
+        if dtype == tf.bfloat16:  # the collectives carry no bfloat16: gathered as float32
+            value = tf.cast(value, tf.float32)
+        gathered = tf.gather(_dense_gradient(context.all_gather(value, axis=0)), rows)
+        return tf.cast(gathered, dtype) if gathered.dtype != dtype else gathered
 
     pool_columns = [pooled(None if c is None else tf.convert_to_tensor(c)) for c in columns]
     if score_mask is not None:
@@ -353,13 +357,15 @@ def proposal_log_q(
     return check_log_q(log_q, name)
 
 
-def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None) -> tf.Tensor:
+def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None,
+                global_batch=None) -> tf.Tensor:
     """Weights and reduces `[num_queries]` losses.
 
     ``"sum"`` sums the replica's examples (TFRS; the replicas' gradients are then
-    summed). ``"sum_over_batch_size"`` divides by the *global* batch size, i.e.
-    the replica's queries times the replicas in sync (as Keras losses do), so
-    the update does not grow with the number of replicas. ``"none"`` returns the
+    summed). ``"sum_over_batch_size"`` divides by the *global* batch size: ``global_batch``
+    when the caller counted it (`cross_replica_candidates` does), else the replica's
+    queries times the replicas in sync (as Keras losses do, `tf.nn.compute_average_loss`),
+    so the update does not grow with the number of replicas. ``"none"`` returns the
     weighted per-example losses.
     """
     if sample_weight is not None:
@@ -370,10 +376,11 @@ def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None) -> t
     total = tf.reduce_sum(per_example)
     if reduction == "sum":
         return total
-    context = tf.distribute.get_replica_context()
-    replicas = context.num_replicas_in_sync if context is not None else 1
-    global_batch = tf.cast(tf.size(per_example) * replicas, per_example.dtype)
-    return total / tf.maximum(global_batch, 1.0)
+    if global_batch is None:
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        global_batch = tf.size(per_example) * replicas
+    return total / tf.maximum(tf.cast(global_batch, per_example.dtype), 1.0)
 
 
 SAMPLING_PROBABILITIES = ("per_draw", "inclusion", "per_draw_to_inclusion")
@@ -760,7 +767,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         metric_candidates = candidate_embeddings
         num_draws = tf.shape(query_embeddings)[0]
         first_occurrence = None
-        if self._gathers_replicas():
+        gathered = self._gathers_replicas()
+        if gathered:
             keys = None
             if candidate_ids is not None:
                 coded_candidate_ids(candidate_ids, num_local_candidates)  # shape checked
@@ -810,7 +818,8 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 scores, log_q, is_negative, self._num_hard_negatives, self._correction,
                 self.proposal)
         if per_example is not None:
-            loss = reduce_loss(per_example, self._reduction, sample_weight)
+            loss = reduce_loss(per_example, self._reduction, sample_weight,
+                               global_batch=num_draws if gathered else None)
 
         update_ops = self._update_metrics(
             loss, scores, log_q, is_negative, query_embeddings, metric_candidates,
