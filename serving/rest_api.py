@@ -240,7 +240,7 @@ class RestApi:
         if self.manager.ready():
             return json_response(200, {"ready": True})
         why = "the server is shutting down" if self.manager.draining else \
-            "no version is loaded yet"
+            "no version is loaded"
         return json_response(503, {"ready": False, "error": why})
 
     async def model_ready(self, request):
@@ -253,7 +253,7 @@ class RestApi:
         if self.manager.ready():
             return json_response(200, {"name": name, "ready": True})
         why = "the server is shutting down" if self.manager.draining else \
-            "no version is loaded yet"
+            "no version is loaded"
         return json_response(503, {"name": name, "ready": False, "error": why})
 
     async def prometheus(self, request):
