@@ -156,3 +156,40 @@ def test_the_export_answers_in_the_logs_ids_as_exact_scoring(log_split, tmp_path
     out = loaded.signatures["serving_default"](history=tf.constant(history))
     np.testing.assert_array_equal(out["item_ids"].numpy(),
                                   module.serving_default(tf.constant(history))["item_ids"])
+
+
+def _scalars(logdir):
+    """``{tag: [(step, value), ...]}`` of a TensorBoard log directory, read by TensorBoard's
+    own event reader."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    accumulator = event_accumulator.EventAccumulator(logdir, size_guidance={"tensors": 0})
+    accumulator.Reload()
+    return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto)))
+                  for e in accumulator.Tensors(tag)]
+            for tag in accumulator.Tags()["tensors"]}
+
+
+def test_tensorboard_logs_every_evaluation_once_across_a_resume(log_split, tmp_path):
+    split, data = log_split
+    model_dir = tmp_path / "run"
+
+    def kill(step):
+        if step == 14:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tower_run.train_run(CONFIG, split, str(model_dir), data, on_step=kill,
+                            checkpoint_seconds=0.0)
+    result = tower_run.train_run(CONFIG, split, str(model_dir), data, checkpoint_seconds=0.0)
+    train, test = _scalars(str(model_dir / "logs" / "train")), \
+        _scalars(str(model_dir / "logs" / "test"))
+    rows = {r["steps"]: r for r in result["evaluations"]}
+    assert [s for s, _ in train["loss"]] == [10, 20, 24]  # step 10 written once
+    for step, value in train["loss"]:
+        assert value == pytest.approx(rows[step]["train_loss"], rel=1e-6)
+    for step, value in test["recall@10"]:
+        assert value == pytest.approx(rows[step]["recall@10"], abs=1e-7)
+    assert {"ndcg@10", "recall@10"} <= set(test)
+    assert [v for _, v in train["learning_rate"]] == pytest.approx([CONFIG.learning_rate] * 3)
+    assert all(v > 0 for _, v in train["steps_per_second"])

@@ -11,7 +11,12 @@ One run of `tfrs_logq.towers.training.train` on a split, its state and results i
 - ``checkpoint/``: the step checkpoint (a killed run goes on from it and ends exactly
   as an uninterrupted one); ``evaluations.json``: the test evaluations so far;
 - ``final.weights.*``: the trained towers, and ``metrics.json``: the last evaluation,
-  both written when the run has finished (``metrics.json`` last).
+  both written when the run has finished (``metrics.json`` last);
+- ``logs/``: TensorBoard's event files, as SASRec's run writes them: ``logs/train`` the
+  training loss, steps per second and learning rate at each evaluation's step,
+  ``logs/test`` the test metrics (``recall@k``, ``ndcg@k``, by popularity band too); a
+  resumed run appends the evaluations it makes, so no step is written twice
+  (``tensorboard --logdir MODEL_DIR``).
 
 A directory holding another run, or this run finished, is refused unless
 ``overwrite``; a second process training into it is refused at once (its lock).
@@ -125,9 +130,12 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
             with open(evaluations_path) as f:
                 evaluations = json.load(f)
 
+        board = _Board(os.path.join(model_dir, "logs"), config.learning_rate)
+
         def evaluated(row: dict) -> None:
             evaluations[:] = [r for r in evaluations if r["steps"] != row["steps"]] + [row]
             write_json(evaluations_path, evaluations)
+            board.write(row)  # after evaluations.json: a kill between loses, never repeats
             if on_eval is not None:
                 on_eval(row)
 
@@ -142,6 +150,31 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
                               checkpoint_seconds=checkpoint_seconds)
         write_json(os.path.join(model_dir, "metrics.json"), last)  # last: finished
         return {**last, "evaluations": evaluations}
+
+
+class _Board:
+    """TensorBoard's event files of a run (the module docstring), written at each
+    evaluation; nothing is opened until the first one."""
+
+    def __init__(self, logdir: str, learning_rate: float) -> None:
+        self.logdir, self.learning_rate, self._writers = logdir, float(learning_rate), None
+
+    def write(self, row: dict) -> None:
+        if self._writers is None:
+            self._writers = {name: tf.summary.create_file_writer(os.path.join(self.logdir, name))
+                             for name in ("train", "test")}
+        step = int(row["steps"])
+        train = {"loss": row.get("train_loss"), "learning_rate": self.learning_rate,
+                 "steps_per_second": (1.0 / row["seconds_per_step"]
+                                      if row.get("seconds_per_step") else None)}
+        test = {k: v for k, v in row.items() if k.startswith(("recall@", "ndcg@"))
+                and isinstance(v, (int, float))}
+        for name, values in (("train", train), ("test", test)):
+            with self._writers[name].as_default():
+                for tag, value in values.items():
+                    if value is not None and np.isfinite(value):
+                        tf.summary.scalar(tag, float(value), step=step)
+            self._writers[name].flush()
 
 
 def _train_worker(config, split, model_dir, on_step, checkpoint_seconds, examples) -> dict:
