@@ -327,3 +327,11 @@ def test_half_precision_embeddings_follow_the_float32_reference(mirrored_strateg
     expected = [loss[r["queries"]].sum() for r in world["replicas"]]
     np.testing.assert_allclose(got, expected, rtol=3e-2, atol=3e-2)
     np.testing.assert_allclose(got_c, grad_c, rtol=5e-2, atol=5e-2)
+
+
+def test_a_float_score_mask_is_refused_as_on_one_device(mirrored_strategy):
+    world = _world((5, 3), (2, 0))
+    for replica in world["replicas"]:
+        replica["score_mask"] = replica["score_mask"].astype(np.float32)
+    with pytest.raises(ValueError, match="`score_mask` must be bool"):
+        _distributed(mirrored_strategy, world, "corrected", score_mask=True)

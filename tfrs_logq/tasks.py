@@ -298,6 +298,8 @@ def cross_replica_candidates(num_queries, candidate_embeddings, *columns,
     pool_columns = [pooled(None if c is None else tf.convert_to_tensor(c)) for c in columns]
     if score_mask is not None:
         score_mask = tf.convert_to_tensor(score_mask)
+        if score_mask.dtype != tf.bool:
+            raise ValueError(f"`score_mask` must be bool, received {score_mask.dtype.name}.")
         mine = tf.logical_and(rows >= starts[replica], rows < starts[replica] + num_candidates)
         local = tf.where(mine, rows - starts[replica], 0)
         score_mask = tf.logical_or(tf.gather(score_mask, local, axis=1),
