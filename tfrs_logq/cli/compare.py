@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from typing import Annotated, Literal, Optional, Union
 
@@ -113,6 +114,15 @@ class CompareFlags(Verbose):
     """results.csv, curves.csv, report.md and the charts go here"""
     max_runs: Annotated[Optional[int], shown("all")] = None
     """train at most N unfinished runs, then stop (a rerun goes on)"""
+    run_index: Annotated[Optional[str], arg(metavar="I"), shown(
+        "JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID where set, else every run")] = None
+    """spread the comparison over --run-count processes sharing --output-dir: this one
+    trains run k of the plan (seed by seed, the losses in order) where k mod N is I
+    (docs/compare.md, Across machines)"""
+    run_count: Annotated[Optional[str], arg(metavar="N"), shown(
+        "TFRS_LOGQ_RUN_COUNT or SLURM_ARRAY_TASK_COUNT where set")] = None
+    """the number of processes sharing the comparison (with --run-index, or a scheduler's
+    index)"""
     json: bool = False
     """print one JSON object (the plan and the results' rows); progress goes to stderr"""
     skip_bad_lines: bool = False
@@ -174,11 +184,21 @@ def run(args) -> int:
         text = report_only(args.output_dir, say=say, margin=margin,
                            primary=(args.primary_metric, args.primary_baseline))
         if args.json:
-            print(json.dumps({"output_dir": args.output_dir, "report": text}))
+            from tfrs_logq.studies._grid import read_rows
+            from tfrs_logq.studies.compare import load_plan, missing_runs
+
+            left = missing_runs(load_plan(args.output_dir),
+                                read_rows(os.path.join(args.output_dir, "results.csv")))
+            print(json.dumps({"output_dir": args.output_dir, "report": text,
+                              "missing": [[loss, seed] for loss, seed in left]}))
         return 0
+    share = _share(args)  # before any work: a bad index or count is one line
     model = MODELS[type(args.flags.model)]
     if model == "tfrs-model":
-        return _run_model_fn(args, say, margin)
+        from tfrs_logq.studies.compare import spread
+
+        with spread(share):  # compare_split reaches run_plan, which reads it
+            return _run_model_fn(args, say, margin)
     given = {k: v for k, v in dataclasses.asdict(args.flags.model).items()
              if k in TwoTowerConfig.__dataclass_fields__ and k not in ("loss", "seed")}
     config = TwoTowerConfig(**given, loss="inbatch-corrected" if model == "sasrec"
@@ -200,7 +220,7 @@ def run(args) -> int:
         data=_data_identity(args, split))
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs,
                        margin=margin, primary=(args.primary_metric, args.primary_baseline),
-                       served_index=_served_index(args))
+                       served_index=_served_index(args), share=share)
     if args.json:
         from tfrs_logq.studies.compare import load_plan
 
@@ -246,6 +266,18 @@ def _run_model_fn(args, say, margin) -> int:
                           "losses": list(plan.losses), "seeds": list(plan.seeds),
                           "results": rows}))
     return 0
+
+
+def _share(args):
+    """This process's share of a comparison spread over processes (`resolve_share`: the
+    flags, else a Kubernetes Indexed Job's or a Slurm array's variables), said in one line
+    on stderr; None: every run here."""
+    from tfrs_logq.studies.compare import resolve_share
+
+    share = resolve_share(args.run_index, args.run_count)
+    if share is not None:
+        print(share.describe(), file=sys.stderr, flush=True)
+    return share
 
 
 def _served_index(args):

@@ -28,24 +28,39 @@ Output directory:
   sentence on how far a served figure can move from the exact one reads it;
 - ``report.md``, ``learning_curves.png``, ``paired.png``;
 - ``runs/``: checkpoints of unfinished runs (a killed run goes on from its last one;
-  a finished run is skipped on rerun).
+  a finished run is skipped on rerun);
+- ``.lock`` (held by a comparison run in one process for its whole time), ``.tables.lock``
+  (held for each write of plan.json, results.csv, curves.csv and served_index.json) and
+  ``.locks/`` (a lock per run, held while it trains).
+
+Across processes (`RunShare`, ``compare --run-index I --run-count N``, or a Kubernetes
+Indexed Job's or a Slurm array's variables: `resolve_share`): run ``k`` of the plan's
+ordered list (`plan_runs`: seed by seed, the losses in order) goes to index ``k mod N``;
+the processes share the directory, each run trained under its own lock (a run held by
+another process is left to it) and every table written under ``.tables.lock``; the process
+that finds every run of the plan done writes the report.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from tfrs_logq._util.atomic import atomic_write, write_json
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
+from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
 from tfrs_logq.corrections import LossNameError, parse_loss_name
 from tfrs_logq.metrics import BANDS, dcg_gain
 from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
@@ -55,6 +70,7 @@ from tfrs_logq.studies._grid import (
     exclusive_output_dir,
     missing,
     read_rows,
+    write_rows,
 )
 from tfrs_logq.towers import training as towers
 from tfrs_logq.towers.config import LOSSES, TwoTowerConfig
@@ -165,6 +181,156 @@ def _sasrec_losses() -> tuple:
     from tfrs_logq.sasrec.config import OBJECTIVES
 
     return tuple(OBJECTIVES)
+
+
+def plan_runs(plan: Plan) -> list[tuple]:
+    """The plan's runs ``(loss, seed)`` in the order a comparison trains them: seed by seed,
+    the losses in the plan's order (`RunShare` deals them out in this order)."""
+    return [(loss, seed) for seed in plan.seeds for loss in plan.losses]
+
+
+RUN_COUNT_VARIABLE = "TFRS_LOGQ_RUN_COUNT"
+"""The variable giving a Kubernetes Indexed Job's count (its ``completions``: Kubernetes sets
+``JOB_COMPLETION_INDEX`` alone) where ``--run-count`` is not given."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunShare:
+    """This process's share of a comparison spread over ``count`` processes: run ``k`` of
+    `plan_runs` goes to index ``k % count``.
+
+    Attributes:
+      index: int. This process's index, in ``[0, count)``.
+      count: int. The processes (at least 1).
+      source: str. Where index and count came from (said on stderr).
+    """
+
+    index: int
+    count: int
+    source: str = "--run-index and --run-count"
+
+    def __post_init__(self) -> None:
+        for name in ("index", "count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise CompareError(f"the run {name} must be an integer, received "
+                                   f"{str(value)[:40]!r} ({self.source}).")
+        if self.count < 1:
+            raise CompareError(f"the run count must be at least 1, received {self.count} "
+                               f"({self.source}).")
+        if not 0 <= self.index < self.count:
+            raise CompareError(f"the run index must be in [0, {self.count - 1}] for a count "
+                               f"of {self.count}, received {self.index} ({self.source}).")
+
+    def runs(self, plan: Plan) -> list[tuple]:
+        """This share's runs ``(loss, seed)``, in the plan's order."""
+        return [run for k, run in enumerate(plan_runs(plan)) if k % self.count == self.index]
+
+    def describe(self) -> str:
+        return (f"compare: run index {self.index} of {self.count} ({self.source}): run k of "
+                f"the plan's list goes to index k mod {self.count}")
+
+
+def _integer(text, what: str) -> int:
+    """``text`` (a flag's or a variable's value) as an integer, else CompareError naming
+    ``what``."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    if not isinstance(text, str) or not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+        shown = text if isinstance(text, str) else repr(text)
+        raise CompareError(f"{what} must be an integer, received {shown[:40]!r}.")
+    return int(text)
+
+
+def resolve_share(run_index=None, run_count=None,
+                  environ: Optional[Mapping[str, str]] = None) -> Optional[RunShare]:
+    """This process's `RunShare`, or None (the whole plan, one process).
+
+    ``run_index`` and ``run_count`` (``--run-index``, ``--run-count``: text or integers)
+    win over the variables; without ``run_index``, the index is a scheduler's:
+    ``JOB_COMPLETION_INDEX`` (a Kubernetes Indexed Job; its count ``run_count``, else
+    ``TFRS_LOGQ_RUN_COUNT``), else ``SLURM_ARRAY_TASK_ID`` (a Slurm array: the index
+    ``(ID - SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP``, the count ``run_count``, else
+    ``SLURM_ARRAY_TASK_COUNT``, else ``(MAX - MIN) / STEP + 1``). ``environ``: the
+    variables (``os.environ`` when None).
+
+    Raises:
+      CompareError: an index without a count (or a count without an index), a value that
+        is not an integer, a count below 1, an index out of range, a Slurm array whose ids
+        are not a range, each in one line naming the flag or variable.
+    """
+    env = os.environ if environ is None else environ
+    if run_index is not None:
+        if run_count is None:
+            raise CompareError("--run-index needs --run-count (the number of processes "
+                               "sharing the comparison).")
+        return RunShare(_integer(run_index, "--run-index"), _integer(run_count, "--run-count"))
+    count_flag = None if run_count is None else _integer(run_count, "--run-count")
+    if "JOB_COMPLETION_INDEX" in env:
+        index = _integer(env["JOB_COMPLETION_INDEX"], "JOB_COMPLETION_INDEX")
+        if count_flag is not None:
+            return RunShare(index, count_flag, f"JOB_COMPLETION_INDEX={index}, --run-count")
+        if RUN_COUNT_VARIABLE not in env:
+            raise CompareError(f"JOB_COMPLETION_INDEX={index} (a Kubernetes Indexed Job) "
+                               f"needs a count: set {RUN_COUNT_VARIABLE} to the Job's "
+                               f"completions, or pass --run-count.")
+        count = _integer(env[RUN_COUNT_VARIABLE], RUN_COUNT_VARIABLE)
+        return RunShare(index, count, f"JOB_COMPLETION_INDEX={index}, "
+                                      f"{RUN_COUNT_VARIABLE}={count}")
+    if "SLURM_ARRAY_TASK_ID" in env:
+        return _slurm_share(env, count_flag)
+    if count_flag is not None:
+        raise CompareError("--run-count needs --run-index (or a scheduler's index: "
+                           "JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID).")
+    return None
+
+
+def _slurm_share(env: Mapping[str, str], count_flag: Optional[int]) -> RunShare:
+    task = _integer(env["SLURM_ARRAY_TASK_ID"], "SLURM_ARRAY_TASK_ID")
+    low = _integer(env.get("SLURM_ARRAY_TASK_MIN", "0"), "SLURM_ARRAY_TASK_MIN")
+    step = _integer(env.get("SLURM_ARRAY_TASK_STEP", "1"), "SLURM_ARRAY_TASK_STEP")
+    if step < 1:
+        raise CompareError(f"SLURM_ARRAY_TASK_STEP must be at least 1, received {step}.")
+    high = (_integer(env["SLURM_ARRAY_TASK_MAX"], "SLURM_ARRAY_TASK_MAX")
+            if "SLURM_ARRAY_TASK_MAX" in env else None)
+    ranged = None if high is None else (high - low) // step + 1
+    if high is not None and (high < low or (high - low) % step):
+        raise CompareError(f"SLURM_ARRAY_TASK_MIN={low}, SLURM_ARRAY_TASK_MAX={high} and "
+                           f"SLURM_ARRAY_TASK_STEP={step} are not a range of array ids.")
+    if task < low or (task - low) % step or (high is not None and task > high):
+        raise CompareError(f"SLURM_ARRAY_TASK_ID={task} is not an id of the array "
+                           f"{low}-{high if high is not None else '?'}:{step}.")
+    index = (task - low) // step
+    shown = f"SLURM_ARRAY_TASK_ID={task}, SLURM_ARRAY_TASK_MIN={low}"
+    if count_flag is not None:
+        return RunShare(index, count_flag, f"{shown}, --run-count")
+    if "SLURM_ARRAY_TASK_COUNT" in env:
+        count = _integer(env["SLURM_ARRAY_TASK_COUNT"], "SLURM_ARRAY_TASK_COUNT")
+        if ranged is not None and count != ranged:
+            raise CompareError(f"SLURM_ARRAY_TASK_COUNT={count} tasks are not the ids "
+                               f"{low}-{high}:{step} (an array given as a list, such as "
+                               f"--array=1,3,7): give --array a range (0-{count - 1}), or "
+                               f"pass --run-index and --run-count.")
+        return RunShare(index, count, f"{shown}, SLURM_ARRAY_TASK_COUNT={count}")
+    if ranged is None:
+        raise CompareError(f"SLURM_ARRAY_TASK_ID={task} needs a count: "
+                           f"SLURM_ARRAY_TASK_COUNT or SLURM_ARRAY_TASK_MAX, or --run-count.")
+    return RunShare(index, ranged, f"{shown}, SLURM_ARRAY_TASK_MAX={high}")
+
+
+_SHARE: contextvars.ContextVar = contextvars.ContextVar("compare_share", default=None)
+
+
+@contextlib.contextmanager
+def spread(share: Optional[RunShare]) -> Iterator[None]:
+    """`run_plan` calls in the block that are given no ``share`` train ``share``'s runs
+    (for a caller that reaches `run_plan` through another function, such as
+    `tfrs_logq.studies.user_model.compare_split`)."""
+    token = _SHARE.set(share)
+    try:
+        yield
+    finally:
+        _SHARE.reset(token)
 
 
 def metric_names(rows: Sequence[dict]) -> list[str]:
@@ -292,18 +458,30 @@ def _plan_of(saved: dict, path: str) -> Plan:
 def report_only(output_dir: str, say: Callable[[str], None] = print,
                 margin=None, primary: Optional[tuple] = None) -> str:
     """Rebuilds ``report.md`` and the charts from ``output_dir``'s ``results.csv`` and
-    ``curves.csv`` (no training)."""
+    ``curves.csv`` (no training), under the lock of the directory's tables (a comparison
+    spread over processes may be writing them). Where runs of the plan have no row yet,
+    the report is provisional (it says so first) and ``say`` names them, ``(loss,
+    seed)``."""
     from tfrs_logq.studies.compare_report import check_results, write_report
 
     plan = load_plan(output_dir)
     path = os.path.join(output_dir, "results.csv")
-    rows = read_rows(path)
-    check_results(rows, path)
-    if not rows:
-        raise CompareError(f"{output_dir}/results.csv holds no finished run: nothing to "
-                           f"report.")
-    return write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
-                        output_dir, say=say, margin=margin, **_primary(primary))
+    with _tables(output_dir):
+        plan = load_plan(output_dir)  # as it is now that no process writes it
+        rows = read_rows(path)
+        check_results(rows, path)
+        if not rows:
+            raise CompareError(f"{output_dir}/results.csv holds no finished run: nothing to "
+                               f"report.")
+        left = missing_runs(plan, rows)
+        if left:
+            say(f"compare: partial report: {len(left)} of the plan's {len(plan_runs(plan))} "
+                f"runs have no row in results.csv yet: "
+                + ", ".join(f"({loss}, {seed})" for loss, seed in left[:20])
+                + (f" and {len(left) - 20} more" if len(left) > 20 else "")
+                + "; the report is provisional until they finish")
+        return write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
+                            output_dir, say=say, margin=margin, **_primary(primary))
 
 
 def _primary(primary: Optional[tuple]) -> dict:
@@ -515,11 +693,13 @@ def _duplicates(split: Split) -> dict:
 def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], None] = print,
                 max_runs: Optional[int] = None, margin=None,
                 primary: Optional[tuple] = None,
-                served_index: Optional[ServedIndex] = None) -> list[dict]:
+                served_index: Optional[ServedIndex] = None,
+                share: Optional[RunShare] = None) -> list[dict]:
     """Trains the plan's unfinished runs into ``output_dir`` (seed by seed, so that an
     interrupted comparison holds whole pairs), then writes the report. Returns the rows
-    of results.csv. One process per directory (`RunLock`). ``served_index``: `run_plan`'s
-    hook (None: the served index is not measured)."""
+    of results.csv. One process per directory (`RunLock`), unless ``share``: this
+    process's `RunShare` of a comparison spread over processes (`run_plan`).
+    ``served_index``: `run_plan`'s hook (None: the served index is not measured)."""
     if plan.model == "sasrec" and split.interactions.weight is not None:
         raise CompareError("a weight column weights the loss of compare two-tower only; "
                            "SASRec trains unweighted: leave out --weight-column.")
@@ -574,7 +754,7 @@ def run_compare(plan: Plan, split: Split, output_dir: str, say: Callable[[str], 
     else:
         trainer = _two_tower_trainer(plan, split, examples)
     return run_plan(plan, output_dir, trainer, say=say, max_runs=max_runs, margin=margin,
-                    primary=primary, served_index=served_index)
+                    primary=primary, served_index=served_index, share=share)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -649,12 +829,14 @@ def _two_tower_trainer(plan: Plan, split: Split, examples: Examples) -> Trainer:
 def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
              say: Callable[[str], None] = print, max_runs: Optional[int] = None,
              margin=None, primary: Optional[tuple] = None,
-             served_index: Optional[ServedIndex] = None) -> list[dict]:
+             served_index: Optional[ServedIndex] = None,
+             share: Optional[RunShare] = None) -> list[dict]:
     """Trains the plan's unfinished runs with ``trainer`` into ``output_dir`` (seed by
     seed, so that an interrupted comparison holds whole pairs), then writes the report;
-    returns the rows of results.csv. Holds the directory's lock (one process per
-    directory) and refuses a directory of another plan (``plan.json``). `run_compare`
-    runs the built-in models through it, `tfrs_logq.studies.user_model` a user's own.
+    returns the rows of results.csv. Without a ``share``, holds the directory's lock (one
+    such process per directory); refuses a directory of another plan (``plan.json``).
+    `run_compare` runs the built-in models through it, `tfrs_logq.studies.user_model` a
+    user's own.
 
     ``served_index``: ``served_index(item_embeddings, query_embeddings, ks) -> record``,
     called after each run of the first seed that the trainer gives its vectors
@@ -663,11 +845,22 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
     record (``kind``, ``parameters``, ``recall`` by k against exact top-k, ...:
     `tfrs_logq.serving.served_recall.served_recall` measures the index ``tfrs-logq export
     --index auto`` builds) goes to ``served_index.json`` (`record_served`) and the report
-    says in one sentence how far a served figure can move. None: nothing is measured."""
+    says in one sentence how far a served figure can move. None: nothing is measured.
+
+    ``share`` (None: the one `spread` set, if any): this process trains the runs of its
+    `RunShare` alone, the directory shared with the other processes of the comparison
+    (no directory lock: a lock per run, and one for each table's write); results.csv keeps
+    the plan's order; the report is written where every run of the plan is done and
+    report.md is missing or older than results.csv, else the runs left are said."""
+    share = share if share is not None else _SHARE.get()
     check_output_dir(output_dir)
     plan = check_output_dir_contents(plan, output_dir)  # before anything is written
+    if share is not None:
+        return _run_share(plan, output_dir, trainer, say, max_runs, margin, primary,
+                          served_index, share)
     with exclusive_output_dir(output_dir):
-        plan = _check_plan(plan, output_dir)
+        with _tables(output_dir):
+            plan = _check_plan(plan, output_dir)
         _run_all(plan, output_dir, trainer, say, max_runs, served_index)
         rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows:
@@ -678,16 +871,110 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
     return rows
 
 
+def _run_share(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs, margin,
+               primary, served_index, share: RunShare) -> list[dict]:
+    os.makedirs(output_dir, exist_ok=True)
+    with _tables(output_dir):
+        plan = _check_plan(plan, output_dir)
+    _run_all(plan, output_dir, trainer, say, max_runs, served_index, share)
+    results = os.path.join(output_dir, "results.csv")
+    with _tables(output_dir):  # what is left now, the other processes' runs counted
+        plan = _check_plan(plan, output_dir, write=False)
+        rows = read_rows(results)
+        left = missing_runs(plan, rows)
+        if left:
+            total = len(plan_runs(plan))
+            say(f"compare: index {share.index}'s runs are done or held elsewhere; {len(left)} "
+                f"of the plan's {total} runs remain: "
+                + ", ".join(f"{loss} seed {seed}" for loss, seed in left[:10])
+                + (f" and {len(left) - 10} more" if len(left) > 10 else "")
+                + " (the process that finishes the last writes report.md; `tfrs-logq "
+                  f"compare --report-only --output-dir {output_dir}` reports those done)")
+            return rows
+        report = os.path.join(output_dir, "report.md")
+        if os.path.exists(report) and os.stat(report).st_mtime_ns >= os.stat(
+                results).st_mtime_ns:
+            say(f"compare: every run of the plan is done and {report} is up to date "
+                f"(`tfrs-logq compare --report-only` rebuilds it)")
+            return rows
+        from tfrs_logq.studies.compare_report import write_report
+
+        say("compare: every run of the plan is done: writing the report")
+        write_report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
+                     output_dir, say=say, margin=margin, **_primary(primary))
+    return rows
+
+
+def missing_runs(plan: Plan, rows: Sequence[dict]) -> list[tuple]:
+    """The plan's runs ``(loss, seed)`` without a row in ``rows`` (results.csv's), in the
+    plan's order."""
+    done = {(r["loss"], int(r["seed"])) for r in rows}
+    return [run for run in plan_runs(plan) if run not in done]
+
+
+TABLES_LOCK = ".tables.lock"
+RUN_LOCKS = ".locks"
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _tables(output_dir: str) -> Iterator[None]:
+    """Holds ``output_dir``'s ``.tables.lock`` (waiting for it) for a read and write of
+    its tables: two processes sharing the directory never lose each other's rows. A
+    filesystem that cannot lock: a warning, and the block runs."""
+    lock = ExclusiveLock(os.path.join(output_dir, TABLES_LOCK), wait=True)
+    try:
+        lock.acquire()
+    except LockUnsupported as error:
+        log.warning("cannot lock %s (%s): this filesystem has no flock, so processes "
+                    "sharing the directory may overwrite each other's rows",
+                    lock.path, error.strerror)
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _claim(output_dir: str, key: str):
+    """The lock of the run ``key`` (``.locks/`` in ``output_dir``, never removed), taken,
+    or `LockHeld` (another process trains it); None where the filesystem cannot lock."""
+    os.makedirs(os.path.join(output_dir, RUN_LOCKS), exist_ok=True)
+    name = os.path.basename(_run_dir(output_dir, key))
+    lock = ExclusiveLock(os.path.join(output_dir, RUN_LOCKS, name + ".lock"), wait=False)
+    try:
+        return lock.acquire()
+    except LockUnsupported:
+        return None
+    except LockHeld as held:
+        return held
+
+
+def _append_result(path: str, row: dict, plan: Plan, in_plan_order: bool) -> None:
+    """Appends ``row`` to results.csv (atomically), in the plan's order where
+    ``in_plan_order`` (a comparison spread over processes finishes runs in any order)."""
+    rows = read_rows(path) + [row]
+    if in_plan_order:
+        order = {run: k for k, run in enumerate(plan_runs(plan))}
+        rows.sort(key=lambda r: order.get((r["loss"], int(r["seed"])), len(order)))
+    write_rows(path, rows)
+
+
 def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
-             served_index: Optional[ServedIndex] = None) -> None:
+             served_index: Optional[ServedIndex] = None,
+             share: Optional[RunShare] = None) -> None:
     results_path = os.path.join(output_dir, "results.csv")
-    curves_path = os.path.join(output_dir, "curves.csv")
-    done = {(r["loss"], int(r["seed"])) for r in read_rows(results_path)}
-    todo = missing([(loss, seed) for seed in plan.seeds for loss in plan.losses], done,
-                   lambda loss_seed: [loss_seed])
+
+    def done() -> set:
+        return {(r["loss"], int(r["seed"])) for r in read_rows(results_path)}
+
+    runs = plan_runs(plan) if share is None else share.runs(plan)
+    todo = missing(runs, done(), lambda loss_seed: [loss_seed])
     total = len(plan.losses) * len(plan.seeds)
-    say(f"compare: {total} runs ({len(plan.losses)} losses x {len(plan.seeds)} seeds) of "
-        f"{plan.config.steps:,} steps; {total - len(todo)} already in {output_dir}, "
+    mine = "" if share is None else f"index {share.index} of {share.count}: {len(runs)} of "
+    say(f"compare: {mine}{total} runs ({len(plan.losses)} losses x {len(plan.seeds)} seeds) "
+        f"of {plan.config.steps:,} steps; {len(runs) - len(todo)} already in {output_dir}, "
         f"{len(todo)} to train")
     if max_runs is not None:
         todo = todo[:max_runs]
@@ -696,41 +983,61 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
     say(trainer.catalog)
     pace: dict = {}
     for number, (loss, seed) in enumerate(todo, 1):
-        run_start = time.perf_counter()
-        run_dir = _run_dir(output_dir, trainer.key(loss, seed))
-        old = [r for r in read_rows(curves_path)
-               if r["loss"] == loss and int(r["seed"]) == seed]
-        say(f"run {number}/{len(todo)}: {loss}, seed {seed}")
-        evaluations = list(old)
+        claim = _claim(output_dir, trainer.key(loss, seed))
+        if isinstance(claim, LockHeld):
+            say(f"run {number}/{len(todo)}: {loss}, seed {seed} is being trained by "
+                f"{describe_holder(claim.holder)}: left to it")
+            continue
+        try:
+            if (loss, seed) in done():  # finished by another process since
+                say(f"run {number}/{len(todo)}: {loss}, seed {seed} finished elsewhere")
+                continue
+            _train_run(plan, output_dir, trainer, say, served_index, share, pace, loss,
+                       seed, number, len(todo))
+        finally:
+            if claim is not None:
+                claim.release()
 
-        def on_eval(row: dict, loss=loss, seed=seed, evaluations=evaluations,
-                    number=number) -> None:
-            _evaluation_pace(plan, number, len(todo), pace, say)
-            full = {"loss": loss, "seed": seed, **row}
-            evaluations.append(full)
+
+def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index, share,
+               pace: dict, loss: str, seed: int, number: int, runs: int) -> None:
+    results_path = os.path.join(output_dir, "results.csv")
+    curves_path = os.path.join(output_dir, "curves.csv")
+    run_start = time.perf_counter()
+    run_dir = _run_dir(output_dir, trainer.key(loss, seed))
+    old = [r for r in read_rows(curves_path) if r["loss"] == loss and int(r["seed"]) == seed]
+    say(f"run {number}/{runs}: {loss}, seed {seed}")
+    evaluations = list(old)
+
+    def on_eval(row: dict) -> None:
+        _evaluation_pace(plan, number, runs, pace, say)
+        full = {"loss": loss, "seed": seed, **row}
+        evaluations.append(full)
+        with _tables(output_dir):
             append_row(curves_path, full)
-            say(f"  step {int(row['steps']):,}: " + _evaluation_words(row))
+        say(f"  step {int(row['steps']):,}: " + _evaluation_words(row))
 
-        def on_step(i: int, number=number) -> None:
-            _progress(i, plan.config.steps, number, len(todo), pace, say)
+    def on_step(i: int) -> None:
+        _progress(i, plan.config.steps, number, runs, pace, say)
 
-        row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
-        ranks = row.pop(FINAL_RANKS, None)
-        embeddings = row.pop(FINAL_EMBEDDINGS, None)
-        ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
-        if ranks is not None and trainer.test_users is not None \
-                and len(ranks) == len(trainer.test_users):
-            save_hits(hits_path(output_dir, loss, seed), trainer.test_users, ranks, ks)
-        else:  # its comparisons use the seeds alone (the report says so)
-            say(f"  no hits per test user saved for {loss} seed {seed}")
-        append_row(results_path, row)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if served_index is not None and seed == plan.seeds[0]:
-            _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
-        if number < len(todo):  # the measured run, evaluations included: SASRec's estimate
-            took = (time.perf_counter() - run_start) / 60
-            say(f"  run {number} took {took:.1f} min: about {took * (len(todo) - number):.1f} "
-                f"min for the {len(todo) - number} run(s) left")
+    row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
+    ranks = row.pop(FINAL_RANKS, None)
+    embeddings = row.pop(FINAL_EMBEDDINGS, None)
+    ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
+    if ranks is not None and trainer.test_users is not None \
+            and len(ranks) == len(trainer.test_users):
+        save_hits(hits_path(output_dir, loss, seed), trainer.test_users, ranks, ks)
+    else:  # its comparisons use the seeds alone (the report says so)
+        say(f"  no hits per test user saved for {loss} seed {seed}")
+    with _tables(output_dir):
+        _append_result(results_path, row, plan, in_plan_order=share is not None)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if served_index is not None and seed == plan.seeds[0]:
+        _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
+    if number < runs:  # the measured run, evaluations included: SASRec's estimate
+        took = (time.perf_counter() - run_start) / 60
+        say(f"  run {number} took {took:.1f} min: about {took * (runs - number):.1f} "
+            f"min for the {runs - number} run(s) left")
 
 
 def _measure_served(served_index: ServedIndex, output_dir: str, loss: str, seed: int,
@@ -748,7 +1055,8 @@ def _measure_served(served_index: ServedIndex, output_dir: str, loss: str, seed:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         say(f"  served index not measured for {loss} seed {seed}: {reason}")
         return
-    record_served(output_dir, loss, seed, record)
+    with _tables(output_dir):  # the other losses' records, another process's too, stay
+        record_served(output_dir, loss, seed, record)
     recall = ", ".join(f"recall@{k} {float(r):.3f}" for k, r in
                        sorted((record.get("recall") or {}).items(), key=lambda kv: int(kv[0])))
     said = record.get("description") or f"{record.get('kind')}, {recall} of the exact top-k"
@@ -888,7 +1196,8 @@ def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> No
 
 
 __all__ = ["CompareError", "FINAL_EMBEDDINGS", "FINAL_RANKS", "LOSSES", "MAX_SEED", "MODELS",
-           "Plan", "SERVED_INDEX", "ServedIndex", "TFRS_MODEL_LOSSES", "Trainer", "band_names",
-           "check_output_dir_contents", "final_evaluation", "load_plan", "load_served",
-           "metric_names", "read_plan_json", "record_served", "report_only",
-           "split_fingerprint", "run_compare", "run_plan", "window_row"]
+           "Plan", "RUN_COUNT_VARIABLE", "RunShare", "SERVED_INDEX", "ServedIndex",
+           "TFRS_MODEL_LOSSES", "Trainer", "band_names", "check_output_dir_contents",
+           "final_evaluation", "load_plan", "load_served", "metric_names", "missing_runs",
+           "plan_runs", "read_plan_json", "record_served", "report_only", "resolve_share",
+           "split_fingerprint", "spread", "run_compare", "run_plan", "window_row"]
