@@ -6,6 +6,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # TFRS needs Keras 2; tfrs_logq sets it too
+# A scheduler's array index would split every comparison the tests run (compare's run share).
+for _name in ("JOB_COMPLETION_INDEX", "TFRS_LOGQ_RUN_COUNT", "SLURM_ARRAY_TASK_ID",
+              "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+              "SLURM_ARRAY_TASK_STEP", "TF_CONFIG"):
+    os.environ.pop(_name, None)
 
 import tensorflow as tf  # noqa: E402
 
