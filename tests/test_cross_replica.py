@@ -3,9 +3,9 @@ on 2 and 4 logical CPUs: each replica's loss is its rows of the one-device loss 
 concatenated global batch, and the replicas' summed gradients are that batch's, for every
 correction, against the paper's formulas in numpy (tests/reference.py): replicas of
 different batch sizes, extra negatives on some, ids (integers and strings) shared across
-replicas so that accidental hits and deduplication cross them, a score mask on each
-replica's own candidates. Without the option each replica keeps its own negatives, as in
-stock TFRS.
+replicas so that accidental hits and deduplication cross them. A score mask, which can
+only speak of one replica's candidates, is refused. Without the option each replica keeps
+its own negatives, as in stock TFRS.
 """
 
 import warnings
@@ -145,8 +145,8 @@ CASES = [
     dict(),
     dict(hits=True),
     dict(dedup=True, hits=True),
-    dict(score_mask=True, string_ids=True),
-    dict(dedup=True, score_mask=True, string_ids=True, hits=True),
+    dict(string_ids=True),
+    dict(dedup=True, string_ids=True, hits=True),
 ]
 
 
@@ -329,9 +329,23 @@ def test_half_precision_embeddings_follow_the_float32_reference(mirrored_strateg
     np.testing.assert_allclose(got_c, grad_c, rtol=5e-2, atol=5e-2)
 
 
-def test_a_float_score_mask_is_refused_as_on_one_device(mirrored_strategy):
+def test_a_score_mask_is_refused_with_global_negatives(mirrored_strategy):
+    """A mask of one replica's candidates cannot say which of the others' to drop (the
+    sampled-negatives pattern masks the other rows' positives: kept, they would be silent
+    extra negatives)."""
     world = _world((5, 3), (2, 0))
-    for replica in world["replicas"]:
-        replica["score_mask"] = replica["score_mask"].astype(np.float32)
-    with pytest.raises(ValueError, match="`score_mask` must be bool"):
+    with pytest.raises(ValueError, match="`score_mask` with cross_replica_negatives=True"):
         _distributed(mirrored_strategy, world, "corrected", score_mask=True)
+    # Without the option the mask applies to the replica's own candidates, as on one device.
+    got, _ = _distributed(mirrored_strategy, world, "corrected", score_mask=True,
+                          cross_replica=False)
+    assert np.isfinite(got).all()
+
+
+def test_float_ids_are_compared_by_value_across_replicas(mirrored_strategy):
+    world = _world((5, 3), (2, 0), seed=5)
+    loss = _reference(world, "corrected")[0]
+    world["ids"] = world["ids"].astype(np.float32) / 4  # the same equalities
+    got, _ = _distributed(mirrored_strategy, world, "corrected")
+    np.testing.assert_allclose(got, [loss[r["queries"]].sum() for r in world["replicas"]],
+                               rtol=2e-5, atol=2e-5)

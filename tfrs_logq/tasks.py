@@ -208,7 +208,7 @@ def replicas_in_sync() -> int:
 
 def global_candidate_ids(candidate_ids) -> tf.Tensor:
     """`[num_candidates]` int64 keys that are equal on every replica exactly where the ids are:
-    integers as they are, strings by their 64-bit fingerprint
+    integers as they are, floats by their bits, strings by their 64-bit fingerprint
     (`tf.strings.to_hash_bucket_fast`, as the hashed frequency estimators key them; two
     distinct strings of one global batch collide with probability about ``n^2 / 2^64``).
     `coded_candidate_ids`' codes are the order of first appearance in one replica's batch,
@@ -218,8 +218,10 @@ def global_candidate_ids(candidate_ids) -> tf.Tensor:
         ids = tf.reshape(ids, [-1])
     if ids.dtype == tf.string:
         return tf.strings.to_hash_bucket_fast(ids, (1 << 63) - 1)
+    if ids.dtype.is_floating:  # equal exactly where the values are (0.0 is -0.0)
+        return tf.bitcast(tf.cast(ids, tf.float64) + 0.0, tf.int64)
     if not ids.dtype.is_integer:
-        raise ValueError(f"`candidate_ids` must be integers or strings, received "
+        raise ValueError(f"`candidate_ids` must be numbers or strings, received "
                          f"{ids.dtype.name}.")
     return tf.cast(ids, tf.int64)
 
@@ -568,8 +570,9 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         weight ``1 - P`` and the accidental hits are those of the global pool; each
         replica's loss is then exactly its rows of the one-device loss on the concatenated
         global batch, and the replicas' summed gradients are that batch's. String ids are
-        compared by their 64-bit fingerprint; ``score_mask`` covers the replica's own
-        candidates (the others' are masked by id only). Factorized metrics are unchanged;
+        compared by their 64-bit fingerprint; ``score_mask`` is refused (a mask of one
+        replica's candidates cannot say which of the others' to drop). Factorized metrics
+        are unchanged;
         batch metrics see the global pool. Not on TPUs (replicas' batches of different
         sizes). Defaults to False (TFRS's behaviour: each replica's own negatives).
     """
@@ -771,6 +774,12 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         first_occurrence = None
         gathered = self._gathers_replicas()
         if gathered:
+            if score_mask is not None:
+                raise ValueError(
+                    "`score_mask` with cross_replica_negatives=True: a mask of this replica's "
+                    "candidates says nothing of the other replicas' (their rows' positives, "
+                    "their copies of shared negatives); pass shared negatives as candidates "
+                    "without a mask, or cross_replica_negatives=False.")
             keys = None
             if candidate_ids is not None:
                 coded_candidate_ids(candidate_ids, num_local_candidates)  # shape checked

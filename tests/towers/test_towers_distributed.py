@@ -222,3 +222,22 @@ def test_two_worker_processes_follow_the_one_process_run_and_survive_a_lost_work
     np.testing.assert_allclose(_curve(killed), _curve(whole), rtol=1e-6)
     for a, b in zip(_weights(killed), _weights(whole)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_each_replicas_own_negatives_are_drawn_from_its_share(log_split, mirrored_strategy):
+    """Off, a replica's in-batch draw is its share's (16 of the global 32), and the
+    mixture's uniform share of the proposal counts those draws."""
+    from tfrs_logq.towers import loop, training
+
+    split, _ = log_split
+    examples = training.Examples(split, CONFIG.history_length)
+    for cross, in_batch in ((True, 32), (False, 16)):
+        config = dataclasses.replace(CONFIG, strategy="mirrored", steps=2,
+                                     cross_replica_negatives=cross)
+        record = []
+        loop.train_loop(training.run_spec(config, split.num_items),
+                        examples.batches(config.seed, config.batch_size, config.steps),
+                        split.train_log_q(), record=record)
+        _, ids, valid = record[0]
+        assert len(ids) == CONFIG.num_negatives + in_batch
+        assert valid[CONFIG.num_negatives:].sum() <= in_batch

@@ -120,6 +120,10 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
                          f"multiple of the {replicas} replicas in sync.")
     share = run.batch_size // replicas
     global_negatives = replicas == 1 or getattr(run, "cross_replica_negatives", True)
+    # In-batch draws: the global batch's, or the replica's share's own (and the mixture's
+    # uniform share of the proposal with them).
+    num_in_batch = run.num_in_batch_negatives if global_negatives else min(
+        run.num_in_batch_negatives, share)
     with strategy.scope():
         model = build_model(run)
         weights, optimizer = tower_weights(model), make_optimizer(run)
@@ -137,7 +141,7 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
         _check_same_first_step(strategy, first_step)
     log_q_table = proposal_log_q_table(
         log_q_unigram, run.proposal, num_items=run.num_items,
-        num_uniform=run.num_uniform_negatives, num_in_batch=run.num_in_batch_negatives,
+        num_uniform=run.num_uniform_negatives, num_in_batch=num_in_batch,
         num_draws=run.batch_size)
     table = tf.constant(np.where(np.isfinite(log_q_table), log_q_table, 0.0), tf.float32)
 
@@ -152,7 +156,7 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
         negatives = sample_negatives(batch["target"] if global_negatives else positives,
                                      run.seed, index,
                                      num_uniform=run.num_uniform_negatives,
-                                     num_in_batch=run.num_in_batch_negatives,
+                                     num_in_batch=num_in_batch,
                                      num_items=run.num_items, log_q=table)
         # log Q(p) of the positives is read by logq-tfrs alone (the other corrections
         # leave the positive's term uncorrected).
@@ -216,12 +220,16 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
 
 def _check_same_first_step(strategy, first_step: int) -> None:
     """Refuses replicas that restored different steps (a worker read a checkpoint another
-    had not written yet): their steps' collectives would not match."""
-    total = tf.function(lambda: strategy.reduce(
-        tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(first_step, tf.int64)),
-        axis=None))()
-    if int(total) != first_step * strategy.num_replicas_in_sync:
-        raise RuntimeError(f"the workers restored different steps (this one {first_step:,}): "
+    had not written yet): their steps' collectives would not match. Every replica sees
+    every replica's step, so all of them refuse."""
+    def steps():
+        return tf.distribute.get_replica_context().all_gather(
+            tf.constant([first_step], tf.int64), axis=0)
+
+    seen = strategy.experimental_local_results(tf.function(lambda: strategy.run(steps))())[0]
+    low, high = int(tf.reduce_min(seen)), int(tf.reduce_max(seen))
+    if low != high:
+        raise RuntimeError(f"the workers restored different steps ({low:,} to {high:,}): "
                            "start every worker of the cluster again.")
 
 __all__ = ["PROPOSALS", "build_model", "checkpoint_key", "make_optimizer", "make_task",

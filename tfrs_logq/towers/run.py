@@ -184,6 +184,9 @@ def _train_worker(config, split, model_dir, on_step, checkpoint_seconds, example
                        f"{WORKER_PREFIX}{task['type']}-{int(task.get('index', 0))}")
     os.makedirs(own, exist_ok=True)
     with RunLock(own):
+        # Its saves are never read (it restores from the chief's): a folder left by another
+        # run or code would refuse them.
+        _run_directory.clear(own)
         last = training.train(config, split, checkpoint_dir=os.path.join(model_dir, "checkpoint"),
                               on_step=on_step, examples=examples,
                               checkpoint_seconds=checkpoint_seconds,
