@@ -445,3 +445,34 @@ def test_the_memory_estimate_counts_the_ids_as_held(tmp_path, monkeypatch):
     said: list = []
     compare.run_compare(plan, log, str(tmp_path / "fits"), say=said.append, max_runs=0)
     assert f"run {(base + ids) / 2**30:.1f} GiB, 0.1 GiB of it the ids as held" in said[0]
+
+
+def test_a_run_killed_mid_training_says_it_resumed(split, tmp_path, monkeypatch):
+    """A run killed between two checkpoints is 'to train' again, and the console says it
+    resumes from its checkpoint (before, '0 already in ..., 2 to train' and nothing more)."""
+    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+                        config=dataclasses.replace(CONFIG, steps=20, eval_every=10),
+                        window=1, source="toy")
+    out = str(tmp_path / "cmp")
+    progress = compare._progress
+
+    def killed(i, *args):
+        if i == 14:
+            raise KeyboardInterrupt
+        return progress(i, *args)
+
+    train = compare.towers.train
+    monkeypatch.setattr(compare.towers, "train",  # a checkpoint after every step
+                        lambda *a, **k: train(*a, **k, checkpoint_seconds=0.0))
+    monkeypatch.setattr(compare, "_progress", killed)
+    with pytest.raises(KeyboardInterrupt):
+        compare.run_compare(plan, split, out, say=lambda line: None)
+    monkeypatch.setattr(compare, "_progress", progress)
+    said: list = []
+    rows = compare.run_compare(plan, split, out, say=said.append)
+    assert len(rows) == 2
+    header = next(line for line in said if line.startswith("compare: 2 runs"))
+    assert "2 to train (1 of them resumed from their checkpoints)" in header
+    first = next(line for line in said if line.startswith("run 1/2"))
+    assert "resumed" in first and "1 evaluation(s) made" in first
+    assert not any(line.startswith("run 2/2") and "resumed" in line for line in said)

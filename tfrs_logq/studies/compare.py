@@ -973,9 +973,12 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
     todo = missing(runs, done(), lambda loss_seed: [loss_seed])
     total = len(plan.losses) * len(plan.seeds)
     mine = "" if share is None else f"index {share.index} of {share.count}: {len(runs)} of "
+    partly = sum(os.path.isdir(_run_dir(output_dir, trainer.key(loss, seed)))
+                 for loss, seed in todo)
     say(f"compare: {mine}{total} runs ({len(plan.losses)} losses x {len(plan.seeds)} seeds) "
         f"of {plan.config.steps:,} steps; {len(runs) - len(todo)} already in {output_dir}, "
-        f"{len(todo)} to train")
+        f"{len(todo)} to train" + (f" ({partly} of them resumed from their checkpoints)"
+                                   if partly else ""))
     if max_runs is not None:
         todo = todo[:max_runs]
     if not todo:
@@ -1006,7 +1009,10 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
     run_start = time.perf_counter()
     run_dir = _run_dir(output_dir, trainer.key(loss, seed))
     old = [r for r in read_rows(curves_path) if r["loss"] == loss and int(r["seed"]) == seed]
-    say(f"run {number}/{runs}: {loss}, seed {seed}")
+    resuming = os.path.isdir(run_dir)
+    say(f"run {number}/{runs}: {loss}, seed {seed}"
+        + (f" (resumed: its checkpoint in {run_dir}, {len(old)} evaluation(s) made)"
+           if resuming else ""))
     evaluations = list(old)
 
     def on_eval(row: dict) -> None:
@@ -1036,7 +1042,11 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
     if number < runs:  # the measured run, evaluations included: SASRec's estimate
         took = (time.perf_counter() - run_start) / 60
-        say(f"  run {number} took {took:.1f} min: about {took * (runs - number):.1f} "
+        first = int(row.get("resumed_from_step") or 0)
+        trained = plan.config.steps - first
+        # A resumed run trained only its last steps: the runs left train all of theirs.
+        whole = took * plan.config.steps / trained if 0 < first and trained > 0 else took
+        say(f"  run {number} took {took:.1f} min: about {whole * (runs - number):.1f} "
             f"min for the {runs - number} run(s) left")
 
 
