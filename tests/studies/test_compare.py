@@ -476,3 +476,31 @@ def test_a_run_killed_mid_training_says_it_resumed(split, tmp_path, monkeypatch)
     first = next(line for line in said if line.startswith("run 1/2"))
     assert "resumed" in first and "1 evaluation(s) made" in first
     assert not any(line.startswith("run 2/2") and "resumed" in line for line in said)
+
+
+def test_a_comparison_on_two_replicas_reads_as_on_one_device(split, tmp_path,
+                                                           mirrored_strategy):
+    """compare two-tower --strategy mirrored (the conftest's two logical CPUs): every run
+    follows its one-device run (global negatives), so the rows agree within rounding."""
+    assert mirrored_strategy.num_replicas_in_sync == 2
+    config = dataclasses.replace(CONFIG, steps=20, eval_every=10)
+    rows = {}
+    for strategy in ("default", "mirrored"):
+        plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0,),
+                            config=dataclasses.replace(config, strategy=strategy), window=1,
+                            source="toy")
+        rows[strategy] = compare.run_compare(plan, split, str(tmp_path / strategy),
+                                             say=lambda line: None)
+    for one, two in zip(rows["default"], rows["mirrored"]):
+        assert (one["loss"], one["seed"]) == (two["loss"], two["seed"])
+        for key in ("recall@10", "ndcg@10"):
+            assert float(two[key]) == pytest.approx(float(one[key]), abs=0.02), key
+    curves = {s: read_rows(os.path.join(tmp_path, s, "curves.csv"))
+              for s in ("default", "mirrored")}
+    assert len(curves["mirrored"]) == 4
+    for one, two in zip(curves["default"], curves["mirrored"]):  # the decisive check
+        assert float(two["train_loss"]) == pytest.approx(float(one["train_loss"]), rel=1e-4)
+    plan = json.load(open(tmp_path / "mirrored" / "plan.json"))
+    assert plan["fixed"]["config"]["strategy"] == "mirrored"
+    assert "strategy" not in json.load(open(tmp_path / "default" / "plan.json"))["fixed"][
+        "config"]  # a one-device plan reads as before the field existed
