@@ -163,8 +163,10 @@ print("RESULT", json.dumps({"resumed_from_step": result["resumed_from_step"]}))
 
 
 def _cluster(log_path, model_dir, config, die_at=(-1, -1), timeout=240):
-    """Starts the two workers; returns their (returncode, stdout, stderr), killing both if
-    one dies (as a scheduler restarting the job does) or past ``timeout`` seconds."""
+    """Starts the two workers (``config``, or one config a worker); returns their
+    (returncode, stdout, stderr), killing both if one dies (as a scheduler restarting the
+    job does) or past ``timeout`` seconds."""
+    configs = config if isinstance(config, tuple) else (config, config)
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs = []
@@ -174,7 +176,7 @@ def _cluster(log_path, model_dir, config, die_at=(-1, -1), timeout=240):
                                         "task": {"type": "worker", "index": index}})}
         procs.append(subprocess.Popen(
             [sys.executable, "-c", WORKER, log_path, model_dir,
-             json.dumps(dataclasses.asdict(config)), str(die_at[index])],
+             json.dumps(dataclasses.asdict(configs[index])), str(die_at[index])],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     deadline = time.monotonic() + timeout
     try:
@@ -222,6 +224,18 @@ def test_two_worker_processes_follow_the_one_process_run_and_survive_a_lost_work
     np.testing.assert_allclose(_curve(killed), _curve(whole), rtol=1e-6)
     for a, b in zip(_weights(killed), _weights(whole)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow  # a cluster of two TensorFlow processes
+def test_workers_started_with_different_settings_refuse_before_training(log_split, tmp_path):
+    _, data = log_split
+    config = dataclasses.replace(CONFIG, strategy="multi-worker", steps=4)
+    other = dataclasses.replace(config, learning_rate=config.learning_rate / 2)
+    results = _cluster(data["interactions"], str(tmp_path / "mixed"), (config, other))
+    for code, _, err in results:
+        assert code != 0
+        assert "workers were started with different settings or logs" in err, err[-3000:]
+    assert not (tmp_path / "mixed" / "metrics.json").exists()
 
 
 def test_each_replicas_own_negatives_are_drawn_from_its_share(log_split, mirrored_strategy):

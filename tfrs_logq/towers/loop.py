@@ -29,6 +29,7 @@ and negatives.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Callable, Iterable, Optional
@@ -138,7 +139,7 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
                                     model=model, optimizer=optimizer)
         first_step = checkpoint.restore(checkpoint_dir)
     if distributed:
-        _check_same_first_step(strategy, first_step)
+        _check_cluster_agrees(strategy, first_step, run.run_id, log_q_unigram)
     log_q_table = proposal_log_q_table(
         log_q_unigram, run.proposal, num_items=run.num_items,
         num_uniform=run.num_uniform_negatives, num_in_batch=num_in_batch,
@@ -218,16 +219,33 @@ def train_loop(run, batches: Callable[[int], Iterable[dict]], log_q_unigram: np.
                    "diverged": not finite, "loss": float(loss.numpy())}
 
 
-def _check_same_first_step(strategy, first_step: int) -> None:
-    """Refuses replicas that restored different steps (a worker read a checkpoint another
-    had not written yet): their steps' collectives would not match. Every replica sees
-    every replica's step, so all of them refuse."""
-    def steps():
-        return tf.distribute.get_replica_context().all_gather(
-            tf.constant([first_step], tf.int64), axis=0)
+def _settings_code(run_id: str, log_q_unigram: np.ndarray) -> int:
+    """A 63-bit digest of what every worker must train alike: the run's settings
+    (``run_id``) and its data (the split's item frequencies)."""
+    digest = hashlib.sha256(run_id.encode())
+    digest.update(np.ascontiguousarray(log_q_unigram, np.float64).tobytes())
+    return int.from_bytes(digest.digest()[:8], "big") >> 1
 
-    seen = strategy.experimental_local_results(tf.function(lambda: strategy.run(steps))())[0]
-    low, high = int(tf.reduce_min(seen)), int(tf.reduce_max(seen))
+
+def _check_cluster_agrees(strategy, first_step: int, run_id: str,
+                          log_q_unigram: np.ndarray) -> None:
+    """Refuses a cluster whose workers were started with different settings or data (their
+    batches and steps would not match: a silent mix, or a hang in a collective), or that
+    restored different steps (a worker read a checkpoint another had not written yet).
+    Every replica sees every replica's values, so all of them refuse."""
+    mine = tf.constant([[first_step, _settings_code(run_id, log_q_unigram)]], tf.int64)
+
+    def gather():
+        return tf.distribute.get_replica_context().all_gather(mine, axis=0)
+
+    seen = strategy.experimental_local_results(tf.function(lambda: strategy.run(gather))())[0]
+    seen = seen.numpy()
+    if len(set(seen[:, 1].tolist())) > 1:
+        raise RuntimeError(
+            f"the workers were started with different settings or logs "
+            f"({len(set(seen[:, 1].tolist()))} kinds among {len(seen)} replicas): start every "
+            "worker of the cluster with the same command and the same --interactions file.")
+    low, high = int(seen[:, 0].min()), int(seen[:, 0].max())
     if low != high:
         raise RuntimeError(f"the workers restored different steps ({low:,} to {high:,}): "
                            "start every worker of the cluster again.")
