@@ -27,7 +27,7 @@ except RuntimeError:  # runtime already initialised by an earlier import
 import pytest  # noqa: E402
 from pipeline_data import write_ratings  # noqa: E402
 
-from tfrs_logq import native  # noqa: E402
+from tfrs_logq.sasrec import native  # noqa: E402
 
 # One kernel cache for the whole test run, subprocesses included: many tests point
 # TFRS_LOGQ_CACHE_DIR at a temporary directory (the data cache), and the kernels would

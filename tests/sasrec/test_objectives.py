@@ -202,8 +202,7 @@ SCORINGS = ["native", "native-sparse", "dense", "gather"]
 def _set_scoring(objective, scoring, monkeypatch):
     """Scores per-position negatives with the native kernel (dense or, as for large
     catalogs, sparse table gradient), one catalog matmul, or a gather."""
-    from tfrs_logq import native
-    from tfrs_logq.sasrec import objectives
+    from tfrs_logq.sasrec import native, objectives
     if scoring.startswith("native") and not native.available():
         pytest.skip("the native kernel cannot be built here (no compiler, or turned off)")
     objective.native_kernels = scoring.startswith("native")
@@ -319,7 +318,7 @@ def test_every_uniform_scoring_gives_the_same_loss_and_gradients(name, compact, 
     (small catalogs) and the [positions, k, dim] gather (large ones) are the same
     function of the queries and the table."""
     queries, table, targets, is_target, counts = _batch(seed=6)
-    from tfrs_logq import native
+    from tfrs_logq.sasrec import native
 
     results = []
     for scoring in SCORINGS if native.available() else ["dense", "gather"]:

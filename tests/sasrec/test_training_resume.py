@@ -185,7 +185,7 @@ def test_a_resume_on_the_other_kernel_path_says_it_cannot_be_exact(data_dir, tmp
 
     import tensorflow as tf
 
-    from tfrs_logq import native
+    from tfrs_logq.sasrec import native
 
     if not native.available():
         pytest.skip("the native kernels cannot be built here")

@@ -4,7 +4,7 @@
 a ``with`` block, through ``filelock.FileLock`` (``flock(2)`` on POSIX, released by the
 kernel when the process ends, however it ends). The package's three locks use it:
 
-- the native kernels' build (``tfrs_logq.native``) *waits* (``wait=True``): a second
+- the native kernels' build (``tfrs_logq.sasrec.native``) *waits* (``wait=True``): a second
   process blocks until the first has built the library, then finds it built;
 - a run directory (``tfrs_logq._util.run_directory.RunLock``) and a batch
   pipeline's root (``tfrs_logq.pipelines.beam.artifacts.locked``) *refuse*

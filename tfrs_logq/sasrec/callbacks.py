@@ -156,7 +156,7 @@ def _publish_weights(source: str, destination: str) -> None:
 
 
 def uses_native_kernels(model) -> bool:
-    """Whether any layer of ``model`` has trained with `tfrs_logq.native`'s kernels."""
+    """Whether any layer of ``model`` has trained with `tfrs_logq.sasrec.native`'s kernels."""
     return any(getattr(m, "_native", None) is True for m in model.submodules)
 
 
@@ -167,7 +167,7 @@ class EpochCheckpoint(tf.keras.callbacks.Callback):
     holding the model (weights and every counter variable its layers and
     objective keep: dropout calls, negative-sampling calls), its optimizer (slots
     and step count), the number of finished epochs and whether the run trained
-    with `tfrs_logq.native`'s kernels. TensorFlow writes the data and index files
+    with `tfrs_logq.sasrec.native`'s kernels. TensorFlow writes the data and index files
     first and the ``checkpoint`` state file last, so a process killed while saving
     leaves the previous checkpoint in force.
 
@@ -213,9 +213,9 @@ class EpochCheckpoint(tf.keras.callbacks.Callback):
         if saved != now:
             self.kernels_changed = True
             log.warning(
-                "this run trained %s tfrs_logq.native's kernels and resumed %s them: it trains "
-                "on, but its dropout masks differ from the uninterrupted run's, so it will not "
-                "end as that run would (set TFRS_LOGQ_NATIVE=%d to resume on the run's path)",
+                "this run trained %s tfrs_logq.sasrec.native's kernels and resumed %s them: it "
+                "trains on, but its dropout masks differ from the uninterrupted run's, so it will "
+                "not end as that run would (set TFRS_LOGQ_NATIVE=%d to resume on the run's path)",
                 "with" if saved else "without", "with" if now else "without", int(saved))
 
     def on_epoch_end(self, epoch, logs=None):

@@ -9,7 +9,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
-from tfrs_logq import native
+from tfrs_logq.sasrec import native
 
 
 def gsasrec_initializer() -> tf.keras.initializers.Initializer:
@@ -51,7 +51,7 @@ class WordDropout(tf.keras.layers.Layer):
     strategy each replica folds its replica id into the key.
 
     With ``native_kernels``, float32 inputs are dropped by the one-pass CPU kernel
-    `tfrs_logq.native.dropout` instead (the same seed draw; its fields are 1 bit at
+    `tfrs_logq.sasrec.native.dropout` instead (the same seed draw; its fields are 1 bit at
     rate 0.5, 8 or 16 bits when they represent the rate exactly, else 32 bits); the
     masks differ from the TensorFlow-op path's but have the same distribution.
 
@@ -60,7 +60,7 @@ class WordDropout(tf.keras.layers.Layer):
       seed: optional int. The layer's key. Defaults to None: drawn from Python's
         `random` when the layer is made, so `tf.keras.utils.set_random_seed` (which
         seeds it) before building a model makes its masks reproducible.
-      native_kernels: bool or None. See `tfrs_logq.native.enabled`: None (default)
+      native_kernels: bool or None. See `tfrs_logq.sasrec.native.enabled`: None (default)
         uses the kernel on hosts without GPU or TPU when it builds. Inside XLA
         compilation (``jit_compile``), which cannot compile it, TensorFlow's ops run.
     """
@@ -139,7 +139,7 @@ class WordDropout(tf.keras.layers.Layer):
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class LayerNorm(tf.keras.layers.LayerNormalization):
     """`tf.keras.layers.LayerNormalization` (PyTorch's default epsilon, 1e-5) that
-    trains with the fused CPU kernel of `tfrs_logq.native` when asked to.
+    trains with the fused CPU kernel of `tfrs_logq.sasrec.native` when asked to.
 
     Keras takes its unfused path when epsilon is below 1.001e-5 (six or so full-size
     elementwise ops forward, more backward); the kernel reads each row once forward
@@ -152,7 +152,7 @@ class LayerNorm(tf.keras.layers.LayerNormalization):
 
     Args:
       epsilon: float. Defaults to 1e-5.
-      native_kernels: bool or None. See `tfrs_logq.native.enabled`: None (default)
+      native_kernels: bool or None. See `tfrs_logq.sasrec.native.enabled`: None (default)
         uses the kernel on hosts without GPU or TPU when it builds. Inside XLA
         compilation (``jit_compile``), which cannot compile it, TensorFlow's ops run.
       **kwargs: `tf.keras.layers.LayerNormalization`'s.
@@ -199,7 +199,7 @@ class SASRecAttention(tf.keras.layers.Layer):
       dim: int. Model width; must be divisible by ``num_heads``.
       num_heads: int.
       dropout: float. Attention-weight dropout rate.
-      native_kernels: bool or None. Dropout by `tfrs_logq.native` (see
+      native_kernels: bool or None. Dropout by `tfrs_logq.sasrec.native` (see
         `WordDropout`).
     """
 
@@ -330,7 +330,7 @@ class SASRecEncoder(tf.keras.layers.Layer):
         padding, 8 buckets do about 0.59 of the dense and 0.47 of the attention
         work. Needs dynamic shapes: use 1 under XLA or on TPU. Defaults to 1.
       native_kernels: bool or None. Layer norms and dropout in training calls run
-        the fused CPU kernels of `tfrs_logq.native` (see `LayerNorm`,
+        the fused CPU kernels of `tfrs_logq.sasrec.native` (see `LayerNorm`,
         `WordDropout`): None (default) on hosts without GPU or TPU when they build;
         never inside XLA compilation.
     """

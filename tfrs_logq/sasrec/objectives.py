@@ -36,11 +36,11 @@ from typing import Optional, Union
 import numpy as np
 import tensorflow as tf
 
-from tfrs_logq import native
 from tfrs_logq.corrections import STANDARD_FORMS, LossName, parse_loss_name
 from tfrs_logq.losses import full_softmax_loss, gbce_loss, sampled_softmax_loss
 from tfrs_logq.proposal import unigram_log_tables
 from tfrs_logq.sampling import SampledIds, draw_negative_ids
+from tfrs_logq.sasrec import native
 from tfrs_logq.sasrec.config import CORRECTED_NAMES, OBJECTIVES  # noqa: F401  (TensorFlow-free)
 
 # Score per-position uniform negatives against the whole catalog (one matmul and a
@@ -172,7 +172,7 @@ class SequenceObjective(tf.Module):
         padding). Exact; needs dynamic shapes, so set it False under XLA.
         Defaults to True.
       native_kernels: bool or None. Score per-position negatives (uniform, MNS,
-        BCE/gBCE) with the fused gather-dot CPU kernel of `tfrs_logq.native`
+        BCE/gBCE) with the fused gather-dot CPU kernel of `tfrs_logq.sasrec.native`
         (compiled on first use) instead of TensorFlow ops: the same logits up to
         float rounding, about 5x cheaper at the paper's MNS shapes. None (default):
         when it builds and the host has no GPU or TPU. Inside XLA compilation

@@ -384,7 +384,7 @@ def _train(config, model_dir, verbose, split, extra_callbacks, mode) -> dict:
         "validation_curve": [round(e[MONITOR], 6) for e in keeper.history],
         "validation": val_full, "test": test,
         "test_window": windowed_test_metrics(keeper.history, config.test_window),
-        # Whether this process trained with `tfrs_logq.native`'s kernels (same maths;
+        # Whether this process trained with `tfrs_logq.sasrec.native`'s kernels (same maths;
         # its dropout masks differ from TensorFlow's ops', so a seed reproduces a run
         # only on the same path).
         "native_kernels": uses_native_kernels(model),

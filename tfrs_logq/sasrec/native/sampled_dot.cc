@@ -8,7 +8,7 @@
 // order and the result is deterministic (no atomics); each thread scans all n * k ids, which
 // is cheap beside the dim-wide updates at a few threads (ids are not sorted by block).
 //
-// Built on first use by `tfrs_logq.native` (g++ with TensorFlow's compile flags).
+// Built on first use by `tfrs_logq.sasrec.native` (g++ with TensorFlow's compile flags).
 
 #include <algorithm>
 #include <cstdint>

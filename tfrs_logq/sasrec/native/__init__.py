@@ -264,7 +264,7 @@ def _dropout_grad(op, upstream):
 
 
 def _no_second_derivative(op, *upstream):
-    raise NotImplementedError(f"tfrs_logq.native's {op.type} has no second derivative; use "
+    raise NotImplementedError(f"tfrs_logq.sasrec.native's {op.type} has no second derivative; use "
                               "native_kernels=False for higher-order gradients.")
 
 

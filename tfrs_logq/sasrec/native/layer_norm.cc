@@ -10,7 +10,7 @@
 // partial sums are added in block order, so the result does not depend on the number
 // of threads (deterministic).
 //
-// Built on first use by `tfrs_logq.native` (g++ with TensorFlow's compile flags).
+// Built on first use by `tfrs_logq.sasrec.native` (g++ with TensorFlow's compile flags).
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // Philox stream keyed by a seed pair.
 //
 // Entry e (in row-major order) is kept when its field of `bits` bits in the stream is
-// >= `threshold`. `tfrs_logq.native.dropout` sets them from the rate (in double precision):
+// >= `threshold`. `tfrs_logq.sasrec.native.dropout` sets them from the rate (in double precision):
 // the fewest of 1, 8, 16 bits that represent the rate exactly (1 bit for the usual 0.5), else
 // 32 bits (keep probability within 2^-33 of 1 - rate), threshold = rate * 2^bits, and
 // scale = 1 / (1 - rate). TensorFlow's
@@ -12,7 +12,7 @@
 // gradient is the same op applied to the upstream gradient with the same seed (the mask is
 // recomputed, not stored).
 //
-// Built on first use by `tfrs_logq.native` (g++ with TensorFlow's compile flags).
+// Built on first use by `tfrs_logq.sasrec.native` (g++ with TensorFlow's compile flags).
 
 #include <algorithm>
 #include <cmath>

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfrs_logq import native
 from tfrs_logq._util import atomic
+from tfrs_logq.sasrec import native
 from tfrs_logq.sasrec.objectives import make_objective
 
 needs_compiler = pytest.mark.skipif(
@@ -359,7 +359,7 @@ def test_a_compile_says_so_once_per_process_and_a_cache_hit_says_nothing(tmp_pat
 _BUILD = """
 import sys
 from tfrs_logq._util import atomic
-from tfrs_logq import native
+from tfrs_logq.sasrec import native
 print(native.build())
 """
 
@@ -448,7 +448,7 @@ import os, sys, logging
 logging.basicConfig()
 import numpy as np
 from tfrs_logq._util import atomic
-from tfrs_logq import native
+from tfrs_logq.sasrec import native
 from tfrs_logq.sasrec.objectives import make_objective
 import tensorflow as tf
 counts = np.ones(13)
