@@ -21,7 +21,8 @@ import tempfile
 
 import tfrs_logq  # noqa: F401  (selects tf-keras before TensorFlow loads)
 from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
-from tfrs_logq.studies.compare import Plan, run_compare
+from tfrs_logq.studies.compare.builtin import run_compare
+from tfrs_logq.studies.compare.plan import Plan
 from tfrs_logq.towers.config import TwoTowerConfig
 
 SASREC_TXT = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",

@@ -5,7 +5,7 @@ Recomputes, from each study's committed results.csv, every interval of its table
 summary ("Where the correction matters"): within a scenario (every field of a run but
 its proposal, correction and seed), ``corrected`` minus ``logq-tfrs`` and minus
 ``logq-official`` with the same proposal, exact Recall@10/100/1000, paired by seed with
-`tfrs_logq.stats.paired_by_seed` (95 % t interval). The default studies (sweep,
+`tfrs_logq.studies.compare.stats.paired_by_seed` (95 % t interval). The default studies (sweep,
 headline, scale, samplers) hold 90 such intervals; `none` is not a standard form here,
 and the pilot and negatives presets are left out unless named with --studies.
 
@@ -20,7 +20,7 @@ not count twice.
 
     python benchmarks/fdr_synthetic.py [--q 0.05] [--studies sweep headline scale samplers]
 
-Reads only CSV files; needs numpy-free Python with SciPy (via tfrs_logq.stats), no
+Reads only CSV files; needs numpy-free Python with SciPy (via tfrs_logq.studies.compare.stats), no
 TensorFlow.
 """
 
@@ -34,7 +34,7 @@ from collections import defaultdict
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from tfrs_logq.stats import (  # noqa: E402
+from tfrs_logq.studies.compare.stats import (  # noqa: E402
     format_interval,
     paired_by_seed,
     paired_t_p_value,
@@ -176,8 +176,8 @@ def main() -> None:
                   f"R@{r['k']} {format_interval(r, plus_minus=True)} (p = {r['p']:.4f})")
 
     print(f"studies: {', '.join(args.studies)}; corrected minus {' / '.join(STANDARD)}, "
-          "same proposal, exact Recall@10/100/1000, paired by seed (tfrs_logq.stats."
-          "paired_by_seed, two-sided t)")
+          "same proposal, exact Recall@10/100/1000, paired by seed "
+          "(tfrs_logq.studies.compare.stats.paired_by_seed, two-sided t)")
     print(f"checked against table.md: {checked} of {len(all_rows)} intervals, "
           f"{len(mismatches)} differ at 4 decimals")
     for m in mismatches:

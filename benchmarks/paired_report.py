@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tfrs_logq.stats import (  # noqa: E402
+from tfrs_logq.studies.compare.stats import (  # noqa: E402
     format_interval,
     format_signed,
     paired_by_seed,

@@ -1,8 +1,8 @@
 """Recomputes, from the committed rows, every figure the published readings were corrected to.
 
-Each section prints one reading's figures with `tfrs_logq.stats` (paired 95 % t intervals
-over seeds, the paired t-test's p-value, Holm, power, equivalence power), from the CSV
-files the READMEs cite:
+Each section prints one reading's figures with `tfrs_logq.studies.compare.stats` (paired
+95 % t intervals over seeds, the paired t-test's p-value, Holm, power, equivalence power),
+from the CSV files the READMEs cite:
 
 1. The 1M-item curve's six headline comparisons (100k steps, exact Recall@10/100/1000,
    corrected minus logq-tfrs and logq-official, 3 seeds): p-values, Bonferroni and Holm;
@@ -23,7 +23,7 @@ files the READMEs cite:
 
     python benchmarks/recheck_readings.py [--shared ../shared]
 
-Reads only CSV files (numpy and SciPy through tfrs_logq.stats; no TensorFlow). Every
+Reads only CSV files (numpy and SciPy through tfrs_logq.studies.compare.stats; no TensorFlow). Every
 interval here is over seeds alone with a fixed set of test users (the held-out users of
 each study): it says how the training draw moves a figure, not how another sample of
 users would.
@@ -42,7 +42,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from tfrs_logq.stats import (  # noqa: E402
+from tfrs_logq.studies.compare.stats import (  # noqa: E402
     format_interval,
     format_signed,
     holm,

@@ -1,4 +1,4 @@
-"""The package's layers (README "Layout"), as import-linter contracts in pyproject.toml,
+"""The package's layers (docs/layout.md), as import-linter contracts in pyproject.toml,
 checked on the package laid out as installed (tools/installed_layout.py): every import
 statement, lazy ones inside functions included, and chains of them."""
 
@@ -45,6 +45,11 @@ def test_every_contract_is_kept(layout_result):
     ("pipelines/splits.py", "def f():\n    import tfrs_logq.serving.server\n"),  # lazy
     ("serving/export.py", "import tfrs_logq.cli\n"),                # anything -> the CLI
     ("tasks.py", "import apache_beam\n"),                            # the library -> Beam
+    # compare's layers: the runs never reach the report, even lazily; the report never
+    # reaches a user's model
+    ("studies/compare/runner.py",
+     "def f():\n    from tfrs_logq.studies.compare.report import write_report\n"),
+    ("studies/compare/report.py", "import tfrs_logq.studies.compare.model_fn\n"),
 ])
 def test_an_upward_or_forbidden_import_breaks_a_contract(tmp_path, module, line):
     def add(package):
@@ -65,9 +70,11 @@ print(json.dumps(sorted(n for n in ("tensorflow", "tf_keras") if n in sys.module
 
 
 def test_the_metric_formulas_and_utilities_load_no_tensorflow():
-    """Recall/NDCG (the serving client, Beam workers), atomic writes and the cache
-    location: their TF functions import TensorFlow when called, not when loaded."""
-    modules = ["tfrs_logq.metrics", "tfrs_logq._util.atomic", "tfrs_logq._util.cache",
+    """Recall/NDCG (the serving client, Beam workers), the comparison's statistics, atomic
+    writes and the cache location: their TF functions import TensorFlow when called, not
+    when loaded."""
+    modules = ["tfrs_logq.metrics", "tfrs_logq.studies.compare.stats",
+               "tfrs_logq._util.atomic", "tfrs_logq._util.cache",
                "tfrs_logq._util.hostinfo", "tfrs_logq.pipelines.beam.evaluation"]
     result = subprocess.run([sys.executable, "-c", _LOADED, *modules], capture_output=True,
                             text=True, cwd=ROOT, timeout=300)

@@ -1,4 +1,4 @@
-"""`tfrs_logq.stats` against SciPy, simulation and the rules of a paired verdict."""
+"""`tfrs_logq.studies.compare.stats` against SciPy, simulation and the rules of a paired verdict."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from tfrs_logq.stats import (
+from tfrs_logq.studies.compare.stats import (
     MIN_PAIRS,
     classify,
     divergence_rate,

@@ -64,9 +64,9 @@ if TYPE_CHECKING:  # written by tools/api_page.py from tfrs_logq/_api.py
     from tfrs_logq.sampling import MixedSampler as MixedSampler
     from tfrs_logq.sampling import SampledNegatives as SampledNegatives
     from tfrs_logq.sampling import UniformSampler as UniformSampler
-    from tfrs_logq.stats import classify as classify
-    from tfrs_logq.stats import paired_difference as paired_difference
-    from tfrs_logq.studies.user_model import compare_model as compare_model
+    from tfrs_logq.studies.compare.model_fn import compare_model as compare_model
+    from tfrs_logq.studies.compare.stats import classify as classify
+    from tfrs_logq.studies.compare.stats import paired_difference as paired_difference
     from tfrs_logq.tasks import CorrectedRetrieval as CorrectedRetrieval
     from tfrs_logq.two_tower import HistoryQueryTower as HistoryQueryTower
     from tfrs_logq.two_tower import TwoTowerModel as TwoTowerModel

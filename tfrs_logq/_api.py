@@ -44,10 +44,10 @@ PUBLIC: dict[str, dict[str, str]] = {
         "ranks_from_scores": "tfrs_logq.metrics",
         "recall_ndcg_from_ranks": "tfrs_logq.metrics",
         "popularity_bands": "tfrs_logq.metrics",
-        "paired_difference": "tfrs_logq.stats",
-        "classify": "tfrs_logq.stats",
+        "paired_difference": "tfrs_logq.studies.compare.stats",
+        "classify": "tfrs_logq.studies.compare.stats",
         # Your own tfrs.Model, trained with each loss and compared (tfrs-logq compare's).
-        "compare_model": "tfrs_logq.studies.user_model",
+        "compare_model": "tfrs_logq.studies.compare.model_fn",
     },
     "tfrs_logq.pipelines": {
         "load_user_log": "tfrs_logq.pipelines.user_log",
@@ -116,8 +116,9 @@ PUBLIC: dict[str, dict[str, str]] = {
         "evaluate_through_server": "tfrs_logq.serving.evaluation",
     },
     "tfrs_logq.studies": {
-        "run_compare": "tfrs_logq.studies.compare",
-        "load_plan": "tfrs_logq.studies.compare",
+        "run_compare": "tfrs_logq.studies.compare.builtin",
+        "Plan": "tfrs_logq.studies.compare.plan",
+        "load_plan": "tfrs_logq.studies.compare.plan",
         "run_demo": "tfrs_logq.studies.demo",
         "DemoConfig": "tfrs_logq.studies.demo",
     },

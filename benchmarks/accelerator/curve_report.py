@@ -8,7 +8,7 @@ the study's ``results.csv`` and prints two markdown tables: every row's exact
 Recall@10/100/1000, model median ``P`` and ms per step, by step count, correction and seed;
 then, at each step count, corrected minus each other correction paired by seed (common
 random numbers), every seed's difference and, from two seeds on, the mean with its 95 % t
-interval (`tfrs_logq.stats.paired_by_seed`).
+interval (`tfrs_logq.studies.compare.stats.paired_by_seed`).
 No TensorFlow, no JAX: the CSV and SciPy.
 """
 
@@ -18,7 +18,12 @@ import argparse
 import csv
 import sys
 
-from tfrs_logq.stats import format_interval, format_signed, paired_by_seed, values_by_seed
+from tfrs_logq.studies.compare.stats import (
+    format_interval,
+    format_signed,
+    paired_by_seed,
+    values_by_seed,
+)
 
 KS = (10, 100, 1000)
 ORDER = ("corrected", "logq-tfrs", "logq-official", "none", "corrected-w1")

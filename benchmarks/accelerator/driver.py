@@ -14,8 +14,8 @@
 - Hits per held-out user of every evaluation (`evaluate.evaluate_with_hits`: exact and
   observed, per cut-off, and the target's band) go to ``OUT/hits/<key>.npz`` (compressed,
   atomically, before the row; `hits_path`, `load_hits`), so that seeds x users intervals
-  (`tfrs_logq.stats.seed_user_interval`) can be taken from a run; a resumed run writes the
-  same hits as an uninterrupted one.
+  (`tfrs_logq.studies.compare.stats.seed_user_interval`) can be taken from a run; a resumed
+  run writes the same hits as an uninterrupted one.
 - ``max_seconds``: before each block of steps, evaluation or save, the driver checks
   that it fits in what is left (from measured times), else saves and returns, so a
   job of 10 minutes ends with its progress on disk.

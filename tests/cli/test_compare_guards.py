@@ -85,9 +85,9 @@ def test_a_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, capsys,
     from tfrs_logq._util import hostinfo
 
     monkeypatch.setattr(hostinfo, "available_memory_bytes", lambda: 2**20)
-    import tfrs_logq.studies.compare as compare
+    from tfrs_logq.studies.compare import runner as compare_runner
 
-    monkeypatch.setattr(compare, "available_memory_bytes", lambda: 2**20)
+    monkeypatch.setattr(compare_runner, "available_memory_bytes", lambda: 2**20)
     proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
                           "--steps", "4", "--eval-every", "2",
                           "--output-dir", str(tmp_path / "out"))
@@ -137,9 +137,9 @@ def test_millisecond_times_are_shown_as_dates_and_named(tmp_path, capsys):
 
 def test_a_sasrec_run_that_would_not_fit_in_memory_is_refused(clicks, tmp_path, capsys,
                                                                monkeypatch):
-    import tfrs_logq.studies.compare as compare
+    from tfrs_logq.studies.compare import runner as compare_runner
 
-    monkeypatch.setattr(compare, "available_memory_bytes", lambda: 2**20)
+    monkeypatch.setattr(compare_runner, "available_memory_bytes", lambda: 2**20)
     proc = cli_in_process(capsys, "compare", "--interactions", clicks, *LOG, "--split", "loo",
                           "sasrec", "--steps", "4", "--eval-every", "2",
                           "--output-dir", str(tmp_path / "out"))

@@ -127,7 +127,7 @@ def test_a_folder_with_a_foreign_results_csv_is_refused_untouched(clicks, tmp_pa
     (None, "invalid JSON at line 1"),
 ])
 def test_an_edited_plan_json_is_named_in_one_line(finished, tmp_path, capsys, edit, message):
-    from tfrs_logq.studies.compare import CompareError, load_plan
+    from tfrs_logq.studies.compare.plan import CompareError, load_plan
 
     if not hasattr(test_an_edited_plan_json_is_named_in_one_line, "out"):
         test_an_edited_plan_json_is_named_in_one_line.out = finished(capsys, tmp_path / "out")

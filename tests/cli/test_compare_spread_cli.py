@@ -112,19 +112,20 @@ def test_compare_tfrs_model_hands_its_share_to_the_comparison(log_csv, tmp_path,
                                                              monkeypatch):
     """`compare tfrs-model` reaches `run_plan` through `compare_split`: the share is set
     around it (`spread`)."""
-    from tfrs_logq.studies import compare, user_model
+    from tfrs_logq.studies.compare import model_fn as compare_model_fn
+    from tfrs_logq.studies.compare import plan as compare_plan
 
     seen = []
-    monkeypatch.setattr(user_model, "load_model_fn", lambda *args: None)
-    monkeypatch.setattr(user_model, "compare_split",
-                        lambda *args, **kwargs: seen.append(compare._SHARE.get()) or [])
+    monkeypatch.setattr(compare_model_fn, "load_model_fn", lambda *args: None)
+    monkeypatch.setattr(compare_model_fn, "compare_split",
+                        lambda *args, **kwargs: seen.append(compare_plan._SHARE.get()) or [])
     proc = cli_in_process(capsys, "compare", "tfrs-model", "--model-fn", "m:f",
                           "--interactions", log_csv, "--user-column", "user", "--item-column",
                           "item", "--split", "loo", "--loss", "inbatch-logq-official",
                           "inbatch-corrected", "--run-index", "1", "--run-count", "2",
                           "--output-dir", tmp_path / "cmp")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert seen == [compare.RunShare(1, 2)] and compare._SHARE.get() is None
+    assert seen == [compare_plan.RunShare(1, 2)] and compare_plan._SHARE.get() is None
 
 
 _DETERMINISTIC_CLI = (

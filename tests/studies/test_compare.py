@@ -13,8 +13,11 @@ import scipy.stats
 
 from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import make_split
-from tfrs_logq.studies import compare, compare_report
 from tfrs_logq.studies._grid import read_rows
+from tfrs_logq.studies.compare import builtin as compare_builtin
+from tfrs_logq.studies.compare import plan as compare_plan
+from tfrs_logq.studies.compare import report as compare_report
+from tfrs_logq.studies.compare import runner as compare_runner
 from tfrs_logq.towers.config import TwoTowerConfig
 
 CONFIG = TwoTowerConfig(steps=30, batch_size=64, embedding_dim=8, history_length=5,
@@ -59,16 +62,16 @@ def _numpy_hits(items, queries, arrays, k):
 def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path):
     from tfrs_logq.pipelines.sequential import evaluation_arrays
 
-    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1),
+    plan = compare_plan.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1),
                         config=CONFIG, window=2, source="toy")
     out = str(tmp_path / "cmp")
     said: list = []
     served = FakeServedIndex()
-    rows = compare.run_compare(plan, split, out, say=said.append, max_runs=1,  # "killed"
+    rows = compare_builtin.run_compare(plan, split, out, say=said.append, max_runs=1,  # "killed"
                                served_index=served)
     assert len(rows) == 1 and rows[0]["loss"] == "inbatch-logq-official"
     said.clear()
-    rows = compare.run_compare(plan, split, out, say=said.append, served_index=served)
+    rows = compare_builtin.run_compare(plan, split, out, say=said.append, served_index=served)
     assert said[0].startswith("compare: estimated peak memory of a run")
     assert said[1].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[1]
     assert sum(line.startswith("run ") for line in said) == 3
@@ -88,7 +91,8 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     for name in ("report.md", "learning_curves.png", "paired.png", "plan.json"):
         assert os.path.getsize(os.path.join(out, name)) > 0
     for row in rows:  # each run's hits per test user: its last evaluation's Recall and NDCG
-        hits = compare.load_hits(compare.hits_path(out, row["loss"], int(row["seed"])))
+        hits = compare_runner.load_hits(compare_runner.hits_path(out, row["loss"],
+                                                                 int(row["seed"])))
         final = next(c for c in curves if (c["loss"], c["seed"], c["steps"])
                      == (row["loss"], row["seed"], "30"))
         assert np.array_equal(hits["users"], np.unique(split.test.users))
@@ -104,9 +108,9 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     for loss, (items, queries, ks) in zip(plan.losses, served.calls):
         assert ks == (10,) and items.shape == (split.num_items, 8)
         assert queries.shape == (len(split.test.targets), 8)
-        hits = compare.load_hits(compare.hits_path(out, loss, 0))
+        hits = compare_runner.load_hits(compare_runner.hits_path(out, loss, 0))
         assert _numpy_hits(items, queries, arrays, 10) == hits["hits@10"].sum()
-    record = json.loads(open(os.path.join(out, compare.SERVED_INDEX)).read())
+    record = json.loads(open(os.path.join(out, compare_runner.SERVED_INDEX)).read())
     assert record["losses"]["inbatch-logq-official"]["recall"] == {"10": 0.9}
     assert record["losses"]["inbatch-corrected"]["recall"] == {"10": 0.8}
     assert record["losses"]["inbatch-corrected"]["seed"] == 0
@@ -124,17 +128,17 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert "Evaluation policy: exclude-seen" in report and "repeat an earlier row" in report
     assert not os.listdir(os.path.join(out, "runs"))  # finished runs' checkpoints removed
     said.clear()
-    compare.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
+    compare_builtin.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
     assert not any(line.startswith("run ") for line in said)
     assert sentence in open(os.path.join(out, "report.md")).read()  # the record is kept
     # Another plan in the same directory is refused; more seeds are not.
     other = dataclasses.replace(plan, config=dataclasses.replace(CONFIG, steps=40))
-    with pytest.raises(compare.CompareError, match="another plan"):
-        compare.run_compare(other, split, out, say=said.append)
+    with pytest.raises(compare_plan.CompareError, match="another plan"):
+        compare_builtin.run_compare(other, split, out, say=said.append)
     more = dataclasses.replace(plan, seeds=(0, 1, 2))
-    assert compare._check_plan(more, out).seeds == (0, 1, 2)
+    assert compare_plan._check_plan(more, out).seeds == (0, 1, 2)
     fewer = dataclasses.replace(plan, seeds=(0,))  # a rerun naming fewer keeps them all
-    assert compare._check_plan(fewer, out).seeds == (0, 1, 2)
+    assert compare_plan._check_plan(fewer, out).seeds == (0, 1, 2)
 
 
 def _rows(values_by_loss, **extra):
@@ -144,7 +148,7 @@ def _rows(values_by_loss, **extra):
 
 
 def test_paired_differences_intervals_and_verdicts_against_scipy():
-    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected", "inbatch-none"),
+    plan = compare_plan.Plan(losses=("inbatch-logq-official", "inbatch-corrected", "inbatch-none"),
                         seeds=(0, 1, 2, 3), config=CONFIG, window=1)
     base = [0.20, 0.21, 0.19, 0.205]
     better = [0.23, 0.245, 0.22, 0.236]
@@ -170,7 +174,7 @@ def test_paired_differences_intervals_and_verdicts_against_scipy():
 
 
 def test_a_diverged_run_is_named_and_left_out_of_the_pairs():
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2, 3),
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2, 3),
                         config=CONFIG, window=1)
     rows = _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19, 0.205],
                   "inbatch-corrected": [0.21, float("nan"), 0.20, 0.215]})
@@ -189,21 +193,21 @@ def test_a_diverged_run_is_named_and_left_out_of_the_pairs():
 def test_report_only_rebuilds_the_report_from_results_csv(tmp_path):
     from tfrs_logq.studies._grid import append_row
 
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
                         config=CONFIG, window=1, source="hand-made")
     out = str(tmp_path)
-    compare._check_plan(plan, out)
+    compare_plan._check_plan(plan, out)
     for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
                       "inbatch-corrected": [0.23, 0.25, 0.22]}):
         append_row(os.path.join(out, "results.csv"), row)
     said: list = []
-    text = compare.report_only(out, say=said.append)
+    text = compare_report.report_only(out, say=said.append)
     assert open(os.path.join(out, "report.md")).read() == text
     assert "Served" not in text  # no hook, no record: no sentence
     assert "TFRS's logQ (inbatch-logq-tfrs) at Recall@10: +0.0333" in text
     assert said[0].startswith("compare: Primary comparison, corrected logQ")
-    with pytest.raises(compare.CompareError, match="plan.json"):
-        compare.report_only(str(tmp_path / "nothing"))
+    with pytest.raises(compare_plan.CompareError, match="plan.json"):
+        compare_report.report_only(str(tmp_path / "nothing"))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -217,14 +221,14 @@ def test_report_only_rebuilds_the_report_from_results_csv(tmp_path):
     (dict(model="sasrec2"), "model"),
 ])
 def test_bad_plans_are_one_line_errors(kwargs, match):
-    with pytest.raises(compare.CompareError, match=match) as error:
-        compare.Plan(**{"config": CONFIG, **kwargs})
+    with pytest.raises(compare_plan.CompareError, match=match) as error:
+        compare_plan.Plan(**{"config": CONFIG, **kwargs})
     assert "\n" not in str(error.value)
 
 
 @pytest.mark.slow  # SASRec trainings of a plan: 22 s on 2 cores; make test-slow (CI) runs it
 def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(split, tmp_path):
-    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+    plan = compare_plan.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
                         config=dataclasses.replace(CONFIG, steps=4, eval_every=2), window=2,
                         model="sasrec", sasrec_preset="smoke", source="toy")
     config = plan.sasrec_config("inbatch-corrected", 0)
@@ -232,7 +236,7 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     assert config.patience > config.max_epochs  # no early stopping
     out = str(tmp_path / "sasrec")
     served = FakeServedIndex()
-    rows = compare.run_compare(plan, split, out, say=lambda m: None, served_index=served)
+    rows = compare_builtin.run_compare(plan, split, out, say=lambda m: None, served_index=served)
     assert [r["loss"] for r in rows] == ["inbatch-logq-official", "inbatch-corrected"]
     assert [(items.shape[0], len(queries), ks) for items, queries, ks in served.calls] == [
         (split.num_items, len(split.test.targets), (10, 20))] * 2
@@ -248,11 +252,11 @@ def test_the_sasrec_family_trains_through_its_trainer_with_the_plans_window(spli
     assert "## By popularity of the target" in report
     assert "Model: SASRec (preset smoke), 4 steps in 2 epochs of at most 2 steps" in report
     for row in rows:  # the hits of the last epoch, as its test evaluation scored them
-        hits = compare.load_hits(compare.hits_path(out, row["loss"], 0))
+        hits = compare_runner.load_hits(compare_runner.hits_path(out, row["loss"], 0))
         assert hits["targets"].sum() == len(split.test.targets)
         assert 0 <= hits["hits@10"].sum() <= hits["hits@20"].sum() <= len(split.test.targets)
-    with pytest.raises(compare.CompareError, match="sasrec losses"):
-        compare.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
+    with pytest.raises(compare_plan.CompareError, match="sasrec losses"):
+        compare_plan.Plan(losses=("inbatch-corrected", "inbatch-sampled"), model="sasrec",
                      config=CONFIG)
 
 
@@ -263,40 +267,41 @@ def _fake_trainer(plan):
         value = 0.2 + 0.01 * seed + (0.02 if loss == "inbatch-corrected" else 0.0)
         on_eval({"steps": CONFIG.steps, "recall@10": value})
         last = {"steps": CONFIG.steps, "recall@10": value}
-        return {**compare.window_row(plan, loss, seed, [last], last),
-                compare.FINAL_EMBEDDINGS: (np.ones((20, 4)), np.ones((6, 4)))}
+        return {**compare_runner.window_row(plan, loss, seed, [last], last),
+                compare_runner.FINAL_EMBEDDINGS: (np.ones((20, 4)), np.ones((6, 4)))}
 
-    return compare.Trainer(catalog="fake", key=lambda loss, seed: f"{loss}-{seed}",
+    return compare_runner.Trainer(catalog="fake", key=lambda loss, seed: f"{loss}-{seed}",
                            train=train)
 
 
 def test_the_served_index_hook_runs_at_the_first_seed_and_a_failing_one_costs_the_record_alone(
         tmp_path):
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(5, 6),
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(5, 6),
                         config=CONFIG, window=1)
     served = FakeServedIndex()
     out = str(tmp_path / "ok")
-    compare.run_plan(plan, out, _fake_trainer(plan), say=lambda m: None, served_index=served)
+    compare_runner.run_plan(plan, out, _fake_trainer(plan), say=lambda m: None, served_index=served,
+                            report=compare_report.reporter())
     assert [(i.shape, q.shape, ks) for i, q, ks in served.calls] == [
         ((20, 4), (6, 4), (10,))] * 2  # seed 5 only
-    assert {r["seed"] for r in compare.load_served(out)["losses"].values()} == {5}
+    assert {r["seed"] for r in compare_runner.load_served(out)["losses"].values()} == {5}
 
     def failing(items, queries, ks):
         raise RuntimeError("the index could not be built\nsecond line")
 
     said: list = []
     out = str(tmp_path / "failing")
-    rows = compare.run_plan(plan, out, _fake_trainer(plan), say=said.append,
-                            served_index=failing)
-    assert len(rows) == 4 and compare.load_served(out) is None
+    rows = compare_runner.run_plan(plan, out, _fake_trainer(plan), say=said.append,
+                                   served_index=failing, report=compare_report.reporter())
+    assert len(rows) == 4 and compare_runner.load_served(out) is None
     assert "  served index not measured for inbatch-corrected seed 5: the index could not be "\
         "built" in said
     assert "Served" not in open(os.path.join(out, "report.md")).read()
-    with open(os.path.join(out, compare.SERVED_INDEX), "w") as f:
+    with open(os.path.join(out, compare_runner.SERVED_INDEX), "w") as f:
         f.write("[1, 2]")
-    with pytest.raises(compare.CompareError, match="served_index.json is not a record "
+    with pytest.raises(compare_plan.CompareError, match="served_index.json is not a record "
                                                    "compare wrote.*delete it"):
-        compare.report_only(out)
+        compare_report.report_only(out)
 
 
 def test_the_served_sentence_names_the_index_and_says_brute_force_and_a_missed_target():
@@ -323,7 +328,7 @@ def test_the_served_sentence_names_the_index_and_says_brute_force_and_a_missed_t
 def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():
     """A band with no test target has NaN metrics in a healthy run: its cells stay empty,
     the run is not called diverged, and the report is written."""
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
                         config=CONFIG, window=1)
     rows = _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
                   "inbatch-corrected": [0.21, 0.22, 0.20]},
@@ -338,19 +343,19 @@ def test_an_empty_popularity_band_pairs_nothing_and_breaks_no_report():
 def test_report_only_while_runs_are_pending_says_so_first(tmp_path):
     from tfrs_logq.studies._grid import append_row
 
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
                         config=CONFIG, window=1)
     out = str(tmp_path)
-    compare._check_plan(plan, out)
+    compare_plan._check_plan(plan, out)
     for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21], "inbatch-corrected": [0.23, 0.25]}):
         append_row(os.path.join(out, "results.csv"), row)
-    text = compare.report_only(out, say=lambda line: None)
+    text = compare_report.report_only(out, say=lambda line: None)
     head = "\n".join(text.splitlines()[:4])
     assert "2 of 6 runs of the plan are pending" in head and "provisional" in head.lower()
     for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
                       "inbatch-corrected": [0.23, 0.25, 0.22]})[2::3]:
         append_row(os.path.join(out, "results.csv"), row)
-    text = compare.report_only(out, say=lambda line: None)
+    text = compare_report.report_only(out, say=lambda line: None)
     assert "pending" not in text and "rovisional" not in text  # all 6 finished
 
 
@@ -366,22 +371,23 @@ def test_a_sasrec_run_writes_the_steps_its_curves_record_and_no_empty_progress_l
                 "test_window": {"epochs": [1, 2], "recall@10": 0.3, "recall@20": 0.4}}
 
     monkeypatch.setattr(sasrec_training, "train", fake_train)
-    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+    plan = compare_plan.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
                         config=dataclasses.replace(CONFIG, steps=40, eval_every=20), window=2,
                         model="sasrec")
     curves = []
-    row = compare._sasrec_row(plan, "inbatch-corrected", 0, split, str(tmp_path),
+    row = compare_runner._sasrec_row(plan, "inbatch-corrected", 0, split, str(tmp_path),
                               curves.append)
     assert [c["steps"] for c in curves] == [18, 36]
     assert row["steps"] == 36 == curves[-1]["steps"] and row["window_steps"] == "18 36"
     # The progress line of an evaluation without test metrics shows the validation's.
     said: list = []
-    trainer = compare.Trainer(catalog="c", key=lambda loss, seed: f"{loss}{seed}",
+    trainer = compare_runner.Trainer(catalog="c", key=lambda loss, seed: f"{loss}{seed}",
                               train=lambda loss, seed, run_dir, on_eval, on_step, done: (
                                   on_eval({"steps": 18, "validation_monitor": 0.125})
                                   or {"loss": loss, "seed": seed, "steps": 36,
                                       "recall@10": 0.3}))
-    compare.run_plan(plan, str(tmp_path / "out"), trainer, say=said.append)
+    compare_runner.run_plan(plan, str(tmp_path / "out"), trainer, say=said.append,
+                            report=compare_report.reporter())
     steps = [line for line in said if line.startswith("  step ")]
     assert steps and all(line == "  step 18: validation ndcg@10 0.1250" for line in steps)
 
@@ -389,16 +395,16 @@ def test_a_sasrec_run_writes_the_steps_its_curves_record_and_no_empty_progress_l
 def test_a_corrupt_curves_csv_rewrites_nothing_and_names_its_line(tmp_path):
     from tfrs_logq.studies._grid import append_row
 
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
                         config=CONFIG, window=1)
     out = str(tmp_path)
-    compare._check_plan(plan, out)
+    compare_plan._check_plan(plan, out)
     for row in _rows({"inbatch-logq-tfrs": [0.20, 0.21, 0.19],
                       "inbatch-corrected": [0.23, 0.25, 0.22]}):
         append_row(os.path.join(out, "results.csv"), row)
         append_row(os.path.join(out, "curves.csv"), {"loss": row["loss"], "seed": row["seed"],
                                                      "steps": "30", "recall@10": row["recall@10"]})
-    compare.report_only(out, say=lambda line: None)
+    compare_report.report_only(out, say=lambda line: None)
     names = ("report.md", "paired.png", "learning_curves.png")
     before = {n: open(os.path.join(out, n), "rb").read() for n in names}
     path = os.path.join(out, "curves.csv")
@@ -408,8 +414,8 @@ def test_a_corrupt_curves_csv_rewrites_nothing_and_names_its_line(tmp_path):
                        (lines[2].replace(",30,", ",30,abc").rsplit(",", 1)[0] + ",abc",
                         "line 3: recall@10 is 'abc'")):
         open(path, "w").write("\n".join([lines[0], lines[1], bad, *lines[3:]]) + "\n")
-        with pytest.raises(compare_report.ReportError, match=match) as error:
-            compare.report_only(out, say=lambda line: None)
+        with pytest.raises(compare_plan.ReportError, match=match) as error:
+            compare_report.report_only(out, say=lambda line: None)
         assert "\n" not in str(error.value) and "curves.csv line 3" in str(error.value)
         assert {n: open(os.path.join(out, n), "rb").read() for n in names} == before
 
@@ -429,47 +435,47 @@ def test_the_memory_estimate_counts_the_ids_as_held(tmp_path, monkeypatch):
     log = make_split(interactions, "loo")
     raw_items = np.asarray(log.interactions.raw_items)
     ids = 200 * 100_000 * 4 + len(raw_items) * raw_items.dtype.itemsize
-    assert compare.id_storage_bytes(log) == ids
-    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+    assert compare_runner.id_storage_bytes(log) == ids
+    plan = compare_plan.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
                         config=CONFIG, window=1)
     base = towers.estimated_peak_bytes(CONFIG, log.num_items,
                                        len(towers.Examples(log, CONFIG.history_length)),
                                        len(log.test))
-    monkeypatch.setattr(compare, "available_memory_bytes", lambda: base + ids // 2)
-    with pytest.raises(compare.CompareError, match=r"GiB of it the ids as held \(200 user ids "
+    monkeypatch.setattr(compare_runner, "available_memory_bytes", lambda: base + ids // 2)
+    with pytest.raises(compare_plan.CompareError, match=r"GiB of it the ids as held \(200 user ids "
                        r"of 100,000 characters") as error:
-        compare.run_compare(plan, log, str(tmp_path / "refused"), say=lambda line: None)
+        compare_builtin.run_compare(plan, log, str(tmp_path / "refused"), say=lambda line: None)
     assert "\n" not in str(error.value)
     assert not os.path.exists(tmp_path / "refused")  # refused before anything is written
-    monkeypatch.setattr(compare, "available_memory_bytes", lambda: base + ids + 1)
+    monkeypatch.setattr(compare_runner, "available_memory_bytes", lambda: base + ids + 1)
     said: list = []
-    compare.run_compare(plan, log, str(tmp_path / "fits"), say=said.append, max_runs=0)
+    compare_builtin.run_compare(plan, log, str(tmp_path / "fits"), say=said.append, max_runs=0)
     assert f"run {(base + ids) / 2**30:.1f} GiB, 0.1 GiB of it the ids as held" in said[0]
 
 
 def test_a_run_killed_mid_training_says_it_resumed(split, tmp_path, monkeypatch):
     """A run killed between two checkpoints is 'to train' again, and the console says it
     resumes from its checkpoint (before, '0 already in ..., 2 to train' and nothing more)."""
-    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
+    plan = compare_plan.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0,),
                         config=dataclasses.replace(CONFIG, steps=20, eval_every=10),
                         window=1, source="toy")
     out = str(tmp_path / "cmp")
-    progress = compare._progress
+    progress = compare_runner._progress
 
     def killed(i, *args):
         if i == 14:
             raise KeyboardInterrupt
         return progress(i, *args)
 
-    train = compare.towers.train
-    monkeypatch.setattr(compare.towers, "train",  # a checkpoint after every step
+    train = compare_runner.towers.train
+    monkeypatch.setattr(compare_runner.towers, "train",  # a checkpoint after every step
                         lambda *a, **k: train(*a, **k, checkpoint_seconds=0.0))
-    monkeypatch.setattr(compare, "_progress", killed)
+    monkeypatch.setattr(compare_runner, "_progress", killed)
     with pytest.raises(KeyboardInterrupt):
-        compare.run_compare(plan, split, out, say=lambda line: None)
-    monkeypatch.setattr(compare, "_progress", progress)
+        compare_builtin.run_compare(plan, split, out, say=lambda line: None)
+    monkeypatch.setattr(compare_runner, "_progress", progress)
     said: list = []
-    rows = compare.run_compare(plan, split, out, say=said.append)
+    rows = compare_builtin.run_compare(plan, split, out, say=said.append)
     assert len(rows) == 2
     header = next(line for line in said if line.startswith("compare: 2 runs"))
     assert "2 to train (1 of them resumed from their checkpoints)" in header
@@ -486,10 +492,10 @@ def test_a_comparison_on_two_replicas_reads_as_on_one_device(split, tmp_path,
     config = dataclasses.replace(CONFIG, steps=20, eval_every=10)
     rows = {}
     for strategy in ("default", "mirrored"):
-        plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0,),
+        plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0,),
                             config=dataclasses.replace(config, strategy=strategy), window=1,
                             source="toy")
-        rows[strategy] = compare.run_compare(plan, split, str(tmp_path / strategy),
+        rows[strategy] = compare_builtin.run_compare(plan, split, str(tmp_path / strategy),
                                              say=lambda line: None)
     for one, two in zip(rows["default"], rows["mirrored"]):
         assert (one["loss"], one["seed"]) == (two["loss"], two["seed"])

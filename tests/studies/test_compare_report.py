@@ -1,4 +1,4 @@
-"""`tfrs_logq.studies.compare_report`: the verdict a user acts on (one primary comparison,
+"""`tfrs_logq.studies.compare.report`: the verdict a user acts on (one primary comparison,
 its decision, what it rests on), the multiplicity rule, the tables under it, and one-line
 errors for input the report cannot read. References come from SciPy and numpy in the test."""
 
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from tfrs_logq.stats import holm, pairs_for_equivalence, pairs_for_power
-from tfrs_logq.studies import compare, compare_report
+from tfrs_logq.studies.compare import plan as compare_plan
+from tfrs_logq.studies.compare import report as compare_report
+from tfrs_logq.studies.compare.stats import holm, pairs_for_equivalence, pairs_for_power
 from tfrs_logq.towers.config import TwoTowerConfig
 
 CONFIG = TwoTowerConfig(steps=30, batch_size=64, embedding_dim=8, history_length=5,
@@ -21,7 +22,7 @@ TFRS = [0.400, 0.410, 0.395, 0.405]
 
 
 def _plan(losses=LOSSES, seeds=4):
-    return compare.Plan(losses=losses, seeds=tuple(range(seeds)), config=CONFIG, window=1)
+    return compare_plan.Plan(losses=losses, seeds=tuple(range(seeds)), config=CONFIG, window=1)
 
 
 def _rows(values: dict, **extra) -> list[dict]:
@@ -229,7 +230,7 @@ def test_bad_parameters_are_one_line_errors_that_name_the_fix(change, match):
 def test_bad_rows_are_one_line_errors_and_missing_runs_a_line_with_the_fix():
     rows = _three(corrected_at_100=TFRS)
     rows[4]["seed"] = ""
-    with pytest.raises(compare_report.ReportError, match=r"results.csv line 6 has no loss "
+    with pytest.raises(compare_plan.ReportError, match=r"results.csv line 6 has no loss "
                        r"or no integer seed .*--report-only") as error:
         compare_report.format_report(_plan(), rows, [])
     assert "\n" not in str(error.value)
@@ -339,7 +340,7 @@ def test_the_report_names_the_steps_evaluated_not_the_eval_every_asked():
     import dataclasses
 
     config = dataclasses.replace(CONFIG, steps=40, eval_every=100)  # one evaluation: 40
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-corrected"), seeds=(0, 1, 2),
                         config=config, window=1)
     rows = _rows({"inbatch-logq-tfrs": {"recall@100": TFRS[:3]},
                   "inbatch-corrected": {"recall@100": TFRS[1:]}}, steps="40",
@@ -349,7 +350,7 @@ def test_the_report_names_the_steps_evaluated_not_the_eval_every_asked():
     text = compare_report.format_report(plan, rows, curves)
     assert "Test metrics: the evaluation at step 40, the only one." in text
     assert "every 100" not in text
-    five = compare.Plan(losses=plan.losses, seeds=(0, 1, 2), window=2,
+    five = compare_plan.Plan(losses=plan.losses, seeds=(0, 1, 2), window=2,
                         config=dataclasses.replace(CONFIG, steps=50, eval_every=20))
     rows = [{**r, "window_steps": "40 50"} for r in rows]
     curves = [{**c, "steps": s} for c in curves for s in ("20", "40", "50")]
@@ -358,7 +359,7 @@ def test_the_report_names_the_steps_evaluated_not_the_eval_every_asked():
 
 
 def test_a_sasrec_report_describes_sasrec():
-    plan = compare.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1, 2),
+    plan = compare_plan.Plan(losses=("inbatch-logq-official", "inbatch-corrected"), seeds=(0, 1, 2),
                         config=TwoTowerConfig(steps=40, eval_every=20), window=2,
                         model="sasrec", sasrec_preset="cpu")
     rows = _rows({"inbatch-logq-official": {"recall@10": TFRS[:3]},

@@ -14,16 +14,23 @@ import time
 import pytest
 
 from tfrs_logq._util.locks import ExclusiveLock
-from tfrs_logq.studies import compare
 from tfrs_logq.studies._grid import read_rows
+from tfrs_logq.studies.compare import plan as compare_plan
+from tfrs_logq.studies.compare import report as compare_report
+from tfrs_logq.studies.compare import runner as compare_runner
 from tfrs_logq.towers.config import TwoTowerConfig
 
 CONFIG = TwoTowerConfig(steps=30, eval_every=10)
 LOSSES = ("inbatch-logq-tfrs", "inbatch-corrected")
-PLAN = compare.Plan(losses=LOSSES, seeds=(0, 1), config=CONFIG, window=1, source="fake")
+PLAN = compare_plan.Plan(losses=LOSSES, seeds=(0, 1), config=CONFIG, window=1, source="fake")
 
 
-def _fake_trainer(trained: list) -> compare.Trainer:
+def run_plan(*args, **kwargs):
+    """`run_plan` with the comparison's report step, as `compare` hands it."""
+    return compare_runner.run_plan(*args, report=compare_report.reporter(), **kwargs)
+
+
+def _fake_trainer(trained: list) -> compare_runner.Trainer:
     def train(loss, seed, run_dir, on_eval, on_step, evaluations):
         trained.append((loss, seed))
         value = 0.2 + 0.01 * seed + (0.02 if loss == "inbatch-corrected" else 0.0)
@@ -31,22 +38,22 @@ def _fake_trainer(trained: list) -> compare.Trainer:
         return {"loss": loss, "seed": seed, "steps": 30, "window": 1, "window_steps": "30",
                 "recall@10": value, "positive_share_q50": 0.01, "machine": "m"}
 
-    return compare.Trainer(catalog="fake", key=lambda loss, seed: f"{loss}/{seed}",
+    return compare_runner.Trainer(catalog="fake", key=lambda loss, seed: f"{loss}/{seed}",
                            train=train)
 
 
 def test_run_k_of_the_plan_goes_to_index_k_mod_n():
-    plan = compare.Plan(losses=("inbatch-logq-tfrs", "inbatch-logq-official",
+    plan = compare_plan.Plan(losses=("inbatch-logq-tfrs", "inbatch-logq-official",
                                 "inbatch-corrected"), seeds=(5, 7), config=CONFIG, window=1)
-    runs = compare.plan_runs(plan)
+    runs = compare_plan.plan_runs(plan)
     assert runs == [("inbatch-logq-tfrs", 5), ("inbatch-logq-official", 5),
                     ("inbatch-corrected", 5), ("inbatch-logq-tfrs", 7),
                     ("inbatch-logq-official", 7), ("inbatch-corrected", 7)]
-    shares = [compare.RunShare(i, 4).runs(plan) for i in range(4)]
+    shares = [compare_plan.RunShare(i, 4).runs(plan) for i in range(4)]
     assert shares[0] == [runs[0], runs[4]] and shares[3] == [runs[3]]
     assert sorted(sum(shares, []), key=runs.index) == runs  # each run once
-    assert compare.RunShare(0, 1).runs(plan) == runs
-    assert compare.RunShare(2, 9).runs(plan) == [runs[2]]
+    assert compare_plan.RunShare(0, 1).runs(plan) == runs
+    assert compare_plan.RunShare(2, 9).runs(plan) == [runs[2]]
 
 
 @pytest.mark.parametrize("flags, env, expected", [
@@ -69,7 +76,7 @@ def test_run_k_of_the_plan_goes_to_index_k_mod_n():
     ((None, "2"), {"SLURM_ARRAY_TASK_ID": "1"}, (1, 2, "SLURM_ARRAY_TASK_ID=1")),
 ])
 def test_the_share_comes_from_the_flags_else_the_schedulers_variables(flags, env, expected):
-    share = compare.resolve_share(*flags, environ=env)
+    share = compare_plan.resolve_share(*flags, environ=env)
     if expected is None:
         assert share is None
         return
@@ -102,19 +109,19 @@ def test_the_share_comes_from_the_flags_else_the_schedulers_variables(flags, env
                     "SLURM_ARRAY_TASK_MAX": "3"}, "SLURM_ARRAY_TASK_ID=9 is not an id"),
 ])
 def test_bad_indices_counts_and_variables_are_one_line_errors(flags, env, message):
-    with pytest.raises(compare.CompareError) as error:
-        compare.resolve_share(*flags, environ=env)
+    with pytest.raises(compare_plan.CompareError) as error:
+        compare_plan.resolve_share(*flags, environ=env)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_shares_fill_one_directory_and_the_last_writes_the_report(tmp_path):
     out, single = str(tmp_path / "spread"), str(tmp_path / "single")
-    runs = compare.plan_runs(PLAN)
+    runs = compare_plan.plan_runs(PLAN)
     trained: list = []
     said: list = []
     # Index 0 of 3: runs 0 and 3; the report waits for the others.
-    compare.run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
-                     share=compare.RunShare(0, 3))
+    run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
+                     share=compare_plan.RunShare(0, 3))
     assert trained == [runs[0], runs[3]]
     assert said[0] == (f"compare: index 0 of 3: 2 of 4 runs (2 losses x 2 seeds) of 30 "
                        f"steps; 0 already in {out}, 2 to train")
@@ -123,32 +130,32 @@ def test_shares_fill_one_directory_and_the_last_writes_the_report(tmp_path):
                                "inbatch-logq-tfrs seed 1 (")
     assert not os.path.exists(os.path.join(out, "report.md"))
     # Index 1's run 1 is held by another process: left to it.
-    held = ExclusiveLock(os.path.join(out, compare.RUN_LOCKS, os.path.basename(
-        compare._run_dir(out, "inbatch-corrected/0")) + ".lock"), wait=False).acquire()
+    held = ExclusiveLock(os.path.join(out, compare_runner.RUN_LOCKS, os.path.basename(
+        compare_runner._run_dir(out, "inbatch-corrected/0")) + ".lock"), wait=False).acquire()
     said.clear()
-    compare.run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
-                     share=compare.RunShare(1, 3))
+    run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
+                     share=compare_plan.RunShare(1, 3))
     held.release()
     assert trained == [runs[0], runs[3]]
     assert f"run 1/1: inbatch-corrected, seed 0 is being trained by process {os.getpid()}: " \
            f"left to it" in said
     # Index 2 (given as `spread` sets it, as for compare_split) leaves run 1 missing.
     said.clear()
-    with compare.spread(compare.RunShare(2, 3)):
-        compare.run_plan(PLAN, out, _fake_trainer(trained), say=said.append)
+    with compare_plan.spread(compare_plan.RunShare(2, 3)):
+        run_plan(PLAN, out, _fake_trainer(trained), say=said.append)
     assert trained == [runs[0], runs[3], runs[2]]
     assert "1 of the plan's 4 runs remain: inbatch-corrected seed 0" in said[-1]
     assert not os.path.exists(os.path.join(out, "report.md"))
     # Index 1 rerun (the lost process's index): its run, then the report.
     said.clear()
-    compare.run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
-                     share=compare.RunShare(1, 3))
+    run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
+                     share=compare_plan.RunShare(1, 3))
     assert trained[-1] == runs[1]
     assert "compare: every run of the plan is done: writing the report" in said
     report = os.path.join(out, "report.md")
     written = os.stat(report).st_mtime_ns
     # results.csv in the plan's order, the same bytes as one process's comparison.
-    compare.run_plan(PLAN, single, _fake_trainer([]), say=lambda line: None)
+    run_plan(PLAN, single, _fake_trainer([]), say=lambda line: None)
     with open(os.path.join(out, "results.csv"), "rb") as a, \
             open(os.path.join(single, "results.csv"), "rb") as b:
         assert a.read() == b.read()
@@ -157,8 +164,8 @@ def test_shares_fill_one_directory_and_the_last_writes_the_report(tmp_path):
     assert len(read_rows(os.path.join(out, "curves.csv"))) == 4
     # Every run done and the report newer than results.csv: nothing trains or rewrites it.
     said.clear()
-    compare.run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
-                     share=compare.RunShare(0, 3))
+    run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
+                     share=compare_plan.RunShare(0, 3))
     assert len(trained) == 4 and os.stat(report).st_mtime_ns == written
     assert said[-1].startswith(f"compare: every run of the plan is done and {report} is up "
                                f"to date")
@@ -168,21 +175,21 @@ def test_a_run_finished_elsewhere_while_this_process_waited_is_not_trained_again
         tmp_path, monkeypatch):
     out = str(tmp_path)
     trained: list = []
-    compare.run_plan(PLAN, out, _fake_trainer(trained), say=lambda line: None,
-                     share=compare.RunShare(0, 2), max_runs=1)
-    original, other = compare._claim, []
+    run_plan(PLAN, out, _fake_trainer(trained), say=lambda line: None,
+                     share=compare_plan.RunShare(0, 2), max_runs=1)
+    original, other = compare_runner._claim, []
 
     def claim_after_another_finished(output_dir, key):  # its row lands before the lock
         if not other:
             other.append(key)
-            compare.run_plan(PLAN, out, _fake_trainer(trained), say=lambda line: None,
-                             share=compare.RunShare(0, 2))
+            run_plan(PLAN, out, _fake_trainer(trained), say=lambda line: None,
+                             share=compare_plan.RunShare(0, 2))
         return original(output_dir, key)
 
-    monkeypatch.setattr(compare, "_claim", claim_after_another_finished)
+    monkeypatch.setattr(compare_runner, "_claim", claim_after_another_finished)
     said: list = []
-    compare.run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
-                     share=compare.RunShare(0, 2))
+    run_plan(PLAN, out, _fake_trainer(trained), say=said.append,
+                     share=compare_plan.RunShare(0, 2))
     assert other == ["inbatch-logq-tfrs/1"]
     assert trained == [("inbatch-logq-tfrs", 0), ("inbatch-logq-tfrs", 1)]
     assert "run 1/1: inbatch-logq-tfrs, seed 1 finished elsewhere" in said
@@ -190,10 +197,10 @@ def test_a_run_finished_elsewhere_while_this_process_waited_is_not_trained_again
 
 def test_a_process_writes_its_tables_only_under_the_tables_lock(tmp_path):
     out = str(tmp_path)
-    lock = ExclusiveLock(os.path.join(out, compare.TABLES_LOCK)).acquire()
-    worker = threading.Thread(target=compare.run_plan, kwargs=dict(
+    lock = ExclusiveLock(os.path.join(out, compare_plan.TABLES_LOCK)).acquire()
+    worker = threading.Thread(target=compare_runner.run_plan, kwargs=dict(
         plan=PLAN, output_dir=out, trainer=_fake_trainer([]), say=lambda line: None,
-        share=compare.RunShare(0, 1)))
+        share=compare_plan.RunShare(0, 1)))
     worker.start()
     try:
         time.sleep(0.5)
@@ -206,13 +213,13 @@ def test_a_process_writes_its_tables_only_under_the_tables_lock(tmp_path):
 
 def test_report_only_names_the_missing_runs_and_says_the_report_is_partial(tmp_path):
     out = str(tmp_path)
-    compare.run_plan(PLAN, out, _fake_trainer([]), say=lambda line: None,
-                     share=compare.RunShare(0, 3))
+    run_plan(PLAN, out, _fake_trainer([]), say=lambda line: None,
+                     share=compare_plan.RunShare(0, 3))
     said: list = []
-    text = compare.report_only(out, say=said.append)
+    text = compare_report.report_only(out, say=said.append)
     assert said[0] == ("compare: partial report: 2 of the plan's 4 runs have no row in "
                        "results.csv yet: (inbatch-corrected, 0), (inbatch-logq-tfrs, 1); the "
                        "report is provisional until they finish")
     assert "2 of 4 runs of the plan are pending" in text
-    assert compare.missing_runs(PLAN, read_rows(os.path.join(out, "results.csv"))) == [
+    assert compare_plan.missing_runs(PLAN, read_rows(os.path.join(out, "results.csv"))) == [
         ("inbatch-corrected", 0), ("inbatch-logq-tfrs", 1)]

@@ -160,8 +160,9 @@ Flags = CompareFlags
 
 
 def run(args) -> int:
-    from tfrs_logq.studies.compare import Plan, run_compare
-    from tfrs_logq.studies.compare_report import Margin
+    from tfrs_logq.studies.compare.builtin import run_compare
+    from tfrs_logq.studies.compare.plan import Plan
+    from tfrs_logq.studies.compare.report import Margin
     from tfrs_logq.towers.config import TwoTowerConfig
 
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else \
@@ -169,7 +170,7 @@ def run(args) -> int:
     margin = Margin(args.margin)
     check_output_dir(args.output_dir)
     if args.report_only:
-        from tfrs_logq.studies.compare import report_only
+        from tfrs_logq.studies.compare.report import report_only
 
         if _named_model(args):
             raise ValueError(f"--report-only reads the model from --output-dir's plan.json: "
@@ -185,7 +186,7 @@ def run(args) -> int:
                            primary=(args.primary_metric, args.primary_baseline))
         if args.json:
             from tfrs_logq.studies._grid import read_rows
-            from tfrs_logq.studies.compare import load_plan, missing_runs
+            from tfrs_logq.studies.compare.plan import load_plan, missing_runs
 
             left = missing_runs(load_plan(args.output_dir),
                                 read_rows(os.path.join(args.output_dir, "results.csv")))
@@ -195,7 +196,7 @@ def run(args) -> int:
     share = _share(args)  # before any work: a bad index or count is one line
     model = MODELS[type(args.flags.model)]
     if model == "tfrs-model":
-        from tfrs_logq.studies.compare import spread
+        from tfrs_logq.studies.compare.plan import spread
 
         with spread(share):  # compare_split reaches run_plan, which reads it
             return _run_model_fn(args, say, margin)
@@ -222,7 +223,7 @@ def run(args) -> int:
                        margin=margin, primary=(args.primary_metric, args.primary_baseline),
                        served_index=_served_index(args), share=share)
     if args.json:
-        from tfrs_logq.studies.compare import load_plan
+        from tfrs_logq.studies.compare.plan import load_plan
 
         plan = load_plan(args.output_dir)  # the seeds and losses of every run of the directory
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
@@ -234,7 +235,11 @@ def run(args) -> int:
 def _run_model_fn(args, say, margin) -> int:
     """``--model-fn``: the user's own TFRS model on the log (`tfrs_logq.compare_model`)."""
     from tfrs_logq.cli.data import load_any_split
-    from tfrs_logq.studies.user_model import check_arguments, compare_split, load_model_fn
+    from tfrs_logq.studies.compare.model_fn import (
+        check_arguments,
+        compare_split,
+        load_model_fn,
+    )
 
     if args.weight_column:
         raise ValueError("--weight-column weights the built-in two-tower's loss (compare "
@@ -259,7 +264,7 @@ def _run_model_fn(args, say, margin) -> int:
         max_runs=args.max_runs, source=f"{name}, split {args.split}", say=say,
         served_index=_served_index(args))
     if args.json:
-        from tfrs_logq.studies.compare import load_plan
+        from tfrs_logq.studies.compare.plan import load_plan
 
         plan = load_plan(args.output_dir)
         print(json.dumps({"output_dir": args.output_dir, "plan": plan.fixed_fields(),
@@ -272,7 +277,7 @@ def _share(args):
     """This process's share of a comparison spread over processes (`resolve_share`: the
     flags, else a Kubernetes Indexed Job's or a Slurm array's variables), said in one line
     on stderr; None: every run here."""
-    from tfrs_logq.studies.compare import resolve_share
+    from tfrs_logq.studies.compare.plan import resolve_share
 
     share = resolve_share(args.run_index, args.run_count)
     if share is not None:
@@ -342,7 +347,7 @@ def _data_identity(args, split) -> dict:
                 "skipped_lines": int(inter.skipped_lines)}
     identity.update({n: getattr(args, n) for n in _LOG_ONLY})
     from tfrs_logq.pipelines import datasets, user_log
-    from tfrs_logq.studies.compare import split_fingerprint
+    from tfrs_logq.studies.compare.plan import split_fingerprint
 
     default = (datasets.DEFAULT_TEMPORAL_FRACTION[args.dataset] if args.dataset
                else user_log.DEFAULT_TEMPORAL_FRACTION)  # as the loaders resolve None

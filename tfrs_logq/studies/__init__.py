@@ -12,7 +12,8 @@ __all__, __getattr__, __dir__ = _api.exports("tfrs_logq.studies")
 # The public names for static tools (mypy, pyright, IDEs); at run time they load on
 # first use, through __getattr__.
 if TYPE_CHECKING:  # written by tools/api_page.py from tfrs_logq/_api.py
-    from tfrs_logq.studies.compare import load_plan as load_plan
-    from tfrs_logq.studies.compare import run_compare as run_compare
+    from tfrs_logq.studies.compare.builtin import run_compare as run_compare
+    from tfrs_logq.studies.compare.plan import Plan as Plan
+    from tfrs_logq.studies.compare.plan import load_plan as load_plan
     from tfrs_logq.studies.demo import DemoConfig as DemoConfig
     from tfrs_logq.studies.demo import run_demo as run_demo

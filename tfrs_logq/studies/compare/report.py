@@ -36,7 +36,20 @@ import numpy as np
 from tfrs_logq._util.atomic import write_bytes, write_text
 from tfrs_logq.corrections import parse_loss_name
 from tfrs_logq.metrics import BANDS
-from tfrs_logq.stats import (
+from tfrs_logq.studies._grid import read_rows
+from tfrs_logq.studies.compare.plan import (
+    CompareError,
+    Plan,
+    ReportError,
+    _tables,
+    check_results,
+    load_plan,
+    metric_names,
+    missing_runs,
+    plan_runs,
+)
+from tfrs_logq.studies.compare.runner import hits_path, load_hits, load_served
+from tfrs_logq.studies.compare.stats import (
     MIN_PAIRS,
     ZERO_SPREAD_RTOL,
     classify,
@@ -55,7 +68,6 @@ from tfrs_logq.stats import (
     seeds_and_users_for,
     values_by_seed,
 )
-from tfrs_logq.studies.compare import Plan, metric_names
 
 DEFAULT_MARGIN = "0.002"
 """Absolute, below the smallest differences outside noise in results/README.md, so "no
@@ -118,9 +130,6 @@ def describe(loss: str) -> str:
     return f"{words} ({loss})" if words else loss
 
 
-class ReportError(ValueError):
-    """Input the report cannot read (a results row without a seed, a primary metric or
-    baseline the comparison did not record): one line that names the fix."""
 
 
 def _check_rows(rows: list[dict]) -> None:
@@ -132,62 +141,8 @@ def _check_rows(rows: list[dict]) -> None:
                               f"the line, then rebuild with `tfrs-logq compare --report-only`.")
 
 
-EVALUATED_KS = (10, 20, 100, 1000)
-"""The cut-offs a comparison evaluates (two-tower and a user's model: 10, 100, 1000 below
-the catalog's size; SASRec: 10 and 20)."""
 
 
-def check_results(rows: list[dict], path: str = "results.csv") -> None:
-    """Refuses, in one line naming ``path``, the row and the fix, a damaged results table:
-    a truncated or overlong row, a loss or seed missing, a seed or metric that is not a
-    number, a recall or NDCG outside [0, 1], a (loss, seed) twice, a metric column of a
-    cut-off no comparison evaluates. A damaged row is never read as a diverged run (a run
-    that diverged writes NaN, which stays allowed)."""
-    fix = (f"restore {path} (or delete that line to retrain the run), then rerun "
-           f"`tfrs-logq compare`")
-    if rows:
-        for name in rows[0]:
-            if name is None:
-                continue
-            base = name.split(":", 1)[1] if ":" in name else name
-            match = re.fullmatch(r"(recall|ndcg)@([0-9]+)", base)
-            if base.startswith(("recall@", "ndcg@")) and (
-                    not match or int(match.group(2)) not in EVALUATED_KS):
-                raise ReportError(f"{path} has a column {name!r}, which no comparison "
-                                  f"writes (cut-offs {', '.join(map(str, EVALUATED_KS))}): "
-                                  f"{fix}.")
-        for required in ("loss", "seed"):
-            if required not in rows[0]:
-                raise ReportError(f"{path} has no {required!r} column: it is not a "
-                                  f"comparison's results table; {fix}.")
-    seen: dict = {}
-    for number, row in enumerate(rows, 2):  # line 1 of results.csv is its header
-        where = f"{path} line {number}"
-        if None in row or any(value is None for value in row.values()):
-            raise ReportError(f"{where} has {'more' if None in row else 'fewer'} cells than "
-                              f"the header (a damaged row, not a diverged run): {fix}.")
-        seed = str(row.get("seed", "")).strip()
-        if not row.get("loss") or not re.fullmatch(r"[0-9]+", seed) \
-                or int(seed) > 2**32 - 1:
-            raise ReportError(f"{where} has no loss or no seed in [0, 2**32-1] (loss "
-                              f"{row.get('loss')!r}, seed {row.get('seed')!r}): {fix}.")
-        key = (row["loss"], int(seed))
-        if key in seen:
-            raise ReportError(f"{where} repeats the run {key[0]} seed {key[1]} of line "
-                              f"{seen[key]}: {fix}.")
-        seen[key] = number
-        for name in [n for n in row if n is not None and n.split(":", 1)[-1].startswith(
-                ("recall@", "ndcg@"))]:
-            text = str(row[name]).strip()
-            if text == "" and ":" in name:  # a band with no target
-                continue
-            try:
-                value = float(text)
-            except ValueError:
-                raise ReportError(f"{where}: {name} is {text[:20]!r}, not a number (a "
-                                  f"damaged row, not a diverged run): {fix}.") from None
-            if math.isfinite(value) and not 0.0 <= value <= 1.0:
-                raise ReportError(f"{where}: {name} is {value:g}, outside [0, 1]: {fix}.")
 
 
 def _recorded(rows: list[dict], metric: str) -> bool:
@@ -516,8 +471,8 @@ def comparisons(plan: Plan) -> list[tuple]:
 def paired(rows: list[dict], plan: Plan, loss: str, metric: str, confidence: float = 0.95,
            reference: Optional[str] = None) -> dict:
     """``loss - reference`` (default the baseline) of ``metric``, paired by seed over the
-    seeds both have finished without diverging (`tfrs_logq.stats.paired_by_seed`, in the
-    plan's order of seeds)."""
+    seeds both have finished without diverging
+    (`tfrs_logq.studies.compare.stats.paired_by_seed`, in the plan's order of seeds)."""
     reference = reference or plan.baseline
     bad = set(diverged_runs(rows))
 
@@ -533,7 +488,6 @@ def run_hits(output_dir: str, rows: list[dict]) -> dict:
     """``{(loss, seed): hits}`` of the finished runs of ``rows`` that saved their hits per
     test user (`tfrs_logq.studies.compare.save_hits`); a run finished before compare saved
     them has none."""
-    from tfrs_logq.studies.compare import hits_path, load_hits
 
     out = {}
     for row in rows:
@@ -579,8 +533,8 @@ def _has_hits(hits: Optional[dict], plan: Plan, subject: str, reference: str) ->
 def interval(rows: list[dict], plan: Plan, subject: str, metric: str, reference: str,
              hits: Optional[dict] = None) -> dict:
     """``subject - reference`` at ``metric`` with the interval the report reads: over seeds
-    *and* test users (`tfrs_logq.stats.seed_user_difference`: the seeds' differences of
-    results.csv, the users' part from the hits per user at the last evaluation) where
+    *and* test users (`tfrs_logq.studies.compare.stats.seed_user_difference`: the seeds'
+    differences of results.csv, the users' part from the hits per user at the last evaluation) where
     both losses' runs saved their hits, else `paired`'s over the seeds alone. The first
     also holds ``seed_only`` (`paired`'s), ``seeds``, ``differences``, ``reference_mean``;
     either holds ``zero_words``: what identical differences mean here."""
@@ -822,8 +776,8 @@ def _intervals_words(plan: Plan, rows: list[dict], hits: Optional[dict],
     text = ("Intervals: 95 %, over seeds and test users where both losses' runs saved their "
             "hits per test user (the spread of each pair's reported difference over the "
             "seeds, plus the spread of drawing the test users, from their hits at the last "
-            "evaluation: `tfrs_logq.stats.seed_user_difference`), the seeds-only t interval "
-            "(the test users held fixed) beside it.")
+            "evaluation: `tfrs_logq.studies.compare.stats.seed_user_difference`), the "
+            "seeds-only t interval (the test users held fixed) beside it.")
     if saved < len(finished):
         text += (f" Hits per user: saved by {saved} of {len(finished)} finished runs (the "
                  f"others finished before compare saved them); a comparison without them "
@@ -1008,7 +962,7 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
 
 def _seed_table(plan: Plan, rows: list[dict], pairs: list[tuple], metric: str) -> list[str]:
     """Each seed's difference at the primary metric, flagged where the other seeds' 99 %
-    prediction interval leaves it out (`tfrs_logq.stats.seed_outliers`)."""
+    prediction interval leaves it out (`tfrs_logq.studies.compare.stats.seed_outliers`)."""
     diffs = [paired(rows, plan, s, metric, reference=r) for s, r in pairs]
     if not any(d.get("n") for d in diffs):
         return []
@@ -1150,7 +1104,6 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     ``output_dir``, with the runs' hits per test user found there (`run_hits`). Every
     file is made before any is written: input the report cannot read (a damaged
     curves.csv: `check_curves`) leaves all three as they were."""
-    from tfrs_logq.studies.compare import load_served
 
     check_curves(curves, os.path.join(output_dir, "curves.csv"))
     hits = run_hits(output_dir, rows)
@@ -1168,9 +1121,54 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     return text
 
 
+def report_only(output_dir: str, say: Callable[[str], None] = print,
+                margin=None, primary: Optional[tuple] = None) -> str:
+    """Rebuilds ``report.md`` and the charts from ``output_dir``'s ``results.csv`` and
+    ``curves.csv`` (no training), under the lock of the directory's tables (a comparison
+    spread over processes may be writing them). Where runs of the plan have no row yet,
+    the report is provisional (it says so first) and ``say`` names them, ``(loss,
+    seed)``."""
+    plan = load_plan(output_dir)
+    path = os.path.join(output_dir, "results.csv")
+    with _tables(output_dir):
+        plan = load_plan(output_dir)  # as it is now that no process writes it
+        rows = read_rows(path)
+        check_results(rows, path)
+        if not rows:
+            raise CompareError(f"{output_dir}/results.csv holds no finished run: nothing to "
+                               f"report.")
+        left = missing_runs(plan, rows)
+        if left:
+            say(f"compare: partial report: {len(left)} of the plan's {len(plan_runs(plan))} "
+                f"runs have no row in results.csv yet: "
+                + ", ".join(f"({loss}, {seed})" for loss, seed in left[:20])
+                + (f" and {len(left) - 20} more" if len(left) > 20 else "")
+                + "; the report is provisional until they finish")
+        return reporter(margin, primary)(
+            plan, rows, read_rows(os.path.join(output_dir, "curves.csv")), output_dir, say)
+
+
+def reporter(margin=None, primary: Optional[tuple] = None) -> Callable:
+    """The report step of a comparison (`tfrs_logq.studies.compare.runner.run_plan`'s
+    ``report``): `write_report` with the ``margin`` (a `Margin`, None: the default) and the
+    ``primary`` comparison (``(metric, baseline)``, either None: the report's default)."""
+    def report(plan: Plan, rows: list, curves: list, output_dir: str,
+               say: Callable[[str], None]):
+        return write_report(plan, rows, curves, output_dir, say=say, margin=margin,
+                            **_primary(primary))
+
+    return report
+
+
+def _primary(primary: Optional[tuple]) -> dict:
+    """``(metric, baseline)`` (either None: the report's default) as `write_report`'s
+    keyword arguments."""
+    metric, baseline = primary or (None, None)
+    return {"primary_metric": metric, "primary_baseline": baseline}
+
+
 __all__ = ["DEFAULT_MARGIN", "DEFAULT_PRIMARY_BASELINE", "DEFAULT_PRIMARY_METRIC",
-           "EVALUATED_KS", "Margin", "ReportError", "check_curves", "check_results",
+           "Margin", "check_curves",
            "comparisons", "diverged_runs", "format_report", "interval", "paired",
-           "primary_comparison", "render_charts", "run_hits", "sentence", "served_sentence",
-           "verdict",
-           "verdict_paragraph", "write_charts", "write_report"]
+           "primary_comparison", "render_charts", "report_only", "reporter", "run_hits", "sentence",
+           "served_sentence", "verdict", "verdict_paragraph", "write_charts", "write_report"]

@@ -42,7 +42,7 @@ For every loss and seed of the plan, `compare_model`:
   candidate tower, the test queries by its query tower, exact top-k over all candidates,
   the query's history left out when the test set gives one (`tfrs_logq.metrics.target_ranks`,
   the served policy), Recall/NDCG at 10, 100 and 1000 below the catalog's size;
-- writes what ``tfrs-logq compare`` writes (`tfrs_logq.studies.compare.run_plan`: the same
+- writes what ``tfrs-logq compare`` writes (`tfrs_logq.studies.compare.runner.run_plan`: the same
   ``plan.json``, run directories, lock, ``results.csv``, ``curves.csv``, hits per test
   query at the last evaluation, a test user being a distinct query, and report).
 
@@ -94,16 +94,31 @@ from tfrs_logq.metrics import (
     recall_ndcg_from_ranks,
     target_ranks,
 )
-from tfrs_logq.pipelines.splits import MIN_RANKED_ITEMS, MIN_TEST_USERS, Split
+from tfrs_logq.pipelines.splits import (
+    MIN_RANKED_ITEMS,
+    MIN_TEST_USERS,
+    Split,
+    check_evaluable,
+    target_facts,
+)
 from tfrs_logq.proposal import standard_positive_share
-from tfrs_logq.studies.compare import (
+from tfrs_logq.studies._grid import (
+    check_output_dir,
+)
+from tfrs_logq.studies.compare.plan import (
+    DEFAULT_SHUFFLE_BUFFER,
+    CompareError,
+    ModelFnConfig,
+    Plan,
+    read_plan_json,
+)
+from tfrs_logq.studies.compare.report import Margin, reporter
+from tfrs_logq.studies.compare.runner import (
     FINAL_EMBEDDINGS,
     FINAL_RANKS,
-    TFRS_MODEL_LOSSES,
-    CompareError,
-    Plan,
     ServedIndex,
     Trainer,
+    _duplicates,
     run_plan,
     window_row,
 )
@@ -111,72 +126,10 @@ from tfrs_logq.tasks import CorrectedRetrieval
 from tfrs_logq.towers.loop import checkpoint_key
 from tfrs_logq.towers.training import _ks as cutoffs
 
-DEFAULT_SHUFFLE_BUFFER = 100_000
-"""The training set's shuffle buffer, as in TFRS's tutorials."""
 EVAL_BATCH = 1024
 Embedder = Union[str, Callable[[Any, Any], Any]]
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelFnConfig:
-    """One run of a user's model: the plan's ``config`` for ``model="tfrs-model"``, what
-    `compare_model` was given and what it measured of the model (so that ``plan.json``
-    refuses a rerun with another model or settings, and the report says what trained)."""
-
-    loss: str = "inbatch-corrected"
-    """one of `tfrs_logq.studies.compare.TFRS_MODEL_LOSSES`"""
-    seed: int = 0
-    """initial weights, batches and dropout masks (common random numbers across losses)"""
-    steps: int = 3000
-    """training steps (fixed: no early stopping)"""
-    batch_size: int = 512
-    """training examples per step"""
-    eval_every: int = 500
-    """evaluate the test queries every this many steps (and at the last step)"""
-    exclude_seen: bool = True
-    """the test set gives a history per query, left out of the ranking"""
-    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
-    """the training set's shuffle buffer"""
-    model_fn: str = ""
-    """``module:function`` of the function that builds the model"""
-    query_model: str = "query_model"
-    """the model's attribute (or the function) that embeds a query"""
-    candidate_model: str = "candidate_model"
-    """the model's attribute (or the function) that embeds a candidate"""
-    optimizer: str = ""
-    """the class of the optimizer ``model_fn`` compiled the model with"""
-    learning_rate: Optional[float] = None
-    """its learning rate (None: a schedule)"""
-    embedding_dim: int = 0
-    """the size of the towers' embeddings"""
-    history_length: int = 0
-    """the longest history a test query gives (the items a request sends)"""
-    model_source: str = ""
-    """the file that defines ``model_fn`` and a digest of its code (`model_source`):
-    comments and blank lines do not count, every other edit (docstrings too) does"""
-    architecture: str = ""
-    """the model as built: its layers, parameters and a digest of every layer's class and
-    configuration, every weight's shape and dtype and the optimizer's configuration
-    (`architecture`)"""
-
-    def __post_init__(self) -> None:
-        parse_loss_name(self.loss, TFRS_MODEL_LOSSES)  # the one check of the name
-        for name, low in (("steps", 1), ("batch_size", 2), ("eval_every", 1),
-                          ("shuffle_buffer", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) \
-                    or value < low:
-                raise CompareError(f"`{name}` must be an integer >= {low}, received "
-                                   f"{str(value)[:40]}.")
-
-    @property
-    def eval_steps(self) -> tuple:
-        """The steps at which the test queries are evaluated, the last one included."""
-        return (*range(self.eval_every, self.steps, self.eval_every), self.steps)
-
-    @property
-    def run_id(self) -> str:
-        return "|".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
 
 
 # ---------------------------------------------------------------------------- the task
@@ -1100,7 +1053,7 @@ def compare_model(
         model's architecture). Defaults to ``"compare_output"``.
       margin: the equivalence margin, an absolute difference (``"0.002"``) or a share of
         the reference's value (``"2%"``). Defaults to the report's
-        (`tfrs_logq.studies.compare_report.DEFAULT_MARGIN`).
+        (`tfrs_logq.studies.compare.report.DEFAULT_MARGIN`).
       max_runs: train at most this many unfinished runs, then stop. Defaults to all.
       source: words naming the data in the report. Defaults to none.
       checkpoint_seconds: the least time between two checkpoints of a run. Defaults to 120.
@@ -1109,7 +1062,7 @@ def compare_model(
         called on the final model of each loss at the first seed with every candidate's
         embedding and the test queries' (those its exact evaluation ranks), its record
         kept in ``served_index.json`` and said in the report
-        (`tfrs_logq.studies.compare.run_plan`;
+        (`tfrs_logq.studies.compare.runner.run_plan`;
         `tfrs_logq.serving.served_recall.served_recall` measures the index ``tfrs-logq
         export --index auto`` builds). Defaults to None: not measured.
 
@@ -1137,8 +1090,6 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
     """`compare_model` (``given``: its keyword arguments; the others take its defaults),
     with what a log adds (`compare_split`): its identity and facts (``data_identity``,
     ``facts``), columns for every row (``extra``), the flag that names ``model_fn``."""
-    from tfrs_logq.studies._grid import check_output_dir
-    from tfrs_logq.studies.compare_report import Margin
 
     o = _options(given)
     check_output_dir(o.output_dir)
@@ -1177,8 +1128,8 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
                 f"test targets, {data.num_examples:,} training examples",
         key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train,
         test_users=data.query_users),
-        say=o.say, max_runs=o.max_runs, margin=margin,
-        primary=(o.primary_metric, o.primary_baseline), served_index=o.served_index)
+        say=o.say, max_runs=o.max_runs, served_index=o.served_index,
+        report=reporter(margin, (o.primary_metric, o.primary_baseline)))
 
 
 def _options(given: dict) -> types.SimpleNamespace:
@@ -1251,7 +1202,6 @@ def _check_same_model(plan: Plan, output_dir: str, name: str, output_flag: str) 
     architecture, or both) and how to start a new directory (``output_flag``), a rerun
     into a directory whose comparison trained another model: its seeds and this model's
     would be pooled in one verdict."""
-    from tfrs_logq.studies.compare import read_plan_json
 
     saved = read_plan_json(output_dir) if os.path.isdir(output_dir) else None
     if saved is None or saved["fixed"].get("model") != "tfrs-model":
@@ -1315,8 +1265,6 @@ def compare_split(model_fn, split: Split, *, history_length: int = 50,
     `log_datasets` (``candidate_id="item_id"``), the report's facts from the split (test
     users, repeat and cold targets, duplicates), ``data_identity`` (the file and its
     preprocessing) in the plan; ``options``: `compare_model`'s keyword arguments."""
-    from tfrs_logq.pipelines.splits import check_evaluable, target_facts
-    from tfrs_logq.studies.compare import _duplicates
 
     check_evaluable(split, split.test)
     train, test, candidates = log_datasets(split, history_length, exclude_seen)
@@ -1326,7 +1274,7 @@ def compare_split(model_fn, split: Split, *, history_length: int = 50,
                     extra=_duplicates(split), **options)
 
 
-__all__ = ["ComparedTask", "DEFAULT_SHUFFLE_BUFFER", "ModelFnConfig", "UNKNOWN_IDS_WARNING",
+__all__ = ["ComparedTask", "UNKNOWN_IDS_WARNING",
            "architecture", "check_arguments", "check_model_fn_signature", "code_fingerprint",
            "compare_model", "compare_split", "load_model_fn", "log_datasets", "model_source",
            "training_batches"]

@@ -12,11 +12,11 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_user_model import TITLES, USERS, MovielensModel, _compare, build, movielens
+from test_model_fn import TITLES, USERS, MovielensModel, _compare, build, movielens
 
-from tfrs_logq.studies.compare import CompareError
+from tfrs_logq.studies.compare.plan import CompareError
 
-__all__ = ["movielens"]  # the fixture, shared with test_user_model
+__all__ = ["movielens"]  # the fixture, shared with test_model_fn
 
 # A user's module, edited between runs: the query tower's extra layer, the query's scale,
 # a comment, and the embedding width read from a file beside it (an architecture change
@@ -123,7 +123,7 @@ def test_the_pins_are_deterministic_and_ignore_comments(tmp_path):
     architecture; another width has another; the source's digest ignores comments and
     blank lines, not code."""
     from tfrs_logq.frequency import ExactFrequency
-    from tfrs_logq.studies.user_model import (
+    from tfrs_logq.studies.compare.model_fn import (
         ComparedTask,
         architecture,
         code_fingerprint,
@@ -152,7 +152,7 @@ def test_the_pins_are_deterministic_and_ignore_comments(tmp_path):
     assert code_fingerprint(str(path)) == code
     path.write_text("def f(task):\n    return [task]\n")
     assert code_fingerprint(str(path)) != code
-    assert model_source(build).startswith("test_user_model.py ")
+    assert model_source(build).startswith("test_model_fn.py ")
 
 
 class UserIdsModel(MovielensModel):

@@ -15,8 +15,9 @@ import tensorflow_recommenders as tfrs
 
 import tfrs_logq
 from tfrs_logq.studies._grid import read_rows
-from tfrs_logq.studies.compare import CompareError, hits_path, load_hits
-from tfrs_logq.studies.user_model import ComparedTask, _random_generators, training_batches
+from tfrs_logq.studies.compare.model_fn import ComparedTask, _random_generators, training_batches
+from tfrs_logq.studies.compare.plan import CompareError
+from tfrs_logq.studies.compare.runner import hits_path, load_hits
 
 USERS = [f"u{u}" for u in range(80)]
 TITLES = [f"Movie {i} (1999)" for i in range(120)]
@@ -274,7 +275,7 @@ def test_bad_input_is_one_line_before_any_training(movielens, tmp_path, case, ma
 def test_the_task_looks_q_up_by_id_from_the_training_frequencies(movielens):
     """``Q(d) = #d / N`` of the training set (an unseen id: one count), looked up by the
     ``candidate_ids`` the model passes: the loss of `CorrectedRetrieval` given that log Q."""
-    from tfrs_logq.studies.user_model import _read_data
+    from tfrs_logq.studies.compare.model_fn import _read_data
 
     train, test, candidates = movielens
     data = _read_data(train, test, candidates, "movie_title", 32)
@@ -402,8 +403,8 @@ class FeaturizedModel(tfrs.Model):
 
 @pytest.mark.slow  # 3 seeds x 2 losses of a featurized model on ML-1M (about 2 min, 2 cores)
 def test_a_featurized_model_on_ml1m_through_the_api(tmp_path):
-    from tfrs_logq.studies.compare import load_plan
-    from tfrs_logq.studies.compare_report import paired
+    from tfrs_logq.studies.compare.plan import load_plan
+    from tfrs_logq.studies.compare.report import paired
 
     data = ml1m_datasets()
     if data is None:
