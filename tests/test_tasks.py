@@ -485,7 +485,7 @@ def test_docstring_examples_figure_is_the_papers_formula():
 
 
 def test_negative_mask_step():
-    from tfrs_logq.tasks import negative_mask
+    from tfrs_logq.masks import negative_mask
 
     ids = tf.constant([4, 4, 9, 7, 9])
     is_negative, count = negative_mask(ids, 2, 5, remove_accidental_hits=True, deduplicate=False)
@@ -505,7 +505,9 @@ def test_negative_mask_step():
 
 
 def test_coded_ids_and_log_q_steps():
-    from tfrs_logq.tasks import coded_candidate_ids, inclusion_log_q, proposal_log_q, reduce_loss
+    from tfrs_logq.masks import coded_candidate_ids
+    from tfrs_logq.proposal import inclusion_log_q
+    from tfrs_logq.tasks import proposal_log_q, reduce_loss
 
     codes = coded_candidate_ids(tf.constant(["b", "a", "b", "c"])).numpy()
     assert codes[0] == codes[2] and len({codes[0], codes[1], codes[3]}) == 3

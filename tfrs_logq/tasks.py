@@ -1,7 +1,8 @@
 """`CorrectedRetrieval`: a drop-in `tfrs.tasks.Retrieval` with the corrected logQ loss.
 
-`CorrectedRetrieval.call` is a short pipeline of named steps, each tested on its own and
-defined here above the task:
+`CorrectedRetrieval.call` is a short pipeline of named steps, each tested on its own: the
+scores and the reduction defined here below the task, the masks in `tfrs_logq.masks`, the
+global pool in `tfrs_logq.cross_replica`:
 
     scores = candidate_scores(queries, candidates, temperature)
     positives = positive_scores(queries, candidates, temperature)  # its diagonal, cheaply
@@ -24,10 +25,15 @@ import inspect
 import warnings
 from typing import Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from tfrs_logq._tfrs_index import metric_ids
+from tfrs_logq.cross_replica import (
+    cross_replica_candidates,
+    global_candidate_ids,
+    replicas_in_sync,
+)
 from tfrs_logq.losses import (
     check_correction,
     compute_dtype_for,
@@ -35,6 +41,7 @@ from tfrs_logq.losses import (
     in_batch_softmax_loss,
     masked_value,
 )
+from tfrs_logq.masks import coded_candidate_ids, first_occurrence_in_order, negative_mask
 from tfrs_logq.proposal import (
     MIN_PROBABILITY,
     check_log_q,
@@ -45,432 +52,7 @@ from tfrs_logq.proposal import (
 REDUCTIONS = ("sum", "sum_over_batch_size", "none")
 
 
-def first_occurrence_mask(ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """`[n]` bool, True at the first position of each distinct id; and the number of ids.
-
-    >>> first_occurrence_mask(tf.constant([7, 3, 7, 5]))[0].numpy()
-    array([ True,  True, False,  True])
-    """
-    unique, idx = tf.unique(ids)
-    num_unique = tf.size(unique)
-    positions = tf.range(tf.shape(ids)[0])
-    first = tf.math.unsorted_segment_min(positions, idx, num_unique)
-    return tf.equal(positions, tf.gather(first, idx)), num_unique
-
-
-def candidate_scores(query_embeddings, candidate_embeddings, temperature=None) -> tf.Tensor:
-    """`[num_queries, num_candidates]` scores in float32 (float64 for float64 inputs).
-
-    The matmul runs in the embeddings' dtype (fast under mixed precision), the
-    result is cast up. Rank-3 queries `[num_queries, heads, dim]` are scored by
-    their best head (max-sim, as TFRS does). ``temperature`` divides the scores.
-    """
-    query_embeddings = tf.convert_to_tensor(query_embeddings)
-    candidate_embeddings = tf.convert_to_tensor(candidate_embeddings)
-    if query_embeddings.dtype != candidate_embeddings.dtype:
-        query_embeddings = tf.cast(query_embeddings, tf.float32)
-        candidate_embeddings = tf.cast(candidate_embeddings, tf.float32)
-    if query_embeddings.shape.rank == 3:
-        scores = tf.reduce_max(
-            tf.einsum("qne,ce->qnc", query_embeddings, candidate_embeddings), axis=1
-        )
-    elif query_embeddings.shape.rank == 2:
-        scores = tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
-    else:
-        raise ValueError(
-            "`query_embeddings` must be `[num_queries, dim]` or `[num_queries, heads, dim]`, "
-            f"received shape {query_embeddings.shape.as_list()}."
-        )
-    num_queries, num_candidates = query_embeddings.shape[0], candidate_embeddings.shape[0]
-    if num_queries is not None and num_candidates is not None and num_candidates < num_queries:
-        raise ValueError(
-            f"`candidate_embeddings` has {num_candidates} rows but there are {num_queries} "
-            "queries: the first num_queries candidates are the positives, so "
-            "num_candidates >= num_queries is required."
-        )
-    dtype = compute_dtype_for(scores)
-    scores = tf.cast(scores, dtype)
-    if temperature is not None:
-        scores = scores / tf.cast(temperature, dtype)
-    return scores
-
-
-def positive_scores(query_embeddings, candidate_embeddings, temperature=None) -> tf.Tensor:
-    """`[num_queries]` scores of each query's positive: the diagonal of `candidate_scores`.
-
-    Computed from the embeddings (``<q_i, c_i>``, the best head for rank-3
-    queries) in the scores' dtype, so that the loss needs no `[num_queries,
-    num_candidates]` gradient to read the diagonal off the score matrix.
-    """
-    queries = tf.convert_to_tensor(query_embeddings)
-    candidates = tf.convert_to_tensor(candidate_embeddings)
-    dtype = compute_dtype_for(queries, candidates)
-    queries, candidates = tf.cast(queries, dtype), tf.cast(candidates, dtype)
-    positives = candidates[:tf.shape(queries)[0]]
-    if queries.shape.rank == 3:
-        scores = tf.reduce_max(tf.einsum("qne,qe->qn", queries, positives), axis=1)
-    else:
-        scores = tf.reduce_sum(queries * positives, axis=-1)
-    if temperature is not None:
-        scores = scores / tf.cast(temperature, dtype)
-    return scores
-
-
-def coded_candidate_ids(candidate_ids, num_candidates: Optional[int] = None) -> tf.Tensor:
-    """Validates `[num_candidates]` ids and returns them as integers.
-
-    Integer ids come back unchanged; any other dtype (TFRS users usually pass
-    string ids) is replaced by int32 codes, equal exactly where the ids are equal,
-    so that masks and counts can sort and binary-search them.
-    """
-    ids = tf.convert_to_tensor(candidate_ids)
-    if ids.shape.rank == 2 and ids.shape[1] == 1:
-        ids = tf.reshape(ids, [-1])
-    if ids.shape.rank != 1:
-        raise ValueError(f"`candidate_ids` must be `[num_candidates]`, received {ids.shape}.")
-    if num_candidates is not None and ids.shape[0] not in (None, num_candidates):
-        raise ValueError(
-            f"`candidate_ids` has {ids.shape[0]} entries, expected one per candidate "
-            f"({num_candidates})."
-        )
-    if not ids.dtype.is_integer:
-        ids = tf.unique(ids).idx
-    return ids
-
-
-def negative_mask(
-    candidate_ids: Optional[tf.Tensor],
-    num_queries,
-    num_candidates,
-    *,
-    remove_accidental_hits: bool,
-    deduplicate: bool,
-    score_mask: Optional[tf.Tensor] = None,
-    first_occurrence: Optional[tuple[tf.Tensor, tf.Tensor]] = None,
-) -> tuple[Optional[tf.Tensor], Optional[tf.Tensor]]:
-    """Which candidates count as negatives of each query, and how many.
-
-    Args:
-      candidate_ids: `[num_candidates]` integer ids (see `coded_candidate_ids`);
-        required when ``remove_accidental_hits`` or ``deduplicate``.
-      num_queries: number of queries (rows); candidate ``i`` is query ``i``'s positive.
-      num_candidates: number of candidates (columns).
-      remove_accidental_hits: a candidate with the row's positive id is not a negative.
-      deduplicate: only the first occurrence of an id counts.
-      score_mask: `[num_queries, num_candidates]` bool, False drops that negative.
-      first_occurrence: ``(is_first, num_unique)`` as `first_occurrence_mask` gives them,
-        when which copy of an id comes first is decided by another order than the
-        columns' (`cross_replica_candidates`). Defaults to None: from ``candidate_ids``.
-
-    Returns:
-      ``(is_negative, num_negatives)``: `[num_queries, num_candidates]` bool, or
-      None when every candidate but the positive is a negative; and `[num_queries]`
-      int32 counts when they are known without reducing the mask (else None).
-      The diagonal of ``is_negative`` is only guaranteed False when accidental
-      hits are removed; the loss ignores it in any case.
-
-    Example: ids ``[4, 4, 9]``, two queries, hits removed:
-      ``is_negative = [[F, F, T], [F, F, T]]``, ``num_negatives = [1, 1]``.
-    """
-    is_negative, num_negatives = None, None
-    if remove_accidental_hits:
-        positive_ids = candidate_ids[:num_queries]
-        is_negative = tf.not_equal(positive_ids[:, None], candidate_ids[None, :])
-        # Negatives per row = candidates minus those with the positive's id, counted by
-        # binary search in the sorted ids instead of another pass over the mask.
-        sorted_ids = tf.sort(candidate_ids)[None, :]
-        bounds = [tf.searchsorted(sorted_ids, positive_ids[None, :], side=side)[0]
-                  for side in ("left", "right")]
-        num_negatives = num_candidates - tf.cast(bounds[1] - bounds[0], tf.int32)
-    if deduplicate:
-        is_first, num_unique = (first_occurrence if first_occurrence is not None
-                                else first_occurrence_mask(candidate_ids))
-        is_first = tf.broadcast_to(is_first[None, :], [num_queries, num_candidates])
-        is_negative = is_first if is_negative is None else tf.logical_and(is_negative, is_first)
-        # With hits removed the negatives are the distinct ids but the positive's.
-        num_negatives = (
-            tf.fill([num_queries], num_unique - 1) if remove_accidental_hits else None
-        )
-    if score_mask is not None:
-        score_mask = tf.convert_to_tensor(score_mask)
-        if score_mask.dtype != tf.bool:
-            raise ValueError(f"`score_mask` must be bool, received {score_mask.dtype.name}.")
-        is_negative = score_mask if is_negative is None else tf.logical_and(is_negative, score_mask)
-        num_negatives = None
-    return is_negative, num_negatives
-
-
-def replicas_in_sync() -> int:
-    """How many replicas compute this step together: 1 outside a replica of a strategy."""
-    context = tf.distribute.get_replica_context()
-    return 1 if context is None else int(context.num_replicas_in_sync)
-
-
-def global_candidate_ids(candidate_ids) -> tf.Tensor:
-    """`[num_candidates]` int64 keys that are equal on every replica exactly where the ids are:
-    integers as they are, floats by their bits, strings by their 64-bit fingerprint
-    (`tf.strings.to_hash_bucket_fast`, as the hashed frequency estimators key them; two
-    distinct strings of one global batch collide with probability about ``n^2 / 2^64``).
-    `coded_candidate_ids`' codes are the order of first appearance in one replica's batch,
-    not comparable across replicas, and collectives do not carry strings."""
-    ids = tf.convert_to_tensor(candidate_ids)
-    if ids.shape.rank == 2 and ids.shape[1] == 1:
-        ids = tf.reshape(ids, [-1])
-    if ids.dtype == tf.string:
-        return tf.strings.to_hash_bucket_fast(ids, (1 << 63) - 1)
-    if ids.dtype.is_floating:  # equal exactly where the values are (0.0 is -0.0)
-        return tf.bitcast(tf.cast(ids, tf.float64) + 0.0, tf.int64)
-    if not ids.dtype.is_integer:
-        raise ValueError(f"`candidate_ids` must be numbers or strings, received "
-                         f"{ids.dtype.name}.")
-    return tf.cast(ids, tf.int64)
-
-
-@tf.custom_gradient
-def _dense_gradient(x):
-    """``x``, its gradient made dense: `tf.gather`'s is `tf.IndexedSlices`, which the
-    gradient of `ReplicaContext.all_gather` (an all-reduce) cannot take."""
-    return tf.identity(x), lambda upstream: tf.convert_to_tensor(upstream)
-
-
-def first_occurrence_in_order(candidate_ids: tf.Tensor, order: tf.Tensor):
-    """`first_occurrence_mask` of ids whose columns sit at positions ``order`` of another
-    order (the one-device order of `cross_replica_candidates`): which copy of an id counts
-    is decided there, so deduplication keeps the copy one device would keep."""
-    in_order = tf.gather(candidate_ids, tf.math.invert_permutation(order))
-    is_first, num_unique = first_occurrence_mask(in_order)
-    return tf.gather(is_first, order), num_unique
-
-
-def cross_replica_candidates(num_queries, candidate_embeddings, *columns,
-                             score_mask: Optional[tf.Tensor] = None):
-    """Every replica's candidates, for this replica's queries: the global in-batch pool.
-
-    Called inside a replica of a strategy with several replicas in sync. Each replica's
-    candidates are its ``num_queries`` positives, then its extra negatives; the pool on
-    one device holding the concatenated global batch is every replica's positives (in
-    replica order), then every replica's extras. This replica gets that pool with its own
-    positives moved to the front, so that its row ``i``'s positive is still column ``i``
-    (every step after this one is the one-device step); the loss of a row does not depend
-    on the order of its negatives. `ReplicaContext.all_gather` is differentiable: a
-    candidate's gradient from every replica's queries flows back to the replica that
-    embedded it, so the replicas' summed gradients are the global batch's.
-
-    Args:
-      num_queries: this replica's number of queries.
-      candidate_embeddings: `[num_candidates, dim]`, the first ``num_queries`` the positives.
-      *columns: `[num_candidates]` tensors gathered the same way (ids, ``Q``), or None.
-      score_mask: `[num_queries, num_candidates]` bool over this replica's candidates; the
-        other replicas' candidates are kept (masked by id only: hits, deduplication).
-
-    Returns:
-      ``(embeddings, columns, score_mask, first_occurrence_order, num_global_queries)``:
-      the pool's `[num_global_candidates, dim]` embeddings, its columns, the score mask
-      widened to `[num_queries, num_global_candidates]` (None if not given), the
-      `[num_global_candidates]` positions of the pool's columns in the one-device order
-      (for `first_occurrence_mask` in that order) and the global number of queries.
-    """
-    context = tf.distribute.get_replica_context()
-    embeddings = tf.convert_to_tensor(candidate_embeddings)
-    num_queries = tf.cast(num_queries, tf.int32)
-    num_candidates = tf.shape(embeddings)[0]
-    sizes = context.all_gather(tf.stack([num_queries, num_candidates])[None, :], axis=0)
-    queries_per, candidates_per = sizes[:, 0], sizes[:, 1]
-    starts = tf.cumsum(candidates_per, exclusive=True)  # each replica's rows, gathered
-    positives = tf.ragged.range(starts, starts + queries_per).flat_values
-    extras = tf.ragged.range(starts + queries_per, starts + candidates_per).flat_values
-    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
-    own = tf.cumsum(queries_per, exclusive=True)[replica]  # our positives, one-device order
-    total_queries = tf.reduce_sum(queries_per)
-    # The pool's columns as positions in the one-device order: ours, the others', extras.
-    order = tf.concat([tf.range(own, own + num_queries), tf.range(0, own),
-                       tf.range(own + num_queries, total_queries),
-                       tf.range(total_queries, total_queries + tf.size(extras))], axis=0)
-    rows = tf.gather(tf.concat([positives, extras], axis=0), order)
-
-    def pooled(value):
-        if value is None:
-            return None
-        dtype = value.dtype
-        if dtype == tf.bfloat16:  # the collectives carry no bfloat16: gathered as float32
-            value = tf.cast(value, tf.float32)
-        gathered = tf.gather(_dense_gradient(context.all_gather(value, axis=0)), rows)
-        return tf.cast(gathered, dtype) if gathered.dtype != dtype else gathered
-
-    pool_columns = [pooled(None if c is None else tf.convert_to_tensor(c)) for c in columns]
-    if score_mask is not None:
-        score_mask = tf.convert_to_tensor(score_mask)
-        if score_mask.dtype != tf.bool:
-            raise ValueError(f"`score_mask` must be bool, received {score_mask.dtype.name}.")
-        mine = tf.logical_and(rows >= starts[replica], rows < starts[replica] + num_candidates)
-        local = tf.where(mine, rows - starts[replica], 0)
-        score_mask = tf.logical_or(tf.gather(score_mask, local, axis=1),
-                                   tf.logical_not(mine)[None, :])
-    return pooled(embeddings), pool_columns, score_mask, order, total_queries
-
-
-def proposal_log_q(
-    probability=None,
-    log_probability=None,
-    *,
-    num_candidates: Optional[int] = None,
-    min_probability: float = MIN_PROBABILITY,
-    dtype: tf.DType = tf.float32,
-    correction: str = "logq-tfrs",
-) -> tf.Tensor:
-    """`[num_candidates]` ``log Q(d)``: the log per-draw proposal probability of each candidate.
-
-    ``Q(d)`` is the probability that *one draw* of the sampler returns ``d``
-    (for in-batch negatives, the item's share of all interactions: count / total),
-    so ``Q <= 1`` and it sums to 1 over the catalog. Batch-level probabilities
-    (``B * Q``, the chance to appear in a batch of ``B``) are not per-draw: they
-    exceed 1 for popular items, which is rejected here, and they silently drive
-    the corrected loss's weight ``w = 1 - P(p|u)`` to 0 otherwise.
-
-    ``probability`` is clipped to ``[min_probability, 1]`` before the log (TFRS
-    clips at 1e-6; `tfrs_logq.proposal.log_q_from_probability`); ``log_probability``
-    is used as given.
-
-    Raises:
-      ValueError: neither given, a wrong shape, or (for concrete values)
-        a probability outside [0, 1]. In a graph the same checks run as
-        ``tf.debugging`` assertions (InvalidArgumentError with this message).
-    """
-    if log_probability is not None:
-        name = "candidate_log_sampling_probability"
-        log_q = tf.cast(tf.convert_to_tensor(log_probability), dtype)
-    elif probability is not None:
-        name = "candidate_sampling_probability"
-        log_q = tf.cast(tf.convert_to_tensor(probability), dtype)
-    else:
-        raise ValueError(
-            f"correction={correction!r} needs `candidate_sampling_probability` "
-            "(or `candidate_log_sampling_probability`); received neither."
-        )
-    if log_q.shape.rank == 2 and log_q.shape[1] == 1:
-        log_q = tf.reshape(log_q, [-1])
-    if log_q.shape.rank != 1:
-        raise ValueError(f"`{name}` must be `[num_candidates]`, received {log_q.shape}.")
-    if num_candidates is not None and log_q.shape[0] not in (None, num_candidates):
-        raise ValueError(
-            f"`{name}` has {log_q.shape[0]} entries, expected one per candidate "
-            f"({num_candidates})."
-        )
-    if probability is not None and log_probability is None:
-        return check_probability(log_q, name, min_probability)
-    return check_log_q(log_q, name)
-
-
-def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None,
-                global_batch=None) -> tf.Tensor:
-    """Weights and reduces `[num_queries]` losses.
-
-    ``"sum"`` sums the replica's examples (TFRS; the replicas' gradients are then
-    summed). ``"sum_over_batch_size"`` divides by the *global* batch size: ``global_batch``
-    when the caller counted it (`cross_replica_candidates` does), else the replica's
-    queries times the replicas in sync (as Keras losses do, `tf.nn.compute_average_loss`),
-    so the update does not grow with the number of replicas. ``"none"`` returns the
-    weighted per-example losses.
-    """
-    if sample_weight is not None:
-        sample_weight = tf.reshape(tf.cast(sample_weight, per_example.dtype), [-1])
-        per_example = per_example * sample_weight
-    if reduction == "none":
-        return per_example
-    total = tf.reduce_sum(per_example)
-    if reduction == "sum":
-        return total
-    if global_batch is None:
-        context = tf.distribute.get_replica_context()
-        replicas = context.num_replicas_in_sync if context is not None else 1
-        global_batch = tf.size(per_example) * replicas
-    return total / tf.maximum(tf.cast(global_batch, per_example.dtype), 1.0)
-
-
 SAMPLING_PROBABILITIES = ("per_draw", "inclusion", "per_draw_to_inclusion")
-
-
-_POSITIONS = "positions"
-
-
-def index_identifiers_dtype(index):
-    """What a TFRS top-k index returns as identifiers: their dtype; ``"positions"`` when
-    it was built from embeddings alone (as TFRS's tutorials build it); None when this
-    cannot be read (an index class of your own).
-
-    `tfrs.layers.factorized_top_k.Streaming` over a dataset of embeddings and `ScaNN`
-    without identifiers return positions; so does `BruteForce` indexed without
-    identifiers, whose identifiers are then ``0..n-1`` as int32 (an index given exactly
-    those int32 ids reads the same: they are its positions). Read when the metric's step is
-    traced.
-    """
-    from tensorflow_recommenders.layers import factorized_top_k as top_k
-
-    if isinstance(index, top_k.Streaming):
-        dataset = getattr(index, "_candidates", None)
-        spec = None if dataset is None else dataset.element_spec
-        return spec[0].dtype if isinstance(spec, tuple) else _POSITIONS
-    if isinstance(index, top_k.ScaNN):
-        identifiers = getattr(index, "_identifiers", None)
-        return _POSITIONS if identifiers is None else identifiers.dtype
-    if isinstance(index, top_k.BruteForce):
-        identifiers = getattr(index, "_identifiers", None)
-        if identifiers is None:
-            return _POSITIONS
-        if identifiers.dtype == tf.int32:
-            with tf.init_scope():
-                values = np.asarray(identifiers.numpy()).reshape(-1)
-            if np.array_equal(values, np.arange(values.size)):
-                return _POSITIONS
-        return identifiers.dtype
-    return None
-
-
-def metric_ids(metric, positive_ids: Optional[tf.Tensor],
-               by_id: Optional[bool] = None) -> Optional[tf.Tensor]:
-    """The ``true_candidate_ids`` a factorized metric gets: what stock TFRS gives it.
-
-    The ids go to a `tfrs.metrics.FactorizedTopK` only when its index has identifiers
-    (TFRS then matches by id); an index of embeddings alone gets none (TFRS then matches
-    by score), since comparing ids with positions breaks (strings) or is silently wrong
-    (integers). Integer ids are cast to the index's integer dtype. A metric whose index
-    is not one of TFRS's (`index_identifiers_dtype` None), or that is not a
-    `FactorizedTopK`, gets the ids, as in TFRS. ``by_id`` False gives no metric ids
-    (score matching, as stock TFRS called without ids); True gives them to any index
-    but one known to return positions.
-    """
-    if by_id is False or positive_ids is None:
-        return None
-    index = getattr(metric, "_candidates", None)
-    if index is None:
-        return positive_ids
-    dtype = index_identifiers_dtype(index)
-    if dtype is None:
-        return positive_ids
-    if dtype == _POSITIONS:
-        if by_id and not isinstance(index, _tfrs_top_k().BruteForce):
-            raise ValueError(
-                f"metrics_by_id=True but the index of metric {metric.name!r} has no "
-                "identifiers (it returns positions): index (id, embedding) pairs, e.g. "
-                "FactorizedTopK(candidates=items.batch(128).map(lambda i: (i, item_model(i)))).")
-        if not by_id:
-            return None
-        dtype = tf.int32
-    if positive_ids.dtype == dtype:
-        return positive_ids
-    if positive_ids.dtype.is_integer and dtype.is_integer:
-        return tf.cast(positive_ids, dtype)
-    raise ValueError(
-        f"the index of metric {metric.name!r} holds {dtype.name} identifiers but "
-        f"`candidate_ids` are {positive_ids.dtype.name}: index the same ids as the task gets, "
-        "e.g. FactorizedTopK(candidates=items.batch(128).map(lambda i: (i, item_model(i))))."
-    )
-
-
-def _tfrs_top_k():
-    from tensorflow_recommenders.layers import factorized_top_k
-
-    return factorized_top_k
 
 
 class CorrectedRetrieval(tfrs.tasks.Retrieval):
@@ -941,8 +523,146 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         return update_ops
 
 
+# ---------------------------------------------------------------- the steps of `call`
+
+def candidate_scores(query_embeddings, candidate_embeddings, temperature=None) -> tf.Tensor:
+    """`[num_queries, num_candidates]` scores in float32 (float64 for float64 inputs).
+
+    The matmul runs in the embeddings' dtype (fast under mixed precision), the
+    result is cast up. Rank-3 queries `[num_queries, heads, dim]` are scored by
+    their best head (max-sim, as TFRS does). ``temperature`` divides the scores.
+    """
+    query_embeddings = tf.convert_to_tensor(query_embeddings)
+    candidate_embeddings = tf.convert_to_tensor(candidate_embeddings)
+    if query_embeddings.dtype != candidate_embeddings.dtype:
+        query_embeddings = tf.cast(query_embeddings, tf.float32)
+        candidate_embeddings = tf.cast(candidate_embeddings, tf.float32)
+    if query_embeddings.shape.rank == 3:
+        scores = tf.reduce_max(
+            tf.einsum("qne,ce->qnc", query_embeddings, candidate_embeddings), axis=1
+        )
+    elif query_embeddings.shape.rank == 2:
+        scores = tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
+    else:
+        raise ValueError(
+            "`query_embeddings` must be `[num_queries, dim]` or `[num_queries, heads, dim]`, "
+            f"received shape {query_embeddings.shape.as_list()}."
+        )
+    num_queries, num_candidates = query_embeddings.shape[0], candidate_embeddings.shape[0]
+    if num_queries is not None and num_candidates is not None and num_candidates < num_queries:
+        raise ValueError(
+            f"`candidate_embeddings` has {num_candidates} rows but there are {num_queries} "
+            "queries: the first num_queries candidates are the positives, so "
+            "num_candidates >= num_queries is required."
+        )
+    dtype = compute_dtype_for(scores)
+    scores = tf.cast(scores, dtype)
+    if temperature is not None:
+        scores = scores / tf.cast(temperature, dtype)
+    return scores
+
+
+
+def positive_scores(query_embeddings, candidate_embeddings, temperature=None) -> tf.Tensor:
+    """`[num_queries]` scores of each query's positive: the diagonal of `candidate_scores`.
+
+    Computed from the embeddings (``<q_i, c_i>``, the best head for rank-3
+    queries) in the scores' dtype, so that the loss needs no `[num_queries,
+    num_candidates]` gradient to read the diagonal off the score matrix.
+    """
+    queries = tf.convert_to_tensor(query_embeddings)
+    candidates = tf.convert_to_tensor(candidate_embeddings)
+    dtype = compute_dtype_for(queries, candidates)
+    queries, candidates = tf.cast(queries, dtype), tf.cast(candidates, dtype)
+    positives = candidates[:tf.shape(queries)[0]]
+    if queries.shape.rank == 3:
+        scores = tf.reduce_max(tf.einsum("qne,qe->qn", queries, positives), axis=1)
+    else:
+        scores = tf.reduce_sum(queries * positives, axis=-1)
+    if temperature is not None:
+        scores = scores / tf.cast(temperature, dtype)
+    return scores
+
+
+
+def proposal_log_q(
+    probability=None,
+    log_probability=None,
+    *,
+    num_candidates: Optional[int] = None,
+    min_probability: float = MIN_PROBABILITY,
+    dtype: tf.DType = tf.float32,
+    correction: str = "logq-tfrs",
+) -> tf.Tensor:
+    """`[num_candidates]` ``log Q(d)``: the log per-draw proposal probability of each candidate.
+
+    ``Q(d)`` is the probability that *one draw* of the sampler returns ``d``
+    (for in-batch negatives, the item's share of all interactions: count / total),
+    so ``Q <= 1`` and it sums to 1 over the catalog. Batch-level probabilities
+    (``B * Q``, the chance to appear in a batch of ``B``) are not per-draw: they
+    exceed 1 for popular items, which is rejected here, and they silently drive
+    the corrected loss's weight ``w = 1 - P(p|u)`` to 0 otherwise.
+
+    ``probability`` is clipped to ``[min_probability, 1]`` before the log (TFRS
+    clips at 1e-6; `tfrs_logq.proposal.log_q_from_probability`); ``log_probability``
+    is used as given.
+
+    Raises:
+      ValueError: neither given, a wrong shape, or (for concrete values)
+        a probability outside [0, 1]. In a graph the same checks run as
+        ``tf.debugging`` assertions (InvalidArgumentError with this message).
+    """
+    if log_probability is not None:
+        name = "candidate_log_sampling_probability"
+        log_q = tf.cast(tf.convert_to_tensor(log_probability), dtype)
+    elif probability is not None:
+        name = "candidate_sampling_probability"
+        log_q = tf.cast(tf.convert_to_tensor(probability), dtype)
+    else:
+        raise ValueError(
+            f"correction={correction!r} needs `candidate_sampling_probability` "
+            "(or `candidate_log_sampling_probability`); received neither."
+        )
+    if log_q.shape.rank == 2 and log_q.shape[1] == 1:
+        log_q = tf.reshape(log_q, [-1])
+    if log_q.shape.rank != 1:
+        raise ValueError(f"`{name}` must be `[num_candidates]`, received {log_q.shape}.")
+    if num_candidates is not None and log_q.shape[0] not in (None, num_candidates):
+        raise ValueError(
+            f"`{name}` has {log_q.shape[0]} entries, expected one per candidate "
+            f"({num_candidates})."
+        )
+    if probability is not None and log_probability is None:
+        return check_probability(log_q, name, min_probability)
+    return check_log_q(log_q, name)
+
+
+
+def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None,
+                global_batch=None) -> tf.Tensor:
+    """Weights and reduces `[num_queries]` losses.
+
+    ``"sum"`` sums the replica's examples (TFRS; the replicas' gradients are then
+    summed). ``"sum_over_batch_size"`` divides by the *global* batch size: ``global_batch``
+    when the caller counted it (`cross_replica_candidates` does), else the replica's
+    queries times the replicas in sync (as Keras losses do, `tf.nn.compute_average_loss`),
+    so the update does not grow with the number of replicas. ``"none"`` returns the
+    weighted per-example losses.
+    """
+    if sample_weight is not None:
+        sample_weight = tf.reshape(tf.cast(sample_weight, per_example.dtype), [-1])
+        per_example = per_example * sample_weight
+    if reduction == "none":
+        return per_example
+    total = tf.reduce_sum(per_example)
+    if reduction == "sum":
+        return total
+    if global_batch is None:
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        global_batch = tf.size(per_example) * replicas
+    return total / tf.maximum(tf.cast(global_batch, per_example.dtype), 1.0)
+
+
 __all__ = ["CorrectedRetrieval", "REDUCTIONS", "SAMPLING_PROBABILITIES", "candidate_scores",
-           "coded_candidate_ids", "cross_replica_candidates", "first_occurrence_in_order",
-           "first_occurrence_mask", "global_candidate_ids", "inclusion_log_q",
-           "index_identifiers_dtype", "metric_ids", "negative_mask",
-           "positive_scores", "proposal_log_q", "reduce_loss", "replicas_in_sync"]
+           "positive_scores", "proposal_log_q", "reduce_loss"]

@@ -13,7 +13,7 @@ from deterministic_process import configuration, run_deterministic
 
 import tfrs_logq
 from tfrs_logq import CorrectedRetrieval
-from tfrs_logq.tasks import index_identifiers_dtype, metric_ids
+from tfrs_logq._tfrs_index import index_identifiers_dtype, metric_ids
 
 
 def _embeddings(seed=0, queries=6, items=9, dim=4):
