@@ -157,11 +157,41 @@ def corrected_from_logsumexp(
     return tf.where(has_negative, loss, tf.zeros_like(loss))
 
 
+def loss_from_parts(correction: str, positive_logits: tf.Tensor, lse: tf.Tensor, *,
+                    num_valid: Optional[tf.Tensor] = None,
+                    numerator: Optional[tf.Tensor] = None,
+                    proposal: str = "per_draw") -> tf.Tensor:
+    """The four losses of a row from its parts, `[batch]`: every path of this module (sampled,
+    in-batch, hard negatives) computes its log-sum-exp and hands it here.
+
+    ``"none"``, ``"logq-tfrs"``, ``"logq-official"``: ``lse`` is the softmax's whole
+    denominator, ``log(e^{t_p} + sum_i e^{s_i - c_i})`` (``t_p``: ``s_p``, or
+    ``s_p - log Q(p)`` for ``"logq-tfrs"``; ``c_i``: 0 for ``"none"``, else ``log Q(d_i)``),
+    and the loss is ``lse - numerator`` (``numerator``: ``s_p`` by default; TFRS subtracts
+    ``log Q(p)`` there too, a constant of zero gradient). ``"corrected"``: ``lse`` is the
+    negatives' alone, ``log sum_i e^{s_i - log Q'(d_i)}`` over the row's ``num_valid``
+    negatives, and the loss is ``-w (s_p - lse)``, ``w = sg(1 - P)``
+    (`corrected_from_logsumexp`, with its ``proposal``).
+
+    >>> s_p = tf.constant([2.0])
+    >>> round(float(loss_from_parts("none", s_p, tf.math.log([1 + tf.exp(2.0)]))[0]), 4)
+    0.1269
+    """
+    if correction == "corrected":
+        return corrected_from_logsumexp(positive_logits, lse, num_valid, proposal)
+    return lse - (positive_logits if numerator is None else numerator)
+
+
+def off_diagonal(num_queries, num_candidates) -> tf.Tensor:
+    """`[num_queries, num_candidates]` bool, False at ``(i, i)``: the in-batch positives."""
+    return tf.logical_not(tf.cast(tf.eye(num_queries, num_candidates), tf.bool))
+
+
 def sampled_none(s_p: tf.Tensor, s_n: tf.Tensor, is_negative: tf.Tensor) -> tf.Tensor:
     """``-s_p + log(e^{s_p} + sum_i e^{s_i})`` over the negatives where ``is_negative``."""
     logits = tf.concat([s_p[:, None], tf.where(is_negative, s_n, masked_value(s_n.dtype))],
                        axis=1)
-    return row_logsumexp(logits) - s_p
+    return loss_from_parts("none", s_p, row_logsumexp(logits))
 
 
 def _adjusted(s_n: tf.Tensor, log_q: tf.Tensor, is_negative: tf.Tensor) -> tf.Tensor:
@@ -176,7 +206,8 @@ def sampled_logq(s_p: tf.Tensor, s_n: tf.Tensor, log_q: tf.Tensor, is_negative: 
     is left uncorrected when ``positive_log_q`` is None (the paper's official code)."""
     adjusted = _adjusted(s_n, log_q, is_negative)
     positive_term = s_p if positive_log_q is None else s_p - positive_log_q
-    return row_logsumexp(tf.concat([positive_term[:, None], adjusted], axis=1)) - s_p
+    lse = row_logsumexp(tf.concat([positive_term[:, None], adjusted], axis=1))
+    return loss_from_parts("logq-official" if positive_log_q is None else "logq-tfrs", s_p, lse)
 
 
 def sampled_corrected(s_p: tf.Tensor, s_n: tf.Tensor, log_q: tf.Tensor, is_negative: tf.Tensor,
@@ -184,7 +215,8 @@ def sampled_corrected(s_p: tf.Tensor, s_n: tf.Tensor, log_q: tf.Tensor, is_negat
     """``-w (s_p - log sum_i e^{s_i - log Q'(d_i)})`` (`corrected_from_logsumexp`)."""
     adjusted = _adjusted(s_n, log_q, is_negative)
     num_valid = tf.reduce_sum(tf.cast(is_negative, tf.int32), axis=-1)
-    return corrected_from_logsumexp(s_p, row_logsumexp(adjusted), num_valid, proposal)
+    return loss_from_parts("corrected", s_p, row_logsumexp(adjusted), num_valid=num_valid,
+                           proposal=proposal)
 
 def compute_dtype_for(*tensors: Optional[tf.Tensor]) -> tf.DType:
     """float64 if any input is float64, else float32 (never half precision)."""
@@ -420,28 +452,26 @@ def in_batch_softmax_loss(
         if correction == "logq-tfrs":
             diagonal = positive_logits - tf.cast(log_q, dtype)[:batch]
 
+    numerator = diagonal if correction == "logq-tfrs" and numerator_log_q else None
     if is_negative is None and correction in ("none", "logq-tfrs"):
         # No mask: the diagonal already holds the positive's denominator term.
-        lse = row_logsumexp(logits)
-    else:
-        if is_negative is None:
-            is_negative = tf.logical_not(tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool))
-        elif not positives_masked:
-            off_diagonal = tf.logical_not(tf.cast(tf.eye(batch, tf.shape(scores)[1]), tf.bool))
-            is_negative = tf.logical_and(is_negative, off_diagonal)
-        negative_lse = kept_row_logsumexp(logits, is_negative)  # positive excluded
-        if correction == "corrected":
-            if num_negatives is None:
-                num_negatives = tf.reduce_sum(tf.cast(is_negative, tf.int32), -1)
-            if proposal == "per_draw":
-                # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
-                negative_lse = negative_lse + log_complement(tf.cast(log_q, dtype)[:batch])
-            return corrected_from_logsumexp(positive_logits, negative_lse, num_negatives,
-                                            proposal)
-        lse = logaddexp(negative_lse, diagonal)
-    if correction == "logq-tfrs" and numerator_log_q:
-        return lse - diagonal
-    return lse - positive_logits
+        return loss_from_parts(correction, positive_logits, row_logsumexp(logits),
+                               numerator=numerator)
+    if is_negative is None:
+        is_negative = off_diagonal(batch, tf.shape(scores)[1])
+    elif not positives_masked:
+        is_negative = tf.logical_and(is_negative, off_diagonal(batch, tf.shape(scores)[1]))
+    negative_lse = kept_row_logsumexp(logits, is_negative)  # positive excluded
+    if correction != "corrected":
+        return loss_from_parts(correction, positive_logits, logaddexp(negative_lse, diagonal),
+                               numerator=numerator)
+    if num_negatives is None:
+        num_negatives = tf.reduce_sum(tf.cast(is_negative, tf.int32), -1)
+    if proposal == "per_draw":
+        # log sum e^{s - log Q'} = log sum e^{s - log Q} + log(1 - Q(p)).
+        negative_lse = negative_lse + log_complement(tf.cast(log_q, dtype)[:batch])
+    return loss_from_parts(correction, positive_logits, negative_lse, num_valid=num_negatives,
+                           proposal=proposal)
 
 
 def hard_negative_softmax_loss(
@@ -455,8 +485,9 @@ def hard_negative_softmax_loss(
     dtype = scores.dtype
     num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
     adjusted = scores if log_q is None else scores - log_q[None, :]
-    off_diagonal = tf.logical_not(tf.cast(tf.eye(num_queries, num_candidates), tf.bool))
-    counts = off_diagonal if is_negative is None else tf.logical_and(is_negative, off_diagonal)
+    positives_out = off_diagonal(num_queries, num_candidates)
+    counts = positives_out if is_negative is None else tf.logical_and(is_negative,
+                                                                      positives_out)
     masked = masked_value(dtype)
     negatives = tf.where(counts, adjusted, masked)
     k = tf.minimum(int(num_hard_negatives), num_candidates)
@@ -469,10 +500,11 @@ def hard_negative_softmax_loss(
         if proposal == "per_draw":
             lse = lse + log_complement(log_q[:num_queries])
         num_valid = tf.reduce_sum(tf.cast(is_valid, tf.int32), axis=-1)
-        return corrected_from_logsumexp(positive_logits, lse, num_valid, proposal)
+        return loss_from_parts(correction, positive_logits, lse, num_valid=num_valid,
+                               proposal=proposal)
     diagonal = tf.linalg.diag_part(adjusted) if correction == "logq-tfrs" else positive_logits
     lse = row_logsumexp(tf.concat([diagonal[:, None], top], axis=1))
-    return lse - diagonal
+    return loss_from_parts(correction, positive_logits, lse, numerator=diagonal)
 
 
 def gbce_loss(
@@ -537,4 +569,5 @@ __all__ = ["CORRECTIONS", "PROPOSALS", "STANDARD_FORMS", "check_correction",
            "check_proposal", "compute_dtype_for",
            "corrected_from_logsumexp", "corrected_weight", "full_softmax_loss", "gbce_loss",
            "hard_negative_softmax_loss", "in_batch_softmax_loss", "logaddexp",
-           "masked_row_logsumexp", "masked_value", "row_logsumexp", "sampled_softmax_loss"]
+           "loss_from_parts", "masked_row_logsumexp", "masked_value", "off_diagonal",
+           "row_logsumexp", "sampled_softmax_loss"]

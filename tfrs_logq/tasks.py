@@ -471,12 +471,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
         logits corrected by ``log Q`` for ``"logq-tfrs"`` (the positive's too), hits and
         ``score_mask`` masked, hard negatives mined, then ``loss(labels, logits)``.
         Returns the loss and ``(labels, logits)``, which TFRS hands its batch metrics."""
-        num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
-        labels = tf.eye(num_queries, num_candidates, dtype=scores.dtype)
-        logits = scores if log_q is None else scores - log_q[None, :]
-        if is_negative is not None:
-            keep = tf.logical_or(is_negative, tf.cast(labels, tf.bool))
-            logits = tf.where(keep, logits, masked_value(scores.dtype))
+        labels, logits = stock_logits(scores, log_q, is_negative)
         if self._num_hard_negatives is not None:
             logits, labels = tfrs.layers.loss.HardNegativeMining(self._num_hard_negatives)(
                 logits, labels)
@@ -487,7 +482,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                         candidate_embeddings, candidate_ids, sample_weight,
                         compute_metrics, compute_batch_metrics, batch_logits=None) -> list:
         update_ops = [metric.update_state(loss) for metric in self._loss_metrics]
-        num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
+        num_queries = tf.shape(scores)[0]
         query_embeddings = tf.convert_to_tensor(query_embeddings)
         if compute_metrics and query_embeddings.shape.rank == 2:
             positive_ids = None
@@ -510,12 +505,7 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
                 update_ops.append(
                     metric.update_state(labels, logits, sample_weight=sample_weight))
         elif compute_batch_metrics and self._batch_metrics:
-            labels = tf.eye(num_queries, num_candidates, dtype=scores.dtype)
-            metric_scores = scores if log_q is None else scores - log_q[None, :]
-            if is_negative is not None:
-                on_diagonal = tf.cast(labels, tf.bool)
-                keep = tf.logical_or(is_negative, on_diagonal)
-                metric_scores = tf.where(keep, metric_scores, masked_value(scores.dtype))
+            labels, metric_scores = stock_logits(scores, log_q, is_negative)
             for metric in self._batch_metrics:
                 update_ops.append(
                     metric.update_state(labels, metric_scores, sample_weight=sample_weight)
@@ -524,6 +514,21 @@ class CorrectedRetrieval(tfrs.tasks.Retrieval):
 
 
 # ---------------------------------------------------------------- the steps of `call`
+
+def stock_logits(scores: tf.Tensor, log_q: Optional[tf.Tensor],
+                 is_negative: Optional[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(labels, logits)`` as `tfrs.tasks.Retrieval.call` builds them: ``labels`` the
+    `[num_queries, num_candidates]` identity, ``logits`` the scores less ``log Q`` (the
+    positive's too, TFRS's logQ), the entries that are neither a negative nor the positive
+    (hits, ``score_mask``) masked. What the stock-form losses and the batch metrics read."""
+    num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
+    labels = tf.eye(num_queries, num_candidates, dtype=scores.dtype)
+    logits = scores if log_q is None else scores - log_q[None, :]
+    if is_negative is not None:
+        keep = tf.logical_or(is_negative, tf.cast(labels, tf.bool))
+        logits = tf.where(keep, logits, masked_value(scores.dtype))
+    return labels, logits
+
 
 def candidate_scores(query_embeddings, candidate_embeddings, temperature=None) -> tf.Tensor:
     """`[num_queries, num_candidates]` scores in float32 (float64 for float64 inputs).
@@ -665,4 +670,4 @@ def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None,
 
 
 __all__ = ["CorrectedRetrieval", "REDUCTIONS", "SAMPLING_PROBABILITIES", "candidate_scores",
-           "positive_scores", "proposal_log_q", "reduce_loss"]
+           "positive_scores", "proposal_log_q", "reduce_loss", "stock_logits"]
