@@ -15,7 +15,6 @@ import tensorflow as tf
 _POSITIONS = "positions"
 
 
-
 def index_identifiers_dtype(index):
     """What a TFRS top-k index returns as identifiers: their dtype; ``"positions"`` when
     it was built from embeddings alone (as TFRS's tutorials build it); None when this
@@ -47,7 +46,6 @@ def index_identifiers_dtype(index):
                 return _POSITIONS
         return identifiers.dtype
     return None
-
 
 
 def metric_ids(metric, positive_ids: Optional[tf.Tensor],
@@ -89,7 +87,6 @@ def metric_ids(metric, positive_ids: Optional[tf.Tensor],
         f"`candidate_ids` are {positive_ids.dtype.name}: index the same ids as the task gets, "
         "e.g. FactorizedTopK(candidates=items.batch(128).map(lambda i: (i, item_model(i))))."
     )
-
 
 
 def _tfrs_top_k():

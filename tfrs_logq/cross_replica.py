@@ -21,7 +21,6 @@ def replicas_in_sync() -> int:
     return 1 if context is None else int(context.num_replicas_in_sync)
 
 
-
 def global_candidate_ids(candidate_ids) -> tf.Tensor:
     """`[num_candidates]` int64 keys that are equal on every replica exactly where the ids are:
     integers as they are, floats by their bits, strings by their 64-bit fingerprint
@@ -42,13 +41,11 @@ def global_candidate_ids(candidate_ids) -> tf.Tensor:
     return tf.cast(ids, tf.int64)
 
 
-
 @tf.custom_gradient
 def _dense_gradient(x):
     """``x``, its gradient made dense: `tf.gather`'s is `tf.IndexedSlices`, which the
     gradient of `ReplicaContext.all_gather` (an all-reduce) cannot take."""
     return tf.identity(x), lambda upstream: tf.convert_to_tensor(upstream)
-
 
 
 def cross_replica_candidates(num_queries, candidate_embeddings, *columns,

@@ -27,7 +27,6 @@ def first_occurrence_mask(ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.equal(positions, tf.gather(first, idx)), num_unique
 
 
-
 def coded_candidate_ids(candidate_ids, num_candidates: Optional[int] = None) -> tf.Tensor:
     """Validates `[num_candidates]` ids and returns them as integers.
 
@@ -48,7 +47,6 @@ def coded_candidate_ids(candidate_ids, num_candidates: Optional[int] = None) -> 
     if not ids.dtype.is_integer:
         ids = tf.unique(ids).idx
     return ids
-
 
 
 def negative_mask(
@@ -111,7 +109,6 @@ def negative_mask(
         is_negative = score_mask if is_negative is None else tf.logical_and(is_negative, score_mask)
         num_negatives = None
     return is_negative, num_negatives
-
 
 
 def first_occurrence_in_order(candidate_ids: tf.Tensor, order: tf.Tensor):

@@ -567,7 +567,6 @@ def candidate_scores(query_embeddings, candidate_embeddings, temperature=None) -
     return scores
 
 
-
 def positive_scores(query_embeddings, candidate_embeddings, temperature=None) -> tf.Tensor:
     """`[num_queries]` scores of each query's positive: the diagonal of `candidate_scores`.
 
@@ -587,7 +586,6 @@ def positive_scores(query_embeddings, candidate_embeddings, temperature=None) ->
     if temperature is not None:
         scores = scores / tf.cast(temperature, dtype)
     return scores
-
 
 
 def proposal_log_q(
@@ -640,7 +638,6 @@ def proposal_log_q(
     if probability is not None and log_probability is None:
         return check_probability(log_q, name, min_probability)
     return check_log_q(log_q, name)
-
 
 
 def reduce_loss(per_example: tf.Tensor, reduction: str, sample_weight=None,

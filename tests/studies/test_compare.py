@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import scipy.stats
+from tensorboard_events import hparams_experiment, hparams_session, scalars
 
 from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import make_split
@@ -482,6 +483,33 @@ def test_a_run_killed_mid_training_says_it_resumed(split, tmp_path, monkeypatch)
     first = next(line for line in said if line.startswith("run 1/2"))
     assert "resumed" in first and "1 evaluation(s) made" in first
     assert not any(line.startswith("run 2/2") and "resumed" in line for line in said)
+
+    # TensorBoard (read with its own event reader): each run's evaluations once, the
+    # killed run's step 10 included, equal to curves.csv; its result and HParams session.
+    curves = read_rows(os.path.join(out, "curves.csv"))
+    results = {r["loss"]: r for r in rows}
+    for loss in plan.losses:
+        logdir = os.path.join(out, "logs", f"{loss}-seed0")
+        mine = {int(r["steps"]): r for r in curves if r["loss"] == loss}
+        test, train = scalars(os.path.join(logdir, "test")), \
+            scalars(os.path.join(logdir, "train"))
+        assert [step for step, _ in test["recall@10"]] == [10, 20]
+        for step, value in test["recall@10"]:
+            assert value == pytest.approx(float(mine[step]["recall@10"]), abs=1e-7)
+        assert [step for step, _ in train["loss"]] == [10, 20]
+        assert {"ndcg@10", "head/recall@10"} <= set(test)
+        result = scalars(os.path.join(logdir, "result"))
+        assert result["recall@10"] == [(20, pytest.approx(float(results[loss]["recall@10"]),
+                                                         abs=1e-7))]
+        session = hparams_session(logdir)
+        assert session.hparams["loss"].string_value == loss
+        assert session.hparams["seed"].number_value == 0
+        assert session.hparams["batch_size"].number_value == CONFIG.batch_size
+    experiment = hparams_experiment(os.path.join(out, "logs"))
+    assert {h.name for h in experiment.hparam_infos} >= {"loss", "seed", "model", "steps"}
+    losses = next(h for h in experiment.hparam_infos if h.name == "loss")
+    assert sorted(v.string_value for v in losses.domain_discrete.values) == sorted(plan.losses)
+    assert "recall@10" in {m.name.tag for m in experiment.metric_infos}
 
 
 def test_a_comparison_on_two_replicas_reads_as_on_one_device(split, tmp_path,

@@ -1,4 +1,4 @@
-"""A comparison spread over processes (`tfrs_logq.studies.compare.RunShare`): the fixed
+"""A comparison spread over processes (`tfrs_logq.studies.compare.plan.RunShare`): the fixed
 assignment of the plan's runs, the flags and scheduler variables that choose a process's
 share and their refusals, and `run_plan` sharing a directory (a run held elsewhere left to
 its holder, the tables' lock, the report written once every run is done, the runs missing

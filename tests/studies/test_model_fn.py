@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
+from tensorboard_events import hparams_session, scalars
 
 import tfrs_logq
 from tfrs_logq.studies._grid import read_rows
@@ -160,6 +161,18 @@ def test_a_tutorial_model_is_compared_and_a_killed_comparison_resumes_to_the_sam
         for k in (10, 100):
             assert hits[f"hits@{k}"].sum() / 80 == pytest.approx(float(final[f"recall@{k}"]))
             assert hits[f"gain@{k}"].sum() / 80 == pytest.approx(float(final[f"ndcg@{k}"]))
+    # TensorBoard: each run's evaluations once across the kill (step 4 was logged before
+    # the kill, not again on resume), equal to curves.csv; the optimizer's learning rate.
+    killed_curves = read_rows(str(killed / "curves.csv"))
+    for loss in LOSSES:
+        logdir = killed / "logs" / f"{loss}-seed0"
+        test, train = scalars(logdir / "test"), scalars(logdir / "train")
+        mine = {int(r["steps"]): r for r in killed_curves if r["loss"] == loss}
+        assert [step for step, _ in test["recall@10"]] == [4, 8]
+        for step, value in test["recall@10"]:
+            assert value == pytest.approx(float(mine[step]["recall@10"]), abs=1e-7)
+        assert [v for _, v in train["learning_rate"]] == pytest.approx([0.1, 0.1])
+        assert hparams_session(logdir).hparams["optimizer"].string_value == "Adagrad"
     # Another model in the same directory is another plan.
     with pytest.raises(CompareError, match="another plan"):
         _compare(movielens, killed, model_fn=lambda task: build(task), max_runs=0)

@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorboard_events import scalars
 
 from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
 from tfrs_logq.serving.export import RetrievalModule, export_version, load_trained
@@ -158,18 +159,6 @@ def test_the_export_answers_in_the_logs_ids_as_exact_scoring(log_split, tmp_path
                                   module.serving_default(tf.constant(history))["item_ids"])
 
 
-def _scalars(logdir):
-    """``{tag: [(step, value), ...]}`` of a TensorBoard log directory, read by TensorBoard's
-    own event reader."""
-    from tensorboard.backend.event_processing import event_accumulator
-
-    accumulator = event_accumulator.EventAccumulator(logdir, size_guidance={"tensors": 0})
-    accumulator.Reload()
-    return {tag: [(e.step, float(tf.make_ndarray(e.tensor_proto)))
-                  for e in accumulator.Tensors(tag)]
-            for tag in accumulator.Tags()["tensors"]}
-
-
 def test_tensorboard_logs_every_evaluation_once_across_a_resume(log_split, tmp_path):
     split, data = log_split
     model_dir = tmp_path / "run"
@@ -182,8 +171,8 @@ def test_tensorboard_logs_every_evaluation_once_across_a_resume(log_split, tmp_p
         tower_run.train_run(CONFIG, split, str(model_dir), data, on_step=kill,
                             checkpoint_seconds=0.0)
     result = tower_run.train_run(CONFIG, split, str(model_dir), data, checkpoint_seconds=0.0)
-    train, test = _scalars(str(model_dir / "logs" / "train")), \
-        _scalars(str(model_dir / "logs" / "test"))
+    train, test = scalars(str(model_dir / "logs" / "train")), \
+        scalars(str(model_dir / "logs" / "test"))
     rows = {r["steps"]: r for r in result["evaluations"]}
     assert [s for s, _ in train["loss"]] == [10, 20, 24]  # step 10 written once
     for step, value in train["loss"]:

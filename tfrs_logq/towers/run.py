@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from tfrs_logq._util import run_directory as _run_directory
 from tfrs_logq._util.atomic import write_json
+from tfrs_logq._util.board import EventBoard
 from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
 from tfrs_logq._util.strategy import check_tf_config, is_chief
 from tfrs_logq.pipelines.splits import Split
@@ -130,7 +131,7 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
             with open(evaluations_path) as f:
                 evaluations = json.load(f)
 
-        board = _Board(os.path.join(model_dir, "logs"), config.learning_rate)
+        board = EventBoard(os.path.join(model_dir, "logs"), config.learning_rate)
 
         def evaluated(row: dict) -> None:
             evaluations[:] = [r for r in evaluations if r["steps"] != row["steps"]] + [row]
@@ -150,31 +151,6 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
                               checkpoint_seconds=checkpoint_seconds)
         write_json(os.path.join(model_dir, "metrics.json"), last)  # last: finished
         return {**last, "evaluations": evaluations}
-
-
-class _Board:
-    """TensorBoard's event files of a run (the module docstring), written at each
-    evaluation; nothing is opened until the first one."""
-
-    def __init__(self, logdir: str, learning_rate: float) -> None:
-        self.logdir, self.learning_rate, self._writers = logdir, float(learning_rate), None
-
-    def write(self, row: dict) -> None:
-        if self._writers is None:
-            self._writers = {name: tf.summary.create_file_writer(os.path.join(self.logdir, name))
-                             for name in ("train", "test")}
-        step = int(row["steps"])
-        train = {"loss": row.get("train_loss"), "learning_rate": self.learning_rate,
-                 "steps_per_second": (1.0 / row["seconds_per_step"]
-                                      if row.get("seconds_per_step") else None)}
-        test = {k: v for k, v in row.items() if k.startswith(("recall@", "ndcg@"))
-                and isinstance(v, (int, float))}
-        for name, values in (("train", train), ("test", test)):
-            with self._writers[name].as_default():
-                for tag, value in values.items():
-                    if value is not None and np.isfinite(value):
-                        tf.summary.scalar(tag, float(value), step=step)
-            self._writers[name].flush()
 
 
 def _train_worker(config, split, model_dir, on_step, checkpoint_seconds, examples) -> dict:

@@ -130,8 +130,6 @@ EVAL_BATCH = 1024
 Embedder = Union[str, Callable[[Any, Any], Any]]
 
 
-
-
 # ---------------------------------------------------------------------------- the task
 
 class ComparedTask(CorrectedRetrieval):
@@ -1037,7 +1035,7 @@ def compare_model(
       candidate_model: str or callable. The same for candidates (called with their
         features). Defaults to ``"candidate_model"``.
       losses: the losses compared, ``inbatch-`` + ``none``/``logq-tfrs``/``logq-official``/
-        ``corrected`` (`tfrs_logq.studies.compare.TFRS_MODEL_LOSSES`); the first is the
+        ``corrected`` (`tfrs_logq.studies.compare.plan.TFRS_MODEL_LOSSES`); the first is the
         baseline unless ``baseline``.
       seeds: one pair per seed. Defaults to (0, 1, 2).
       steps: training steps of every run (fixed: no early stopping). Defaults to 3000.
@@ -1070,7 +1068,7 @@ def compare_model(
       The rows of ``results.csv``: one per finished loss and seed.
 
     Raises:
-      tfrs_logq.studies.compare.CompareError: bad input (one line naming the fix; an error
+      tfrs_logq.studies.compare.plan.CompareError: bad input (one line naming the fix; an error
         of your own code is its ``__cause__``), before the output directory is made and
         before any training; an ``output_dir`` of a comparison whose model's source or
         architecture changed, before any training.

@@ -38,9 +38,7 @@ MAX_SEED = 2**32 - 1
 """The largest seed (NumPy's and TensorFlow's seeds are 32-bit)."""
 
 
-
 MODELS = ("two-tower", "sasrec", "tfrs-model")
-
 
 
 TFRS_MODEL_LOSSES = tuple(loss for loss in LOSSES if loss.startswith("inbatch-"))
@@ -48,10 +46,8 @@ TFRS_MODEL_LOSSES = tuple(loss for loss in LOSSES if loss.startswith("inbatch-")
 the batch's candidates, in-batch negatives only."""
 
 
-
 class CompareError(ValueError):
     """A plan that cannot run, or an output directory holding another plan."""
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,12 +139,10 @@ class Plan:
                               patience=epochs + 1, test_window=self.window)
 
 
-
 def _sasrec_losses() -> tuple:
     from tfrs_logq.sasrec.config import OBJECTIVES
 
     return tuple(OBJECTIVES)
-
 
 
 def plan_runs(plan: Plan) -> list[tuple]:
@@ -157,11 +151,9 @@ def plan_runs(plan: Plan) -> list[tuple]:
     return [(loss, seed) for seed in plan.seeds for loss in plan.losses]
 
 
-
 RUN_COUNT_VARIABLE = "TFRS_LOGQ_RUN_COUNT"
 """The variable giving a Kubernetes Indexed Job's count (its ``completions``: Kubernetes sets
 ``JOB_COMPLETION_INDEX`` alone) where ``--run-count`` is not given."""
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +193,6 @@ class RunShare:
                 f"the plan's list goes to index k mod {self.count}")
 
 
-
 def _integer(text, what: str) -> int:
     """``text`` (a flag's or a variable's value) as an integer, else CompareError naming
     ``what``."""
@@ -211,7 +202,6 @@ def _integer(text, what: str) -> int:
         shown = text if isinstance(text, str) else repr(text)
         raise CompareError(f"{what} must be an integer, received {shown[:40]!r}.")
     return int(text)
-
 
 
 def resolve_share(run_index=None, run_count=None,
@@ -257,7 +247,6 @@ def resolve_share(run_index=None, run_count=None,
     return None
 
 
-
 def _slurm_share(env: Mapping[str, str], count_flag: Optional[int]) -> RunShare:
     task = _integer(env["SLURM_ARRAY_TASK_ID"], "SLURM_ARRAY_TASK_ID")
     low = _integer(env.get("SLURM_ARRAY_TASK_MIN", "0"), "SLURM_ARRAY_TASK_MIN")
@@ -291,9 +280,7 @@ def _slurm_share(env: Mapping[str, str], count_flag: Optional[int]) -> RunShare:
     return RunShare(index, ranged, f"{shown}, SLURM_ARRAY_TASK_MAX={high}")
 
 
-
 _SHARE: contextvars.ContextVar = contextvars.ContextVar("compare_share", default=None)
-
 
 
 @contextlib.contextmanager
@@ -308,19 +295,16 @@ def spread(share: Optional[RunShare]) -> Iterator[None]:
         _SHARE.reset(token)
 
 
-
 def metric_names(rows: Sequence[dict]) -> list[str]:
     """The recall/NDCG columns present, in the order k then kind."""
     names = {k for row in rows for k in row if k.startswith(("recall@", "ndcg@"))}
     return sorted(names, key=lambda n: (int(n.split("@")[1]), n))
 
 
-
 def band_names(rows: Sequence[dict]) -> list[str]:
     """The by-popularity columns present (``head:recall@10``, ``tail:share``, ...)."""
     return sorted({k for row in rows for k in row if ":" in k
                    and k.split(":", 1)[0] in ("head", "torso", "tail")})
-
 
 
 def split_fingerprint(split: Split) -> str:
@@ -356,12 +340,10 @@ def split_fingerprint(split: Split) -> str:
     return digest.hexdigest()[:32]
 
 
-
 def _plan_error(path: str, what: str) -> CompareError:
     return CompareError(f"{path} is not a plan `tfrs-logq compare` wrote ({what}): restore "
                         f"it from the run that made the directory, or use another "
                         f"--output-dir.")
-
 
 
 def read_plan_json(output_dir: str) -> Optional[dict]:
@@ -406,7 +388,6 @@ def read_plan_json(output_dir: str) -> Optional[dict]:
     return saved
 
 
-
 def load_plan(output_dir: str) -> Plan:
     """The plan a comparison directory was run with (its ``plan.json``), to rebuild its
     report (``tfrs-logq compare --report-only``)."""
@@ -436,7 +417,6 @@ def _plan_of(saved: dict, path: str) -> Plan:
         raise _plan_error(path, str(error).rstrip(".")[:160]) from None
 
 
-
 def _differences(old, new, prefix: str = "") -> list[str]:
     """The keys (dotted) whose values differ between two plans' fixed fields."""
     if isinstance(old, dict) and isinstance(new, dict):
@@ -451,7 +431,6 @@ def _differences(old, new, prefix: str = "") -> list[str]:
         text = json.dumps(value) if not isinstance(value, str) else value
         return text if len(text) <= 40 else text[:37] + "..."
     return [f"{prefix.rstrip('.')} {shown(old)} there, {shown(new)} now"]
-
 
 
 def _check_plan(plan: Plan, output_dir: str, write: bool = True) -> Plan:
@@ -489,9 +468,7 @@ def _check_plan(plan: Plan, output_dir: str, write: bool = True) -> Plan:
     return plan
 
 
-
 OUTPUT_FILES = ("results.csv", "curves.csv", "report.md", "runs", "hits", "served_index.json")
-
 
 
 def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
@@ -510,10 +487,8 @@ def check_output_dir_contents(plan: Plan, output_dir: str) -> Plan:
     plan = _check_plan(plan, output_dir, write=False)
     results = os.path.join(output_dir, "results.csv")
     if os.path.exists(results):
-
         check_results(read_rows(results), results)
     return plan
-
 
 
 def missing_runs(plan: Plan, rows: Sequence[dict]) -> list[tuple]:
@@ -523,9 +498,7 @@ def missing_runs(plan: Plan, rows: Sequence[dict]) -> list[tuple]:
     return [run for run in plan_runs(plan) if run not in done]
 
 
-
 TABLES_LOCK = ".tables.lock"
-
 
 
 @contextlib.contextmanager
@@ -551,11 +524,9 @@ class ReportError(ValueError):
     baseline the comparison did not record): one line that names the fix."""
 
 
-
 EVALUATED_KS = (10, 20, 100, 1000)
 """The cut-offs a comparison evaluates (two-tower and a user's model: 10, 100, 1000 below
 the catalog's size; SASRec: 10 and 20)."""
-
 
 
 def check_results(rows: list[dict], path: str = "results.csv") -> None:
@@ -613,7 +584,6 @@ DEFAULT_SHUFFLE_BUFFER = 100_000
 """The training set's shuffle buffer, as in TFRS's tutorials."""
 
 
-
 @dataclasses.dataclass(frozen=True)
 class ModelFnConfig:
     """One run of a user's model: the plan's ``config`` for ``model="tfrs-model"``, what
@@ -621,7 +591,7 @@ class ModelFnConfig:
     refuses a rerun with another model or settings, and the report says what trained)."""
 
     loss: str = "inbatch-corrected"
-    """one of `tfrs_logq.studies.compare.TFRS_MODEL_LOSSES`"""
+    """one of `tfrs_logq.studies.compare.plan.TFRS_MODEL_LOSSES`"""
     seed: int = 0
     """initial weights, batches and dropout masks (common random numbers across losses)"""
     steps: int = 3000

@@ -130,8 +130,6 @@ def describe(loss: str) -> str:
     return f"{words} ({loss})" if words else loss
 
 
-
-
 def _check_rows(rows: list[dict]) -> None:
     for number, row in enumerate(rows, 2):  # line 1 of results.csv is its header
         seed = str(row.get("seed", "")).strip()
@@ -139,10 +137,6 @@ def _check_rows(rows: list[dict]) -> None:
             raise ReportError(f"results.csv line {number} has no loss or no integer seed "
                               f"(loss {row.get('loss')!r}, seed {row.get('seed')!r}): remove "
                               f"the line, then rebuild with `tfrs-logq compare --report-only`.")
-
-
-
-
 
 
 def _recorded(rows: list[dict], metric: str) -> bool:
@@ -381,7 +375,7 @@ def _index_words(record: dict, k: int) -> str:
 def served_sentence(served: Optional[dict], primary: dict) -> str:
     """One sentence on how far a served figure can move from this report's exact one: the
     index ``tfrs-logq export --index auto`` builds (``served_index.json``:
-    `tfrs_logq.studies.compare.load_served`) and the share of the exact top-k it finds for
+    `tfrs_logq.studies.compare.runner.load_served`) and the share of the exact top-k it finds for
     the primary comparison's losses, at the primary metric's k where it was measured (else
     the largest k measured); empty without a record."""
     records = {loss: r for loss, r in ((served or {}).get("losses") or {}).items()
@@ -486,7 +480,7 @@ def paired(rows: list[dict], plan: Plan, loss: str, metric: str, confidence: flo
 
 def run_hits(output_dir: str, rows: list[dict]) -> dict:
     """``{(loss, seed): hits}`` of the finished runs of ``rows`` that saved their hits per
-    test user (`tfrs_logq.studies.compare.save_hits`); a run finished before compare saved
+    test user (`tfrs_logq.studies.compare.runner.save_hits`); a run finished before compare saved
     them has none."""
 
     out = {}
@@ -812,7 +806,7 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
     ``primary_baseline`` (a loss of the plan or its form, ``"logq-tfrs"``) name the
     primary comparison (`primary_comparison`); ``hits``: the runs' hits per test user
     (`run_hits`), for intervals over seeds and test users (`interval`); ``served``: the
-    served index's record (`tfrs_logq.studies.compare.load_served`), said in one sentence
+    served index's record (`tfrs_logq.studies.compare.runner.load_served`), said in one sentence
     after the verdict (`served_sentence`; None: no sentence)."""
     if margin is None or isinstance(margin, str):
         margin = Margin(DEFAULT_MARGIN if margin is None else margin)

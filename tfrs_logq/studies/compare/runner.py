@@ -22,6 +22,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from tfrs_logq._util.atomic import atomic_write, write_json
+from tfrs_logq._util.board import EventBoard, write_experiment
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
 from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
 from tfrs_logq.metrics import BANDS, dcg_gain
@@ -469,6 +470,8 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         + (f" (resumed: its checkpoint in {run_dir}, {len(old)} evaluation(s) made)"
            if resuming else ""))
     evaluations = list(old)
+    board = EventBoard(run_logdir(output_dir, loss, seed),
+                       getattr(plan.config, "learning_rate", None))
 
     def on_eval(row: dict) -> None:
         _evaluation_pace(plan, number, runs, pace, say)
@@ -476,6 +479,7 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         evaluations.append(full)
         with _tables(output_dir):
             append_row(curves_path, full)
+        board.write(row)  # after curves.csv: a kill between loses the event, never repeats it
         say(f"  step {int(row['steps']):,}: " + _evaluation_words(row))
 
     def on_step(i: int) -> None:
@@ -492,6 +496,8 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         say(f"  no hits per test user saved for {loss} seed {seed}")
     with _tables(output_dir):
         _append_result(results_path, row, plan, in_plan_order=share is not None)
+        board.write_session(run_hparams(plan, loss, seed), row, f"{loss}-seed{seed}")
+        _write_experiment(plan, output_dir, metric_names([row]))
     shutil.rmtree(run_dir, ignore_errors=True)
     if served_index is not None and seed == plan.seeds[0]:
         _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
@@ -503,6 +509,37 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         whole = took * plan.config.steps / trained if 0 < first and trained > 0 else took
         say(f"  run {number} took {took:.1f} min: about {whole * (runs - number):.1f} "
             f"min for the {runs - number} run(s) left")
+
+
+LOGS_DIR = "logs"
+"""TensorBoard's event files of a comparison (`tfrs_logq._util.board`): a folder a run
+(``<loss>-seed<seed>``), the HParams experiment at its root."""
+
+
+def run_logdir(output_dir: str, loss: str, seed: int) -> str:
+    """The run's TensorBoard log directory: ``OUTPUT_DIR/logs/<loss>-seed<seed>``."""
+    return os.path.join(output_dir, LOGS_DIR, f"{loss}-seed{seed}")
+
+
+def run_hparams(plan: Plan, loss: str, seed: int) -> dict:
+    """The run's HParams: its loss and seed, the model, and every setting of the plan's
+    config that is a number, a string or a bool (its TensorBoard table's columns)."""
+    fixed = plan.fixed_fields()
+    settings = {k: v for k, v in fixed["config"].items()
+                if isinstance(v, (str, int, float, bool)) and v is not None}
+    return {"loss": loss, "seed": int(seed), "model": plan.model, **settings}
+
+
+def _write_experiment(plan: Plan, output_dir: str, metrics: Sequence[str]) -> None:
+    """The comparison's HParams experiment at ``logs/``, rewritten (the older one removed)
+    for the plan as it stands: its losses, seeds and settings, the runs' metrics."""
+    root = os.path.join(output_dir, LOGS_DIR)
+    os.makedirs(root, exist_ok=True)
+    for name in os.listdir(root):  # the experiment's event files alone: runs are folders
+        if name.startswith("events.out.tfevents.") and os.path.isfile(os.path.join(root, name)):
+            os.remove(os.path.join(root, name))
+    sessions = [run_hparams(plan, loss, seed) for seed in plan.seeds for loss in plan.losses]
+    write_experiment(root, {k: [s[k] for s in sessions] for k in sessions[0]}, metrics)
 
 
 def _measure_served(served_index: ServedIndex, output_dir: str, loss: str, seed: int,
@@ -660,6 +697,7 @@ def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> No
         say(f"  {100 * (i + 1) // steps}% ({i + 1:,}/{steps:,} steps)")
 
 
-__all__ = ["FINAL_EMBEDDINGS", "FINAL_RANKS", "Report", "SERVED_INDEX", "ServedIndex",
+__all__ = ["FINAL_EMBEDDINGS", "FINAL_RANKS", "LOGS_DIR", "Report", "SERVED_INDEX", "ServedIndex",
            "Trainer", "builtin_trainer", "final_evaluation", "hits_path", "load_hits",
-           "load_served", "record_served", "run_plan", "save_hits", "window_row"]
+           "load_served", "record_served", "run_hparams", "run_logdir", "run_plan", "save_hits",
+           "window_row"]
