@@ -131,6 +131,9 @@ class CompareFlags(Verbose):
     max_bad_share: Annotated[Optional[float], arg(metavar="S"), shown("0.01")] = None
     """with --skip-bad-lines, the largest share of your log's lines it may skip; more is an
     error"""
+    mlflow: bool = False
+    """also log the comparison to MLflow (MLFLOW_TRACKING_URI; the mlflow extra): a parent
+    run, a child run a loss and seed (on when MLFLOW_TRACKING_URI is set)"""
     served_index: bool = True
     """measure the index `export --index auto` would serve (ScaNN, else faiss) on the final
     model of each loss at the first seed: the report says how far a served Recall@k can
@@ -194,6 +197,9 @@ def run(args) -> int:
                               "missing": [[loss, seed] for loss, seed in left]}))
         return 0
     share = _share(args)  # before any work: a bad index or count is one line
+    from tfrs_logq._util.tracking import tracking
+
+    args.tracking = tracking(args.mlflow)  # one line before the log is read
     model = MODELS[type(args.flags.model)]
     if model == "tfrs-model":
         from tfrs_logq.studies.compare.plan import spread
@@ -221,7 +227,8 @@ def run(args) -> int:
         data=_data_identity(args, split))
     rows = run_compare(plan, split, args.output_dir, say=say, max_runs=args.max_runs,
                        margin=margin, primary=(args.primary_metric, args.primary_baseline),
-                       served_index=_served_index(args), share=share)
+                       served_index=_served_index(args), share=share,
+                       tracking=args.tracking)
     if args.json:
         from tfrs_logq.studies.compare.plan import load_plan
 
@@ -262,7 +269,7 @@ def _run_model_fn(args, say, margin) -> int:
         baseline=args.baseline, output_dir=args.output_dir, margin=margin,
         primary_metric=args.primary_metric, primary_baseline=args.primary_baseline,
         max_runs=args.max_runs, source=f"{name}, split {args.split}", say=say,
-        served_index=_served_index(args))
+        served_index=_served_index(args), tracking=args.tracking)
     if args.json:
         from tfrs_logq.studies.compare.plan import load_plan
 

@@ -92,6 +92,9 @@ class Flags(Verbose):
     a directory is refused, and an interrupted run of the same config resumes"""
     json: bool = False
     """print the metrics as one JSON object"""
+    mlflow: bool = False
+    """two-tower: also log the run to MLflow (MLFLOW_TRACKING_URI; the mlflow extra; on when
+    MLFLOW_TRACKING_URI is set)"""
     data: Annotated[DataSource, arg(name="data (--weight-column: two-tower)")] = \
         dataclasses.field(default_factory=DataSource)
     filters: Annotated[LogFilters, arg(name="your log (--interactions)")] = \
@@ -169,6 +172,9 @@ def run(args) -> int:
     if args.weight_column:
         raise ValueError("--weight-column weights the two-tower model's loss (train "
                          "two-tower); SASRec trains unweighted: leave it out.")
+    if args.mlflow:
+        raise ValueError("--mlflow logs train two-tower and compare; train sasrec writes "
+                         "TensorBoard logs (MODEL_DIR/logs): leave it out.")
     from tfrs_logq.sasrec import training
     from tfrs_logq.sasrec.config import PRESETS
 
@@ -201,6 +207,9 @@ def _run_two_tower(args) -> int:
         from tfrs_logq._util.strategy import check_tf_config
 
         check_tf_config()
+    from tfrs_logq._util.tracking import tracking
+
+    tracked = tracking(args.mlflow)  # one line before the log is read
     overrides = _with_split(_given_training(args))
     data_config = TrainConfig(**overrides).validate()  # a log's columns, one data source
     if weight_column is not None:
@@ -234,7 +243,7 @@ def _run_two_tower(args) -> int:
         say(f"  step {row['steps']:,}: " + ", ".join(f"{k} {row[k]:.4f}" for k in shown))
 
     result = train_run(config, split, args.model_dir, data, overwrite=args.overwrite,
-                       on_eval=on_eval, examples=examples)
+                       on_eval=on_eval, examples=examples, tracking=tracked)
     result = {**{k: v for k, v in result.items() if k != "evaluations"},
               "model": "two-tower", "data": data_record(split.interactions)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

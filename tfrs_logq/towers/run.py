@@ -44,6 +44,7 @@ from tfrs_logq._util.atomic import write_json
 from tfrs_logq._util.board import EventBoard
 from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
 from tfrs_logq._util.strategy import check_tf_config, is_chief
+from tfrs_logq._util.tracking import Tracking
 from tfrs_logq.pipelines.splits import Split
 from tfrs_logq.pipelines.vocabulary import RUN_ITEMS_FILE, read_run_items, write_run_items
 from tfrs_logq.towers import training
@@ -99,13 +100,16 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
               overwrite: bool = False, on_eval: Optional[Callable[[dict], None]] = None,
               on_step: Optional[Callable[[int], None]] = None,
               checkpoint_seconds: float = 120.0,
-              examples: Optional[training.Examples] = None) -> dict:
+              examples: Optional[training.Examples] = None,
+              tracking: Optional[Tracking] = None) -> dict:
     """Trains (or resumes) the run of ``config`` on ``split`` in ``model_dir``; returns
     its last evaluation (`tfrs_logq.towers.training.train`) with ``"evaluations"``, every
     evaluation of the run, added. ``data``: the data fields recorded in ``config.json``
     (``"weight_column"`` among them when ``split`` has weights). ``examples``: the split's
     `tfrs_logq.towers.training.Examples`, when the caller built them (and so checked the
-    weights) before the directory is touched.
+    weights) before the directory is touched. ``tracking``: the run is also an MLflow run
+    (`tfrs_logq._util.tracking`): its config as params, every evaluation's metrics, its
+    config.json and metrics.json as artifacts.
 
     Raises:
       RunDirectoryError: the directory holds another run or this one finished (and not
@@ -132,11 +136,16 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
                 evaluations = json.load(f)
 
         board = EventBoard(os.path.join(model_dir, "logs"), config.learning_rate)
+        tracked = None if tracking is None else tracking.start(
+            os.path.basename(os.path.abspath(model_dir)), record,
+            tags={"tfrs_logq.model_dir": os.path.abspath(model_dir)})
 
         def evaluated(row: dict) -> None:
             evaluations[:] = [r for r in evaluations if r["steps"] != row["steps"]] + [row]
             write_json(evaluations_path, evaluations)
             board.write(row)  # after evaluations.json: a kill between loses, never repeats
+            if tracked is not None:
+                tracking.evaluation(tracked, row)
             if on_eval is not None:
                 on_eval(row)
 
@@ -145,11 +154,22 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
                                 item_tower=model.item_tower).write(
                 os.path.join(model_dir, WEIGHTS))
 
-        last = training.train(config, split, checkpoint_dir=os.path.join(model_dir, "checkpoint"),
-                              on_eval=evaluated, done=tuple(r["steps"] for r in evaluations),
-                              on_step=on_step, on_trained=save, examples=examples,
-                              checkpoint_seconds=checkpoint_seconds)
+        try:
+            last = training.train(config, split,
+                                  checkpoint_dir=os.path.join(model_dir, "checkpoint"),
+                                  on_eval=evaluated, done=tuple(r["steps"] for r in evaluations),
+                                  on_step=on_step, on_trained=save, examples=examples,
+                                  checkpoint_seconds=checkpoint_seconds)
+        except BaseException as exc:
+            if tracked is not None:
+                tracking.end(tracked, "KILLED" if isinstance(exc, KeyboardInterrupt)
+                             else "FAILED")
+            raise
         write_json(os.path.join(model_dir, "metrics.json"), last)  # last: finished
+        if tracked is not None:
+            tracking.artifacts(tracked, [os.path.join(model_dir, name)
+                                         for name in ("config.json", "metrics.json")])
+            tracking.end(tracked)
         return {**last, "evaluations": evaluations}
 
 

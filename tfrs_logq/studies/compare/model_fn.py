@@ -999,6 +999,7 @@ def compare_model(
     checkpoint_seconds: float = 120.0,
     say: Callable[[str], None] = print,
     served_index: Optional[ServedIndex] = None,
+    tracking=None,
 ) -> list[dict]:
     """Compares the corrected logQ loss with the standard ones on your own `tfrs.Model`,
     paired by seed, and writes what ``tfrs-logq compare`` writes into ``output_dir``.
@@ -1063,6 +1064,9 @@ def compare_model(
         (`tfrs_logq.studies.compare.runner.run_plan`;
         `tfrs_logq.serving.served_recall.served_recall` measures the index ``tfrs-logq
         export --index auto`` builds). Defaults to None: not measured.
+      tracking: `tfrs_logq._util.tracking.Tracking` (`tracking(True)` makes one from
+        ``MLFLOW_TRACKING_URI``): the comparison is also an MLflow parent run, each run a
+        child. Defaults to None.
 
     Returns:
       The rows of ``results.csv``: one per finished loss and seed.
@@ -1079,7 +1083,8 @@ def compare_model(
                     batch_size=batch_size, shuffle_buffer=shuffle_buffer, baseline=baseline,
                     output_dir=output_dir, margin=margin, primary_metric=primary_metric,
                     primary_baseline=primary_baseline, max_runs=max_runs, source=source,
-                    checkpoint_seconds=checkpoint_seconds, say=say, served_index=served_index)
+                    checkpoint_seconds=checkpoint_seconds, say=say, served_index=served_index,
+                    tracking=tracking)
 
 
 def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict] = None,
@@ -1127,7 +1132,7 @@ def _compare(model_fn, train, test, candidates, *, data_identity: Optional[dict]
         key=lambda loss, seed: plan.run_config(loss, seed).run_id, train=trainer.train,
         test_users=data.query_users),
         say=o.say, max_runs=o.max_runs, served_index=o.served_index,
-        report=reporter(margin, (o.primary_metric, o.primary_baseline)))
+        report=reporter(margin, (o.primary_metric, o.primary_baseline)), tracking=o.tracking)
 
 
 def _options(given: dict) -> types.SimpleNamespace:

@@ -25,6 +25,7 @@ from tfrs_logq._util.atomic import atomic_write, write_json
 from tfrs_logq._util.board import EventBoard, write_experiment
 from tfrs_logq._util.hostinfo import available_memory_bytes, machine_description
 from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
+from tfrs_logq._util.tracking import Tracking
 from tfrs_logq.metrics import BANDS, dcg_gain
 from tfrs_logq.pipelines.splits import Split, check_evaluable, duplicate_counts, target_facts
 from tfrs_logq.studies._grid import (
@@ -314,7 +315,8 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
              say: Callable[[str], None] = print, max_runs: Optional[int] = None,
              served_index: Optional[ServedIndex] = None,
              share: Optional[RunShare] = None,
-             report: Optional[Report] = None) -> list[dict]:
+             report: Optional[Report] = None,
+             tracking: Optional[Tracking] = None) -> list[dict]:
     """Trains the plan's unfinished runs with ``trainer`` into ``output_dir`` (seed by
     seed, so that an interrupted comparison holds whole pairs), then hands the finished
     rows to ``report`` (`Report`: ``report(plan, rows, curves, output_dir, say)``, the
@@ -337,17 +339,45 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
     `RunShare` alone, the directory shared with the other processes of the comparison
     (no directory lock: a lock per run, and one for each table's write); results.csv keeps
     the plan's order; the report is written where every run of the plan is done and
-    report.md is missing or older than results.csv, else the runs left are said."""
+    report.md is missing or older than results.csv, else the runs left are said.
+
+    ``tracking`` (`tfrs_logq._util.tracking`): this process's comparison is also an MLflow
+    parent run (the plan's settings; report.md, plan.json, results.csv and the charts as
+    artifacts), each run it trains a child (its settings, evaluations and result)."""
     share = share if share is not None else _SHARE.get()
     check_output_dir(output_dir)
     plan = check_output_dir_contents(plan, output_dir)  # before anything is written
+    tracked = None
+    if tracking is not None:
+        tracked = (tracking, tracking.start(
+            f"compare {os.path.basename(os.path.abspath(output_dir))}",
+            {**plan.fixed_fields(), "losses": ",".join(plan.losses),
+             "seeds": ",".join(str(seed) for seed in plan.seeds)},
+            tags={"tfrs_logq.output_dir": os.path.abspath(output_dir)}))
+    try:
+        rows = _run_plan(plan, output_dir, trainer, say, max_runs, served_index, share,
+                         report, tracked)
+    except BaseException as exc:
+        if tracked is not None:
+            tracking.end(tracked[1], "KILLED" if isinstance(exc, KeyboardInterrupt)
+                         else "FAILED")
+        raise
+    if tracked is not None:
+        tracking.artifacts(tracked[1], [os.path.join(output_dir, name) for name in (
+            "report.md", "paired.png", "learning_curves.png", "plan.json", "results.csv")])
+        tracking.end(tracked[1])
+    return rows
+
+
+def _run_plan(plan, output_dir, trainer, say, max_runs, served_index, share, report,
+              tracked) -> list[dict]:
     if share is not None:
         return _run_share(plan, output_dir, trainer, say, max_runs, report, served_index,
-                          share)
+                          share, tracked)
     with exclusive_output_dir(output_dir):
         with _tables(output_dir):
             plan = _check_plan(plan, output_dir)
-        _run_all(plan, output_dir, trainer, say, max_runs, served_index)
+        _run_all(plan, output_dir, trainer, say, max_runs, served_index, tracked=tracked)
         rows = read_rows(os.path.join(output_dir, "results.csv"))
         if rows and report is not None:
             report(plan, rows, read_rows(os.path.join(output_dir, "curves.csv")),
@@ -356,11 +386,12 @@ def run_plan(plan: Plan, output_dir: str, trainer: Trainer,
 
 
 def _run_share(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
-               report: Optional[Report], served_index, share: RunShare) -> list[dict]:
+               report: Optional[Report], served_index, share: RunShare,
+               tracked=None) -> list[dict]:
     os.makedirs(output_dir, exist_ok=True)
     with _tables(output_dir):
         plan = _check_plan(plan, output_dir)
-    _run_all(plan, output_dir, trainer, say, max_runs, served_index, share)
+    _run_all(plan, output_dir, trainer, say, max_runs, served_index, share, tracked)
     results = os.path.join(output_dir, "results.csv")
     with _tables(output_dir):  # what is left now, the other processes' runs counted
         plan = _check_plan(plan, output_dir, write=False)
@@ -419,7 +450,7 @@ def _append_result(path: str, row: dict, plan: Plan, in_plan_order: bool) -> Non
 
 def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
              served_index: Optional[ServedIndex] = None,
-             share: Optional[RunShare] = None) -> None:
+             share: Optional[RunShare] = None, tracked=None) -> None:
     results_path = os.path.join(output_dir, "results.csv")
 
     def done() -> set:
@@ -452,14 +483,15 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
                 say(f"run {number}/{len(todo)}: {loss}, seed {seed} finished elsewhere")
                 continue
             _train_run(plan, output_dir, trainer, say, served_index, share, pace, loss,
-                       seed, number, len(todo))
+                       seed, number, len(todo), tracked)
         finally:
             if claim is not None:
                 claim.release()
 
 
 def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index, share,
-               pace: dict, loss: str, seed: int, number: int, runs: int) -> None:
+               pace: dict, loss: str, seed: int, number: int, runs: int,
+               tracked=None) -> None:
     results_path = os.path.join(output_dir, "results.csv")
     curves_path = os.path.join(output_dir, "curves.csv")
     run_start = time.perf_counter()
@@ -472,6 +504,10 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
     evaluations = list(old)
     board = EventBoard(run_logdir(output_dir, loss, seed),
                        getattr(plan.config, "learning_rate", None))
+    child = None
+    if tracked is not None:
+        tracking, parent = tracked
+        child = tracking.start(f"{loss} seed {seed}", run_hparams(plan, loss, seed), parent)
 
     def on_eval(row: dict) -> None:
         _evaluation_pace(plan, number, runs, pace, say)
@@ -480,12 +516,19 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         with _tables(output_dir):
             append_row(curves_path, full)
         board.write(row)  # after curves.csv: a kill between loses the event, never repeats it
+        if child is not None:
+            tracking.evaluation(child, row)
         say(f"  step {int(row['steps']):,}: " + _evaluation_words(row))
 
     def on_step(i: int) -> None:
         _progress(i, plan.config.steps, number, runs, pace, say)
 
-    row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
+    try:
+        row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
+    except BaseException as exc:
+        if child is not None:
+            tracking.end(child, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
     ranks = row.pop(FINAL_RANKS, None)
     embeddings = row.pop(FINAL_EMBEDDINGS, None)
     ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
@@ -498,6 +541,9 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         _append_result(results_path, row, plan, in_plan_order=share is not None)
         board.write_session(run_hparams(plan, loss, seed), row, f"{loss}-seed{seed}")
         _write_experiment(plan, output_dir, metric_names([row]))
+    if child is not None:
+        tracking.evaluation(child, row, step=int(row.get("steps") or 0), prefix="result.")
+        tracking.end(child)
     shutil.rmtree(run_dir, ignore_errors=True)
     if served_index is not None and seed == plan.seeds[0]:
         _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
