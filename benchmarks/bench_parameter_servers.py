@@ -27,7 +27,6 @@ variables), not a speed-up, which needs machines.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -53,25 +52,6 @@ def make_data(num_items: int, num_examples: int, seed: int):
     return items[:, :HISTORY].astype(np.int64), items[:, HISTORY].astype(np.int64)
 
 
-def _cluster(tf):
-    sockets = [socket.socket() for _ in range(NUM_WORKERS + NUM_PS)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    spec = tf.train.ClusterSpec({
-        "worker": [f"localhost:{p}" for p in ports[:NUM_WORKERS]],
-        "ps": [f"localhost:{p}" for p in ports[NUM_WORKERS:]]})
-    config = tf.compat.v1.ConfigProto()
-    config.inter_op_parallelism_threads = NUM_WORKERS + 1
-    servers = [tf.distribute.Server(spec, job_name="worker", task_index=i, config=config,
-                                    protocol="grpc") for i in range(NUM_WORKERS)]
-    servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, protocol="grpc")
-                for i in range(NUM_PS)]
-    return tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc"), servers
-
-
 def one(kind: str, num_items: int, dim: int, batch: int, epochs: int,
         steps_per_epoch: int) -> dict:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
@@ -81,9 +61,10 @@ def one(kind: str, num_items: int, dim: int, batch: int, epochs: int,
     from common import machine
 
     import tfrs_logq
+    from tfrs_logq._util.strategy import loopback_cluster
 
     if kind == "parameter-servers":
-        resolver, _servers = _cluster(tf)
+        resolver, _servers = loopback_cluster(NUM_WORKERS, NUM_PS)
         strategy = tf.distribute.ParameterServerStrategy(
             resolver,
             variable_partitioner=tf.distribute.experimental.partitioners.MinSizePartitioner(

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -85,43 +84,18 @@ def worker_batches(targets: np.ndarray, num_batches: int) -> np.ndarray:
 # The child: the cluster, the training, the export. Writes what it saw into `out`.
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _in_process_cluster(tf):
-    """2 workers and 2 parameter servers in this process; their `ClusterResolver`."""
-    ports = _free_ports(NUM_WORKERS + NUM_PS)
-    spec = tf.train.ClusterSpec({
-        "worker": [f"localhost:{p}" for p in ports[:NUM_WORKERS]],
-        "ps": [f"localhost:{p}" for p in ports[NUM_WORKERS:]]})
-    worker_config = tf.compat.v1.ConfigProto()
-    worker_config.inter_op_parallelism_threads = NUM_WORKERS + 1  # TF's tutorial, few cores
-    servers = [tf.distribute.Server(spec, job_name="worker", task_index=i,
-                                    config=worker_config, protocol="grpc")
-               for i in range(NUM_WORKERS)]
-    servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, protocol="grpc")
-                for i in range(NUM_PS)]
-    return tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc"), servers
-
-
 def _child(out: str) -> None:
     import tfrs_logq  # noqa: I001 (first: selects tf-keras)
 
     import tensorflow as tf
     import tensorflow_recommenders as tfrs
 
+    from tfrs_logq._util.strategy import loopback_cluster
     from tfrs_logq.serving.export import RetrievalModule, export_version
 
     timings = {}
     start = time.monotonic()
-    resolver, _servers = _in_process_cluster(tf)
+    resolver, _servers = loopback_cluster(NUM_WORKERS, NUM_PS)
     strategy = tf.distribute.ParameterServerStrategy(
         resolver, variable_partitioner=tf.distribute.experimental.partitioners.MinSizePartitioner(
             min_shard_bytes=MIN_SHARD_BYTES, max_shards=NUM_PS))

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from tfrs_logq._util.strategy import free_ports
 from tfrs_logq.pipelines.user_log import UserLogSource, load_user_log_split
 from tfrs_logq.serving.export import load_trained
 from tfrs_logq.towers import run as tower_run
@@ -130,16 +130,6 @@ def test_multi_worker_without_a_valid_tf_config_is_one_line(log_split, tmp_path,
     assert not (tmp_path / "m").exists()  # before any work
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 # One worker of the cluster: `train_run` on the log, saving every step; with a step to die
 # at, the process kills itself there (SIGKILL: no cleanup, as a lost machine).
 WORKER = r"""
@@ -167,7 +157,7 @@ def _cluster(log_path, model_dir, config, die_at=(-1, -1), timeout=240):
     (returncode, stdout, stderr), killing both if one dies (as a scheduler restarting the
     job does) or past ``timeout`` seconds."""
     configs = config if isinstance(config, tuple) else (config, config)
-    ports = _free_ports(2)
+    ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs = []
     for index in range(2):

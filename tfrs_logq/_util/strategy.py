@@ -110,4 +110,40 @@ def make_strategy(kind: str = "auto"):
     return _MADE[kind]
 
 
-__all__ = ["STRATEGIES", "check_tf_config", "is_chief", "make_strategy"]
+def free_ports(n: int, host: str = "127.0.0.1") -> list:
+    """``n`` ports free on ``host`` now (bound, read and released: another process may take
+    one before it is used, as with any such probe)."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind((host, 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def loopback_cluster(num_workers: int, num_ps: int):
+    """A `ParameterServerStrategy` cluster in this process, as TensorFlow's tutorial builds
+    one: ``num_workers`` workers and ``num_ps`` parameter servers as `tf.distribute.Server`s
+    on free loopback ports (each worker with ``num_workers + 1`` inter-op threads, for few
+    cores). Returns ``(resolver, servers)``: the `SimpleClusterResolver` the strategy takes,
+    and the servers, to keep alive as long as it. For tests and benchmarks on one machine."""
+    import tensorflow as tf
+
+    ports = free_ports(num_workers + num_ps)
+    spec = tf.train.ClusterSpec({
+        "worker": [f"localhost:{p}" for p in ports[:num_workers]],
+        "ps": [f"localhost:{p}" for p in ports[num_workers:]]})
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = num_workers + 1
+    servers = [tf.distribute.Server(spec, job_name="worker", task_index=i, config=config,
+                                    protocol="grpc") for i in range(num_workers)]
+    servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, protocol="grpc")
+                for i in range(num_ps)]
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc"), servers
+
+
+__all__ = ["STRATEGIES", "check_tf_config", "free_ports", "is_chief", "loopback_cluster",
+           "make_strategy"]
