@@ -76,6 +76,18 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert said[0].startswith("compare: estimated peak memory of a run")
     assert said[1].startswith("compare: 4 runs (2 losses x 2 seeds)") and "1 already" in said[1]
     assert sum(line.startswith("run ") for line in said) == 3
+    # Where the time went: every part, as minutes and shares of the wall time, in the
+    # console, timings.json (one entry a process: 2 here) and the report's run facts.
+    spent = next(line for line in said
+                 if line.startswith("compare: where this process's time went, "))
+    assert "training steps" in spent and "x the training steps' time" in spent
+    timings = json.loads(open(os.path.join(out, "timings.json")).read())
+    assert len(timings) == 2
+    for entry in timings:
+        parts = entry["seconds"]
+        assert set(parts) == set(compare_runner.TIME_PARTS)
+        assert all(v >= 0 for v in parts.values()) and parts["training steps"] > 0
+        assert sum(parts.values()) <= entry["wall_seconds"] * 1.01 + 0.05
     assert any("ms/step here: about" in line for line in said)  # the estimate
     assert any(line.startswith("  run 1 took ") and "for the 2 run(s) left" in line
                for line in said)  # each finished run updates it, evaluations included
@@ -127,6 +139,7 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert "Decision: not enough seeds: run" in report  # 2 pairs
     assert "repeats (the user had the item before)" in report
     assert "Evaluation policy: exclude-seen" in report and "repeat an earlier row" in report
+    assert " Time: " in report and "(2 processes or sessions)" in report
     assert not os.listdir(os.path.join(out, "runs"))  # finished runs' checkpoints removed
     said.clear()
     compare_builtin.run_compare(plan, split, out, say=said.append)  # all done: nothing trains

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from typing import Annotated, Literal, Optional, Union
 
 from tyro.conf import Suppress, arg, subcommand
@@ -220,7 +221,9 @@ def run(args) -> int:
     plan = Plan(losses=tuple(args.loss), seeds=tuple(args.seeds), config=config,
                 window=window, baseline=args.baseline or "", model=model,
                 sasrec_preset=getattr(args, "preset", "cpu"))
+    began = time.perf_counter()
     split, name = load_any_split(args)
+    say(f"compare: read and split {name} in {time.perf_counter() - began:.1f} s")
     plan = dataclasses.replace(
         plan, source=f"{name}, split {args.split}"
         + (f", weighted by {args.weight_column}" if args.weight_column else ""),
@@ -259,7 +262,9 @@ def _run_model_fn(args, say, margin) -> int:
     model_fn = load_model_fn(args.model_fn, "--model-fn")
     if args.split is None:
         args.split = default_log_split(args.time_column) if args.interactions else "temporal"
+    began = time.perf_counter()
     split, name = load_any_split(args)
+    say(f"compare: read and split {name} in {time.perf_counter() - began:.1f} s")
     rows = compare_split(
         model_fn, split, history_length=args.history_length, exclude_seen=args.exclude_seen,
         data_identity=_data_identity(args, split), model_fn_flag="--model-fn",

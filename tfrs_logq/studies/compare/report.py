@@ -48,7 +48,13 @@ from tfrs_logq.studies.compare.plan import (
     missing_runs,
     plan_runs,
 )
-from tfrs_logq.studies.compare.runner import hits_path, load_hits, load_served
+from tfrs_logq.studies.compare.runner import (
+    hits_path,
+    load_hits,
+    load_served,
+    load_timings,
+    time_words,
+)
 from tfrs_logq.studies.compare.stats import (
     MIN_PAIRS,
     ZERO_SPREAD_RTOL,
@@ -625,6 +631,24 @@ def _model_words(plan: Plan, rows: list[dict]) -> str:
             f"{config.optimizer}, learning rate {config.learning_rate}")
 
 
+def _time_sentence(timings: Optional[list]) -> str:
+    """" Time: ..." of the processes that trained the runs (`timings.json`), or ""."""
+    totals: dict = {}
+    wall = 0.0
+    for entry in timings or []:
+        try:
+            wall += float(entry["wall_seconds"])
+            for name, seconds in entry["seconds"].items():
+                totals[name] = totals.get(name, 0.0) + float(seconds)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return ""  # a damaged timings.json costs the sentence alone
+    if wall <= 0:
+        return ""
+    processes = len(timings)
+    return (f" Time: {time_words(totals, wall)}"
+            + (f" ({processes} processes or sessions)" if processes > 1 else "") + ".")
+
+
 def check_curves(curves: list[dict], path: str = "curves.csv") -> None:
     """Refuses, in one line naming ``path``, the line and the fix, a damaged curves table
     (a row with more or fewer cells than the header, no loss, a seed or step that is not
@@ -800,14 +824,17 @@ def _intervals_words(plan: Plan, rows: list[dict], hits: Optional[dict],
 def format_report(plan: Plan, rows: list[dict], curves: list[dict],
                   margin: Optional[Margin] = None, primary_metric: Optional[str] = None,
                   primary_baseline: Optional[str] = None,
-                  hits: Optional[dict] = None, served: Optional[dict] = None) -> str:
+                  hits: Optional[dict] = None, served: Optional[dict] = None,
+                  timings: Optional[list] = None) -> str:
     """``report.md``'s text. ``margin``: a `Margin` (or its text), default
     `DEFAULT_MARGIN`; ``primary_metric`` (``"recall@100"`` or ``"100"``) and
     ``primary_baseline`` (a loss of the plan or its form, ``"logq-tfrs"``) name the
     primary comparison (`primary_comparison`); ``hits``: the runs' hits per test user
     (`run_hits`), for intervals over seeds and test users (`interval`); ``served``: the
     served index's record (`tfrs_logq.studies.compare.runner.load_served`), said in one sentence
-    after the verdict (`served_sentence`; None: no sentence)."""
+    after the verdict (`served_sentence`; None: no sentence); ``timings``: where the
+    processes' time went (`tfrs_logq.studies.compare.runner.load_timings`), one sentence
+    after the machine (None or []: none)."""
     if margin is None or isinstance(margin, str):
         margin = Margin(DEFAULT_MARGIN if margin is None else margin)
     _check_rows(rows)
@@ -884,7 +911,7 @@ def format_report(plan: Plan, rows: list[dict], curves: list[dict],
         f"{_evaluation_words(plan, rows, curves)}. Seeds: "
         f"{', '.join(map(str, seeds_done))} (common random numbers: a seed's runs share "
         f"batches, initial weights and negatives). Machine: "
-        f"{rows[0].get('machine', '?') if rows else '?'}.", "",
+        f"{rows[0].get('machine', '?') if rows else '?'}.{_time_sentence(timings)}", "",
         "## Means over seeds", "",
         "| loss | runs | " + " | ".join(metrics) + " | positive share (median) | s/step |",
         "|---|---|" + "---|" * len(metrics) + "---|---|",
@@ -1102,7 +1129,7 @@ def write_report(plan: Plan, rows: list[dict], curves: list[dict], output_dir: s
     check_curves(curves, os.path.join(output_dir, "curves.csv"))
     hits = run_hits(output_dir, rows)
     text = format_report(plan, rows, curves, margin, primary_metric, primary_baseline, hits,
-                         load_served(output_dir))
+                         load_served(output_dir), load_timings(output_dir))
     charts = render_charts(plan, rows, curves, hits)
     write_text(os.path.join(output_dir, "report.md"), text)
     for name, data in charts.items():

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -472,6 +473,7 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
         return
     say(trainer.catalog)
     pace: dict = {}
+    started = time.perf_counter()
     for number, (loss, seed) in enumerate(todo, 1):
         claim = _claim(output_dir, trainer.key(loss, seed))
         if isinstance(claim, LockHeld):
@@ -487,6 +489,11 @@ def _run_all(plan: Plan, output_dir: str, trainer: Trainer, say, max_runs,
         finally:
             if claim is not None:
                 claim.release()
+    if pace.get("time"):
+        wall = time.perf_counter() - started
+        say("compare: where this process's time went, " + time_words(pace["time"], wall))
+        with _tables(output_dir):
+            record_timing(output_dir, pace["time"], wall)
 
 
 def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index, share,
@@ -523,12 +530,15 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
     def on_step(i: int) -> None:
         _progress(i, plan.config.steps, number, runs, pace, say)
 
+    trained_at = time.perf_counter()
     try:
         row = trainer.train(loss, seed, run_dir, on_eval, on_step, evaluations)
     except BaseException as exc:
         if child is not None:
             tracking.end(child, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
+    train_wall = time.perf_counter() - trained_at
+    written_at = time.perf_counter()
     ranks = row.pop(FINAL_RANKS, None)
     embeddings = row.pop(FINAL_EMBEDDINGS, None)
     ks = [int(m.split("@")[1]) for m in metric_names([row]) if m.startswith("recall@")]
@@ -545,8 +555,12 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         tracking.evaluation(child, row, step=int(row.get("steps") or 0), prefix="result.")
         tracking.end(child)
     shutil.rmtree(run_dir, ignore_errors=True)
+    writing = time.perf_counter() - written_at
+    served_at = time.perf_counter()
     if served_index is not None and seed == plan.seeds[0]:
         _measure_served(served_index, output_dir, loss, seed, embeddings, ks, say)
+    _add_timing(pace, row, plan.config.steps, train_wall, writing,
+                time.perf_counter() - served_at, time.perf_counter() - run_start)
     if number < runs:  # the measured run, evaluations included: SASRec's estimate
         took = (time.perf_counter() - run_start) / 60
         first = int(row.get("resumed_from_step") or 0)
@@ -555,6 +569,70 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         whole = took * plan.config.steps / trained if 0 < first and trained > 0 else took
         say(f"  run {number} took {took:.1f} min: about {whole * (runs - number):.1f} "
             f"min for the {runs - number} run(s) left")
+
+
+TIME_PARTS = ("training steps", "evaluations, checkpoints and tracing", "the served index",
+              "writing the results", "the rest")
+
+
+def _add_timing(pace: dict, row: dict, steps: int, train_wall: float, writing: float,
+                served: float, run_wall: float) -> None:
+    """Adds a run's seconds to ``pace["time"]`` by part (`TIME_PARTS`): its training steps
+    (seconds per step, the first step and saves left out, times the steps it trained
+    here), the rest of its trainer's time (evaluations, checkpoints, tracing), the served
+    index, the writes, and what remains of the run's wall time."""
+    per_step = row.get("seconds_per_step")
+    trained = steps - int(row.get("resumed_from_step") or 0)
+    try:
+        stepping = min(float(per_step) * trained, train_wall)
+    except (TypeError, ValueError):
+        stepping = float("nan")
+    if not math.isfinite(stepping):
+        stepping = 0.0
+    parts = (stepping, train_wall - stepping, served, writing,
+             max(run_wall - train_wall - served - writing, 0.0))
+    totals = pace.setdefault("time", dict.fromkeys(TIME_PARTS, 0.0))
+    for name, seconds in zip(TIME_PARTS, parts):
+        totals[name] += seconds
+
+
+def time_words(totals: dict, wall: float) -> str:
+    """``totals`` (seconds by `TIME_PARTS`) in one line: each part's minutes and share of
+    ``wall``, and the wall time as a multiple of the training steps' time."""
+    def duration(seconds: float) -> str:
+        return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+    shown = ", ".join(f"{name} {duration(seconds)} ({100 * seconds / wall:.0f} %)"
+                      for name, seconds in totals.items()
+                      if seconds >= 0.005 * wall or name == TIME_PARTS[0])
+    steps = totals.get(TIME_PARTS[0], 0.0)
+    ratio = f"; {wall / steps:.2f}x the training steps' time" if steps > 0 else ""
+    return f"{duration(wall)}: {shown}{ratio}"
+
+
+TIMINGS = "timings.json"
+"""Where each process's time went (`record_timing`): a list, one entry a `run_plan`."""
+
+
+def record_timing(output_dir: str, totals: dict, wall: float) -> None:
+    """Appends a process's seconds by part and its wall time to ``timings.json`` (under the
+    tables' lock, which the caller holds)."""
+    path = os.path.join(output_dir, TIMINGS)
+    entries = load_timings(output_dir)
+    entries.append({"seconds": {k: round(v, 2) for k, v in totals.items()},
+                    "wall_seconds": round(wall, 2), "machine": machine_description()})
+    write_json(path, entries)
+
+
+def load_timings(output_dir: str) -> list:
+    """``timings.json``'s entries; [] where there is none or it cannot be read (the
+    report's sentence on time is left out, nothing else depends on it)."""
+    try:
+        with open(os.path.join(output_dir, TIMINGS)) as f:
+            entries = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return entries if isinstance(entries, list) else []
 
 
 LOGS_DIR = "logs"
@@ -744,6 +822,7 @@ def _progress(i: int, steps: int, number: int, runs: int, pace: dict, say) -> No
 
 
 __all__ = ["FINAL_EMBEDDINGS", "FINAL_RANKS", "LOGS_DIR", "Report", "SERVED_INDEX", "ServedIndex",
-           "Trainer", "builtin_trainer", "final_evaluation", "hits_path", "load_hits",
-           "load_served", "record_served", "run_hparams", "run_logdir", "run_plan", "save_hits",
-           "window_row"]
+           "TIMINGS", "TIME_PARTS", "Trainer", "builtin_trainer", "final_evaluation",
+           "hits_path", "load_hits", "load_served", "load_timings", "record_served",
+           "record_timing", "run_hparams", "run_logdir", "run_plan", "save_hits",
+           "time_words", "window_row"]
