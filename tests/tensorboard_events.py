@@ -15,8 +15,8 @@ def scalars(logdir) -> dict:
             for tag in accumulator.Tags()["tensors"]}
 
 
-def hparams_session(logdir):
-    """The HParams plugin's session start (its ``hparams``) in ``logdir``."""
+def hparams_trial(logdir):
+    """The HParams plugin's trial (its ``hparams``) in ``logdir``."""
     return _plugin(logdir, hp_metadata.SESSION_START_INFO_TAG,
                    hp_metadata.parse_session_start_info_plugin_data)
 

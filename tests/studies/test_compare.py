@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import scipy.stats
-from tensorboard_events import hparams_experiment, hparams_session, scalars
+from tensorboard_events import hparams_experiment, hparams_trial, scalars
 
 from tfrs_logq.pipelines.interactions import build_interactions
 from tfrs_logq.pipelines.splits import make_split
@@ -139,7 +139,7 @@ def test_a_comparison_end_to_end_resumes_and_skips_finished_runs(split, tmp_path
     assert "Decision: not enough seeds: run" in report  # 2 pairs
     assert "repeats (the user had the item before)" in report
     assert "Evaluation policy: exclude-seen" in report and "repeat an earlier row" in report
-    assert " Time: " in report and "(2 processes or sessions)" in report
+    assert " Time: " in report and "(2 processes or reruns)" in report
     assert not os.listdir(os.path.join(out, "runs"))  # finished runs' checkpoints removed
     said.clear()
     compare_builtin.run_compare(plan, split, out, say=said.append)  # all done: nothing trains
@@ -498,7 +498,7 @@ def test_a_run_killed_mid_training_says_it_resumed(split, tmp_path, monkeypatch)
     assert not any(line.startswith("run 2/2") and "resumed" in line for line in said)
 
     # TensorBoard (read with its own event reader): each run's evaluations once, the
-    # killed run's step 10 included, equal to curves.csv; its result and HParams session.
+    # killed run's step 10 included, equal to curves.csv; its result and HParams trial.
     curves = read_rows(os.path.join(out, "curves.csv"))
     results = {r["loss"]: r for r in rows}
     for loss in plan.losses:
@@ -514,10 +514,10 @@ def test_a_run_killed_mid_training_says_it_resumed(split, tmp_path, monkeypatch)
         result = scalars(os.path.join(logdir, "result"))
         assert result["recall@10"] == [(20, pytest.approx(float(results[loss]["recall@10"]),
                                                          abs=1e-7))]
-        session = hparams_session(logdir)
-        assert session.hparams["loss"].string_value == loss
-        assert session.hparams["seed"].number_value == 0
-        assert session.hparams["batch_size"].number_value == CONFIG.batch_size
+        trial = hparams_trial(logdir)
+        assert trial.hparams["loss"].string_value == loss
+        assert trial.hparams["seed"].number_value == 0
+        assert trial.hparams["batch_size"].number_value == CONFIG.batch_size
     experiment = hparams_experiment(os.path.join(out, "logs"))
     assert {h.name for h in experiment.hparam_infos} >= {"loss", "seed", "model", "steps"}
     losses = next(h for h in experiment.hparam_infos if h.name == "loss")

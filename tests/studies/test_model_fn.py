@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
-from tensorboard_events import hparams_session, scalars
+from tensorboard_events import hparams_trial, scalars
 
 import tfrs_logq
 from tfrs_logq.studies._grid import read_rows
@@ -172,7 +172,7 @@ def test_a_tutorial_model_is_compared_and_a_killed_comparison_resumes_to_the_sam
         for step, value in test["recall@10"]:
             assert value == pytest.approx(float(mine[step]["recall@10"]), abs=1e-7)
         assert [v for _, v in train["learning_rate"]] == pytest.approx([0.1, 0.1])
-        assert hparams_session(logdir).hparams["optimizer"].string_value == "Adagrad"
+        assert hparams_trial(logdir).hparams["optimizer"].string_value == "Adagrad"
     # Another model in the same directory is another plan.
     with pytest.raises(CompareError, match="another plan"):
         _compare(movielens, killed, model_fn=lambda task: build(task), max_runs=0)

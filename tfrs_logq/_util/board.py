@@ -5,7 +5,7 @@ A run's evaluations go to ``LOGDIR/train`` (``loss``: the step's training loss,
 ``learning_rate``, ``steps_per_second``), ``LOGDIR/test`` (``recall@k``, ``ndcg@k``; a
 popularity band's as ``head/recall@10``) and ``LOGDIR/validation`` (SASRec's
 ``validation_monitor``), at the evaluation's step. A comparison's run also gets one HParams
-session (`write_session`: its loss, seed and the plan's settings as hparams; its result, the
+trial (`write_trial`: its loss, seed and the plan's settings as hparams; its result, the
 window's means, under ``LOGDIR/result``) and the comparison one experiment
 (`write_experiment`, at the logs' root), so that ``tensorboard --logdir OUTPUT_DIR/logs``
 shows it as a table and parallel coordinates. Writers are opened at the first write and
@@ -82,16 +82,16 @@ class EventBoard:
         self._scalars("validation", {
             "validation_monitor": _finite(row.get("validation_monitor"))}, step)
 
-    def write_session(self, hparams: Mapping, result: Mapping, trial_id: str) -> None:
-        """The run's HParams session: ``hparams`` (str, int, float or bool values) and
+    def write_trial(self, hparams: Mapping, result: Mapping, trial_id: str) -> None:
+        """The run's HParams trial: ``hparams`` (str, int, float or bool values) and
         ``result``'s metrics (results.csv's row: the window's means) at its ``steps``,
         under ``logdir/result``."""
         from tensorboard.plugins.hparams import api as hp
 
-        session = self._writer("")  # the session is the run's folder; metrics in a group
-        with session.as_default():
+        trial = self._writer("")  # the trial is the run's folder; metrics in a group
+        with trial.as_default():
             hp.hparams(dict(hparams), trial_id=trial_id)
-        session.flush()
+        trial.flush()
         step = int(result.get("steps") or 0)
         self._scalars(RESULT_GROUP, {tag: _finite(value) for tag, value in
                                      ((_test_tag(k), v) for k, v in result.items()) if tag},
@@ -102,7 +102,7 @@ def write_experiment(logdir: str, hparams: Mapping[str, Sequence], metrics: Sequ
                      ) -> None:
     """The comparison's HParams experiment at ``logdir`` (the root of its runs' logdirs):
     each hparam with the values it takes (``{"loss": [...], "seed": [...]}``; a constant
-    setting with its one value) and the metrics, read from each session's ``result``
+    setting with its one value) and the metrics, read from each trial's ``result``
     group."""
     import tensorflow as tf
     from tensorboard.plugins.hparams import api as hp

@@ -646,7 +646,7 @@ def _time_sentence(timings: Optional[list]) -> str:
         return ""
     processes = len(timings)
     return (f" Time: {time_words(totals, wall)}"
-            + (f" ({processes} processes or sessions)" if processes > 1 else "") + ".")
+            + (f" ({processes} processes or reruns)" if processes > 1 else "") + ".")
 
 
 def check_curves(curves: list[dict], path: str = "curves.csv") -> None:

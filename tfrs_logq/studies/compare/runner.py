@@ -549,7 +549,7 @@ def _train_run(plan: Plan, output_dir: str, trainer: Trainer, say, served_index,
         say(f"  no hits per test user saved for {loss} seed {seed}")
     with _tables(output_dir):
         _append_result(results_path, row, plan, in_plan_order=share is not None)
-        board.write_session(run_hparams(plan, loss, seed), row, f"{loss}-seed{seed}")
+        board.write_trial(run_hparams(plan, loss, seed), row, f"{loss}-seed{seed}")
         _write_experiment(plan, output_dir, metric_names([row]))
     if child is not None:
         tracking.evaluation(child, row, step=int(row.get("steps") or 0), prefix="result.")
@@ -662,8 +662,8 @@ def _write_experiment(plan: Plan, output_dir: str, metrics: Sequence[str]) -> No
     for name in os.listdir(root):  # the experiment's event files alone: runs are folders
         if name.startswith("events.out.tfevents.") and os.path.isfile(os.path.join(root, name)):
             os.remove(os.path.join(root, name))
-    sessions = [run_hparams(plan, loss, seed) for seed in plan.seeds for loss in plan.losses]
-    write_experiment(root, {k: [s[k] for s in sessions] for k in sessions[0]}, metrics)
+    trials = [run_hparams(plan, loss, seed) for seed in plan.seeds for loss in plan.losses]
+    write_experiment(root, {k: [t[k] for t in trials] for k in trials[0]}, metrics)
 
 
 def _measure_served(served_index: ServedIndex, output_dir: str, loss: str, seed: int,
