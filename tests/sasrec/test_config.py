@@ -171,7 +171,7 @@ def test_validate_holds_the_largest_tensor_to_the_budget_in_one_line():
 
 @pytest.mark.parametrize("loss", OBJECTIVES)
 def test_every_preset_and_loss_round_trip_through_config_json(loss, tmp_path):
-    from tfrs_logq.sasrec.run_directory import saved_config
+    from tfrs_logq.sasrec.run import saved_config
 
     for preset in (None, *PRESETS):
         config = resolve_config(preset, loss=loss, data_dir=str(tmp_path), seed=7)

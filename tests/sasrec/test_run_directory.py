@@ -1,4 +1,4 @@
-"""tfrs_logq.sasrec.run_directory: which run a model directory holds, whether it resumes or is
+"""tfrs_logq.sasrec.run: which run a model directory holds, whether it resumes or is
 refused, its lock, and each worker's directory."""
 
 import json
@@ -12,7 +12,7 @@ from tfrs_logq.sasrec.training import train
 
 
 def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
-    from tfrs_logq.sasrec.run_directory import RunDirectoryError, RunLock
+    from tfrs_logq.sasrec.run import RunDirectoryError, RunLock
 
     model_dir = tmp_path / "m"
     model_dir.mkdir()
@@ -38,7 +38,7 @@ def test_two_processes_cannot_train_into_one_model_dir(data_dir, tmp_path):
 
 
 def test_worker_directory_is_the_model_dir_on_the_chief_only(monkeypatch, tmp_path):
-    from tfrs_logq.sasrec.run_directory import worker_directory
+    from tfrs_logq.sasrec.run import worker_directory
 
     cluster = {"worker": ["a:1", "b:2"]}
     for task, expected in (({"type": "worker", "index": 0}, "m"),
@@ -54,7 +54,7 @@ def test_worker_directory_is_the_model_dir_on_the_chief_only(monkeypatch, tmp_pa
 
 
 def test_a_run_killed_before_its_config_was_written_starts_again(data_dir, tmp_path):
-    from tfrs_logq.sasrec.run_directory import RunDirectoryError, prepare_run_directory
+    from tfrs_logq.sasrec.run import RunDirectoryError, prepare_run_directory
 
     config = smoke_config(loss="inbatch-none", data_dir=data_dir)
     run = tmp_path / "m"
@@ -73,7 +73,7 @@ def test_a_run_that_stopped_before_its_first_epoch_does_not_block_a_retry(data_d
     # refused every retry with other flags ("holds a run with another config").
     import logging
 
-    from tfrs_logq.sasrec.run_directory import (
+    from tfrs_logq.sasrec.run import (
         RunDirectoryError,
         has_progress,
         prepare_run_directory,
@@ -129,7 +129,7 @@ def test_a_resume_keeps_the_runs_speed_only_fields(data_dir, tmp_path, caplog):
     import dataclasses
     import logging
 
-    from tfrs_logq.sasrec.run_directory import _resumed_speed_fields, saved_config
+    from tfrs_logq.sasrec.run import _resumed_speed_fields, saved_config
 
     config = smoke_config(loss="inbatch-none", data_dir=data_dir,
                           length_buckets=8)
@@ -146,7 +146,7 @@ def test_a_filesystem_without_flock_warns_and_trains(tmp_path, monkeypatch, capl
     import fcntl
     import logging
 
-    from tfrs_logq.sasrec.run_directory import RunLock
+    from tfrs_logq.sasrec.run import RunLock
 
     def no_flock(*args):
         raise OSError(errno.ENOLCK, "No locks available")
@@ -159,7 +159,7 @@ def test_a_filesystem_without_flock_warns_and_trains(tmp_path, monkeypatch, capl
 
 
 def test_run_directory_refuses_other_or_finished_runs(data_dir, tmp_path):
-    from tfrs_logq.sasrec.run_directory import RunDirectoryError
+    from tfrs_logq.sasrec.run import RunDirectoryError
 
     config = smoke_config(loss="inbatch-none", data_dir=data_dir,
                           max_epochs=1, steps_per_epoch=2)

@@ -12,7 +12,7 @@ from pipeline_data import write_ratings
 from tfrs_logq.sasrec import trained
 from tfrs_logq.sasrec.models import SequentialRetrievalModel
 from tfrs_logq.sasrec.objectives import make_objective
-from tfrs_logq.sasrec.run_directory import saved_config
+from tfrs_logq.sasrec.run import saved_config
 from tfrs_logq.sasrec.training import build_encoder, resolve_config
 
 NUM_ITEMS = 12

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tfrs_logq.sasrec.run_directory import RunDirectoryError
+from tfrs_logq.sasrec.run import RunDirectoryError
 from tfrs_logq.studies import _grid
 
 

@@ -1,6 +1,6 @@
 """A run's directory as every trainer and driver keeps it (no TensorFlow).
 
-SASRec's ``train`` (`tfrs_logq.sasrec.run_directory`), the two-tower run
+SASRec's ``train`` (`tfrs_logq.sasrec.run`), the two-tower run
 (`tfrs_logq.towers.run`) and the resumable drivers (`tfrs_logq.studies._grid`) share:
 
 - `RunLock`: one process at a time in a directory (``.lock`` in it); a second is refused
@@ -8,7 +8,9 @@ SASRec's ``train`` (`tfrs_logq.sasrec.run_directory`), the two-tower run
 - the layout's rules: ``config.json`` is written last when a run is created (a directory
   with one holds a run) and ``metrics.json`` when it has finished; `check_not_a_file`,
   `check_new`, `refuse_other_run` and `refuse_finished` say so in one line each;
-- `clear`: what ``--overwrite`` removes (everything but the lock).
+- `clear`: what ``--overwrite`` removes (everything but the lock);
+- `worker_directory`: a multi-worker cluster's non-chief worker keeps its own state in
+  ``model_dir/worker-TYPE-INDEX`` (`WORKER_PREFIX`), which the chief's rules leave alone.
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
@@ -22,18 +24,21 @@ SASRec's ``train`` (`tfrs_logq.sasrec.run_directory`), the two-tower run
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 from typing import Callable, Iterable, Optional
 
 from tfrs_logq._util.locks import ExclusiveLock, LockHeld, LockUnsupported, describe_holder
+from tfrs_logq._util.strategy import is_chief
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
 CONFIG = "config.json"  # written last when a run is created
 FINISHED = "metrics.json"  # written last when a run has finished
+WORKER_PREFIX = "worker-"  # a multi-worker run's other workers' folders
 
 
 class RunDirectoryError(ValueError):
@@ -135,5 +140,18 @@ def refuse_finished(model_dir: str) -> None:
             f"--overwrite to train it again.")
 
 
-__all__ = ["CONFIG", "FINISHED", "LOCK_NAME", "RunDirectoryError", "RunLock", "check_new",
-           "check_not_a_file", "clear", "refuse_finished", "refuse_other_run"]
+def worker_directory(model_dir: str, strategy: str = "auto") -> str:
+    """Where this process keeps its run state: ``model_dir`` itself, except on a
+    non-chief worker of a multi-worker cluster (``TF_CONFIG``), which uses
+    ``model_dir/worker-TYPE-INDEX``: every worker saves its own checkpoints (the
+    collective ops need them all to), and only the chief writes the run's files."""
+    if strategy not in ("auto", "multi-worker") or is_chief():
+        return model_dir
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    kind, index = task.get("type", "worker"), int(task.get("index", 0))
+    return os.path.join(model_dir, f"{WORKER_PREFIX}{kind}-{index}")
+
+
+__all__ = ["CONFIG", "FINISHED", "LOCK_NAME", "WORKER_PREFIX", "RunDirectoryError", "RunLock",
+           "check_new", "check_not_a_file", "clear", "refuse_finished", "refuse_other_run",
+           "worker_directory"]

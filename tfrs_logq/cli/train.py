@@ -197,7 +197,7 @@ def _run_two_tower(args) -> int:
     """``train two-tower``: the data and split flags as for SASRec, the model's own
     (`TwoTowerConfig`'s fields)."""
     from tfrs_logq.sasrec.config import DATA_FIELDS, LOG_FILTERS
-    from tfrs_logq.sasrec.run_directory import saved_config
+    from tfrs_logq.sasrec.run import saved_config
     from tfrs_logq.sasrec.training import load_config_split
     from tfrs_logq.towers.run import train_run
     from tfrs_logq.towers.training import Examples

@@ -66,7 +66,7 @@ LIMITS = {
 # How a user's log is filtered before the split (`tfrs_logq.pipelines.source.LogFilters`'s
 # fields, with its defaults): TrainConfig's fields too, so a run reloads its split.
 LOG_FILTERS = ("min_item_interactions", "min_user_interactions", "deduplicate")
-# Keys a run's config.json holds beside the TrainConfig fields (`run_directory.saved_config`).
+# Keys a run's config.json holds beside the TrainConfig fields (`run.saved_config`).
 RUN_RECORD_KEYS = ("num_items", "skipped_lines")
 # The fields that say which data and which split a run reads (and nothing about the
 # model): a two-tower run records them too, so export and evaluation reload its split.

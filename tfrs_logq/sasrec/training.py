@@ -52,7 +52,7 @@ from tfrs_logq.sasrec.callbacks import (
 )
 
 # The config and run-directory names callers reach through this module (the command
-# line, the studies, the benchmarks); defined in tfrs_logq.sasrec.config / .run_directory.
+# line, the studies, the benchmarks); defined in tfrs_logq.sasrec.config / .run.
 from tfrs_logq.sasrec.config import (  # noqa: F401  (re-exported)
     LOG_FILTERS,
     MONITOR,
@@ -64,7 +64,7 @@ from tfrs_logq.sasrec.config import (  # noqa: F401  (re-exported)
 )
 from tfrs_logq.sasrec.models import SASRecEncoder, SequentialRetrievalModel
 from tfrs_logq.sasrec.objectives import make_objective
-from tfrs_logq.sasrec.run_directory import (  # noqa: F401  (re-exported)
+from tfrs_logq.sasrec.run import (  # noqa: F401  (re-exported)
     RunDirectoryError,
     RunLock,
     _resumed_speed_fields,

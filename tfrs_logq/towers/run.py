@@ -42,7 +42,7 @@ import tensorflow as tf
 from tfrs_logq._util import run_directory as _run_directory
 from tfrs_logq._util.atomic import write_json
 from tfrs_logq._util.board import EventBoard
-from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
+from tfrs_logq._util.run_directory import WORKER_PREFIX, RunDirectoryError, RunLock
 from tfrs_logq._util.strategy import check_tf_config, is_chief
 from tfrs_logq._util.tracking import Tracking
 from tfrs_logq.pipelines.splits import Split
@@ -54,7 +54,6 @@ from tfrs_logq.two_tower import TwoTowerModel
 
 MODEL_KIND = "two-tower"
 WEIGHTS = "final.weights"
-WORKER_PREFIX = "worker-"  # a multi-worker run's other workers' folders
 
 
 def is_two_tower_run(model_dir: str) -> bool:
@@ -175,9 +174,7 @@ def train_run(config: TwoTowerConfig, split: Split, model_dir: str, data: dict,
 
 def _train_worker(config, split, model_dir, on_step, checkpoint_seconds, examples) -> dict:
     """A non-chief worker's share of a multi-worker run (the module docstring)."""
-    task = json.loads(os.environ["TF_CONFIG"])["task"]
-    own = os.path.join(model_dir,
-                       f"{WORKER_PREFIX}{task['type']}-{int(task.get('index', 0))}")
+    own = _run_directory.worker_directory(model_dir, "multi-worker")
     os.makedirs(own, exist_ok=True)
     with RunLock(own):
         # Its saves are never read (it restores from the chief's): a folder left by another

@@ -16,8 +16,12 @@ import os
 from typing import Optional
 
 from tfrs_logq._util import run_directory as _run_directory
-from tfrs_logq._util.run_directory import RunDirectoryError, RunLock
-from tfrs_logq._util.strategy import is_chief
+from tfrs_logq._util.run_directory import (
+    WORKER_PREFIX,
+    RunDirectoryError,
+    RunLock,
+    worker_directory,
+)
 from tfrs_logq.sasrec.config import TrainConfig
 
 log = logging.getLogger("tfrs_logq.sasrec.training")
@@ -117,21 +121,6 @@ def prepare_run_directory(config: TrainConfig, model_dir: str, overwrite: bool =
         _run_directory.refuse_other_run(model_dir)
     _run_directory.refuse_finished(model_dir)
     return "resume"
-
-
-WORKER_PREFIX = "worker-"
-
-
-def worker_directory(model_dir: str, strategy: str = "auto") -> str:
-    """Where this process keeps its run state: ``model_dir`` itself, except on a
-    non-chief worker of a multi-worker cluster (``TF_CONFIG``), which uses
-    ``model_dir/worker-TYPE-INDEX``: every worker saves its own checkpoints (the
-    collective ops need them all to), and only the chief writes the run's files."""
-    if strategy not in ("auto", "multi-worker") or is_chief():
-        return model_dir
-    task = json.loads(os.environ["TF_CONFIG"])["task"]
-    kind, index = task.get("type", "worker"), int(task.get("index", 0))
-    return os.path.join(model_dir, f"{WORKER_PREFIX}{kind}-{index}")
 
 
 def _resumed_speed_fields(config: TrainConfig, model_dir: str) -> TrainConfig:
