@@ -82,22 +82,12 @@ def one(num_items: int, optimizer: str, steps: int, loss: str, interactions: int
             "roofline_ms": sum(kernels.values()), "machine": machine()}
 
 
-def _median_ms(fn, repeats: int = 60) -> float:
-    fn()  # traces
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * float(statistics.median(times))
-
-
 def roofline(config, split) -> dict:
     """Median milliseconds of each of the step's kernels alone, at the step's shapes:
     the run's catalog, batch, history, embedding width and number of candidates."""
     import numpy as np
     import tensorflow as tf
+    from common import time_fn
 
     from tfrs_logq.towers.loop import make_optimizer
     from tfrs_logq.towers.training import Examples, run_spec
@@ -113,7 +103,6 @@ def roofline(config, split) -> dict:
     table = tf.Variable(tf.random.normal([rows, d], stddev=0.05))
     w1, w2 = tf.Variable(tf.random.normal([d, 2 * d])), tf.Variable(tf.random.normal([2 * d, d]))
     q, c = tf.random.normal([b, d]), tf.random.normal([candidates, d])
-    h = tf.random.normal([b, 2 * d])
     scores = tf.random.normal([b, candidates])
     touched = tf.concat([tf.reshape(history, [-1]), ids], 0)
     grad = tf.IndexedSlices(tf.random.normal([int(touched.shape[0]), d], stddev=1e-3),
@@ -153,7 +142,9 @@ def roofline(config, split) -> dict:
     def update():
         optimizer.apply_gradients([(grad, table)])
 
-    del h
+    def _median_ms(fn) -> float:
+        return 1000 * time_fn(fn, warmup=2, repeats=60)[0]
+
     return {"history gather": _median_ms(lambda: history_rows().numpy()),
             "query MLP": _median_ms(lambda: [t.numpy() for t in mlp()]),
             "score matmuls": _median_ms(lambda: [t.numpy() for t in score_matmuls()]),
